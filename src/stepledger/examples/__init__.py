@@ -1,0 +1,1 @@
+"""Loopback tool services (payments, bookings, email) and clients for tests and demos."""

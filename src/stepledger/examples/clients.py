@@ -48,8 +48,9 @@ class _JsonClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, payload: JsonObject | None = None,
-              *, fault: str | None = None) -> JsonObject:
+    def _call(
+        self, method: str, path: str, payload: JsonObject | None = None, *, fault: str | None = None
+    ) -> JsonObject:
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
@@ -105,11 +106,16 @@ def _key_path(prefix: str, key: str) -> str:
 class PaymentsClient(_JsonClient):
     """Client for the keyed, queryable payments service."""
 
-    def charge(self, key: str, amount: int, currency: str, customer: str,
-               *, fault: str | None = None) -> JsonObject:
+    def charge(
+        self, key: str, amount: int, currency: str, customer: str, *, fault: str | None = None
+    ) -> JsonObject:
         """Capture a charge under an idempotency key (a replay returns the original)."""
-        payload = {"idempotency_key": key, "amount": amount, "currency": currency,
-                   "customer": customer}
+        payload = {
+            "idempotency_key": key,
+            "amount": amount,
+            "currency": currency,
+            "customer": customer,
+        }
         return self._call("POST", "/charges", payload, fault=fault)
 
     def find_charge(self, key: str) -> JsonObject | None:
@@ -185,8 +191,12 @@ class RunningService:
     def __enter__(self) -> RunningService:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 
@@ -226,22 +236,41 @@ def _wait_ready(service: RunningService, port_file: Path, timeout: float) -> str
     raise ServiceStartError(f"{service.kind} not healthy within {timeout}s:\n{service.log()}")
 
 
-def start_service(kind: ServiceKind, state_path: str | os.PathLike[str], *,
-                  ignore_keys: bool = False,
-                  timeout: float = START_TIMEOUT_SECONDS) -> RunningService:
+def start_service(
+    kind: ServiceKind,
+    state_path: str | os.PathLike[str],
+    *,
+    ignore_keys: bool = False,
+    timeout: float = START_TIMEOUT_SECONDS,
+) -> RunningService:
     """Launch a service subprocess on a free loopback port and wait until it is healthy."""
     state = Path(state_path)
     port_file = state.with_name(state.name + ".port")
     log_path = state.with_name(state.name + ".log")
     # A port file left by an earlier run on the same state would point at a dead port.
     port_file.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "stepledger.examples.services", kind, "--port", "0",
-               "--state", str(state), "--port-file", str(port_file)]
+    command = [
+        sys.executable,
+        "-m",
+        "stepledger.examples.services",
+        kind,
+        "--port",
+        "0",
+        "--state",
+        str(state),
+        "--port-file",
+        str(port_file),
+    ]
     if ignore_keys:
         command.append("--ignore-keys")
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=_child_env())
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_child_env(),
+        )
     service = RunningService(kind, "", process, state, log_path)
     try:
         service.url = _wait_ready(service, port_file, timeout)

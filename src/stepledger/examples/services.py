@@ -135,8 +135,9 @@ def find(conn: sqlite3.Connection, kind: str, key: str) -> JsonObject | None:
     return None if row is None else cast(JsonObject, json.loads(row[0]))
 
 
-def save(conn: sqlite3.Connection, kind: str, key: str | None, record_id: str,
-         record: JsonObject) -> None:
+def save(
+    conn: sqlite3.Connection, kind: str, key: str | None, record_id: str, record: JsonObject
+) -> None:
     """Insert or replace a record."""
     conn.execute(
         "INSERT OR REPLACE INTO records (id, kind, key, body) VALUES (?, ?, ?, ?)",
@@ -146,9 +147,7 @@ def save(conn: sqlite3.Connection, kind: str, key: str | None, record_id: str,
 
 def add_effect(conn: sqlite3.Connection, kind: str, key: str | None) -> None:
     """Count one real side effect."""
-    conn.execute(
-        "INSERT INTO effects (kind, key, at) VALUES (?, ?, ?)", (kind, key, time.time())
-    )
+    conn.execute("INSERT INTO effects (kind, key, at) VALUES (?, ?, ?)", (kind, key, time.time()))
 
 
 def effect_counts(conn: sqlite3.Connection, kinds: tuple[str, ...]) -> JsonObject:
@@ -184,8 +183,15 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
-def _create_once(conn: sqlite3.Connection, kind: str, key: str, params: JsonObject,
-                 fields: JsonObject, *, ignore_key: bool = False) -> Reply:
+def _create_once(
+    conn: sqlite3.Connection,
+    kind: str,
+    key: str,
+    params: JsonObject,
+    fields: JsonObject,
+    *,
+    ignore_key: bool = False,
+) -> Reply:
     """Create a `kind` record once per key; a replay must carry the same `params`."""
     existing = None if ignore_key else find(conn, kind, key)
     if existing is not None:
@@ -209,8 +215,14 @@ def post_charge(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
         "currency": _text(body, "currency"),
         "customer": _text(body, "customer"),
     }
-    return _create_once(conn, "charge", _text(body, "idempotency_key"), params,
-                        {"status": "captured"}, ignore_key=opts.ignore_keys)
+    return _create_once(
+        conn,
+        "charge",
+        _text(body, "idempotency_key"),
+        params,
+        {"status": "captured"},
+        ignore_key=opts.ignore_keys,
+    )
 
 
 def post_refund(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Reply:
@@ -226,14 +238,29 @@ def post_refund(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
     if charge is None:
         return 200, {"status": "nothing_to_undo", "charge_key": charge_key, "replayed": False}
     if charge["status"] == "refunded":
-        return 200, {"status": "already_refunded", "charge_id": charge["charge_id"],
-                     "refund_id": charge.get("refund_id"), "replayed": False}
+        return 200, {
+            "status": "already_refunded",
+            "charge_id": charge["charge_id"],
+            "refund_id": charge.get("refund_id"),
+            "replayed": False,
+        }
     refund_id = _new_id("re")
-    refund = {"refund_id": refund_id, "idempotency_key": key, "charge_key": charge_key,
-              "charge_id": charge["charge_id"], "amount": charge["amount"], "status": "refunded"}
+    refund = {
+        "refund_id": refund_id,
+        "idempotency_key": key,
+        "charge_key": charge_key,
+        "charge_id": charge["charge_id"],
+        "amount": charge["amount"],
+        "status": "refunded",
+    }
     save(conn, "refund", key, refund_id, refund)
-    save(conn, "charge", charge_key, charge["charge_id"],
-         {**charge, "status": "refunded", "refund_id": refund_id})
+    save(
+        conn,
+        "charge",
+        charge_key,
+        charge["charge_id"],
+        {**charge, "status": "refunded", "refund_id": refund_id},
+    )
     add_effect(conn, "refund", key)
     return 200, {**refund, "replayed": False}
 
@@ -241,8 +268,9 @@ def post_refund(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
 def post_booking(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Reply:
     """Confirm a booking once per idempotency key."""
     params = {"hotel": _text(body, "hotel"), "nights": _positive_int(body, "nights")}
-    return _create_once(conn, "booking", _text(body, "idempotency_key"), params,
-                        {"status": "confirmed"})
+    return _create_once(
+        conn, "booking", _text(body, "idempotency_key"), params, {"status": "confirmed"}
+    )
 
 
 def post_cancel(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Reply:
@@ -260,8 +288,11 @@ def post_cancel(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
 
 def post_email(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Reply:
     """Send an email; there is no key, so every call is a new effect."""
-    message = {"to": _text(body, "to"), "subject": _text(body, "subject", allow_empty=True),
-               "body": _text(body, "body", allow_empty=True)}
+    message = {
+        "to": _text(body, "to"),
+        "subject": _text(body, "subject", allow_empty=True),
+        "body": _text(body, "body", allow_empty=True),
+    }
     message_id = _new_id("msg")
     save(conn, "email", None, message_id, {"message_id": message_id, **message})
     add_effect(conn, "email", None)
@@ -270,12 +301,14 @@ def post_email(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Rep
 
 SERVICES: dict[str, ServiceSpec] = {
     "payments": ServiceSpec(
-        "payments", ("charge", "refund"),
+        "payments",
+        ("charge", "refund"),
         {"/charges": post_charge, "/refunds": post_refund},
         {"/charges/by-key/": "charge"},
     ),
     "bookings": ServiceSpec(
-        "bookings", ("booking", "cancel"),
+        "bookings",
+        ("booking", "cancel"),
         {"/bookings": post_booking, "/bookings/cancel": post_cancel},
         {"/bookings/by-key/": "booking"},
     ),
@@ -405,8 +438,9 @@ def write_port_file(path: Path, port: int) -> None:
     os.replace(tmp, path)
 
 
-def make_server(kind: str, state: Path, port: int = 0, *,
-                ignore_keys: bool = False) -> ServiceServer:
+def make_server(
+    kind: str, state: Path, port: int = 0, *, ignore_keys: bool = False
+) -> ServiceServer:
     """Create (but do not start) a service bound to 127.0.0.1."""
     return ServiceServer(port, SERVICES[kind], Store(state), Options(ignore_keys=ignore_keys))
 
@@ -417,8 +451,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--port-file", type=Path)
-    parser.add_argument("--ignore-keys", action="store_true",
-                        help="broken build: charges ignore their idempotency key")
+    parser.add_argument(
+        "--ignore-keys",
+        action="store_true",
+        help="broken build: charges ignore their idempotency key",
+    )
     return parser.parse_args(argv)
 
 
@@ -437,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     # serve_forever runs off the main thread: shutdown() deadlocks if called from the
     # thread serving, and the main thread is where signal handlers run. A short poll
     # interval keeps shutdown quick.
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              name="serve", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="serve", daemon=True
+    )
     thread.start()
     if args.port_file is not None:
         write_port_file(args.port_file, port)

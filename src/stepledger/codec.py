@@ -1,0 +1,179 @@
+"""The one codec between domain models and wire bytes.
+
+Model -> dict -> Avro bytes and back.  Values are framed either as Avro single-object
+encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the default)
+or with Confluent Schema Registry framing (``00`` + 4-byte big-endian schema id) when a
+registry is configured.  The reader accepts both.  Schemas are parsed once per codec.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+
+import fastavro
+from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
+from pydantic import BaseModel, ValidationError
+
+from stepledger.domain.events import BODY_TYPES, Event
+from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+REGISTRY_MAGIC = b"\x00"
+NAMESPACE = "stepledger"
+ENVELOPE = f"{NAMESPACE}.Event"
+
+_BODY_BY_NAME: dict[str, type[BaseModel]] = {f"{NAMESPACE}.{t.__name__}": t for t in BODY_TYPES}
+_NAME_BY_TYPE: dict[str, str] = {
+    t.model_fields["type"].default: name for name, t in _BODY_BY_NAME.items()
+}
+
+
+def schema_dir() -> Path:
+    """Return the directory of the packaged ``.avsc`` contract."""
+    return Path(str(resources.files("stepledger").joinpath("schemas")))
+
+
+def load_envelope_schema(directory: Path | None = None) -> dict[str, Any]:
+    """Load and parse the envelope schema with every named type it references."""
+    path = (directory or schema_dir()) / f"{ENVELOPE}.avsc"
+    try:
+        return cast(dict[str, Any], load_schema(str(path)))
+    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
+        raise CodecError(f"cannot load schema {path}: {exc}") from exc
+
+
+def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
+    """Return the 8-byte CRC-64-AVRO fingerprint the single-object header carries."""
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+def to_record(event: Event) -> dict[str, Any]:
+    """Turn an event into the dict fastavro writes (the body as a named union branch)."""
+    record = event.model_dump()
+    body = record["body"]
+    body_type = body.pop("type")
+    record["body"] = (_NAME_BY_TYPE[body_type], body)
+    return record
+
+
+def from_record(record: dict[str, Any]) -> Event:
+    """Turn a dict fastavro read (with record names) into a validated event."""
+    name, body = record["body"]
+    if name not in _BODY_BY_NAME:
+        raise EventValidationError(f"unknown event type {name!r}")
+    body_type = _BODY_BY_NAME[name].model_fields["type"].default
+    try:
+        return Event.model_validate({**record, "body": {**body, "type": body_type}})
+    except ValidationError as exc:
+        raise EventValidationError(f"invalid {name}: {_first_error(exc)}") from exc
+
+
+class RegistryFraming:
+    """Confluent Schema Registry framing: registers the writer schema, resolves ids on read."""
+
+    def __init__(self, url: str, subject: str, conf: dict[str, str] | None = None) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self._client = SchemaRegistryClient.new_client({"url": url, **(conf or {})})
+        self._subject = subject
+        self._schemas: dict[int, dict[str, Any]] = {}
+
+    def register(self, schema: dict[str, Any]) -> int:
+        """Register the writer schema under the subject and return its id."""
+        from confluent_kafka.schema_registry import Schema
+
+        try:
+            text = to_parsing_canonical_form(schema)
+            schema_id = int(self._client.register_schema(self._subject, Schema(text, "AVRO")))
+        except Exception as exc:
+            raise CodecError(f"schema registry refused the schema: {exc}", retryable=True) from exc
+        self._schemas[schema_id] = schema
+        return schema_id
+
+    def writer_schema(self, schema_id: int) -> dict[str, Any]:
+        """Return the parsed schema for a registry id, fetching it once."""
+        if schema_id not in self._schemas:
+            try:
+                text = self._client.get_schema(schema_id).schema_str
+            except Exception as exc:
+                raise UnknownSchemaError(f"schema id {schema_id} not in registry: {exc}") from exc
+            parsed = fastavro.parse_schema(json.loads(str(text)))
+            self._schemas[schema_id] = cast(dict[str, Any], parsed)
+        return self._schemas[schema_id]
+
+
+class Codec:
+    """Encode events to bytes and decode bytes to events, in either framing."""
+
+    def __init__(
+        self,
+        schema: dict[str, Any] | None = None,
+        *,
+        registry: RegistryFraming | None = None,
+        known_writer_schemas: Iterable[dict[str, Any]] = (),
+    ) -> None:
+        self.schema = schema if schema is not None else load_envelope_schema()
+        self._fingerprint = single_object_fingerprint(self.schema)
+        self._writers = {single_object_fingerprint(s): s for s in known_writer_schemas}
+        self._registry = registry
+        self._registry_id = registry.register(self.schema) if registry else None
+        self._prefix = (
+            REGISTRY_MAGIC + self._registry_id.to_bytes(4, "big")
+            if self._registry_id is not None
+            else SINGLE_OBJECT_MAGIC + self._fingerprint
+        )
+
+    def encode(self, event: Event) -> bytes:
+        """Return the framed Avro bytes of one event."""
+        buf = io.BytesIO()
+        buf.write(self._prefix)
+        try:
+            fastavro.schemaless_writer(buf, self.schema, to_record(event))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CodecError(f"cannot encode {event.type} {event.event_id}: {exc}") from exc
+        return buf.getvalue()
+
+    def decode(self, data: bytes | None) -> Event:
+        """Return the event in framed Avro bytes; any defect raises a CodecError subclass."""
+        writer, offset = self._writer_for(data)
+        reader = None if writer is self.schema else self.schema
+        try:
+            record = fastavro.schemaless_reader(
+                io.BytesIO(memoryview(data)[offset:]),  # type: ignore[arg-type]
+                writer,
+                reader,
+                return_record_name=True,
+            )
+        except Exception as exc:  # fastavro raises many types on corrupt input
+            raise CodecError(f"undecodable Avro body: {type(exc).__name__}: {exc}") from exc
+        return from_record(cast(dict[str, Any], record))
+
+    def _writer_for(self, data: bytes | None) -> tuple[dict[str, Any], int]:
+        if not data or len(data) < 5:
+            raise CodecError("value is empty or too short to be a framed Avro event")
+        if data[:2] == SINGLE_OBJECT_MAGIC and len(data) >= 10:
+            fp = bytes(data[2:10])
+            if fp == self._fingerprint:
+                return self.schema, 10
+            if fp in self._writers:
+                return self._writers[fp], 10
+            raise UnknownSchemaError(f"unknown schema fingerprint {fp.hex()}")
+        if data[:1] == REGISTRY_MAGIC:
+            schema_id = int.from_bytes(data[1:5], "big")
+            if self._registry is None:
+                raise UnknownSchemaError(
+                    f"registry-framed value (schema id {schema_id}) but no registry configured"
+                )
+            writer = self._registry.writer_schema(schema_id)
+            return (self.schema if schema_id == self._registry_id else writer), 5
+        raise CodecError(f"unknown framing (first bytes {bytes(data[:2]).hex()})")
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"

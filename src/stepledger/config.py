@@ -1,0 +1,124 @@
+"""Settings, built once at the edge from flags, ``STEPLEDGER_*`` environment and a config file.
+
+Precedence: explicit flags > environment > config file (TOML) > defaults.  librdkafka
+settings pass through untouched: ``[kafka]`` in the file, ``STEPLEDGER_KAFKA_<KEY>``
+(``STEPLEDGER_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` -> ``security.protocol``) or ``-X key=value``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from stepledger.errors import ConfigError
+
+ENV_PREFIX = "STEPLEDGER_"
+KAFKA_ENV_PREFIX = "STEPLEDGER_KAFKA_"
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+class Settings(BaseModel):
+    """Everything a stepledger process needs to talk to the event log."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    """Kafka bootstrap servers, HOST:PORT[,HOST:PORT]."""
+    topic: str = "stepledger.events"
+    """The step-log topic."""
+    dlq_topic: str = "stepledger.deadletter"
+    """Where undecodable or invalid input goes, with the reason in headers."""
+    fleet_id: str = "default"
+    """The fleet every event of this process is tagged with."""
+    producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    """The producing process, recorded in every event."""
+    schema_registry_url: str | None = None
+    """Confluent Schema Registry URL; when unset, values use Avro single-object encoding."""
+    durable_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a durable append waits for the broker's acknowledgement before failing."""
+    kafka: dict[str, str] = Field(default_factory=dict)
+    """Extra librdkafka settings (SASL, TLS, ...), passed through untouched."""
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        for server in value.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"expected HOST:PORT, got {server!r}")
+        return value
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """Render the librdkafka config: bootstrap + pass-through settings + overrides."""
+        return {"bootstrap.servers": self.bootstrap, **self.kafka, **overrides}
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    config_file: str | Path | None = None,
+) -> Settings:
+    """Build settings from flags, environment and an optional TOML file (in that precedence)."""
+    env = os.environ if env is None else env
+    config_file = config_file or env.get(f"{ENV_PREFIX}CONFIG")
+    values: dict[str, Any] = _from_file(Path(config_file)) if config_file else {}
+    kafka = dict(values.pop("kafka", {}) or {})
+    values.update(_from_env(env))
+    kafka.update(_kafka_from_env(env))
+    flag_values = {k: v for k, v in (flags or {}).items() if v is not None}
+    kafka.update(flag_values.pop("kafka", {}) or {})
+    values.update(flag_values)
+    try:
+        return Settings(**values, kafka={str(k): str(v) for k, v in kafka.items()})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None
+
+
+def parse_kafka_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Parse ``key=value`` librdkafka options given as ``-X`` flags."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected -X key=value, got {pair!r}")
+        options[key.strip()] = value
+    return options
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return dict(data.get("stepledger", data))
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    fields = set(Settings.model_fields) - {"kafka"}
+    found = {}
+    for key, value in env.items():
+        if key.startswith(ENV_PREFIX) and not key.startswith(KAFKA_ENV_PREFIX):
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in fields:
+                found[name] = value
+    return found
+
+
+def _kafka_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {
+        key[len(KAFKA_ENV_PREFIX) :].lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith(KAFKA_ENV_PREFIX)
+    }

@@ -1,0 +1,252 @@
+"""Frozen pydantic models of every event; they mirror schemas/ field for field.
+
+Each body model has a ``type`` tag: it is not an Avro field but the name of the
+envelope's union branch, which is how JSON (``tail``/``append``) tells bodies apart.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from stepledger.domain.enums import (
+    CompensationStatus,
+    EffectClass,
+    OutcomeStatus,
+    ResolutionPolicy,
+    Source,
+    Verdict,
+    WorkflowStatus,
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _utc_millis(value: datetime) -> datetime:
+    """Normalise to aware UTC with millisecond precision, as Avro timestamp-millis stores it."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+class WorkflowStarted(_Frozen):
+    """A workflow run began, or a read-only workflow was started over."""
+
+    type: Literal["workflow_started"] = "workflow_started"
+    name: str = ""
+    attempt: int = Field(ge=1)
+    read_only: bool
+    max_attempts: int = Field(default=5, ge=1)
+
+
+class WorkflowResumed(_Frozen):
+    """A workflow was re-entered after a crash or an exit."""
+
+    type: Literal["workflow_resumed"] = "workflow_resumed"
+    attempt: int = Field(ge=1)
+    reason: str | None = None
+
+
+class WorkflowFinished(_Frozen):
+    """A workflow ended."""
+
+    type: Literal["workflow_finished"] = "workflow_finished"
+    status: WorkflowStatus
+    detail: str | None = None
+
+
+class WorkflowDeadLettered(_Frozen):
+    """A workflow passed its resumption limit and waits for a human."""
+
+    type: Literal["workflow_dead_lettered"] = "workflow_dead_lettered"
+    attempt: int
+    reason: str
+    escalation_id: str
+
+
+class StepIntended(_Frozen):
+    """An effectful call is about to happen; acknowledged by Kafka before the call."""
+
+    type: Literal["step_intended"] = "step_intended"
+    sequence: int = Field(ge=0)
+    tool: str
+    effect: EffectClass
+    policy: ResolutionPolicy
+    idempotency_key: str
+    arguments_json: str
+    arguments_digest: str
+    deadline: datetime
+    attempt: int = Field(ge=1)
+    requires_approval: bool = False
+
+    _deadline = field_validator("deadline")(_utc_millis)
+
+
+class StepOutcome(_Frozen):
+    """What a step's call produced."""
+
+    type: Literal["step_outcome"] = "step_outcome"
+    status: OutcomeStatus
+    result_json: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    source: Source
+    evidence_json: str | None = None
+    attempt: int = 1
+
+
+class CompensationIntended(_Frozen):
+    """A forward correcting action is about to run."""
+
+    type: Literal["compensation_intended"] = "compensation_intended"
+    idempotency_key: str
+    reason: str
+    source: Source
+    deadline: datetime
+
+    _deadline = field_validator("deadline")(_utc_millis)
+
+
+class CompensationOutcome(_Frozen):
+    """What a compensation produced."""
+
+    type: Literal["compensation_outcome"] = "compensation_outcome"
+    status: CompensationStatus
+    result_json: str | None = None
+    error: str | None = None
+    source: Source
+
+
+class StepAbandoned(_Frozen):
+    """Nobody resolves the step automatically any more; a human decides."""
+
+    type: Literal["step_abandoned"] = "step_abandoned"
+    reason: str
+    escalation_id: str | None = None
+    evidence_json: str | None = None
+    source: Source
+
+
+class ResolutionAttempted(_Frozen):
+    """Recovery tried a hook on an in-doubt step: what it tried, what the tool answered."""
+
+    type: Literal["resolution_attempted"] = "resolution_attempted"
+    policy: ResolutionPolicy
+    attempt: int = Field(ge=1)
+    answer_json: str | None = None
+    error: str | None = None
+    source: Source = Source.RECOVERY
+
+
+class EscalationResolved(_Frozen):
+    """A human answered an escalation; the step or workflow is re-judged from it."""
+
+    type: Literal["escalation_resolved"] = "escalation_resolved"
+    escalation_id: str
+    verdict: Verdict
+    result_json: str | None = None
+    note: str = ""
+    by: str
+
+
+class ApprovalRequested(_Frozen):
+    """A pivot step waits for a human approval."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    tool: str
+    reason: str | None = None
+
+
+class ApprovalDecided(_Frozen):
+    """A human granted or denied a pivot step."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    granted: bool
+    by: str
+    note: str | None = None
+
+
+class AnomalyObserved(_Frozen):
+    """Something in the log or a tool service disagrees with the ledger."""
+
+    type: Literal["anomaly_observed"] = "anomaly_observed"
+    kind: str
+    detail: str
+    source: Source
+
+
+Body = Annotated[
+    WorkflowStarted
+    | WorkflowResumed
+    | WorkflowFinished
+    | WorkflowDeadLettered
+    | StepIntended
+    | StepOutcome
+    | CompensationIntended
+    | CompensationOutcome
+    | StepAbandoned
+    | ResolutionAttempted
+    | EscalationResolved
+    | ApprovalRequested
+    | ApprovalDecided
+    | AnomalyObserved,
+    Field(discriminator="type"),
+]
+
+BODY_TYPES: tuple[type[BaseModel], ...] = (
+    WorkflowStarted,
+    WorkflowResumed,
+    WorkflowFinished,
+    WorkflowDeadLettered,
+    StepIntended,
+    StepOutcome,
+    CompensationIntended,
+    CompensationOutcome,
+    StepAbandoned,
+    ResolutionAttempted,
+    EscalationResolved,
+    ApprovalRequested,
+    ApprovalDecided,
+    AnomalyObserved,
+)
+
+EventType = Literal[
+    "workflow_started",
+    "workflow_resumed",
+    "workflow_finished",
+    "workflow_dead_lettered",
+    "step_intended",
+    "step_outcome",
+    "compensation_intended",
+    "compensation_outcome",
+    "step_abandoned",
+    "resolution_attempted",
+    "escalation_resolved",
+    "approval_requested",
+    "approval_decided",
+    "anomaly_observed",
+]
+
+
+class Event(_Frozen):
+    """The envelope of every event; the Kafka key is ``workflow_id``."""
+
+    event_id: str = Field(min_length=1)
+    workflow_id: str = Field(min_length=1)
+    step_id: str | None = None
+    fleet_id: str = Field(min_length=1)
+    producer_id: str = Field(min_length=1)
+    occurred_at: datetime
+    body: Body
+
+    _occurred_at = field_validator("occurred_at")(_utc_millis)
+
+    @property
+    def type(self) -> EventType:
+        """The body's type tag, e.g. ``step_intended``."""
+        return self.body.type

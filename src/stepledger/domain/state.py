@@ -1,0 +1,349 @@
+"""The step state machine: a pure fold of a workflow's events into step and workflow states.
+
+Every reader of the log (resume, recovery, tests of the projector) judges a step by this
+one fold.  The first decision for an intent wins; a later, conflicting one is kept as an
+anomaly, never applied silently and never lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+
+from stepledger.domain import events as ev
+from stepledger.domain.enums import (
+    CompensationStatus,
+    EffectClass,
+    ResolutionPolicy,
+    Source,
+    Verdict,
+)
+
+
+class StepStatus(StrEnum):
+    """Where a step stands."""
+
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    DENIED = "denied"
+    INTENDED = "intended"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    NOT_HAPPENED = "not_happened"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    ABANDONED = "abandoned"
+
+
+class RunStatus(StrEnum):
+    """Where a workflow stands."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    COMPENSATED = "compensated"
+    DEAD_LETTERED = "dead_lettered"
+
+
+#: Statuses from which a new intent for the same step is legitimate (a retry).
+RETRYABLE = frozenset(
+    {StepStatus.FAILED, StepStatus.NOT_HAPPENED, StepStatus.APPROVED, StepStatus.AWAITING_APPROVAL}
+)
+#: Statuses in which the step's effect is settled and nothing runs.
+SETTLED = frozenset(
+    {StepStatus.SUCCEEDED, StepStatus.COMPENSATED, StepStatus.FAILED, StepStatus.NOT_HAPPENED}
+)
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """An event that contradicts the state it arrived in, recorded instead of applied."""
+
+    event_id: str
+    workflow_id: str
+    step_id: str | None
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StepState:
+    """One step as the log tells it."""
+
+    step_id: str
+    status: StepStatus
+    sequence: int = -1
+    tool: str = ""
+    effect: EffectClass | None = None
+    policy: ResolutionPolicy | None = None
+    idempotency_key: str = ""
+    arguments_json: str = "{}"
+    arguments_digest: str = ""
+    deadline: datetime | None = None
+    attempt: int = 0
+    recovery_attempts: int = 0
+    result_json: str | None = None
+    error: str | None = None
+    resolved_by: Source | None = None
+    escalation_id: str | None = None
+    escalation_open: bool = False
+    compensation_key: str | None = None
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+    intended_at: datetime | None = None
+    resolved_at: datetime | None = None
+
+    @property
+    def in_doubt(self) -> bool:
+        """True when an intent has no outcome: the effect may or may not have happened."""
+        return self.status is StepStatus.INTENDED
+
+
+@dataclass
+class WorkflowState:
+    """One workflow as the log tells it; ``apply`` folds events into it."""
+
+    workflow_id: str
+    fleet_id: str = ""
+    name: str = ""
+    status: RunStatus = RunStatus.RUNNING
+    attempt: int = 0
+    max_attempts: int = 5
+    read_only: bool = False
+    escalation_id: str | None = None
+    started_at: datetime | None = None
+    last_at: datetime | None = None
+    steps: dict[str, StepState] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+    def ordered_steps(self) -> list[StepState]:
+        """Steps by their sequence in the workflow."""
+        return sorted(self.steps.values(), key=lambda s: (s.sequence, s.first_at or 0, s.step_id))
+
+    def in_doubt(self) -> list[StepState]:
+        """Steps with an intent and no outcome."""
+        return [s for s in self.ordered_steps() if s.in_doubt]
+
+    def apply(self, event: ev.Event) -> Anomaly | None:
+        """Fold one event in; a duplicate changes nothing; a contradiction returns an anomaly."""
+        if event.event_id in self.seen:
+            return None
+        self.seen.add(event.event_id)
+        self.fleet_id = self.fleet_id or event.fleet_id
+        self.started_at = self.started_at or event.occurred_at
+        self.last_at = event.occurred_at
+        problem = _apply_body(self, event)
+        if problem is None:
+            return None
+        anomaly = Anomaly(event.event_id, self.workflow_id, event.step_id, *problem)
+        self.anomalies.append(anomaly)
+        return anomaly
+
+
+def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
+    """Fold a workflow's events, in log order, into its state."""
+    state = WorkflowState(workflow_id)
+    for event in events:
+        state.apply(event)
+    return state
+
+
+Problem = tuple[str, str]
+
+
+def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
+    body = event.body
+    if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
+        return _on_workflow_run(wf, body)
+    if isinstance(body, ev.WorkflowFinished):
+        wf.status = RunStatus(body.status.value)
+        return None
+    if isinstance(body, ev.WorkflowDeadLettered):
+        wf.status, wf.escalation_id = RunStatus.DEAD_LETTERED, body.escalation_id
+        return None
+    if isinstance(body, ev.EscalationResolved) and event.step_id is None:
+        return _on_workflow_cleared(wf, body)
+    if isinstance(body, ev.AnomalyObserved):
+        return (body.kind, body.detail)
+    if event.step_id is None:
+        return ("missing_step_id", f"{body.type} needs a step id")
+    return _apply_step(wf, event, event.step_id)
+
+
+def _on_workflow_run(
+    wf: WorkflowState, body: ev.WorkflowStarted | ev.WorkflowResumed
+) -> Problem | None:
+    if isinstance(body, ev.WorkflowStarted):
+        wf.name, wf.read_only, wf.max_attempts = body.name, body.read_only, body.max_attempts
+        if body.attempt > 1 and wf.read_only:
+            # A read-only workflow restarts from scratch: earlier steps no longer count.
+            wf.steps.clear()
+    wf.attempt = max(wf.attempt, body.attempt)
+    if wf.status is RunStatus.DEAD_LETTERED:
+        return ("run_while_dead_lettered", f"attempt {body.attempt} after the dead letter")
+    return None
+
+
+def _on_workflow_cleared(wf: WorkflowState, body: ev.EscalationResolved) -> Problem | None:
+    if wf.status is not RunStatus.DEAD_LETTERED or body.escalation_id != wf.escalation_id:
+        return ("unknown_escalation", f"workflow has no open escalation {body.escalation_id}")
+    wf.status, wf.escalation_id = RunStatus.RUNNING, None
+    # Clearing grants a fresh budget of attempts, counted from the one that was dead-lettered.
+    wf.max_attempts = wf.attempt + wf.max_attempts
+    return None
+
+
+def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | None:
+    step = wf.steps.get(step_id)
+    body = event.body
+    if step is None:
+        if not isinstance(body, ev.StepIntended | ev.ApprovalRequested):
+            return ("no_intent", f"{body.type} for a step with no intent")
+        step = StepState(step_id, StepStatus.INTENDED, first_at=event.occurred_at)
+    new, problem = _transition(step, event)
+    if new is not None:
+        wf.steps[step_id] = replace(new, last_at=event.occurred_at)
+    return problem
+
+
+def _transition(step: StepState, event: ev.Event) -> tuple[StepState | None, Problem | None]:
+    body = event.body
+    at = event.occurred_at
+    if isinstance(body, ev.StepIntended):
+        return _on_intent(step, body, at)
+    if isinstance(body, ev.StepOutcome):
+        return _on_outcome(step, body, at)
+    if isinstance(body, ev.CompensationIntended):
+        if step.status not in (StepStatus.SUCCEEDED, StepStatus.INTENDED):
+            return None, ("bad_compensation", f"compensation of a step that is {step.status}")
+        return replace(
+            step,
+            status=StepStatus.COMPENSATING,
+            compensation_key=body.idempotency_key,
+            resolved_by=body.source,
+        ), None
+    if isinstance(body, ev.CompensationOutcome):
+        return _on_compensation_outcome(step, body, at)
+    if isinstance(body, ev.StepAbandoned):
+        return _on_abandoned(step, body, at)
+    if isinstance(body, ev.ResolutionAttempted):
+        return replace(step, recovery_attempts=max(step.recovery_attempts, body.attempt)), None
+    if isinstance(body, ev.EscalationResolved):
+        return _on_escalation_resolved(step, body, at)
+    if isinstance(body, ev.ApprovalRequested):
+        if step.first_at != at and step.status is not StepStatus.INTENDED:
+            return None, ("late_approval_request", f"step is already {step.status}")
+        return replace(step, status=StepStatus.AWAITING_APPROVAL, tool=body.tool), None
+    if isinstance(body, ev.ApprovalDecided):
+        if step.status is not StepStatus.AWAITING_APPROVAL:
+            return None, ("unexpected_approval", f"approval decided for a step {step.status}")
+        decided = StepStatus.APPROVED if body.granted else StepStatus.DENIED
+        return replace(step, status=decided), None
+    return None, ("unexpected_event", f"{body.type} does not apply to a step")
+
+
+def _on_intent(
+    step: StepState, body: ev.StepIntended, at: datetime
+) -> tuple[StepState | None, Problem | None]:
+    fresh = step.attempt == 0
+    if not fresh and step.status not in RETRYABLE:
+        return None, ("intent_while_" + step.status.value, f"intent attempt {body.attempt} ignored")
+    return replace(
+        step,
+        status=StepStatus.INTENDED,
+        sequence=body.sequence,
+        tool=body.tool,
+        effect=body.effect,
+        policy=body.policy,
+        idempotency_key=body.idempotency_key,
+        arguments_json=body.arguments_json,
+        arguments_digest=body.arguments_digest,
+        deadline=body.deadline,
+        attempt=body.attempt,
+        intended_at=at,
+        recovery_attempts=0,
+        result_json=None,
+        error=None,
+        resolved_by=None,
+        resolved_at=None,
+    ), None
+
+
+def _on_outcome(
+    step: StepState, body: ev.StepOutcome, at: datetime
+) -> tuple[StepState | None, Problem | None]:
+    if body.attempt != step.attempt:
+        detail = f"outcome for attempt {body.attempt}, step at attempt {step.attempt}"
+        return None, ("stale_outcome", detail)
+    if step.status is not StepStatus.INTENDED:
+        kind = "late_outcome" if body.source is Source.AGENT else "second_outcome"
+        return None, (
+            kind,
+            f"{body.status.value} from {body.source.value} after {step.status}; "
+            f"the first decision stands",
+        )
+    status = StepStatus(body.status.value)
+    return replace(
+        step,
+        status=status,
+        result_json=body.result_json,
+        error=body.error,
+        resolved_by=body.source,
+        resolved_at=at,
+    ), None
+
+
+def _on_compensation_outcome(
+    step: StepState, body: ev.CompensationOutcome, at: datetime
+) -> tuple[StepState | None, Problem | None]:
+    if step.status is not StepStatus.COMPENSATING:
+        return None, ("compensation_outcome_without_intent", f"step is {step.status}")
+    if body.status is CompensationStatus.FAILED:
+        return replace(
+            step, status=StepStatus.COMPENSATION_FAILED, error=body.error, resolved_at=at
+        ), None
+    return replace(
+        step, status=StepStatus.COMPENSATED, resolved_by=body.source, resolved_at=at
+    ), None
+
+
+def _on_abandoned(
+    step: StepState, body: ev.StepAbandoned, at: datetime
+) -> tuple[StepState | None, Problem | None]:
+    if step.status in SETTLED:
+        return None, ("abandon_settled", f"abandonment of a step already {step.status}")
+    return replace(
+        step,
+        status=StepStatus.ABANDONED,
+        resolved_by=body.source,
+        escalation_id=body.escalation_id,
+        escalation_open=body.escalation_id is not None,
+        resolved_at=at,
+    ), None
+
+
+_VERDICT_STATUS = {
+    Verdict.HAPPENED: StepStatus.SUCCEEDED,
+    Verdict.NOT_HAPPENED: StepStatus.NOT_HAPPENED,
+    Verdict.COMPENSATED: StepStatus.COMPENSATED,
+}
+
+
+def _on_escalation_resolved(
+    step: StepState, body: ev.EscalationResolved, at: datetime
+) -> tuple[StepState | None, Problem | None]:
+    if not step.escalation_open or body.escalation_id != step.escalation_id:
+        return None, ("unknown_escalation", f"step has no open escalation {body.escalation_id}")
+    if body.verdict is Verdict.CLEARED:
+        return None, ("bad_verdict", "'cleared' answers a workflow escalation, not a step")
+    return replace(
+        step,
+        status=_VERDICT_STATUS[body.verdict],
+        escalation_open=False,
+        result_json=body.result_json or step.result_json,
+        resolved_by=Source.HUMAN,
+        resolved_at=at,
+    ), None

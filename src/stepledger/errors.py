@@ -1,0 +1,121 @@
+"""The one exception tree of stepledger.
+
+::
+
+    StepLedgerError                      root; ``retryable`` says whether trying again can help
+    ├── ConfigError                      bad settings, flags, config file or environment
+    ├── ToolDefinitionError              an invalid Tool spec, refused at definition time
+    ├── CodecError                       bytes that are not a valid event
+    │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
+    ├── EventValidationError             a decoded or JSON event that breaks the model
+    ├── BrokerError                      the event log cannot be reached or refused a request
+    │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
+    ├── LedgerStateError                 the log forbids what was asked
+    │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
+    │   ├── SagaViolationError           an irreversible step while reversible ones are unresolved
+    │   ├── ApprovalPendingError         a pivot step waits for a human approval
+    │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
+    │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
+    ├── ToolCallError                    a tool raised; the failed outcome is recorded
+    └── ViewStoreError                   the DuckDB view store failed or refused a statement
+        └── ReadOnlyQueryError           a write statement was sent to the read-only query path
+"""
+
+from __future__ import annotations
+
+
+class StepLedgerError(Exception):
+    """Root of every error stepledger raises on purpose."""
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        tool: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.workflow_id = workflow_id
+        self.step_id = step_id
+        self.tool = tool
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class ConfigError(StepLedgerError):
+    """Settings, flags, a config file or the environment are invalid."""
+
+
+class ToolDefinitionError(StepLedgerError):
+    """A Tool spec combines settings that cannot work together."""
+
+
+class CodecError(StepLedgerError):
+    """Bytes could not be turned into an event (or an event into bytes)."""
+
+
+class UnknownSchemaError(CodecError):
+    """The value names a schema (fingerprint or registry id) this reader does not know."""
+
+
+class EventValidationError(StepLedgerError):
+    """An event does not satisfy the event model."""
+
+
+class BrokerError(StepLedgerError):
+    """The Kafka event log could not be reached or refused a request."""
+
+    retryable = True
+
+
+class DurabilityError(BrokerError):
+    """A record was not acknowledged by the broker, so the guarded effect was not attempted."""
+
+
+class LedgerStateError(StepLedgerError):
+    """What was asked contradicts the recorded log."""
+
+
+class PlanMismatchError(LedgerStateError):
+    """A replayed plan asked for a different step than the log recorded."""
+
+
+class SagaViolationError(LedgerStateError):
+    """An irreversible step was attempted while reversible steps are unresolved."""
+
+    def __init__(self, message: str, *, outstanding: tuple[str, ...] = (), **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.outstanding = outstanding
+
+
+class ApprovalPendingError(LedgerStateError):
+    """A pivot step waits for a human approval that is not in the log yet."""
+
+    retryable = True
+
+
+class StepInDoubtError(LedgerStateError):
+    """A step has an intent but no outcome and must be resolved before going on."""
+
+    retryable = True
+
+
+class WorkflowDeadLetteredError(LedgerStateError):
+    """The workflow passed its resumption limit and waits for a human."""
+
+
+class ToolCallError(StepLedgerError):
+    """A tool raised; its failed outcome is in the log and the original error is chained."""
+
+
+class ViewStoreError(StepLedgerError):
+    """The DuckDB view store failed."""
+
+
+class ReadOnlyQueryError(ViewStoreError):
+    """A statement that writes was sent to the read-only query path."""

@@ -1,0 +1,115 @@
+"""The event-log boundary: a Protocol, its Kafka implementation and an in-memory one for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Protocol
+
+from stepledger.codec import Codec, RegistryFraming
+from stepledger.config import Settings
+from stepledger.domain.events import Event
+from stepledger.errors import DurabilityError
+from stepledger.kafka import DurableProducer, Headers, Position
+
+
+class EventLog(Protocol):
+    """Appends events durably: a call returns only once its own event is acknowledged."""
+
+    def append(self, event: Event) -> Position:
+        """Append one event and wait for its acknowledgement."""
+        ...
+
+    async def append_async(self, event: Event) -> Position:
+        """Append one event and await its acknowledgement."""
+        ...
+
+    def close(self) -> None:
+        """Release the log's resources."""
+        ...
+
+
+def event_headers(event: Event) -> Headers:
+    """CloudEvents binary-mode headers, so consumers can route without decoding."""
+    return [
+        ("ce_specversion", b"1.0"),
+        ("ce_type", f"stepledger.{event.type}".encode()),
+        ("ce_id", event.event_id.encode()),
+        ("ce_source", f"stepledger/{event.fleet_id}/{event.producer_id}".encode()),
+    ]
+
+
+def codec_for(settings: Settings) -> Codec:
+    """The codec the settings ask for: registry framing when a registry URL is set."""
+    if settings.schema_registry_url:
+        subject = f"{settings.topic}-value"
+        return Codec(registry=RegistryFraming(settings.schema_registry_url, subject))
+    return Codec()
+
+
+class KafkaEventLog:
+    """The event log on a Kafka topic, keyed by workflow id so each workflow stays ordered."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        codec: Codec | None = None,
+        producer: DurableProducer | None = None,
+    ) -> None:
+        self.settings = settings
+        self._codec = codec
+        self._producer = producer or DurableProducer(settings)
+
+    @property
+    def codec(self) -> Codec:
+        """The codec, built on first use (it may talk to a schema registry)."""
+        if self._codec is None:
+            self._codec = codec_for(self.settings)
+        return self._codec
+
+    def append(self, event: Event) -> Position:
+        """Append one event and wait for its own acknowledgement."""
+        key, value = event.workflow_id.encode(), self.codec.encode(event)
+        return self._producer.append(self.settings.topic, key, value, event_headers(event))
+
+    async def append_async(self, event: Event) -> Position:
+        """Append one event and await its own acknowledgement."""
+        key, value = event.workflow_id.encode(), self.codec.encode(event)
+        future = self._producer.send_async(self.settings.topic, key, value, event_headers(event))
+        try:
+            return await asyncio.wait_for(future, self.settings.durable_timeout_s + 2.0)
+        except TimeoutError:
+            raise DurabilityError("no acknowledgement in time") from None
+
+    def close(self) -> None:
+        """Flush and close the producer."""
+        self._producer.close()
+
+
+class InMemoryEventLog:
+    """An event log in memory, for users' unit tests; ``fail`` simulates an unreachable broker."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.fail = False
+        self._lock = threading.Lock()
+
+    def append(self, event: Event) -> Position:
+        """Append one event (or raise DurabilityError when ``fail`` is set)."""
+        if self.fail:
+            raise DurabilityError("in-memory log set to fail")
+        with self._lock:
+            self.events.append(event)
+            return Position("memory", 0, len(self.events) - 1)
+
+    async def append_async(self, event: Event) -> Position:
+        """Append one event."""
+        return self.append(event)
+
+    def workflow_events(self, workflow_id: str) -> list[Event]:
+        """The events of one workflow in log order."""
+        return [e for e in self.events if e.workflow_id == workflow_id]
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,81 @@
+"""Options every command that talks to Kafka shares, and the error boundary of the CLI."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from stepledger.config import Settings, load_settings, parse_kafka_options
+from stepledger.errors import StepLedgerError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def kafka_options(fn: F) -> F:
+    """Add --bootstrap, --topic, --dlq-topic, --fleet, --config and -X to a command."""
+    options = [
+        click.option("--bootstrap", envvar="STEPLEDGER_BOOTSTRAP", help="Kafka HOST:PORT."),
+        click.option("--topic", envvar="STEPLEDGER_TOPIC", help="The step-log topic."),
+        click.option("--dlq-topic", envvar="STEPLEDGER_DLQ_TOPIC", help="Dead-letter topic."),
+        click.option("--fleet", "fleet_id", envvar="STEPLEDGER_FLEET_ID", help="Fleet id."),
+        click.option(
+            "--config",
+            "config_file",
+            envvar="STEPLEDGER_CONFIG",
+            type=click.Path(dir_okay=False),
+            help="TOML config file.",
+        ),
+        click.option(
+            "-X",
+            "kafka_opts",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="librdkafka setting, e.g. -X security.protocol=SASL_SSL (repeatable).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def settings_from(params: dict[str, Any]) -> Settings:
+    """Build settings once, at the edge, from a command's Kafka options (popped from params)."""
+    flags = {
+        "bootstrap": params.pop("bootstrap", None),
+        "topic": params.pop("topic", None),
+        "dlq_topic": params.pop("dlq_topic", None),
+        "fleet_id": params.pop("fleet_id", None),
+        "kafka": parse_kafka_options(params.pop("kafka_opts", ()) or ()),
+    }
+    return load_settings(flags, config_file=params.pop("config_file", None))
+
+
+def with_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a command so it receives ``settings`` built from its Kafka options."""
+
+    @functools.wraps(fn)
+    def wrapper(**params: Any) -> Any:
+        return fn(settings=settings_from(params), **params)
+
+    return kafka_options(wrapper)
+
+
+def run_guarded(group: click.Group) -> int:
+    """Run the CLI; a StepLedgerError becomes ``Error: message`` and exit code 1."""
+    try:
+        code = group.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except StepLedgerError as exc:
+        click.echo(f"Error: {exc.message}", err=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return code if isinstance(code, int) else 0

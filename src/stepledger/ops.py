@@ -1,0 +1,81 @@
+"""What every daemon shares: JSON logs, a Prometheus endpoint on loopback, graceful signals."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+_STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render the record as a JSON line."""
+        payload: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        payload.update({k: v for k, v in record.__dict__.items() if k not in _STD_ATTRS})
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+def configure_logging(*, json_logs: bool, level: str = "INFO") -> None:
+    """Send stepledger logs to stderr, as JSON lines or as plain text."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if json_logs else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    )
+    root = logging.getLogger("stepledger")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def serve_metrics(registry: CollectorRegistry, port: int | None) -> None:
+    """Serve the registry's metrics on 127.0.0.1:PORT (nothing when port is None)."""
+    if port is not None:
+        start_http_server(port, addr="127.0.0.1", registry=registry)
+
+
+class Shutdown:
+    """A flag set by SIGTERM or SIGINT, so a daemon finishes its batch and exits cleanly."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal: int | None = None
+
+    def install(self) -> Shutdown:
+        """Handle SIGTERM and SIGINT in the main thread."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signal = signum
+        self._event.set()
+
+    def request(self) -> None:
+        """Ask the daemon to stop (for tests and embedded use)."""
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        """True once a stop was asked for."""
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a stop is asked for or the timeout passes; True if asked."""
+        return self._event.wait(timeout)

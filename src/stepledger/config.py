@@ -7,6 +7,7 @@ settings pass through untouched: ``[kafka]`` in the file, ``STEPLEDGER_KAFKA_<KE
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import tomllib
@@ -56,7 +57,24 @@ class Settings(BaseModel):
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """Render the librdkafka config: bootstrap + pass-through settings + overrides."""
-        return {"bootstrap.servers": self.bootstrap, **self.kafka, **overrides}
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "logger": librdkafka_logger(),
+            **self.kafka,
+            **overrides,
+        }
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger librdkafka's own messages go to (silent unless a daemon configures logging).
+
+    Without it librdkafka prints every failed connection attempt to stderr, which would
+    bury a command's one-line error.
+    """
+    logger = logging.getLogger("stepledger.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
 
 
 def load_settings(

@@ -69,9 +69,12 @@ class DurableProducer:
                 if self._producer is None:
                     timeout_ms = int(self._settings.durable_timeout_s * 1000)
                     conf = self._settings.client_config(
-                        **DURABLE_PRODUCER,
-                        **{"message.timeout.ms": timeout_ms, "error_cb": self._on_error},
-                        **self._overrides,
+                        **{
+                            **DURABLE_PRODUCER,
+                            "message.timeout.ms": timeout_ms,
+                            "error_cb": self._on_error,
+                            **self._overrides,
+                        }
                     )
                     self._producer = _new_producer(conf)
                     self._poller = threading.Thread(
@@ -215,7 +218,9 @@ def admin(settings: Settings) -> AdminClient:
 def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> list[int]:
     """Return the partitions of a topic; raise BrokerError if unreachable or unknown."""
     try:
-        meta = admin(settings).list_topics(topic=topic, timeout=timeout)
+        # A metadata request naming the topic would auto-create it on some brokers (Tansu
+        # does): list every topic instead, so an unknown topic is reported, not created.
+        meta = admin(settings).list_topics(timeout=timeout)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
     info = meta.topics.get(topic)

@@ -1,9 +1,126 @@
-"""CLI commands for the log itself: broker, append, tail."""
+"""CLI commands for the log itself: broker, init, append, tail."""
 
 from __future__ import annotations
 
+from typing import IO
+
 import click
+
+from stepledger.cli._common import with_settings
+from stepledger.config import Settings
+from stepledger.consume import read_topic
+from stepledger.domain.events import Event
+from stepledger.errors import BrokerError
+from stepledger.jsonlines import parse_event_lines, render_event
+from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions, wait_durable
+from stepledger.log import codec_for, event_headers
+
+
+@click.command()
+@click.option("--port", type=int, default=9092, show_default=True, help="Loopback port (0: any).")
+@click.option("--partitions", type=int, default=3, show_default=True, help="For created topics.")
+@with_settings
+def broker(settings: Settings, port: int, partitions: int) -> None:
+    """Run the bundled Tansu broker on 127.0.0.1 until Ctrl-C or SIGTERM."""
+    from stepledger.broker import LocalBroker
+    from stepledger.ops import Shutdown
+
+    shutdown = Shutdown().install()
+    with LocalBroker(port=port) as local:
+        topics = settings.model_copy(update={"bootstrap": local.bootstrap})
+        ensure_topics(topics, [settings.topic, settings.dlq_topic], partitions=partitions)
+        click.echo(f"broker listening on {local.bootstrap}")
+        click.echo(f"export STEPLEDGER_BOOTSTRAP={local.bootstrap}")
+        while not shutdown.wait(0.5):
+            if local.process is None or local.process.poll() is not None:
+                raise BrokerError("the broker process exited")
+    click.echo("broker stopped")
+
+
+@click.command()
+@click.option("--partitions", type=int, default=3, show_default=True)
+@with_settings
+def init(settings: Settings, partitions: int) -> None:
+    """Create the step-log and dead-letter topics if they do not exist."""
+    ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
+    click.echo(f"topics ready: {settings.topic}, {settings.dlq_topic}")
+
+
+@click.command()
+@click.argument("source", type=click.File("r"), default="-")
+@with_settings
+def append(settings: Settings, source: IO[str]) -> None:
+    """Validate events given as JSON lines (FILE or -), then produce all of them durably.
+
+    If any line is invalid, every bad line is reported and nothing is produced.
+    """
+    events, errors = parse_event_lines(source)
+    if errors:
+        for error in errors:
+            click.echo(f"line {error.line}: {error.reason}", err=True)
+        raise click.ClickException(f"{len(errors)} invalid line(s); nothing was appended")
+    topic_partitions(settings, settings.topic)
+    click.echo(f"appended {produce_all(settings, events)} events to {settings.topic}")
+
+
+def produce_all(settings: Settings, events: list[Event]) -> int:
+    """Produce events (keyed by workflow) and wait until every one is acknowledged."""
+    codec, producer = codec_for(settings), DurableProducer(settings, **{"linger.ms": 5})
+    try:
+        futures = [
+            producer.send(settings.topic, e.workflow_id.encode(), codec.encode(e), event_headers(e))
+            for e in events
+        ]
+        for future in futures:
+            wait_durable(future, settings.durable_timeout_s + 2.0)
+    finally:
+        producer.close()
+    return len(events)
+
+
+@click.command()
+@click.option("--from-beginning", is_flag=True, help="Start at the oldest event, not the newest.")
+@click.option("--follow/--no-follow", default=None, help="Keep waiting for new events.")
+@click.option("--limit", type=int, default=None, help="Stop after N events.")
+@click.option("--workflow", "workflow_id", default=None, help="Only this workflow's events.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines (what `append` reads).")
+@with_settings
+def tail(
+    settings: Settings,
+    from_beginning: bool,
+    follow: bool | None,
+    limit: int | None,
+    workflow_id: str | None,
+    as_json: bool,
+) -> None:
+    """Print the topic's events; with --from-beginning it stops at the end unless --follow."""
+    follow = (not from_beginning) if follow is None else follow
+    shown = 0
+    records = read_topic(
+        settings, codec_for(settings), from_beginning=from_beginning, follow=follow
+    )
+    for record in records:
+        if record.event is None:
+            where = f"{record.position.topic}[{record.position.partition}]@{record.position.offset}"
+            click.echo(f"skipped undecodable record at {where}: {record.error}", err=True)
+            continue
+        if workflow_id and record.event.workflow_id != workflow_id:
+            continue
+        click.echo(render_event(record.event) if as_json else _human(record.event))
+        shown += 1
+        if limit is not None and shown >= limit:
+            return
+
+
+def _human(event: Event) -> str:
+    body = event.body.model_dump(exclude={"type"}, exclude_none=True, mode="json")
+    summary = " ".join(f"{k}={v}" for k, v in body.items() if k != "arguments_digest")
+    step = f"/{event.step_id}" if event.step_id else ""
+    when = f"{event.occurred_at:%H:%M:%S.%f}"[:-3]
+    return f"{when} {event.workflow_id}{step} {event.type} {summary}"
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
+    for command in (broker, init, append, tail):
+        group.add_command(command)

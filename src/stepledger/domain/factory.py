@@ -20,6 +20,12 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def _content(body: ev.Body) -> str:
+    data = body.model_dump(mode="json")
+    times = {k for k, v in body.__dict__.items() if isinstance(v, datetime)}
+    return canonical_json({k: v for k, v in data.items() if k not in times})
+
+
 @dataclass(frozen=True)
 class EventFactory:
     """Makes the events of one producer: envelope fields filled, ids derived, never random."""
@@ -31,7 +37,13 @@ class EventFactory:
     def envelope(
         self, workflow_id: str, step_id: str | None, body: ev.Body, *qualifiers: object
     ) -> ev.Event:
-        """Wrap a body; its id is derived from workflow, step, type and the qualifiers."""
+        """Wrap a body; its id is derived from workflow, step, type and the qualifiers.
+
+        Without qualifiers the body's content (minus its times) is the qualifier, so the
+        same decision made twice is the same event, and two different ones never collide.
+        """
+        if not qualifiers:
+            qualifiers = (_content(body),)
         return ev.Event(
             event_id=event_id(workflow_id, step_id, body.type, *qualifiers),
             workflow_id=workflow_id,

@@ -1,0 +1,117 @@
+"""Codec round trips in both framings, corrupt input, and an additively evolved reader."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+import fastavro
+import pytest
+
+from stepledger.codec import Codec, RegistryFraming, load_envelope_schema, to_record
+from stepledger.domain import events as ev
+from stepledger.domain.enums import OutcomeStatus, Source
+from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
+from tests.unit.factories import factory, pay_tool
+
+
+def sample_events() -> list[ev.Event]:
+    f = factory()
+    intent = f.intent("wf", "s1", pay_tool(), {"amount": 3}, sequence=0)
+    return [
+        f.workflow_started("wf", name="n", attempt=1, read_only=False, max_attempts=3),
+        intent,
+        f.outcome("wf", "s1", attempt=1, status=OutcomeStatus.SUCCEEDED, result={"id": 1}),
+        f.outcome(
+            "wf",
+            "s1",
+            attempt=1,
+            status=OutcomeStatus.FAILED,
+            error=ValueError("x"),
+            source=Source.RECOVERY_QUERY,
+            evidence={"probe": "not_found"},
+        ),
+        f.envelope("wf", "s1", ev.ApprovalDecided(granted=True, by="ann")),
+        f.envelope("wf", None, ev.WorkflowDeadLettered(attempt=6, reason="r", escalation_id="e")),
+    ]
+
+
+@pytest.mark.parametrize("registry", [False, True], ids=["single-object", "registry"])
+def test_round_trip(registry: bool) -> None:
+    framing = RegistryFraming(f"mock://{uuid.uuid4().hex}", "t-value") if registry else None
+    codec = Codec(registry=framing)
+    for event in sample_events():
+        data = codec.encode(event)
+        assert data[:1] == (b"\x00" if registry else b"\xc3")
+        assert codec.decode(data) == event
+
+
+def test_reader_accepts_both_framings() -> None:
+    registry_codec = Codec(registry=RegistryFraming(f"mock://{uuid.uuid4().hex}", "t-value"))
+    plain = Codec().encode(sample_events()[1])
+    assert registry_codec.decode(plain) == sample_events()[1]
+
+
+@pytest.mark.parametrize(
+    "data,error",
+    [
+        (b"", CodecError),
+        (b"garbage-bytes", CodecError),
+        (b"\xc3\x01" + b"\x00" * 8 + b"\x02", UnknownSchemaError),
+        (b"\x00\x00\x00\x00\x07body", UnknownSchemaError),
+    ],
+)
+def test_corrupt_values_raise_our_errors(data: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Codec().decode(data)
+
+
+def test_truncated_body_is_a_codec_error() -> None:
+    data = Codec().encode(sample_events()[1])
+    with pytest.raises(CodecError):
+        Codec().decode(data[:-20])
+
+
+def test_model_invalid_event_is_a_validation_error() -> None:
+    codec = Codec()
+    record = to_record(sample_events()[0])
+    record["body"][1]["attempt"] = 0  # the model requires attempt >= 1
+    import io
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, codec.schema, record)
+    data = codec.encode(sample_events()[0])[:10] + buf.getvalue()
+    with pytest.raises(EventValidationError):
+        codec.decode(data)
+
+
+def older_schema() -> dict[str, Any]:
+    """The contract as it was before StepIntended gained requires_approval (additive change)."""
+    schema = copy.deepcopy(dict(load_envelope_schema()))
+    schema.pop("__fastavro_parsed", None)
+    body = next(f for f in schema["fields"] if f["name"] == "body")
+    for branch in body["type"]:
+        if isinstance(branch, dict) and branch["name"].endswith("StepIntended"):
+            branch["fields"] = [f for f in branch["fields"] if f["name"] != "requires_approval"]
+    return dict(fastavro.parse_schema(schema))
+
+
+@pytest.mark.parametrize("registry", [False, True], ids=["single-object", "registry"])
+def test_evolved_reader_reads_older_writer(registry: bool) -> None:
+    old = older_schema()
+    # One client: the mock registry keeps its schemas per client instance.
+    shared = RegistryFraming(f"mock://{uuid.uuid4().hex}", "t-value") if registry else None
+    writer = Codec(old, registry=shared)
+    reader = Codec(registry=shared, known_writer_schemas=[] if registry else [old])
+    event = sample_events()[1]
+    decoded = reader.decode(writer.encode(event))
+    assert decoded == event
+    assert isinstance(decoded.body, ev.StepIntended)
+    assert decoded.body.requires_approval is False  # filled from the reader's default
+
+
+def test_unknown_older_writer_is_refused_without_its_schema() -> None:
+    writer = Codec(older_schema())
+    with pytest.raises(UnknownSchemaError):
+        Codec().decode(writer.encode(sample_events()[1]))

@@ -15,7 +15,7 @@ from stepledger.consume import read_topic
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError
-from stepledger.producer import Ledger
+from stepledger.producer import Ledger, Workflow
 
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
 
@@ -56,9 +56,7 @@ def test_broker_down_means_tool_never_called() -> None:
     ledger = Ledger(dead)
     with pytest.raises(DurabilityError):
         ledger.start("wf-3")
-    wf_handle = __import__("stepledger.producer.ledger", fromlist=["Workflow"]).Workflow(
-        ledger, "wf-3"
-    )
+    wf_handle = Workflow(ledger, "wf-3")
     with pytest.raises(DurabilityError):
         wf_handle.step("charge", PAY, {"amount": 1}, fn=lambda a, k: called.set())
     assert not called.is_set()

@@ -66,7 +66,7 @@ def with_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
 def run_guarded(group: click.Group) -> int:
     """Run the CLI; a StepLedgerError becomes ``Error: message`` and exit code 1."""
     try:
-        code = group.main(standalone_mode=False)
+        code = group.main(prog_name="stepledger", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         return 130

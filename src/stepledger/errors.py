@@ -17,6 +17,11 @@
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
     │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
+    ├── ToolServiceError                 a tool's service refused a call or could not be reached
+    ├── RecoveryError                    recovery could not do what was asked
+    │   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
+    │   ├── ToolRegistryError            a tool registry could not be loaded or lacks a tool
+    │   └── UnknownEscalationError       no open escalation has the given id
     └── ViewStoreError                   the DuckDB view store failed or refused a statement
         └── ReadOnlyQueryError           a write statement was sent to the read-only query path
 """
@@ -111,6 +116,32 @@ class WorkflowDeadLetteredError(LedgerStateError):
 
 class ToolCallError(StepLedgerError):
     """A tool raised; its failed outcome is in the log and the original error is chained."""
+
+
+class ToolServiceError(StepLedgerError):
+    """A tool's service answered with an error or could not be reached (effect maybe unknown)."""
+
+    def __init__(self, message: str, *, status: int | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.status = status
+
+
+class RecoveryError(StepLedgerError):
+    """The recovery of an in-doubt step could not do what was asked."""
+
+
+class HookTimeoutError(RecoveryError):
+    """A recovery hook did not answer within the tool's timeout (its thread may still run)."""
+
+    retryable = True
+
+
+class ToolRegistryError(RecoveryError):
+    """A tool registry could not be loaded, or a tool is not in it."""
+
+
+class UnknownEscalationError(RecoveryError):
+    """No open escalation has the given id."""
 
 
 class ViewStoreError(StepLedgerError):

@@ -314,6 +314,10 @@ def _on_abandoned(
     step: StepState, body: ev.StepAbandoned, at: datetime
 ) -> tuple[StepState | None, Problem | None]:
     if step.status in SETTLED:
+        if body.escalation_id is not None and body.source is not Source.AGENT:
+            # A conflict found after the decision (e.g. a late outcome): the decision stands
+            # and the step waits for a human's verdict, which re-judges it.
+            return replace(step, escalation_id=body.escalation_id, escalation_open=True), None
         return None, ("abandon_settled", f"abandonment of a step already {step.status}")
     return replace(
         step,

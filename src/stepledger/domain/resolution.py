@@ -1,0 +1,239 @@
+"""Pure recovery decisions: what to do next with a step, and how to read a hook's answer.
+
+Given a step as the log tells it, its tool and the time, :func:`decide` says whether to
+wait, query, re-drive, compensate, escalate or give up.  Nothing here does I/O; the
+resolver (``stepledger.recovery.resolver``) carries the decisions out and records them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from stepledger.domain import events as ev
+from stepledger.domain.enums import (
+    CompensationStatus,
+    EffectClass,
+    OutcomeStatus,
+    ResolutionPolicy,
+)
+from stepledger.domain.state import StepState, StepStatus
+from stepledger.domain.tools import Found, NotFound, Tool
+
+
+class ActionKind(StrEnum):
+    """The next thing recovery does with a step."""
+
+    NONE = "none"
+    """Nothing: the step is settled, read-only, waiting for a human, or not ours to judge."""
+    WAIT = "wait"
+    """Not due yet: the deadline plus grace (or the retry back-off) has not passed."""
+    QUERY = "query"
+    """Ask the tool whether the effect happened, by idempotency key."""
+    REDRIVE = "redrive"
+    """Call the tool again with the same idempotency key."""
+    COMPENSATE = "compensate"
+    """Run the tool's forward correction (it tolerates that nothing happened)."""
+    ESCALATE = "escalate"
+    """The policy says a human decides: abandon the step into the human queue."""
+    GIVE_UP = "give_up"
+    """Recovery cannot resolve it (attempts exhausted, no tool or hook): abandon and escalate."""
+
+
+class EscalationKind(StrEnum):
+    """Why a step went to the human queue (part of its escalation id)."""
+
+    POLICY = "policy"
+    EXHAUSTED = "exhausted"
+    NO_TOOL = "no_tool"
+    NO_HOOK = "no_hook"
+    CONFLICT = "conflict"
+
+
+@dataclass(frozen=True)
+class Action:
+    """A decision about one step: what to do, as which recovery attempt, and why."""
+
+    kind: ActionKind
+    """What to do."""
+    attempt: int = 0
+    """The recovery attempt this is (1-based); 0 when nothing runs."""
+    reason: str = ""
+    """Why, in words a human reads in the escalation queue."""
+    due_at: datetime | None = None
+    """When the step becomes (or became) due for recovery."""
+    escalation: EscalationKind | None = None
+    """For ESCALATE and GIVE_UP: the kind of escalation opened."""
+    dead_letter: bool = False
+    """For GIVE_UP after exhausted attempts: a record also goes to the dead-letter topic."""
+    probe: bool = False
+    """For ESCALATE: query the tool first so the human sees what it says."""
+
+
+#: Statuses recovery acts on: an intent with no outcome, or a compensation with no outcome.
+ACTIONABLE = frozenset({StepStatus.INTENDED, StepStatus.COMPENSATING})
+
+
+def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:
+    """The back-off after ``attempts`` failed recovery attempts: doubling, capped by the timeout."""
+    if attempts <= 0:
+        return timedelta(0)
+    cap = tool.timeout_s if tool is not None else 60.0
+    return timedelta(seconds=min(cap, base_s * 2 ** (attempts - 1)))
+
+
+def due_at(
+    step: StepState, tool: Tool | None, *, grace: timedelta, retry_base_s: float = 0.25
+) -> datetime | None:
+    """When recovery may act on the step: deadline + grace, and the back-off after a failure."""
+    if step.status not in ACTIONABLE:
+        return None
+    if step.status is StepStatus.COMPENSATING:
+        # A compensation records no deadline in the state: give it the tool's timeout.
+        timeout = timedelta(seconds=tool.timeout_s if tool is not None else 0.0)
+        base = (step.last_at or step.intended_at or step.first_at) or step.deadline
+        start = None if base is None else base + timeout + grace
+    else:
+        start = None if step.deadline is None else step.deadline + grace
+    if start is None:
+        return None
+    if step.recovery_attempts > 0 and step.last_at is not None:
+        backoff = step.last_at + retry_delay(step.recovery_attempts, tool, retry_base_s)
+        start = max(start, backoff)
+    return start
+
+
+def decide(
+    step: StepState,
+    tool: Tool | None,
+    *,
+    now: datetime,
+    grace: timedelta = timedelta(0),
+    retry_base_s: float = 0.25,
+) -> Action:
+    """Decide the next recovery action for a step (``tool`` is None when none is registered)."""
+    if step.status not in ACTIONABLE or step.effect is EffectClass.READ_ONLY:
+        # Read-only work is restarted by its agent, never resolved.
+        return Action(ActionKind.NONE)
+    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s)
+    if due is None or now < due:
+        return Action(ActionKind.WAIT, due_at=due)
+    attempt = step.recovery_attempts + 1
+    if tool is None:
+        return _give_up(step, attempt, due, EscalationKind.NO_TOOL, f"no tool {step.tool!r} here")
+    if step.recovery_attempts >= tool.max_attempts:
+        reason = f"{step.recovery_attempts} recovery attempts failed (max {tool.max_attempts})"
+        return _give_up(step, attempt, due, EscalationKind.EXHAUSTED, reason, dead_letter=True)
+    return _by_policy(step, tool, attempt, due)
+
+
+def _by_policy(step: StepState, tool: Tool, attempt: int, due: datetime) -> Action:
+    if step.status is StepStatus.COMPENSATING:
+        # A compensation that began (by an agent or an earlier attempt) is carried through.
+        return _needs(tool.compensate is not None, ActionKind.COMPENSATE, step, attempt, due)
+    policy = step.policy or tool.resolution
+    if policy is ResolutionPolicy.QUERY:
+        return _needs(tool.query is not None, ActionKind.QUERY, step, attempt, due)
+    if policy is ResolutionPolicy.REDRIVE:
+        return _needs(redrive_allowed(tool), ActionKind.REDRIVE, step, attempt, due)
+    if policy is ResolutionPolicy.COMPENSATE:
+        return _needs(tool.compensate is not None, ActionKind.COMPENSATE, step, attempt, due)
+    return Action(
+        ActionKind.ESCALATE,
+        attempt,
+        f"tool {tool.name!r} is {step.effect or tool.effect}: policy escalate",
+        due,
+        EscalationKind.POLICY,
+        probe=tool.query is not None,
+    )
+
+
+def _needs(ok: bool, kind: ActionKind, step: StepState, attempt: int, due: datetime) -> Action:
+    if ok:
+        return Action(kind, attempt, due_at=due)
+    reason = f"tool {step.tool!r} has no hook to {kind.value}"
+    return _give_up(step, attempt, due, EscalationKind.NO_HOOK, reason)
+
+
+def _give_up(
+    step: StepState,
+    attempt: int,
+    due: datetime,
+    kind: EscalationKind,
+    reason: str,
+    *,
+    dead_letter: bool = False,
+) -> Action:
+    return Action(ActionKind.GIVE_UP, attempt, reason, due, kind, dead_letter=dead_letter)
+
+
+def redrive_allowed(tool: Tool) -> bool:
+    """True when calling again cannot repeat the effect: the tool is keyed or idempotent."""
+    safe = tool.keyed or tool.effect in (EffectClass.IDEMPOTENT, EffectClass.READ_ONLY)
+    return safe and tool.redrive_hook is not None
+
+
+def redrive_after_not_found(tool: Tool) -> bool:
+    """True when a query that found nothing is followed by a re-drive instead of not_happened.
+
+    A tool opts in by declaring an explicit ``redrive`` hook (``run`` alone is not enough),
+    and only if a re-drive is safe.
+    """
+    return tool.redrive is not None and redrive_allowed(tool)
+
+
+def query_status(answer: Found | NotFound) -> OutcomeStatus:
+    """The outcome a query answer proves: found means succeeded, not found not_happened."""
+    return OutcomeStatus.SUCCEEDED if isinstance(answer, Found) else OutcomeStatus.NOT_HAPPENED
+
+
+def compensation_status(answer: Any) -> CompensationStatus:
+    """A compensate hook's answer: ``NotFound`` means there was nothing to undo."""
+    if isinstance(answer, NotFound):
+        return CompensationStatus.NOTHING_TO_UNDO
+    return CompensationStatus.SUCCEEDED
+
+
+def answer_evidence(answer: Any) -> dict[str, Any]:
+    """A hook's answer as JSON-ready evidence."""
+    if isinstance(answer, Found):
+        return {"found": True, "result": answer.result}
+    if isinstance(answer, NotFound):
+        return {"found": False, "detail": answer.detail}
+    return {"result": answer}
+
+
+class LateVerdict(StrEnum):
+    """How an outcome that arrived after a decision is judged."""
+
+    SUPERSEDED = "superseded"
+    """It agrees with, or is weaker evidence than, the decision that stands."""
+    CONFLICT = "conflict"
+    """It says the effect happened where the ledger says it did not, or was undone."""
+    EVIDENCE = "evidence"
+    """A human is deciding the step: it is recorded for them."""
+
+
+def judge_late_outcome(step: StepState, outcome: ev.StepOutcome) -> LateVerdict:
+    """Judge an outcome the fold refused because the step was already decided.
+
+    The first decision always stands in the fold; a conflict opens an escalation so a
+    human re-judges the step with both answers in front of them.
+    """
+    if step.status is StepStatus.ABANDONED or step.escalation_open:
+        return LateVerdict.EVIDENCE
+    happened = outcome.status is OutcomeStatus.SUCCEEDED
+    if outcome.attempt < step.attempt:
+        # An attempt given up as failed or not happened did happen: the retry may repeat it.
+        return LateVerdict.CONFLICT if happened else LateVerdict.SUPERSEDED
+    if outcome.attempt > step.attempt:
+        return LateVerdict.SUPERSEDED
+    denied = {
+        StepStatus.NOT_HAPPENED,
+        StepStatus.FAILED,
+        StepStatus.COMPENSATING,
+        StepStatus.COMPENSATED,
+    }
+    return LateVerdict.CONFLICT if happened and step.status in denied else LateVerdict.SUPERSEDED

@@ -1,0 +1,20 @@
+"""Recovery: resolve in-doubt steps by their tools' policies, and the human queue."""
+
+from __future__ import annotations
+
+from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
+from stepledger.recovery.hooks import call_bounded
+from stepledger.recovery.registry import ToolRegistry, load_registries, load_registry
+from stepledger.recovery.resolver import Resolution, Resolver
+
+__all__ = [
+    "DeadLetterSink",
+    "InMemoryDeadLetters",
+    "KafkaDeadLetters",
+    "Resolution",
+    "Resolver",
+    "ToolRegistry",
+    "call_bounded",
+    "load_registries",
+    "load_registry",
+]

@@ -2,7 +2,12 @@
 
 No network happens in ``__init__``.  Every produced record gets its own future resolved
 by its delivery report, so concurrent callers never wait on each other's records (and
-never on a global ``flush()``).  One daemon thread serves the delivery callbacks.
+never on a global ``flush()``).
+
+Who serves delivery reports: a thread that waits synchronously polls the producer itself
+(one poller at a time, under a lock), so its own report wakes it without a hand-off to
+another thread; the reports it serves for other threads resolve their futures on the way.
+A background thread, started only when the asyncio API is first used, serves coroutines.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class DurableProducer:
         self._overrides = overrides
         self._producer: Producer | None = None
         self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
 
@@ -77,16 +83,36 @@ class DurableProducer:
                         }
                     )
                     self._producer = _new_producer(conf)
-                    self._poller = threading.Thread(
-                        target=self._poll_loop, name="stepledger-delivery", daemon=True
-                    )
-                    self._poller.start()
         return self._producer
+
+    def _start_background_poller(self) -> None:
+        with self._lock:
+            if self._poller is None:
+                self._poller = threading.Thread(
+                    target=self._poll_loop, name="stepledger-delivery", daemon=True
+                )
+                self._poller.start()
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            assert self._producer is not None
-            self._producer.poll(0.05)
+            self._poll_once(0.01)
+
+    def _poll_once(self, timeout: float, future: Future[Position] | None = None) -> None:
+        # librdkafka's poll returns as soon as it served a report, so holding the lock
+        # for one poll costs other waiters at most the time to the next report.
+        with self._poll_lock:
+            if self._producer is not None and not (future is not None and future.done()):
+                self._producer.poll(timeout)
+
+    def wait(self, future: Future[Position], timeout: float | None = None) -> Position:
+        """Wait for one record's acknowledgement, serving delivery reports meanwhile."""
+        limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise DurabilityError(f"no acknowledgement within {limit:.1f}s")
+            self._poll_once(0.01, future)
+        return future.result()
 
     def _on_error(self, err: KafkaError) -> None:
         # Connection errors are retried by librdkafka; a record that cannot be delivered in
@@ -105,6 +131,7 @@ class DurableProducer:
         self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
     ) -> asyncio.Future[Position]:
         """Queue one record and return an asyncio future resolved by its delivery report."""
+        self._start_background_poller()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Position] = loop.create_future()
 
@@ -120,8 +147,7 @@ class DurableProducer:
         self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
     ) -> Position:
         """Produce one record and block until the broker acknowledged it."""
-        future = self.send(topic, key, value, headers)
-        return wait_durable(future, self._settings.durable_timeout_s + 2.0)
+        return self.wait(self.send(topic, key, value, headers))
 
     def _produce(
         self,
@@ -176,14 +202,6 @@ class DurableProducer:
 def position_of(msg: Message) -> Position:
     """The topic, partition and offset of a delivered or consumed message."""
     return Position(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
-
-
-def wait_durable(future: Future[Position], timeout: float) -> Position:
-    """Wait for one record's acknowledgement; a timeout or failure is a DurabilityError."""
-    try:
-        return future.result(timeout=timeout)
-    except TimeoutError:
-        raise DurabilityError(f"no acknowledgement within {timeout:.1f}s") from None
 
 
 def _resolve_into(

@@ -12,7 +12,7 @@ from stepledger.consume import read_topic
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError
 from stepledger.jsonlines import parse_event_lines, render_event
-from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions, wait_durable
+from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
 
 
@@ -72,7 +72,7 @@ def produce_all(settings: Settings, events: list[Event]) -> int:
             for e in events
         ]
         for future in futures:
-            wait_durable(future, settings.durable_timeout_s + 2.0)
+            producer.wait(future)
     finally:
         producer.close()
     return len(events)

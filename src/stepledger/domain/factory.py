@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -9,7 +10,7 @@ from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
-from stepledger.domain.ids import arguments_digest, canonical_json, event_id, idempotency_key
+from stepledger.domain.ids import canonical_json, event_id, idempotency_key
 from stepledger.domain.tools import Tool
 
 Clock = Callable[[], datetime]
@@ -75,14 +76,16 @@ class EventFactory:
     ) -> ev.Event:
         """The intent of one call: key derived, secrets redacted, deadline from the timeout."""
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
+        full = canonical_json(arguments)
+        recorded = canonical_json(tool.redact(arguments, salt=key)) if tool.secret_args else full
         body = ev.StepIntended(
             sequence=sequence,
             tool=tool.name,
             effect=tool.effect,
             policy=tool.resolution,
             idempotency_key=key,
-            arguments_json=canonical_json(tool.redact(arguments, salt=key)),
-            arguments_digest=arguments_digest(arguments),
+            arguments_json=recorded,
+            arguments_digest=hashlib.sha256(full.encode()).hexdigest(),
             deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             attempt=attempt,
             requires_approval=tool.requires_approval,

@@ -1,0 +1,1 @@
+"""stepledger benchmarks: each module's ``run(quick, bootstrap)`` returns rows of ratios."""

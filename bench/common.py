@@ -1,0 +1,101 @@
+"""Shared bench helpers: a broker for the run, result rows, percentiles, the summary table."""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import statistics
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from stepledger.broker import LocalBroker
+from stepledger.config import Settings
+from stepledger.kafka import ensure_topics
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured figure, its raw baseline from the same run, and the target ratio."""
+
+    bench: str
+    name: str
+    value: float
+    baseline: float | None
+    unit: str
+    target: str = ""
+    higher_is_better: bool = True
+
+    @property
+    def ratio(self) -> float | None:
+        """value / baseline (for latencies too: lower is better there)."""
+        return None if not self.baseline else self.value / self.baseline
+
+    @property
+    def met(self) -> str:
+        """'yes', 'no' or '' when the row has no target."""
+        if not self.target or self.ratio is None:
+            return ""
+        op, limit = self.target[:2], float(self.target[2:])
+        return "yes" if (self.ratio >= limit if op == ">=" else self.ratio <= limit) else "no"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row with its ratio, for JSON."""
+        return {**asdict(self), "ratio": self.ratio, "met": self.met}
+
+
+@contextlib.contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """Use the given broker, or start a local one for the run."""
+    if bootstrap:
+        yield bootstrap
+        return
+    with LocalBroker() as local:
+        yield local.bootstrap
+
+
+def fresh_settings(bootstrap: str, partitions: int = 3, **overrides: Any) -> Settings:
+    """Settings with a new topic for one measurement."""
+    settings = Settings(
+        bootstrap=bootstrap, topic=f"bench-{uuid.uuid4().hex[:8]}", producer_id="bench", **overrides
+    )
+    ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
+    return settings
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) of the values."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    """The median."""
+    return statistics.median(values)
+
+
+def machine() -> str:
+    """A one-line description of this machine."""
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def table(rows: list[Row]) -> str:
+    """The summary table, as Markdown."""
+    lines = [
+        "| bench | measure | stepledger | raw baseline | unit | ratio | target | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        base = "" if r.baseline is None else f"{r.baseline:,.2f}"
+        ratio = "" if r.ratio is None else f"{r.ratio:.2f}"
+        lines.append(
+            f"| {r.bench} | {r.name} | {r.value:,.2f} | {base} | {r.unit} | {ratio} "
+            f"| {r.target} | {r.met} |"
+        )
+    return "\n".join(lines)

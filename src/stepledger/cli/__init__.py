@@ -7,6 +7,7 @@ import sys
 import click
 
 from stepledger.cli._common import run_guarded
+from stepledger.cli._demo import register as register_demo
 from stepledger.cli._ledger import register as register_ledger
 from stepledger.cli._projector import register as register_projector
 from stepledger.cli._recovery import register as register_recovery
@@ -19,7 +20,13 @@ def cli() -> None:
     """stepledger: a durable step log that lets agent fleets survive crashes."""
 
 
-for _register in (register_ledger, register_projector, register_recovery, register_runtime):
+for _register in (
+    register_ledger,
+    register_projector,
+    register_recovery,
+    register_runtime,
+    register_demo,
+):
     _register(cli)
 
 

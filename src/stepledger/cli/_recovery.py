@@ -1,9 +1,311 @@
-"""CLI commands of the recovery (filled in by the recovery work)."""
+"""CLI commands of recovery: the daemon, its health, the human queue and reconcile."""
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
 import click
+
+from stepledger.cli._common import with_settings
+from stepledger.config import Settings
+from stepledger.domain.enums import Verdict
+from stepledger.domain.factory import EventFactory, utc_now
+from stepledger.errors import ConfigError
+from stepledger.log import KafkaEventLog, codec_for
+from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.recovery.daemon import DEFAULT_GROUP, DaemonOptions, RecoveryDaemon
+from stepledger.recovery.escalations import answer, read_queue, select
+from stepledger.recovery.metrics import RecoveryMetrics
+from stepledger.recovery.reconcile import reconcile, record_disagreements
+from stepledger.recovery.registry import ToolRegistry, load_registries
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``90``, ``90s``, ``15m``, ``2h`` or ``7d`` into a timedelta."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise click.BadParameter(f"expected a duration like 90s, 15m, 2h or 7d, got {text!r}")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+
+
+def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--no-entry-points", is_flag=True, help="Ignore registries installed as entry points."
+    )(fn)
+    return click.option(
+        "--tools",
+        "tool_specs",
+        multiple=True,
+        envvar="STEPLEDGER_TOOLS",
+        metavar="MODULE:ATTR",
+        help="Tool registry to load (repeatable), e.g. stepledger.examples.tools:registry.",
+    )(fn)
+
+
+def _load_tools(tool_specs: tuple[str, ...], no_entry_points: bool) -> ToolRegistry:
+    tools = load_registries(tool_specs, entry_points_too=not no_entry_points)
+    if not len(tools):
+        raise ConfigError("no tools: pass --tools MODULE:ATTR (or install an entry point)")
+    return tools
+
+
+def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
+    # --fleet is a settings option; here it also filters, but only when it was given.
+    @functools.wraps(fn)
+    def wrapper(**params: Any) -> Any:
+        return fn(fleet_filter=params.get("fleet_id"), **params)
+
+    return wrapper
+
+
+@click.command("recover")
+@with_settings
+@_tools_options
+@click.option(
+    "--state-dir",
+    envvar=STATE_DIR_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".stepledger-recovery"),
+    show_default=True,
+    help="Where the daemon keeps its checkpoint and health file.",
+)
+@click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group.")
+@click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
+@click.option("--workers", default=4, show_default=True, help="Resolutions at once.")
+@click.option(
+    "--retain",
+    default="24h",
+    show_default=True,
+    help="Keep decisions this long to judge late outcomes.",
+)
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option(
+    "--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--max-seconds", type=float, hidden=True, help="Stop after this long (tests).")
+def recover_command(
+    settings: Settings,
+    tool_specs: tuple[str, ...],
+    no_entry_points: bool,
+    state_dir: Path,
+    group: str,
+    grace: str,
+    workers: int,
+    retain: str,
+    metrics_port: int | None,
+    log_format: str,
+    log_level: str,
+    max_seconds: float | None,
+) -> None:
+    """Run the recovery daemon: resolve intents left without an outcome past their deadline."""
+    configure_logging(json_logs=log_format == "json", level=log_level)
+    tools = _load_tools(tool_specs, no_entry_points)
+    options = DaemonOptions(
+        state_dir=state_dir,
+        group=group,
+        grace_s=parse_duration(grace).total_seconds(),
+        workers=workers,
+        retain_s=parse_duration(retain).total_seconds(),
+    )
+    metrics = RecoveryMetrics()
+    serve_metrics(metrics.registry, metrics_port)
+    daemon = RecoveryDaemon(
+        settings, tools, options, metrics=metrics, shutdown=Shutdown().install()
+    )
+    daemon.run(max_seconds=max_seconds)
+
+
+@click.command("recover-health")
+@click.option(
+    "--state-dir",
+    envvar=STATE_DIR_ENV,
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".stepledger-recovery"),
+    show_default=True,
+)
+@click.option("--group", default=DEFAULT_GROUP, show_default=True)
+@click.option(
+    "--max-age",
+    default="10s",
+    show_default=True,
+    help="Healthy if the daemon's heartbeat is younger than this.",
+)
+def health_command(state_dir: Path, group: str, max_age: str) -> None:
+    """Exit 0 if the recovery daemon's heartbeat is fresh (prints it as JSON)."""
+    path = DaemonOptions(state_dir=state_dir, group=group).health_file
+    try:
+        beat = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise click.ClickException(f"no recovery heartbeat at {path}") from None
+    age = time.time() - float(beat.get("at", 0))
+    click.echo(json.dumps({**beat, "age_s": round(age, 3)}))
+    if age > parse_duration(max_age).total_seconds():
+        raise click.ClickException(f"recovery heartbeat is {age:.1f}s old")
+
+
+@click.group("escalations")
+def escalations_group() -> None:
+    """The human queue: steps and workflows waiting for a person's answer."""
+
+
+@escalations_group.command("list")
+@_fleet_filter
+@with_settings
+@click.option("--tool", help="Only escalations of this tool.")
+@click.option("--older-than", "age", help="Only escalations open at least this long (e.g. 1h).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def list_command(
+    settings: Settings, fleet_filter: str | None, tool: str | None, age: str | None, as_json: bool
+) -> None:
+    """List open escalations, oldest first (reads the whole log: O(log))."""
+    now = utc_now()
+    older = None if age is None else parse_duration(age)
+    queue = read_queue(settings, codec_for(settings))
+    found = select(queue.open(), now=now, fleet=fleet_filter, tool=tool, older_than=older)
+    for item in found:
+        if as_json:
+            click.echo(json.dumps(item.to_json(), default=str))
+        else:
+            minutes = item.age(now).total_seconds() / 60
+            where = f"{item.workflow_id}/{item.step_id or '-'}"
+            click.echo(
+                f"{item.escalation_id}  {minutes:7.1f}m  {item.tool or '-':20}  {where}  "
+                f"{item.reason}"
+            )
+    if not found and not as_json:
+        click.echo("no open escalations")
+
+
+@escalations_group.command("show")
+@with_settings
+@click.argument("escalation_id")
+def show_command(settings: Settings, escalation_id: str) -> None:
+    """Show one escalation: the intent (secrets redacted), probes, evidence and options."""
+    item = read_queue(settings, codec_for(settings)).get(escalation_id)
+    click.echo(json.dumps(item.to_json(), indent=2, default=str))
+
+
+@escalations_group.command("resolve")
+@with_settings
+@click.argument("escalation_id")
+@click.option("--happened", "verdict", flag_value=Verdict.HAPPENED.value, help="It happened.")
+@click.option(
+    "--not-happened", "verdict", flag_value=Verdict.NOT_HAPPENED.value, help="It did not happen."
+)
+@click.option(
+    "--compensated",
+    "verdict",
+    flag_value=Verdict.COMPENSATED.value,
+    help="It happened and was undone.",
+)
+@click.option(
+    "--cleared",
+    "verdict",
+    flag_value=Verdict.CLEARED.value,
+    help="A dead-lettered workflow may run again.",
+)
+@click.option("--result", "result_json", help="JSON result of the effect (with --happened).")
+@click.option("--note", default="", help="Why: what you checked.")
+@click.option("--by", required=True, help="Who answers.")
+def resolve_command(
+    settings: Settings,
+    escalation_id: str,
+    verdict: str | None,
+    result_json: str | None,
+    note: str,
+    by: str,
+) -> None:
+    """Answer an escalation; the answer is appended and the step is re-judged from it."""
+    if verdict is None:
+        raise click.UsageError(
+            "say what happened: --happened, --not-happened, --compensated or --cleared"
+        )
+    result = _parse_result(result_json)
+    item = read_queue(settings, codec_for(settings)).get(escalation_id)
+    log = KafkaEventLog(settings)
+    try:
+        event = answer(
+            log, _factory(settings), item, Verdict(verdict), by=by, note=note, result=result
+        )
+    finally:
+        log.close()
+    click.echo(
+        json.dumps({"escalation_id": escalation_id, "verdict": verdict, "event_id": event.event_id})
+    )
+
+
+@click.command("reconcile")
+@with_settings
+@_tools_options
+@click.option("--tool", "tool_name", required=True, help="The queryable tool to sweep.")
+@click.option("--since", help="Only steps intended within this long (e.g. 24h).")
+@click.option("--record", is_flag=True, help="Append each disagreement as an AnomalyObserved.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def reconcile_command(
+    settings: Settings,
+    tool_specs: tuple[str, ...],
+    no_entry_points: bool,
+    tool_name: str,
+    since: str | None,
+    record: bool,
+    as_json: bool,
+) -> None:
+    """Ask a tool about every step of it in the ledger and report each disagreement."""
+    tool = _load_tools(tool_specs, no_entry_points).require(tool_name)
+    window = None if since is None else parse_duration(since)
+    report = reconcile(settings, codec_for(settings), tool, since=window, now=utc_now())
+    if record and report.disagreements:
+        log = KafkaEventLog(settings)
+        try:
+            report.recorded = record_disagreements(log, _factory(settings), report.disagreements)
+        finally:
+            log.close()
+    for item in report.disagreements:
+        click.echo(
+            json.dumps(item.to_json(), default=str)
+            if as_json
+            else f"{item.kind:18} {item.record.workflow_id}/{item.record.step_id} "
+            f"attempt {item.record.attempt}: ledger {item.record.status.value}"
+        )
+    summary = {
+        "checked": report.checked,
+        "disagreements": len(report.disagreements),
+        "errors": len(report.errors),
+        "recorded": report.recorded,
+    }
+    click.echo(
+        json.dumps({"summary": summary})
+        if as_json
+        else " ".join(f"{k}={v}" for k, v in summary.items())
+    )
+
+
+def _parse_result(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"--result is not JSON: {exc}") from None
+
+
+def _factory(settings: Settings) -> EventFactory:
+    return EventFactory(settings.fleet_id, settings.producer_id)
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
+    for command in (recover_command, health_command, escalations_group, reconcile_command):
+        group.add_command(command)

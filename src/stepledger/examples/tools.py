@@ -1,0 +1,209 @@
+"""Tool definitions, with recovery hooks, for the example services.
+
+- ``payments.charge``: idempotent and keyed; policy query (look the charge up by key).  It
+  declares an explicit re-drive, so a query that finds nothing re-drives the charge under
+  the same key instead of reporting not_happened: the service de-duplicates by key.
+- ``bookings.book``: compensatable and keyed; policy compensate (cancel by the booking's
+  key; an unknown booking is "nothing to undo").
+- ``email.send``: irreversible, no key; policy escalate (a human decides).
+
+Load it in the daemon with ``--tools stepledger.examples.tools:registry``; the service URLs
+come from ``STEPLEDGER_PAYMENTS_URL``, ``STEPLEDGER_BOOKINGS_URL`` and
+``STEPLEDGER_EMAIL_URL`` (a tool whose URL is unset is left out), the limits from
+``STEPLEDGER_TOOL_TIMEOUT_S`` and ``STEPLEDGER_TOOL_MAX_ATTEMPTS``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from stepledger.domain.enums import EffectClass, ResolutionPolicy
+from stepledger.domain.tools import Found, NotFound, Tool
+from stepledger.errors import ToolRegistryError, ToolServiceError
+from stepledger.examples.clients import (
+    BookingsClient,
+    EmailClient,
+    JsonObject,
+    PaymentsClient,
+    ServiceError,
+)
+from stepledger.recovery.registry import ToolRegistry
+
+PAYMENTS = "payments.charge"
+BOOKINGS = "bookings.book"
+EMAIL = "email.send"
+ENV_URLS = {
+    PAYMENTS: "STEPLEDGER_PAYMENTS_URL",
+    BOOKINGS: "STEPLEDGER_BOOKINGS_URL",
+    EMAIL: "STEPLEDGER_EMAIL_URL",
+}
+DEFAULT_TIMEOUT_S = 5.0
+#: HTTP calls give up a little before the tool's timeout, so a hook answers in time.
+_CLIENT_SHARE = 0.8
+
+T = TypeVar("T")
+
+
+def service_call(tool: str, call: Callable[[], T]) -> T:
+    """Run one service call, turning its HTTP and transport errors into ToolServiceError."""
+    try:
+        return call()
+    except ServiceError as exc:
+        retryable = exc.status >= 500 or exc.status == 429
+        raise ToolServiceError(
+            f"{tool}: service answered HTTP {exc.status}: {exc.body}",
+            status=exc.status,
+            tool=tool,
+            retryable=retryable,
+        ) from exc
+    except OSError as exc:
+        # The request may or may not have reached the service: the effect is unknown.
+        raise ToolServiceError(
+            f"{tool}: service unreachable: {exc}", tool=tool, retryable=True
+        ) from exc
+
+
+def payments_tool(
+    url: str, *, fault: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, **kw: Any
+) -> Tool:
+    """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer``."""
+    client = PaymentsClient(url, timeout=timeout_s * _CLIENT_SHARE)
+
+    def run(args: dict[str, Any], key: str) -> JsonObject:
+        return service_call(
+            PAYMENTS,
+            lambda: client.charge(
+                key, int(args["amount"]), str(args["currency"]), str(args["customer"]), fault=fault
+            ),
+        )
+
+    def redrive(args: dict[str, Any], key: str) -> JsonObject:
+        # No fault injection: the re-drive is recovery's call, not the agent's.
+        return service_call(
+            PAYMENTS,
+            lambda: client.charge(
+                key, int(args["amount"]), str(args["currency"]), str(args["customer"])
+            ),
+        )
+
+    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+        charge = service_call(PAYMENTS, lambda: client.find_charge(key))
+        return NotFound(f"no charge under {key}") if charge is None else Found(charge)
+
+    return Tool(
+        name=PAYMENTS,
+        effect=EffectClass.IDEMPOTENT,
+        policy=ResolutionPolicy.QUERY,
+        keyed=True,
+        timeout_s=timeout_s,
+        run=run,
+        redrive=redrive,
+        query=query,
+        **kw,
+    )
+
+
+def bookings_tool(
+    url: str, *, fault: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, **kw: Any
+) -> Tool:
+    """The keyed, compensatable booking tool: args ``hotel``, ``nights``."""
+    client = BookingsClient(url, timeout=timeout_s * _CLIENT_SHARE)
+
+    def run(args: dict[str, Any], key: str) -> JsonObject:
+        return service_call(
+            BOOKINGS,
+            lambda: client.book(key, str(args["hotel"]), int(args["nights"]), fault=fault),
+        )
+
+    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+        booking = service_call(BOOKINGS, lambda: client.find_booking(key))
+        return NotFound(f"no booking under {key}") if booking is None else Found(booking)
+
+    def compensate(args: dict[str, Any], key: str, known_result: Any) -> JsonObject | NotFound:
+        answer = service_call(BOOKINGS, lambda: client.cancel(key))
+        if answer.get("status") == "nothing_to_undo":
+            return NotFound(f"no booking under {key}: nothing to undo")
+        return answer
+
+    return Tool(
+        name=BOOKINGS,
+        effect=EffectClass.COMPENSATABLE,
+        policy=ResolutionPolicy.COMPENSATE,
+        keyed=True,
+        timeout_s=timeout_s,
+        run=run,
+        query=query,
+        compensate=compensate,
+        **kw,
+    )
+
+
+def email_tool(
+    url: str, *, fault: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, **kw: Any
+) -> Tool:
+    """The irreversible email tool (no key): args ``to``, ``subject``, ``body``."""
+    client = EmailClient(url, timeout=timeout_s * _CLIENT_SHARE)
+
+    def run(args: dict[str, Any], key: str) -> JsonObject:
+        return service_call(
+            EMAIL,
+            lambda: client.send(
+                str(args["to"]),
+                str(args.get("subject", "")),
+                str(args.get("body", "")),
+                fault=fault,
+            ),
+        )
+
+    return Tool(
+        name=EMAIL,
+        effect=EffectClass.IRREVERSIBLE,
+        policy=ResolutionPolicy.ESCALATE,
+        timeout_s=timeout_s,
+        run=run,
+        **kw,
+    )
+
+
+def make_registry(
+    payments_url: str | None = None,
+    bookings_url: str | None = None,
+    email_url: str | None = None,
+    fault: str | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_attempts: int = 3,
+) -> ToolRegistry:
+    """The example tools for the services at these URLs (``fault`` goes on every agent call)."""
+    limits: dict[str, Any] = {"fault": fault, "timeout_s": timeout_s, "max_attempts": max_attempts}
+    tools = ToolRegistry()
+    if payments_url:
+        tools.register(payments_tool(payments_url, **limits))
+    if bookings_url:
+        tools.register(bookings_tool(bookings_url, **limits))
+    if email_url:
+        tools.register(email_tool(email_url, **limits))
+    return tools
+
+
+def registry(env: Mapping[str, str] | None = None) -> ToolRegistry:
+    """The example tools for the services named by ``STEPLEDGER_*_URL`` environment variables."""
+    env = os.environ if env is None else env
+    urls = {name: env.get(var) for name, var in ENV_URLS.items()}
+    if not any(urls.values()):
+        names = ", ".join(ENV_URLS.values())
+        raise ToolRegistryError(f"set at least one of {names} to load the example tools")
+    try:
+        timeout_s = float(env.get("STEPLEDGER_TOOL_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        max_attempts = int(env.get("STEPLEDGER_TOOL_MAX_ATTEMPTS", 3))
+    except ValueError as exc:
+        raise ToolRegistryError(f"invalid example tool limit: {exc}") from None
+    return make_registry(
+        urls[PAYMENTS],
+        urls[BOOKINGS],
+        urls[EMAIL],
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+    )

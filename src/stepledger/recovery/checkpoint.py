@@ -1,0 +1,196 @@
+"""The recovery daemon's own state: per-partition position and the events of its tracked steps.
+
+The daemon never reads the projector's DuckDB file.  It keeps, per ``(group, topic,
+partition)``, the next offset to read and, for every step it still tracks there (open
+intents, steps in the human queue, recent recovery decisions), that step's events.  One
+checkpoint is written in one SQLite transaction, so a restart resumes from a consistent
+``(position, open steps)`` pair and costs O(tracked steps + events since the checkpoint).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from stepledger.domain.events import Event
+from stepledger.errors import RecoveryError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS positions (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL, saved_at REAL NOT NULL,
+    PRIMARY KEY (grp, topic, part));
+CREATE TABLE IF NOT EXISTS steps (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
+    workflow_id TEXT NOT NULL, step_id TEXT NOT NULL, events TEXT NOT NULL,
+    PRIMARY KEY (grp, topic, part, workflow_id, step_id));
+"""
+
+StepKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PartitionCheckpoint:
+    """One partition's saved state: where to resume and the tracked steps' events."""
+
+    next_offset: int
+    steps: dict[StepKey, list[Event]] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointBatch:
+    """Changes since the last checkpoint, written together or not at all."""
+
+    positions: dict[int, int] = field(default_factory=dict)
+    """Partition -> next offset to read."""
+    upserts: dict[tuple[int, str, str], list[Event]] = field(default_factory=dict)
+    """(partition, workflow, step) -> the step's full event list."""
+    deletes: set[tuple[int, str, str]] = field(default_factory=set)
+    """Steps no longer tracked."""
+
+    def empty(self) -> bool:
+        """True when there is nothing to write."""
+        return not (self.positions or self.upserts or self.deletes)
+
+
+class CheckpointStore(Protocol):
+    """Saves and loads the daemon's per-partition state."""
+
+    def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:
+        """The partition's checkpoint, or None when it has never been checkpointed."""
+        ...
+
+    def save(self, topic: str, batch: CheckpointBatch) -> None:
+        """Write a batch atomically."""
+        ...
+
+    def close(self) -> None:
+        """Release the store."""
+        ...
+
+
+def encode_events(events: Iterable[Event]) -> str:
+    """Events as JSON lines."""
+    return "\n".join(event.model_dump_json() for event in events)
+
+
+def decode_events(text: str) -> list[Event]:
+    """Events from JSON lines."""
+    return [Event.model_validate_json(line) for line in text.splitlines() if line]
+
+
+class SqliteCheckpointStore:
+    """Checkpoints in a SQLite file (WAL); daemons of one group may share the file."""
+
+    def __init__(self, path: str | Path, group: str) -> None:
+        self.path = Path(path)
+        self.group = group
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=30, isolation_level=None, check_same_thread=False
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise RecoveryError(f"cannot open the recovery state {self.path}: {exc}") from None
+
+    def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:
+        """The partition's checkpoint, or None when it has never been checkpointed."""
+        key = (self.group, topic, partition)
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT next_offset FROM positions WHERE grp=? AND topic=? AND part=?", key
+            ).fetchone()
+            if row is None:
+                return None
+            rows = self._conn.execute(
+                "SELECT workflow_id, step_id, events FROM steps WHERE grp=? AND topic=? AND part=?",
+                key,
+            ).fetchall()
+        steps = {(wf, step): decode_events(text) for wf, step, text in rows}
+        return PartitionCheckpoint(int(row[0]), steps)
+
+    def save(self, topic: str, batch: CheckpointBatch) -> None:
+        """Write positions and step changes in one transaction."""
+        if batch.empty():
+            return
+        grp = self.group
+        upserts = [
+            (grp, topic, part, wf, step, encode_events(events))
+            for (part, wf, step), events in batch.upserts.items()
+        ]
+        deletes = [(grp, topic, part, wf, step) for part, wf, step in batch.deletes]
+        now = time.time()
+        positions = [(grp, topic, part, off, now) for part, off in batch.positions.items()]
+        with self._lock:
+            try:
+                self._write(upserts, deletes, positions)
+            except sqlite3.Error as exc:
+                raise RecoveryError(f"cannot write the recovery state: {exc}") from None
+
+    def _write(
+        self,
+        upserts: list[tuple[str, str, int, str, str, str]],
+        deletes: list[tuple[str, str, int, str, str]],
+        positions: list[tuple[str, str, int, int, float]],
+    ) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "DELETE FROM steps WHERE grp=? AND topic=? AND part=? AND workflow_id=? "
+                "AND step_id=?",
+                deletes,
+            )
+            conn.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?, ?)", upserts)
+            conn.executemany(
+                "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?)",
+                positions,
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._conn.close()
+
+
+class InMemoryCheckpointStore:
+    """Checkpoints in a dict, for tests and embedded use."""
+
+    def __init__(self) -> None:
+        self.positions: dict[tuple[str, int], int] = {}
+        self.steps: dict[tuple[str, int], dict[StepKey, list[Event]]] = {}
+        self.saves = 0
+
+    def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:
+        """The partition's checkpoint, or None."""
+        offset = self.positions.get((topic, partition))
+        if offset is None:
+            return None
+        steps = self.steps.get((topic, partition), {})
+        return PartitionCheckpoint(offset, {k: list(v) for k, v in steps.items()})
+
+    def save(self, topic: str, batch: CheckpointBatch) -> None:
+        """Apply a batch."""
+        for part, wf, step in batch.deletes:
+            self.steps.get((topic, part), {}).pop((wf, step), None)
+        for (part, wf, step), events in batch.upserts.items():
+            self.steps.setdefault((topic, part), {})[(wf, step)] = list(events)
+        for part, offset in batch.positions.items():
+            self.positions[(topic, part)] = offset
+        self.saves += 1
+
+    def close(self) -> None:
+        """Nothing to release."""

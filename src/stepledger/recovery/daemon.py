@@ -1,0 +1,377 @@
+"""The recovery daemon: follow the log in a consumer group and resolve steps left in doubt.
+
+One loop on the main thread reads events, folds them into the tracked steps (log order
+decides), checkpoints, and hands due steps to a small pool of workers that run the
+:class:`~stepledger.recovery.resolver.Resolver` on a copy of the step.  A worker's events
+reach the daemon's state only when they are read back from the log, and the step is not
+judged again before then, so a decision is never taken twice from a stale state.
+
+Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
+its stored offset (a partition never checkpointed by this group is replayed from the
+beginning); nothing is resolved on a partition before its end was reached once, so steps
+decided just before a restart are seen decided.  On revocation the daemon waits for its
+running resolutions there, checkpoints and forgets the partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.domain import ids
+from stepledger.domain import resolution as rs
+from stepledger.domain.factory import Clock, EventFactory, utc_now
+from stepledger.domain.state import StepState, replay
+from stepledger.errors import BrokerError, StepLedgerError
+from stepledger.kafka import FAST_CONSUMER
+from stepledger.log import EventLog, KafkaEventLog, codec_for
+from stepledger.ops import Shutdown
+from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
+from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
+from stepledger.recovery.metrics import RecoveryMetrics
+from stepledger.recovery.registry import ToolRegistry
+from stepledger.recovery.resolver import Resolution, Resolver
+from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
+
+logger = logging.getLogger("stepledger.recovery.daemon")
+
+DEFAULT_GROUP = "stepledger-recovery"
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """How the daemon runs."""
+
+    state_dir: Path
+    """Where the checkpoint database (``recovery.sqlite``) and the health file live."""
+    group: str = DEFAULT_GROUP
+    """Consumer group; daemons in one group split the partitions."""
+    grace_s: float = 2.0
+    """Extra wait after an intent's deadline before recovery acts (slow agents' margin)."""
+    workers: int = 4
+    """Resolutions run at once (hooks may block up to their tool's timeout)."""
+    checkpoint_interval_s: float = 0.5
+    """How often the state is checkpointed while events flow."""
+    retain_s: float = 86_400.0
+    """How long a recovery decision is kept to judge a late outcome against it."""
+    retry_base_s: float = 0.25
+    """First back-off after a failed recovery attempt (doubling, capped by the timeout)."""
+    batch_size: int = 1000
+    """Records read per poll."""
+    poll_timeout_s: float = 0.05
+    """How long one poll waits for records."""
+    drain_timeout_s: float = 30.0
+    """How long a revocation or shutdown waits for running resolutions."""
+    health_interval_s: float = 1.0
+    """How often the health file is rewritten."""
+    consumer: dict[str, Any] = field(default_factory=dict)
+    """Extra librdkafka consumer settings."""
+
+    @property
+    def health_file(self) -> Path:
+        """The JSON heartbeat ``stepledger recover-health`` reads."""
+        return self.state_dir / f"health-{self.group}.json"
+
+
+class RecoveryDaemon:
+    """Follows the log, tracks open intents and resolves them past deadline + grace."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        tools: ToolRegistry,
+        options: DaemonOptions,
+        *,
+        log: EventLog | None = None,
+        store: CheckpointStore | None = None,
+        dead_letters: DeadLetterSink | None = None,
+        metrics: RecoveryMetrics | None = None,
+        codec: Codec | None = None,
+        clock: Clock = utc_now,
+        shutdown: Shutdown | None = None,
+    ) -> None:
+        self.settings, self.tools, self.options, self.clock = settings, tools, options, clock
+        self.codec = codec or codec_for(settings)
+        self.log = log or KafkaEventLog(settings, codec=self.codec)
+        options.state_dir.mkdir(parents=True, exist_ok=True)
+        self.store = store or SqliteCheckpointStore(
+            options.state_dir / "recovery.sqlite", options.group
+        )
+        self.dead_letters = dead_letters or KafkaDeadLetters(
+            settings, self.codec, group=options.group
+        )
+        self.metrics = metrics or RecoveryMetrics()
+        self.shutdown = shutdown or Shutdown()
+        grace = timedelta(seconds=options.grace_s)
+        self.resolver = Resolver(
+            self.log,
+            EventFactory(settings.fleet_id, settings.producer_id, clock),
+            tools,
+            dead_letters=self.dead_letters,
+            clock=clock,
+            grace=grace,
+            retry_base_s=options.retry_base_s,
+            observer=self.metrics.observe,
+        )
+        self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.caught_up: set[int] = set()
+        self.pending_late: dict[str, LateOutcome] = {}
+        self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
+        self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
+        self._consumer: Consumer | None = None
+        self._last_checkpoint = self._last_health = self._last_sweep = 0.0
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self, *, max_seconds: float | None = None) -> None:
+        """Run until shutdown is requested (or ``max_seconds`` passed), then stop cleanly."""
+        consumer = self._consumer = Consumer(
+            self.settings.client_config(
+                **{**FAST_CONSUMER, "group.id": self.options.group, **self.options.consumer}
+            )
+        )
+        consumer.subscribe(
+            [self.settings.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_revoke,
+        )
+        began = time.monotonic()
+        logger.info(
+            "recovery started", extra={"group": self.options.group, "topic": self.settings.topic}
+        )
+        try:
+            while not self.shutdown.requested:
+                if max_seconds is not None and time.monotonic() - began > max_seconds:
+                    break
+                self.tick(consumer)
+        finally:
+            self._stop(consumer)
+
+    def tick(self, consumer: Consumer) -> None:
+        """One turn: read a batch, collect finished work, checkpoint, dispatch due work."""
+        for msg in consumer.consume(self.options.batch_size, self.options.poll_timeout_s):
+            self._handle(msg)
+        self._collect()
+        now = time.monotonic()
+        if now - self._last_checkpoint >= self.options.checkpoint_interval_s:
+            self.checkpoint(sweep=now - self._last_sweep >= 30.0)
+        self._dispatch()
+        if now - self._last_health >= self.options.health_interval_s:
+            self._health()
+
+    def _handle(self, msg: Message) -> None:
+        err = msg.error()
+        partition = int(msg.partition() or 0)
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self.caught_up.add(partition)
+                return
+            if err.fatal():
+                raise BrokerError(f"recovery consumer failed: {err.str()}")
+            logger.warning("consume error", extra={"error": err.str()})
+            return
+        offset = int(msg.offset() or 0)
+        try:
+            event = self.codec.decode(msg.value())
+        except StepLedgerError as exc:
+            # Bad input is the projector's to dead-letter; recovery only moves past it.
+            logger.warning(
+                "undecodable record skipped",
+                extra={"offset": offset, "partition": partition, "error": str(exc)},
+            )
+            self.tracker.positions[partition] = offset + 1
+            return
+        self.metrics.events.inc()
+        late = self.tracker.apply(event, partition, offset)
+        if late is not None:
+            self.pending_late[late.event.event_id] = late
+
+    # -- dispatching work --------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        self._dispatch_late()
+        free = self.options.workers - len(self._inflight)
+        if free <= 0:
+            return
+        for key in self.tracker.due(self.clock(), free, self.caught_up):
+            tracked = self.tracker.steps[key]
+            snapshot = replay(key[0], tracked.events)
+            self._submit(key, tracked.partition, self.resolver.attempt, snapshot, key[1])
+
+    def _dispatch_late(self) -> None:
+        for event_id, late in list(self.pending_late.items()):
+            if len(self._inflight) >= self.options.workers:
+                return
+            tracked = self.tracker.steps.get(late.key)
+            if tracked is None:
+                del self.pending_late[event_id]
+                continue
+            ready = self.tracker.ready(late.key)
+            if ready is None or ready.partition not in self.caught_up:
+                continue
+            if tracked.step.status in rs.ACTIONABLE:
+                continue  # judged once the step is decided again
+            del self.pending_late[event_id]
+            anomaly_id = ids.event_id(late.key[0], late.key[1], "anomaly_observed", event_id)
+            if anomaly_id in tracked.state.seen:
+                continue  # judged before a restart: its record is already in the log
+            snapshot = replay(late.key[0], tracked.events)
+            self._submit(
+                late.key, tracked.partition, self.resolver.judge_late, snapshot, late.event
+            )
+
+    def _submit(self, key: StepKey, partition: int, fn: Any, *args: Any) -> None:
+        self.tracker.steps[key].busy = True
+        future: Future[Resolution] = self._pool.submit(fn, *args)
+        self._inflight[future] = (key, partition)
+
+    def _collect(self, *, wait: float = 0.0) -> None:
+        deadline = time.monotonic() + wait
+        while True:
+            for future in [f for f in self._inflight if f.done()]:
+                key, _ = self._inflight.pop(future)
+                self._finished(key, future)
+            if not self._inflight or time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
+    def _finished(self, key: StepKey, future: Future[Resolution]) -> None:
+        now = self.clock()
+        try:
+            resolution = future.result()
+        except Exception as exc:
+            # Typically the log refused an append: try again after a pause.
+            logger.error(
+                "resolution failed",
+                extra={
+                    "workflow_id": key[0],
+                    "step_id": key[1],
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            self.tracker.release(key, echo_offset=-1, not_before=now + timedelta(seconds=1))
+            return
+        echo = max((p.offset for p in resolution.positions), default=-1)
+        pause = None if resolution.events else now + timedelta(milliseconds=100)
+        self.tracker.release(key, echo_offset=echo, not_before=pause)
+        if resolution.events:
+            self._log_resolution(key, resolution)
+
+    def _log_resolution(self, key: StepKey, resolution: Resolution) -> None:
+        kinds = [e.type for e in resolution.events]
+        if resolution.action.kind is rs.ActionKind.NONE and resolution.action.reason:
+            self.metrics.late_outcomes.labels(verdict=resolution.action.reason).inc()
+        logger.info(
+            "step resolved",
+            extra={
+                "workflow_id": key[0],
+                "step_id": key[1],
+                "action": resolution.action.kind.value,
+                "status": resolution.step.status.value,
+                "events": kinds,
+                "error": resolution.error,
+            },
+        )
+
+    def _due(self, step: StepState) -> datetime | None:
+        tool = self.tools.get(step.tool)
+        return rs.due_at(
+            step, tool, grace=self.resolver.grace, retry_base_s=self.options.retry_base_s
+        )
+
+    # -- state, partitions, health ----------------------------------------------------
+
+    def checkpoint(self, *, sweep: bool = False) -> None:
+        """Write the tracked steps and positions changed since the last checkpoint."""
+        batch = self.tracker.take_batch(self.clock(), sweep=sweep)
+        self.store.save(self.settings.topic, batch)
+        self._last_checkpoint = time.monotonic()
+        if sweep:
+            self._last_sweep = self._last_checkpoint
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            offset = self.tracker.load(tp.partition, self.store.load(tp.topic, tp.partition))
+            tp.offset = OFFSET_BEGINNING if offset is None else offset
+            self.caught_up.discard(tp.partition)
+        consumer.assign(partitions)
+        self.metrics.partitions.set(
+            len(self.tracker.partitions() | {p.partition for p in partitions})
+        )
+        logger.info(
+            "partitions assigned",
+            extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
+        )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        # Finish what runs there first, so the next owner never starts the same decision.
+        self._collect(
+            wait=self.options.drain_timeout_s
+            if any(p in gone for _, p in self._inflight.values())
+            else 0.0
+        )
+        self.checkpoint()
+        for partition in gone:
+            self.tracker.drop_partition(partition)
+            self.caught_up.discard(partition)
+        self.pending_late = {
+            k: v for k, v in self.pending_late.items() if v.key in self.tracker.steps
+        }
+        self.metrics.partitions.set(len(self.tracker.partitions()))
+        logger.info("partitions revoked", extra={"partitions": sorted(gone)})
+
+    def _health(self) -> None:
+        self._last_health = time.monotonic()
+        open_count = self.tracker.open_count()
+        self.metrics.open_intents.set(open_count)
+        self.metrics.tracked_steps.set(len(self.tracker.steps))
+        self.metrics.escalated_steps.set(self.tracker.escalated_count())
+        self.metrics.last_loop.set_to_current_time()
+        write_health(
+            self.options.health_file,
+            {
+                "pid": os.getpid(),
+                "group": self.options.group,
+                "topic": self.settings.topic,
+                "at": time.time(),
+                "partitions": sorted(self.tracker.partitions()),
+                "caught_up": sorted(self.caught_up),
+                "open_intents": open_count,
+                "tracked_steps": len(self.tracker.steps),
+                "inflight": len(self._inflight),
+            },
+        )
+
+    def _stop(self, consumer: Consumer) -> None:
+        self._collect(wait=self.options.drain_timeout_s)
+        try:
+            self.checkpoint()
+        finally:
+            consumer.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self.log.close()
+            if isinstance(self.dead_letters, KafkaDeadLetters):
+                self.dead_letters.close()
+            self.store.close()
+            self.options.health_file.unlink(missing_ok=True)
+            logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
+
+
+def write_health(path: Path, payload: dict[str, Any]) -> None:
+    """Write the heartbeat atomically, so a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)

@@ -1,0 +1,252 @@
+"""The human queue: escalations read from the log, and a human's answer appended to it.
+
+The queue is rebuilt by reading the whole topic and folding it (always correct, always
+available, O(log) per call: fine for a command a human runs).  A step escalation is a
+step with an open escalation (abandoned by recovery, or a conflict found after its
+decision); a workflow escalation is a dead-lettered workflow.  Answering appends an
+``EscalationResolved`` event: the fold re-judges the step from it, nobody edits state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.consume import read_topic
+from stepledger.domain import events as ev
+from stepledger.domain.enums import Verdict
+from stepledger.domain.factory import EventFactory
+from stepledger.domain.state import RunStatus, StepState, WorkflowState
+from stepledger.errors import LedgerStateError, UnknownEscalationError
+from stepledger.log import EventLog
+
+STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)
+WORKFLOW_VERDICTS = (Verdict.CLEARED,)
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """One open escalation with everything a human needs to answer it."""
+
+    escalation_id: str
+    workflow_id: str
+    step_id: str | None
+    fleet_id: str
+    tool: str
+    reason: str
+    opened_at: datetime | None
+    status: str
+    """The step's (or workflow's) status as the log tells it now."""
+    idempotency_key: str = ""
+    arguments: Any = None
+    """The intent's arguments, secrets redacted as the tool declared."""
+    evidence: Any = None
+    probes: tuple[dict[str, Any], ...] = ()
+    """What recovery tried on the step and what the tool answered."""
+    anomalies: tuple[dict[str, Any], ...] = ()
+    """Late outcomes and other contradictions recorded for the step."""
+    options: tuple[Verdict, ...] = STEP_VERDICTS
+
+    def age(self, now: datetime) -> timedelta:
+        """How long the escalation has been open."""
+        return timedelta(0) if self.opened_at is None else now - self.opened_at
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready view."""
+        return {
+            "escalation_id": self.escalation_id,
+            "workflow_id": self.workflow_id,
+            "step_id": self.step_id,
+            "fleet_id": self.fleet_id,
+            "tool": self.tool,
+            "reason": self.reason,
+            "opened_at": None if self.opened_at is None else self.opened_at.isoformat(),
+            "status": self.status,
+            "idempotency_key": self.idempotency_key,
+            "arguments": self.arguments,
+            "evidence": self.evidence,
+            "probes": list(self.probes),
+            "anomalies": list(self.anomalies),
+            "options": [v.value for v in self.options],
+        }
+
+
+@dataclass
+class _StepNotes:
+    reason: str = ""
+    opened_at: datetime | None = None
+    evidence: Any = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+
+
+class EscalationQueue:
+    """Folds a log into workflow states plus the notes escalations show."""
+
+    def __init__(self) -> None:
+        self.workflows: dict[str, WorkflowState] = {}
+        self._notes: dict[tuple[str, str | None], _StepNotes] = {}
+
+    def apply(self, event: ev.Event) -> None:
+        """Fold one event in."""
+        state = self.workflows.get(event.workflow_id)
+        if state is None:
+            state = self.workflows[event.workflow_id] = WorkflowState(event.workflow_id)
+        if event.event_id in state.seen:
+            return
+        state.apply(event)
+        self._note(event)
+
+    def extend(self, events: Iterable[ev.Event]) -> EscalationQueue:
+        """Fold many events in and return the queue."""
+        for event in events:
+            self.apply(event)
+        return self
+
+    def _note(self, event: ev.Event) -> None:
+        notes = self._notes.setdefault((event.workflow_id, event.step_id), _StepNotes())
+        body = event.body
+        if isinstance(body, ev.StepIntended):
+            notes.probes.clear()
+        elif isinstance(body, ev.ResolutionAttempted):
+            notes.probes.append(
+                {
+                    "policy": body.policy.value,
+                    "attempt": body.attempt,
+                    "answer": _loads(body.answer_json),
+                    "error": body.error,
+                    "at": event.occurred_at.isoformat(),
+                }
+            )
+        elif isinstance(body, ev.StepAbandoned | ev.WorkflowDeadLettered):
+            notes.reason, notes.opened_at = body.reason, event.occurred_at
+            notes.evidence = _loads(getattr(body, "evidence_json", None))
+        elif isinstance(body, ev.AnomalyObserved):
+            notes.anomalies.append(
+                {"kind": body.kind, "detail": _loads(body.detail), "source": body.source.value}
+            )
+
+    def open(self) -> list[Escalation]:
+        """Every open escalation, oldest first."""
+        found = [e for wf in self.workflows.values() for e in self._of(wf)]
+        return sorted(found, key=lambda e: (e.opened_at is None, e.opened_at or 0, e.escalation_id))
+
+    def get(self, escalation_id: str) -> Escalation:
+        """The open escalation with that id; UnknownEscalationError if none is open."""
+        for escalation in self.open():
+            if escalation.escalation_id == escalation_id:
+                return escalation
+        raise UnknownEscalationError(f"no open escalation {escalation_id!r}")
+
+    def _of(self, wf: WorkflowState) -> list[Escalation]:
+        found = [self._step(wf, s) for s in wf.steps.values() if s.escalation_open]
+        if wf.status is RunStatus.DEAD_LETTERED and wf.escalation_id:
+            notes = self._notes.get((wf.workflow_id, None), _StepNotes())
+            found.append(
+                Escalation(
+                    wf.escalation_id,
+                    wf.workflow_id,
+                    None,
+                    wf.fleet_id,
+                    "",
+                    notes.reason,
+                    notes.opened_at,
+                    wf.status.value,
+                    evidence=notes.evidence,
+                    options=WORKFLOW_VERDICTS,
+                )
+            )
+        return found
+
+    def _step(self, wf: WorkflowState, step: StepState) -> Escalation:
+        notes = self._notes.get((wf.workflow_id, step.step_id), _StepNotes())
+        return Escalation(
+            escalation_id=step.escalation_id or "",
+            workflow_id=wf.workflow_id,
+            step_id=step.step_id,
+            fleet_id=wf.fleet_id,
+            tool=step.tool,
+            reason=notes.reason,
+            opened_at=notes.opened_at,
+            status=step.status.value,
+            idempotency_key=step.idempotency_key,
+            arguments=_loads(step.arguments_json),
+            evidence=notes.evidence,
+            probes=tuple(notes.probes),
+            anomalies=tuple(notes.anomalies),
+        )
+
+
+def read_queue(settings: Settings, codec: Codec, *, max_time: float = 300.0) -> EscalationQueue:
+    """Read the whole topic and fold it into the queue (undecodable records are skipped)."""
+    queue = EscalationQueue()
+    for record in read_topic(settings, codec, idle_timeout=0.3, max_time=max_time):
+        if record.event is not None:
+            queue.apply(record.event)
+    return queue
+
+
+def select(
+    escalations: Iterable[Escalation],
+    *,
+    now: datetime,
+    fleet: str | None = None,
+    tool: str | None = None,
+    older_than: timedelta | None = None,
+) -> list[Escalation]:
+    """Filter escalations by fleet, tool and minimum age."""
+    return [
+        e
+        for e in escalations
+        if (fleet is None or e.fleet_id == fleet)
+        and (tool is None or e.tool == tool)
+        and (older_than is None or e.age(now) >= older_than)
+    ]
+
+
+def answer(
+    log: EventLog,
+    factory: EventFactory,
+    escalation: Escalation,
+    verdict: Verdict,
+    *,
+    by: str,
+    note: str = "",
+    result: Any = None,
+) -> ev.Event:
+    """Append a human's answer to an escalation; the step (or workflow) is re-judged from it."""
+    if verdict not in escalation.options:
+        allowed = ", ".join(v.value for v in escalation.options)
+        raise LedgerStateError(
+            f"escalation {escalation.escalation_id} takes {allowed}, not {verdict.value}",
+            workflow_id=escalation.workflow_id,
+            step_id=escalation.step_id,
+        )
+    if result is not None and verdict is not Verdict.HAPPENED:
+        raise LedgerStateError("a result goes only with the verdict 'happened'")
+    body = ev.EscalationResolved(
+        escalation_id=escalation.escalation_id,
+        verdict=verdict,
+        result_json=None if result is None else json.dumps(result, sort_keys=True),
+        note=note,
+        by=by,
+    )
+    if escalation.fleet_id and escalation.fleet_id != factory.fleet_id:
+        factory = EventFactory(escalation.fleet_id, factory.producer_id, factory.clock)
+    event = factory.envelope(escalation.workflow_id, escalation.step_id, body)
+    log.append(event)
+    return event
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

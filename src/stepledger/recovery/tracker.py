@@ -1,0 +1,227 @@
+"""The daemon's memory: only the steps it may still have to act on, never all history.
+
+A step is tracked from its intent (read-only intents are skipped) while it is open (an
+intent or a compensation with no outcome), while it waits in the human queue, and for a
+retention window after recovery or a human decided it (so a late outcome from a slow agent
+can still be judged).  A step an agent settled itself is dropped at once.  Each tracked
+step holds its own events and the fold of them, so the log order decides, as for every
+other reader.  No I/O here: the daemon feeds events in and takes checkpoint batches out.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from stepledger.domain import events as ev
+from stepledger.domain.enums import EffectClass, Source
+from stepledger.domain.resolution import ACTIONABLE
+from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
+from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint
+
+StepKey = tuple[str, str]
+DueFn = Callable[[StepState], datetime | None]
+#: Anomaly kinds of an outcome that arrived after the step was decided.
+LATE_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
+
+
+@dataclass
+class Tracked:
+    """One tracked step: its partition, its events and the fold of them."""
+
+    partition: int
+    state: WorkflowState
+    events: list[ev.Event] = field(default_factory=list)
+    busy: bool = False
+    """A resolution of it is running on a worker."""
+    echo_offset: int = -1
+    """The last offset a resolution appended; it is not judged again before reading it."""
+    not_before: datetime | None = None
+    """Local back-off after a resolution that could not append its events."""
+
+    @property
+    def step(self) -> StepState:
+        """The step's state (the one step this state holds)."""
+        return next(iter(self.state.steps.values()))
+
+
+@dataclass(frozen=True)
+class LateOutcome:
+    """An outcome the fold refused because the step was already decided: to be judged."""
+
+    key: StepKey
+    event: ev.Event
+
+
+class Tracker:
+    """Tracked steps by (workflow, step), with a due-time heap and a checkpoint diff."""
+
+    def __init__(self, due: DueFn, *, retain: timedelta = timedelta(hours=24)) -> None:
+        self._due_of = due
+        self.retain = retain
+        self.steps: dict[StepKey, Tracked] = {}
+        self.positions: dict[int, int] = {}
+        self._heap: list[tuple[datetime, StepKey]] = []
+        self._dirty: set[StepKey] = set()
+        self._removed: set[tuple[int, str, str]] = set()
+        self._moved: set[int] = set()
+
+    # -- partitions --------------------------------------------------------------------
+
+    def load(self, partition: int, checkpoint: PartitionCheckpoint | None) -> int | None:
+        """Take over a partition from its checkpoint; return the offset to resume at."""
+        self.drop_partition(partition)
+        if checkpoint is None:
+            return None
+        for (wf, step_id), events in checkpoint.steps.items():
+            tracked = Tracked(partition, replay(wf, events), list(events))
+            if tracked.state.steps:
+                self.steps[(wf, step_id)] = tracked
+                self._schedule((wf, step_id), tracked)
+        self.positions[partition] = checkpoint.next_offset
+        return checkpoint.next_offset
+
+    def drop_partition(self, partition: int) -> None:
+        """Forget a partition (revoked): its steps are another daemon's now."""
+        for key in [k for k, t in self.steps.items() if t.partition == partition]:
+            del self.steps[key]
+            self._dirty.discard(key)
+        self._removed = {r for r in self._removed if r[0] != partition}
+        self.positions.pop(partition, None)
+        self._moved.discard(partition)
+
+    def partitions(self) -> set[int]:
+        """The partitions whose positions are known."""
+        return set(self.positions)
+
+    # -- events ------------------------------------------------------------------------
+
+    def apply(self, event: ev.Event, partition: int, offset: int) -> LateOutcome | None:
+        """Fold one consumed event in; return a late outcome if one needs judging."""
+        self.positions[partition] = offset + 1
+        self._moved.add(partition)
+        if event.step_id is None:
+            return None
+        key = (event.workflow_id, event.step_id)
+        tracked = self.steps.get(key)
+        if tracked is None:
+            body = event.body
+            if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
+                return None
+            tracked = Tracked(partition, WorkflowState(event.workflow_id))
+            self.steps[key] = tracked
+        if any(e.event_id == event.event_id for e in tracked.events):
+            return None
+        tracked.events.append(event)
+        anomaly = tracked.state.apply(event)
+        self._dirty.add(key)
+        self._schedule(key, tracked)
+        if anomaly is not None and anomaly.kind in LATE_KINDS:
+            return LateOutcome(key, event)
+        return None
+
+    def release(self, key: StepKey, *, echo_offset: int, not_before: datetime | None) -> None:
+        """A resolution ended: wait for its echo (or the back-off) before judging again."""
+        tracked = self.steps.get(key)
+        if tracked is None:
+            return
+        tracked.busy = False
+        tracked.echo_offset = max(tracked.echo_offset, echo_offset)
+        tracked.not_before = not_before
+        self._dirty.add(key)
+        self._schedule(key, tracked)
+
+    # -- what is due -------------------------------------------------------------------
+
+    def due(self, now: datetime, limit: int, partitions: set[int]) -> list[StepKey]:
+        """Up to ``limit`` due open steps of these partitions that nobody is resolving."""
+        found: list[StepKey] = []
+        taken: set[StepKey] = set()
+        later: list[tuple[datetime, StepKey]] = []
+        while self._heap and len(found) < limit and self._heap[0][0] <= now:
+            _, key = heapq.heappop(self._heap)
+            tracked = self.steps.get(key)
+            if tracked is None or tracked.busy or key in taken:
+                continue
+            when = self._when(tracked)
+            if when is None:
+                continue
+            if when > now or self._echo_pending(tracked) or tracked.partition not in partitions:
+                later.append((max(when, now + timedelta(milliseconds=50)), key))
+                continue
+            found.append(key)
+            taken.add(key)
+        for item in later:
+            heapq.heappush(self._heap, item)
+        return found
+
+    def ready(self, key: StepKey) -> Tracked | None:
+        """The tracked step if it may be worked on now (not busy, its echo read)."""
+        tracked = self.steps.get(key)
+        if tracked is None or tracked.busy or self._echo_pending(tracked):
+            return None
+        return tracked
+
+    def open_count(self) -> int:
+        """Steps with an intent or a compensation and no outcome."""
+        return sum(1 for t in self.steps.values() if t.step.status in ACTIONABLE)
+
+    def escalated_count(self) -> int:
+        """Tracked steps waiting for a human."""
+        return sum(1 for t in self.steps.values() if _escalated(t.step))
+
+    def __iter__(self) -> Iterator[tuple[StepKey, Tracked]]:
+        return iter(list(self.steps.items()))
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def take_batch(self, now: datetime, *, sweep: bool = False) -> CheckpointBatch:
+        """Drop what needs no tracking and return everything changed since the last batch.
+
+        Changed steps are checked every time; ``sweep`` also expires retained decisions.
+        """
+        for key in list(self.steps) if sweep else list(self._dirty):
+            tracked = self.steps.get(key)
+            if tracked is not None and not tracked.busy and not self._keep(tracked.step, now):
+                del self.steps[key]
+                self._dirty.discard(key)
+                self._removed.add((tracked.partition, *key))
+        batch = CheckpointBatch(positions={p: self.positions[p] for p in self._moved})
+        for key in self._dirty:
+            tracked = self.steps.get(key)
+            if tracked is not None:
+                batch.upserts[(tracked.partition, *key)] = list(tracked.events)
+        batch.deletes = set(self._removed)
+        self._dirty.clear()
+        self._removed.clear()
+        self._moved.clear()
+        return batch
+
+    def _keep(self, step: StepState, now: datetime) -> bool:
+        if step.status in ACTIONABLE or _escalated(step):
+            return True
+        by = step.resolved_by
+        if by is None or by is Source.AGENT or step.resolved_at is None:
+            return False
+        # Decided by recovery or a human: a slow agent's outcome may still come.
+        return now < step.resolved_at + self.retain
+
+    def _when(self, tracked: Tracked) -> datetime | None:
+        due = self._due_of(tracked.step)
+        if due is not None and tracked.not_before is not None:
+            due = max(due, tracked.not_before)
+        return due
+
+    def _schedule(self, key: StepKey, tracked: Tracked) -> None:
+        when = self._when(tracked)
+        if when is not None:
+            heapq.heappush(self._heap, (when, key))
+
+    def _echo_pending(self, tracked: Tracked) -> bool:
+        return self.positions.get(tracked.partition, 0) <= tracked.echo_offset
+
+
+def _escalated(step: StepState) -> bool:
+    return step.status is StepStatus.ABANDONED or step.escalation_open

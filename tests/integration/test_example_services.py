@@ -176,7 +176,8 @@ def test_fault_can_be_requested_by_query_parameter(payments_service: RunningServ
     payload = {"idempotency_key": "q-1", "amount": 1, "currency": "EUR", "customer": "c"}
     request = urllib.request.Request(
         payments_service.url + "/charges?fault=fail-after",
-        data=json.dumps(payload).encode(), method="POST",
+        data=json.dumps(payload).encode(),
+        method="POST",
     )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)

@@ -1,0 +1,1 @@
+"""``stepledger chaos``: a crash-window fault-injection harness and its invariant checks."""

@@ -1,0 +1,128 @@
+"""The crash plan: which process dies where, drawn from a seed so a failure can be replayed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class CrashPoint(StrEnum):
+    """A labelled place where the harness kills a process."""
+
+    NONE = "none"
+    BEFORE_INTENT = "agent:before_intent"
+    AFTER_INTENT = "agent:after_intent"
+    AFTER_CALL = "agent:after_call"
+    AFTER_OUTCOME = "agent:after_outcome"
+    CRASH_LOOP = "agent:crash_loop"
+    PROJECTOR_MID_BATCH = "projector:mid_batch"
+    RECOVERY_MID_RESOLUTION = "recovery:mid_resolution"
+    CONSUMER_STOP = "consumer:sigstop_sigcont"
+    BROKER_RESTART = "broker:graceful_restart"
+
+
+#: Where an agent can die; the agent's own kill-point labels, per step.
+AGENT_POINTS = (
+    CrashPoint.BEFORE_INTENT,
+    CrashPoint.AFTER_INTENT,
+    CrashPoint.AFTER_CALL,
+    CrashPoint.AFTER_OUTCOME,
+)
+INFRA_POINTS = (
+    CrashPoint.PROJECTOR_MID_BATCH,
+    CrashPoint.RECOVERY_MID_RESOLUTION,
+    CrashPoint.CONSUMER_STOP,
+    CrashPoint.BROKER_RESTART,
+)
+
+
+@dataclass(frozen=True)
+class AgentKill:
+    """Kill the agent at ``point`` of step ``step`` (0-based) on one attempt."""
+
+    point: CrashPoint
+    step: int
+
+
+@dataclass(frozen=True)
+class WorkflowPlan:
+    """One workflow: its id and the kill (or none) for each successive attempt."""
+
+    workflow_id: str
+    kills: tuple[AgentKill | None, ...]
+
+    @property
+    def label(self) -> CrashPoint:
+        """The crash point this workflow exercises (its first attempt's)."""
+        first = self.kills[0] if self.kills else None
+        if len(self.kills) > 1 and all(k is not None for k in self.kills):
+            return CrashPoint.CRASH_LOOP
+        return CrashPoint.NONE if first is None else first.point
+
+
+@dataclass(frozen=True)
+class InfraFault:
+    """A fault on a shared process, at a fraction of the run's workflows."""
+
+    point: CrashPoint
+    after_workflows: int
+
+
+@dataclass(frozen=True)
+class ChaosPlan:
+    """Everything the run will do, derived only from (workflows, seed, options)."""
+
+    seed: int
+    workflows: tuple[WorkflowPlan, ...]
+    infra: tuple[InfraFault, ...] = field(default=())
+
+
+def make_plan(
+    workflows: int,
+    seed: int,
+    *,
+    steps: int,
+    max_attempts: int,
+    broker_restarts: bool,
+    crash_loop_share: float = 0.05,
+    clean_share: float = 0.15,
+) -> ChaosPlan:
+    """Draw a plan: most workflows die once at some agent crash point, a few crash-loop."""
+    rng = random.Random(seed)
+    plans = [
+        _workflow(rng, f"chaos-{seed}-{i:04d}", steps, max_attempts, crash_loop_share, clean_share)
+        for i in range(workflows)
+    ]
+    infra_points = [
+        p for p in INFRA_POINTS if broker_restarts or p is not CrashPoint.BROKER_RESTART
+    ]
+    faults = []
+    for point in infra_points:
+        for _ in range(2 if workflows >= 20 else 1):
+            faults.append(InfraFault(point, rng.randrange(1, max(2, workflows))))
+    faults.sort(key=lambda f: f.after_workflows)
+    return ChaosPlan(seed, tuple(plans), tuple(faults))
+
+
+def _workflow(
+    rng: random.Random,
+    workflow_id: str,
+    steps: int,
+    max_attempts: int,
+    crash_loop_share: float,
+    clean_share: float,
+) -> WorkflowPlan:
+    roll = rng.random()
+    if roll < crash_loop_share:
+        # Killed on every attempt, one past the limit: it must end dead-lettered.
+        kills = tuple(
+            AgentKill(rng.choice(AGENT_POINTS), rng.randrange(steps))
+            for _ in range(max_attempts + 1)
+        )
+        return WorkflowPlan(workflow_id, kills)
+    if roll < crash_loop_share + clean_share:
+        return WorkflowPlan(workflow_id, (None,))
+    return WorkflowPlan(
+        workflow_id, (AgentKill(rng.choice(AGENT_POINTS), rng.randrange(steps)), None)
+    )

@@ -1,0 +1,214 @@
+"""The invariants a chaos run is judged by: pure checks over the log and the services' effects."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stepledger.domain.events import Event, StepIntended
+from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
+
+#: The service effect kind each example tool's call produces, and its compensation's.
+EFFECT_KIND = {"payments.charge": "charge", "bookings.book": "booking"}
+COMPENSATION_KIND = {"bookings.book": "cancel"}
+UNKEYED_TOOLS = {"email.send"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant, with the workflow it concerns."""
+
+    invariant: str
+    workflow_id: str | None
+    detail: str
+
+
+@dataclass
+class Evidence:
+    """What a run left behind, gathered after everything quiesced."""
+
+    events: list[Event]
+    acked_event_ids: set[str] = field(default_factory=set)
+    effects: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    emails_by_workflow: Mapping[str, int] = field(default_factory=dict)
+    projection_diff: list[str] = field(default_factory=list)
+    undecodable: int = 0
+
+
+def workflows_of(events: Iterable[Event]) -> dict[str, WorkflowState]:
+    """Fold the log into one state per workflow (log order within each workflow)."""
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        grouped[event.workflow_id].append(event)
+    return {wf: replay(wf, evs) for wf, evs in grouped.items()}
+
+
+def check_all(evidence: Evidence) -> list[Violation]:
+    """Every violation of every invariant."""
+    workflows = workflows_of(evidence.events)
+    keys_by_step = _keys_by_step(evidence.events)
+    violations = list(lost_acknowledged(evidence))
+    for wf in workflows.values():
+        violations += unresolved(wf)
+        violations += resumption_limit(wf)
+        for step in wf.steps.values():
+            keys = keys_by_step.get((wf.workflow_id, step.step_id), [])
+            violations += keyed_effects(wf.workflow_id, step, keys, evidence.effects)
+            violations += compensation_effects(wf.workflow_id, step, keys, evidence.effects)
+        violations += unkeyed_effects(wf, evidence.emails_by_workflow)
+    violations += [
+        Violation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
+    ]
+    if evidence.undecodable:
+        violations.append(
+            Violation("log_decodes", None, f"{evidence.undecodable} undecodable records")
+        )
+    return violations
+
+
+def lost_acknowledged(evidence: Evidence) -> list[Violation]:
+    """An event an agent saw acknowledged must be in the log."""
+    present = {e.event_id for e in evidence.events}
+    return [
+        Violation("no_acknowledged_event_lost", None, f"acknowledged event {eid} not in the log")
+        for eid in sorted(evidence.acked_event_ids - present)
+    ]
+
+
+def unresolved(wf: WorkflowState) -> list[Violation]:
+    """Every intent ends resolved or escalated; no compensation is left running."""
+    return [
+        Violation(
+            "every_intent_resolved_or_escalated",
+            wf.workflow_id,
+            f"step {s.step_id} ({s.tool}) is still {s.status.value}",
+        )
+        for s in wf.steps.values()
+        if s.status in (StepStatus.INTENDED, StepStatus.COMPENSATING)
+    ]
+
+
+def resumption_limit(wf: WorkflowState) -> list[Violation]:
+    """No workflow runs past its limit: past it, it is dead-lettered and stays so."""
+    found = []
+    if wf.attempt > wf.max_attempts and wf.status is not RunStatus.DEAD_LETTERED:
+        detail = f"attempt {wf.attempt} of {wf.max_attempts} without a dead letter"
+        found.append(Violation("resumption_bounded", wf.workflow_id, detail))
+    found += [
+        Violation("resumption_bounded", wf.workflow_id, a.detail)
+        for a in wf.anomalies
+        if a.kind == "run_while_dead_lettered"
+    ]
+    return found
+
+
+def keyed_effects(
+    workflow_id: str, step: StepState, keys: list[str], effects: Mapping[str, Mapping[str, int]]
+) -> list[Violation]:
+    """A keyed tool's effect happens at most once per key, and exactly as the ledger says."""
+    kind = EFFECT_KIND.get(step.tool)
+    if kind is None:
+        return []
+    counts = effects.get(kind, {})
+    found = []
+    for key in keys:
+        n = counts.get(key, 0)
+        if n > 1:
+            found.append(
+                _v("keyed_effect_exactly_once", workflow_id, step, f"{n} {kind}s for {key}")
+            )
+        elif key != step.idempotency_key and n:
+            found.append(
+                _v(
+                    "keyed_effect_exactly_once",
+                    workflow_id,
+                    step,
+                    f"earlier attempt's key {key} has an effect the ledger judged away",
+                )
+            )
+    latest = counts.get(step.idempotency_key, 0)
+    expected = {StepStatus.SUCCEEDED: 1, StepStatus.NOT_HAPPENED: 0, StepStatus.FAILED: 0}
+    want = expected.get(step.status)
+    if want is not None and latest != want:
+        found.append(
+            _v(
+                "keyed_effect_exactly_once",
+                workflow_id,
+                step,
+                f"ledger says {step.status.value}, service has {latest} {kind}(s)",
+            )
+        )
+    return found
+
+
+def compensation_effects(
+    workflow_id: str, step: StepState, keys: list[str], effects: Mapping[str, Mapping[str, int]]
+) -> list[Violation]:
+    """A compensation takes effect at most once, and only where there was something to undo."""
+    kind = COMPENSATION_KIND.get(step.tool)
+    if kind is None:
+        return []
+    done, undone = effects.get(EFFECT_KIND[step.tool], {}), effects.get(kind, {})
+    found = []
+    for key in keys:
+        if undone.get(key, 0) > 1:
+            found.append(
+                _v("compensation_at_most_once", workflow_id, step, f"{undone[key]} {kind}s")
+            )
+    if step.status is StepStatus.COMPENSATED:
+        key = step.idempotency_key
+        if undone.get(key, 0) != done.get(key, 0):
+            found.append(
+                _v(
+                    "compensation_at_most_once",
+                    workflow_id,
+                    step,
+                    f"compensated: {done.get(key, 0)} effect(s) but {undone.get(key, 0)} undone",
+                )
+            )
+    return found
+
+
+def unkeyed_effects(wf: WorkflowState, emails: Mapping[str, int]) -> list[Violation]:
+    """An unkeyed irreversible effect is never repeated: at most one per workflow."""
+    sent = emails.get(wf.workflow_id, 0)
+    steps = [s for s in wf.steps.values() if s.tool in UNKEYED_TOOLS]
+    found = []
+    if sent > 1:
+        found.append(Violation("unkeyed_effect_at_most_once", wf.workflow_id, f"{sent} emails"))
+    for step in steps:
+        if step.status is StepStatus.SUCCEEDED and sent != 1:
+            found.append(
+                _v(
+                    "unkeyed_effect_at_most_once",
+                    wf.workflow_id,
+                    step,
+                    f"ledger says sent, service has {sent}",
+                )
+            )
+        if step.status is StepStatus.NOT_HAPPENED and sent:
+            found.append(
+                _v(
+                    "unkeyed_effect_at_most_once",
+                    wf.workflow_id,
+                    step,
+                    "ledger says not sent, service sent it",
+                )
+            )
+    return found
+
+
+def _keys_by_step(events: Iterable[Event]) -> dict[tuple[str, str], list[str]]:
+    keys: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for event in events:
+        body = event.body
+        if isinstance(body, StepIntended) and event.step_id is not None:
+            seen = keys[(event.workflow_id, event.step_id)]
+            if body.idempotency_key not in seen:
+                seen.append(body.idempotency_key)
+    return keys
+
+
+def _v(invariant: str, workflow_id: str, step: StepState, detail: str) -> Violation:
+    return Violation(invariant, workflow_id, f"step {step.step_id} ({step.tool}): {detail}")

@@ -45,6 +45,8 @@ class Settings(BaseModel):
     """How long a durable append waits for the broker's acknowledgement before failing."""
     kafka: dict[str, str] = Field(default_factory=dict)
     """Extra librdkafka settings (SASL, TLS, ...), passed through untouched."""
+    ack_journal: str | None = None
+    """A file to which the id of every acknowledged event is appended (for verification)."""
 
     @field_validator("bootstrap")
     @classmethod

@@ -85,3 +85,14 @@ def test_concurrent_agents_wait_only_for_their_own_record(settings: Settings) ->
         for t in threads:
             t.join(20)
     assert 0 in done
+
+
+def test_ack_journal_lists_exactly_the_acknowledged_events(
+    make_settings: Any, tmp_path: Any
+) -> None:
+    journal = tmp_path / "acks.txt"
+    settings = make_settings(ack_journal=str(journal))
+    with Ledger(settings) as ledger:
+        ledger.start("wf-j").step("charge", PAY, {"amount": 1}, fn=lambda a, k: 1)
+    logged = [e.event_id for e in events_of(settings)]
+    assert journal.read_text().split() == logged and len(logged) == 3

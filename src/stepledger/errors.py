@@ -14,6 +14,7 @@
     │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
     │   ├── SagaViolationError           an irreversible step while reversible ones are unresolved
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
+    │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
     │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
@@ -104,14 +105,26 @@ class ApprovalPendingError(LedgerStateError):
     retryable = True
 
 
+class ApprovalDeniedError(LedgerStateError):
+    """A human denied a pivot step: it will not run."""
+
+
 class StepInDoubtError(LedgerStateError):
     """A step has an intent but no outcome and must be resolved before going on."""
 
     retryable = True
 
+    def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.escalation_id = escalation_id
+
 
 class WorkflowDeadLetteredError(LedgerStateError):
     """The workflow passed its resumption limit and waits for a human."""
+
+    def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.escalation_id = escalation_id
 
 
 class ToolCallError(StepLedgerError):

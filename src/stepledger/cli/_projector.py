@@ -1,9 +1,331 @@
-"""CLI commands of the projector (filled in by the projector work)."""
+"""CLI commands of the projector: project, query, status, rebuild, dlq list / dlq replay."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from stepledger.cli._common import with_settings
+from stepledger.config import Settings
+from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
+from stepledger.projector.dlq import (
+    parse_position,
+    read_dead_letters,
+    replay_letters,
+    select_letters,
+)
+from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, DEFAULT_GROUP
+from stepledger.projector.metrics import ProjectorMetrics
+from stepledger.projector.query import (
+    QueryResult,
+    plain,
+    run_query,
+    to_csv,
+    to_json,
+    workflow_status,
+)
+from stepledger.projector.rebuild import rebuild
+from stepledger.projector.snapshot import readable_source
+
+_DB = click.option(
+    "--db",
+    "db_path",
+    envvar="STEPLEDGER_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The projection's DuckDB file (readers use its published snapshot).",
+)
+_EXTRA_TOPICS = click.option(
+    "--extra-topic",
+    "extra_topics",
+    multiple=True,
+    metavar="TOPIC",
+    help="Also project this topic (repeatable).",
+)
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
+    for command in (project, query, status, rebuild_command, dlq):
+        group.add_command(command)
+
+
+@click.command()
+@with_settings
+@_DB
+@_EXTRA_TOPICS
+@click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group id.")
+@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--batch-timeout",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0.001),
+    help="Seconds a batch waits to fill.",
+)
+@click.option(
+    "--snapshot-interval",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="Seconds between read-only snapshots for analysts (0: only at start and stop).",
+)
+@click.option(
+    "--cache-workflows", default=DEFAULT_CACHE_WORKFLOWS, show_default=True, type=click.IntRange(1)
+)
+@click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus metrics.")
+@click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr.")
+@click.option("--log-level", default="INFO", show_default=True)
+def project(settings: Settings, **opts: Any) -> None:
+    """Project the step log into DuckDB until SIGTERM/SIGINT."""
+
+    configure_logging(json_logs=opts["json_logs"], level=opts["log_level"])
+    options = ProjectorOptions(
+        db_path=opts["db_path"],
+        topics=(settings.topic, *opts["extra_topics"]),
+        group=opts["group"],
+        batch_size=opts["batch_size"],
+        batch_timeout_s=opts["batch_timeout"],
+        snapshot_interval_s=opts["snapshot_interval"],
+        cache_workflows=opts["cache_workflows"],
+    )
+    metrics = ProjectorMetrics()
+    serve_metrics(metrics.registry, opts["metrics_port"])
+    run_projector(settings, options, shutdown=Shutdown().install(), metrics=metrics)
+
+
+@click.command()
+@click.argument("sql", required=False)
+@click.option("--file", "sql_file", type=click.File("r"), help="Read the SQL from a file.")
+@_DB
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+def query(sql: str | None, sql_file: Any, db_path: Path, output: str) -> None:
+    """Run read-only SQL on the freshest snapshot of the projection."""
+
+    if (sql is None) == (sql_file is None):
+        raise click.UsageError("give the SQL as an argument or with --file (not both)")
+    text = sql if sql is not None else sql_file.read()
+    for result in run_query(readable_source(db_path), text):
+        _print_result(result, output)
+
+
+def _print_result(result: QueryResult, output: str) -> None:
+
+    if output == "csv":
+        click.echo(to_csv(result), nl=False)
+    elif output == "json":
+        click.echo(to_json(result))
+    else:
+        _print_table(result.columns, [[_cell(v) for v in row] for row in result.rows])
+
+
+def _cell(value: Any) -> str:
+
+    shown = plain(value)
+    return "" if shown is None else str(shown)
+
+
+def _print_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
+
+    table = Table(*columns, title=title, show_lines=False)
+    for row in rows:
+        table.add_row(*row)
+    Console(width=200).print(table)
+
+
+@click.command()
+@click.argument("workflow_id")
+@_DB
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
+    """Show a workflow's steps in order with status, tool, attempts and result."""
+
+    found = workflow_status(readable_source(db_path), workflow_id)
+    if as_json:
+        click.echo(json.dumps({"workflow": found.workflow, "steps": found.steps}))
+        return
+    wf = found.workflow
+    click.echo(
+        f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
+        f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
+        f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  last activity {wf['last_at']}"
+    )
+    rows = [
+        [
+            str(s["sequence"]),
+            s["step_id"],
+            s["status"] + (" (in doubt)" if s["in_doubt"] else ""),
+            s["tool"],
+            str(s["attempt"]),
+            s["resolved_by"] or "",
+            _summary(s),
+        ]
+        for s in found.steps
+    ]
+    _print_table(["#", "step", "status", "tool", "attempts", "resolved by", "result"], rows)
+
+
+def _summary(step: dict[str, Any], width: int = 60) -> str:
+    text = step["error"] or step["result_json"] or ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@click.command("rebuild")
+@with_settings
+@_DB
+@_EXTRA_TOPICS
+@click.option("--force", is_flag=True, help="Replace the file if it exists.")
+@click.option(
+    "--republish-dead-letters",
+    is_flag=True,
+    help="Dead-letter bad records again (the running projector already did).",
+)
+@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def rebuild_command(settings: Settings, **opts: Any) -> None:
+    """Rebuild a fresh projection file from offset 0, with a progress bar."""
+
+    with _ProgressBar(enabled=not opts["no_progress"]) as hook:
+        report = rebuild(
+            settings,
+            opts["db_path"],
+            topics=(settings.topic, *opts["extra_topics"]),
+            force=opts["force"],
+            republish_dead_letters=opts["republish_dead_letters"],
+            batch_size=opts["batch_size"],
+            progress=hook,
+        )
+    click.echo(
+        f"rebuilt {opts['db_path']}: {report.records} records, {report.projected} events, "
+        f"{report.duplicates} duplicates, {report.dead_letters} refused, "
+        f"{report.rate:,.0f} records/s"
+    )
+
+
+class _ProgressBar:
+    """A rich progress bar (events/s and ETA) as a context manager yielding the hook."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self._bar = (
+            Progress(
+                TextColumn("rebuilding"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]:>9,.0f} events/s"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+            )
+            if enabled
+            else None
+        )
+        self._task: Any = None
+
+    def __enter__(self) -> Any:
+        if self._bar is None:
+            return None
+        self._bar.start()
+        self._task = self._bar.add_task("rebuild", total=None, rate=0.0)
+        return self._update
+
+    def _update(self, done: int, total: int) -> None:
+        assert self._bar is not None
+        task = self._bar.tasks[0]
+        elapsed = task.elapsed or 0.0
+        rate = done / elapsed if elapsed > 0 else 0.0
+        self._bar.update(self._task, completed=done, total=total, rate=rate)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect and replay the dead-letter topic."""
+
+
+@dlq.command("list")
+@with_settings
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@click.option("--limit", type=click.IntRange(1), help="Show at most this many (newest last).")
+def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
+    """List dead letters with where they came from, the stage and the error."""
+
+    letters = read_dead_letters(settings)
+    shown = letters[-limit:] if limit else letters
+    if as_json:
+        for letter in shown:
+            click.echo(json.dumps(letter.summary()))
+        return
+    columns = ["dlq", "from", "stage", "error", "key", "bytes"]
+    rows = []
+    for letter in shown:
+        s = letter.summary()
+        rows.append(
+            [
+                f"{s['dlq_partition']}:{s['dlq_offset']}",
+                f"{s['topic']}[{s['partition']}]@{s['offset']}",
+                str(s["stage"]),
+                str(s["error"])[:80],
+                str(s["key"])[:40],
+                str(s["value_bytes"]),
+            ]
+        )
+    _print_table(columns, rows, title=f"{len(letters)} dead letters in {settings.dlq_topic}")
+
+
+@dlq.command("replay")
+@with_settings
+@click.option(
+    "--offset",
+    "positions",
+    multiple=True,
+    metavar="PARTITION:OFFSET",
+    help="A dead letter's own position (as `dlq list` shows it); repeatable.",
+)
+@click.option("--stage", help="Only letters refused at this stage (decode, schema, validate).")
+@click.option("--all", "everything", is_flag=True, help="Every dead letter.")
+@click.option("--to", "to_topic", help="Append to this topic instead of the original one.")
+def dlq_replay(
+    settings: Settings,
+    positions: tuple[str, ...],
+    stage: str | None,
+    everything: bool,
+    to_topic: str | None,
+) -> None:
+    """Re-append dead letters (original key, value, headers) after a fix."""
+
+    wanted = [parse_position(p) for p in positions]
+    letters = select_letters(
+        read_dead_letters(settings), positions=wanted, stage=stage, everything=everything
+    )
+    if not letters:
+        raise click.ClickException("no dead letters match")
+    landed = replay_letters(settings, letters, to_topic=to_topic)
+    for letter, position in zip(letters, landed, strict=True):
+        click.echo(
+            f"replayed {letter.position.partition}:{letter.position.offset} -> "
+            f"{position.topic}[{position.partition}]@{position.offset}"
+        )

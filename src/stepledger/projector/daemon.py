@@ -1,0 +1,207 @@
+"""``stepledger project``: the long-running consumer that keeps the DuckDB projection current.
+
+A consumer group member whose assignment callback seeks every partition to the offset
+stored in DuckDB (new partitions start at the beginning); committing offsets to Kafka is
+only an optimisation for lag tooling.  Between batches it publishes a read-only snapshot
+for analysts.  SIGTERM/SIGINT finish the open batch, commit, close and return.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from stepledger.config import Settings
+from stepledger.errors import BrokerError
+from stepledger.kafka import FAST_CONSUMER, ensure_topics, topic_partitions
+from stepledger.log import codec_for
+from stepledger.ops import Shutdown
+from stepledger.projector.engine import (
+    DEFAULT_CACHE_WORKFLOWS,
+    DEFAULT_GROUP,
+    BatchReport,
+    KafkaDeadLetters,
+    Projector,
+)
+from stepledger.projector.metrics import ProjectorMetrics
+from stepledger.projector.snapshot import publish_snapshot
+from stepledger.projector.store import ProjectionStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DB = "stepledger.duckdb"
+
+
+@dataclass(frozen=True)
+class ProjectorOptions:
+    """How the projector daemon runs."""
+
+    db_path: Path = Path(DEFAULT_DB)
+    """The DuckDB file it owns (one writer per file)."""
+    topics: tuple[str, ...] = ()
+    """Topics to project; empty means the settings' step-log topic."""
+    group: str = DEFAULT_GROUP
+    """Consumer group id; give each projection file its own."""
+    batch_size: int = 10_000
+    """Most records per batch (one DuckDB transaction)."""
+    batch_timeout_s: float = 0.1
+    """How long a batch waits to fill before it is projected anyway."""
+    snapshot_interval_s: float = 2.0
+    """Publish a snapshot at most this often (0 disables); readers are at most ~this stale."""
+    cache_workflows: int = DEFAULT_CACHE_WORKFLOWS
+    """Workflow fold states kept in memory; others are rebuilt from stored events."""
+    commit_to_kafka: bool = True
+    """Also commit offsets to the group (for lag tools); DuckDB's offsets stay the truth."""
+    lag_interval_s: float = 1.0
+    """How often the consumer-lag gauge is refreshed."""
+
+
+BatchHook = Callable[[BatchReport], None]
+
+
+@dataclass
+class _Loop:
+    consumer: Consumer
+    projector: Projector
+    options: ProjectorOptions
+    metrics: ProjectorMetrics
+    on_batch: BatchHook | None
+    last_snapshot: float = 0.0
+    dirty: bool = True
+    last_lag: float = 0.0
+    assigned: list[KafkaPartition] = field(default_factory=list)
+
+
+def run_projector(
+    settings: Settings,
+    options: ProjectorOptions,
+    *,
+    shutdown: Shutdown,
+    metrics: ProjectorMetrics | None = None,
+    on_batch: BatchHook | None = None,
+) -> None:
+    """Project the topics into the DuckDB file until a shutdown is requested."""
+    topics = list(options.topics or (settings.topic,))
+    for topic in topics:
+        topic_partitions(settings, topic)
+    ensure_topics(settings, [settings.dlq_topic])
+    metrics = metrics or ProjectorMetrics()
+    dead_letters = KafkaDeadLetters(settings)
+    store = ProjectionStore(options.db_path)
+    try:
+        projector = Projector(
+            store,
+            codec_for(settings),
+            dead_letters,
+            group=options.group,
+            cache_workflows=options.cache_workflows,
+        )
+        consumer = Consumer(settings.client_config(**_consumer_config(options)))
+        loop = _Loop(consumer, projector, options, metrics, on_batch)
+        _publish(loop)
+        consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
+        log.info("projecting %s into %s as group %s", topics, options.db_path, options.group)
+        try:
+            while not shutdown.requested:
+                _step(loop)
+        finally:
+            consumer.close()
+        _publish(loop)
+        log.info("projector stopped cleanly")
+    finally:
+        store.close()
+        dead_letters.close()
+
+
+def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
+    return {**FAST_CONSUMER, "group.id": options.group, "enable.auto.offset.store": False}
+
+
+def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+    stored = loop.projector.reload_offsets()
+    for tp in partitions:
+        tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
+    loop.consumer.assign(partitions)
+    loop.assigned = list(partitions)
+    log.info(
+        "assigned %s",
+        ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
+        extra={"partitions": len(partitions)},
+    )
+
+
+def _step(loop: _Loop) -> None:
+    messages = loop.consumer.consume(loop.options.batch_size, loop.options.batch_timeout_s)
+    records = [m for m in messages if _usable(m)]
+    if records:
+        began = time.perf_counter()
+        report = loop.projector.process(records)
+        elapsed = time.perf_counter() - began
+        loop.metrics.record(report, elapsed)
+        loop.dirty = True
+        log.debug(
+            "batch: %d received, %d projected in %.3fs",
+            report.received,
+            report.projected,
+            elapsed,
+            extra={"received": report.received, "projected": report.projected},
+        )
+        if loop.options.commit_to_kafka:
+            _commit_to_kafka(loop, report)
+        if loop.on_batch is not None:
+            loop.on_batch(report)
+    now = time.monotonic()
+    interval = loop.options.snapshot_interval_s
+    if interval > 0 and loop.dirty and now - loop.last_snapshot >= interval:
+        _publish(loop)
+    if now - loop.last_lag >= loop.options.lag_interval_s:
+        _refresh_lag(loop)
+        loop.last_lag = now
+
+
+def _usable(msg: Message) -> bool:
+    err = msg.error()
+    if err is None:
+        return True
+    if err.code() == KafkaError._PARTITION_EOF:
+        return False
+    if err.fatal():
+        raise BrokerError(f"consumer failed: {err.str()}", retryable=False)
+    log.warning("consumer error (retried by the client): %s", err.str())
+    return False
+
+
+def _commit_to_kafka(loop: _Loop, report: BatchReport) -> None:
+    offsets = [KafkaPartition(t, p, o) for (t, p), o in loop.projector.next_offsets.items()]
+    try:
+        loop.consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:
+        # Only an optimisation: the offsets that count are in DuckDB.
+        log.debug("kafka offset commit failed: %s", exc)
+
+
+def _publish(loop: _Loop) -> None:
+    publish_snapshot(loop.projector.store.con, loop.options.db_path)
+    loop.last_snapshot = time.monotonic()
+    loop.dirty = False
+    loop.metrics.snapshot_time.set_to_current_time()
+
+
+def _refresh_lag(loop: _Loop) -> None:
+    committed = loop.projector.next_offsets
+    for tp in loop.assigned:
+        try:
+            _, high = loop.consumer.get_watermark_offsets(tp, cached=True)
+        except KafkaException:
+            continue
+        if high < 0:
+            continue
+        lag = max(0, high - committed.get((tp.topic, tp.partition), 0))
+        loop.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)

@@ -1,0 +1,221 @@
+"""The projector's core: consumed records in, dead letters out, one DuckDB transaction per batch.
+
+Shared by the daemon (consumer group) and ``rebuild`` (assigned partitions from offset 0),
+so both build the tables the same way.  Order per batch: skip records below the stored
+offset, decode (bad input becomes a dead letter), fold, publish the dead letters and wait
+for their acknowledgements, then commit rows and offsets together.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import Message
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.deadletter import DeadLetter, publish_dead_letter
+from stepledger.domain.events import Event
+from stepledger.errors import (
+    CodecError,
+    EventValidationError,
+    StepLedgerError,
+    UnknownSchemaError,
+    ViewStoreError,
+)
+from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
+from stepledger.projector.store import Offsets, ProjectionStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "stepledger-projector"
+DEFAULT_CACHE_WORKFLOWS = 20_000
+
+
+class DeadLetterSink(Protocol):
+    """Where refused records go; ``publish`` returns only when every letter is durable."""
+
+    def publish(self, letters: Sequence[DeadLetter]) -> None:
+        """Publish the letters and wait until each one is acknowledged."""
+        ...
+
+
+class KafkaDeadLetters:
+    """Dead letters on the settings' dead-letter topic, each acknowledged before returning."""
+
+    def __init__(self, settings: Settings, producer: DurableProducer | None = None) -> None:
+        self._settings = settings
+        self._producer = producer or DurableProducer(settings)
+
+    def publish(self, letters: Sequence[DeadLetter]) -> None:
+        """Send every letter, then wait for each one's own acknowledgement."""
+        if len(letters) == 1:
+            publish_dead_letter(self._producer, self._settings, letters[0])
+            return
+        futures = [
+            self._producer.send(
+                self._settings.dlq_topic, x.key or b"", x.value or b"", x.all_headers()
+            )
+            for x in letters
+        ]
+        for future in futures:
+            self._producer.wait(future)
+
+    def close(self) -> None:
+        """Flush and close the producer."""
+        self._producer.close()
+
+
+@dataclass
+class MemoryDeadLetters:
+    """Dead letters kept in a list (for tests, and for a rebuild that must not re-publish)."""
+
+    letters: list[DeadLetter] = field(default_factory=list)
+
+    def publish(self, letters: Sequence[DeadLetter]) -> None:
+        """Keep the letters."""
+        self.letters.extend(letters)
+
+
+@dataclass
+class BatchReport:
+    """What one batch did."""
+
+    received: int = 0
+    projected: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    anomalies: int = 0
+
+
+def stage_of(error: StepLedgerError) -> str:
+    """The dead-letter stage naming why a value was refused."""
+    if isinstance(error, UnknownSchemaError):
+        return "schema"
+    if isinstance(error, EventValidationError):
+        return "validate"
+    return "decode"
+
+
+class Projector:
+    """Projects batches of raw records into the store, exactly once per record."""
+
+    def __init__(
+        self,
+        store: ProjectionStore,
+        codec: Codec,
+        dead_letters: DeadLetterSink,
+        *,
+        group: str = DEFAULT_GROUP,
+        cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
+    ) -> None:
+        self.store = store
+        self.codec = codec
+        self.dead_letters = dead_letters
+        self.group = group
+        self.cache = WorkflowCache(cache_workflows)
+        self.next_offsets: Offsets = store.offsets()
+
+    def reload_offsets(self) -> Offsets:
+        """Re-read the committed offsets (on partition assignment)."""
+        self.next_offsets = self.store.offsets()
+        return dict(self.next_offsets)
+
+    def process(self, records: Sequence[Message]) -> BatchReport:
+        """Project one batch: dead letters acknowledged first, then rows and offsets committed."""
+        report = BatchReport(received=len(records))
+        reached: Offsets = {}
+        decoded: list[tuple[Event, Message]] = []
+        letters: list[DeadLetter] = []
+        for record in records:
+            where = (str(record.topic()), int(record.partition() or 0))
+            offset = int(record.offset() or 0)
+            if offset < self.next_offsets.get(where, 0) or offset < reached.get(where, 0):
+                report.skipped += 1
+                continue
+            reached[where] = offset + 1
+            try:
+                decoded.append((self.codec.decode(record.value()), record))
+            except StepLedgerError as exc:
+                letters.append(self._letter(record, exc))
+        fold = self._fold(decoded)
+        if letters:
+            self.dead_letters.publish(letters)
+            for letter in letters:
+                report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
+        if reached:
+            self._commit(fold, reached)
+        report.projected, report.duplicates = fold.projected, fold.duplicates
+        report.anomalies = len(fold.anomalies["event_id"])
+        return report
+
+    def _fold(self, decoded: list[tuple[Event, Message]]) -> BatchFold:
+        fold = BatchFold()
+        self._load([event.workflow_id for event, _ in decoded])
+        cache = self.cache
+        for event, record in decoded:
+            at = (str(record.topic()), int(record.partition() or 0), int(record.offset() or 0))
+            fold.add(cache.get(event.workflow_id), event, at, record.value() or b"")
+        return fold
+
+    def _commit(self, fold: BatchFold, reached: Offsets) -> None:
+        try:
+            self.store.write(fold.tables(), reached, fold.replaced_workflows())
+        except ViewStoreError:
+            # The fold states now hold uncommitted events: forget them so nothing diverges.
+            self.cache.clear()
+            raise
+        self.next_offsets.update(reached)
+        self.cache.trim()
+
+    def _load(self, workflow_ids: list[str]) -> None:
+        """Bring missing workflows into the cache, replaying stored events of known ones."""
+        missing = self.cache.missing(workflow_ids)
+        if not missing:
+            return
+        known = self.store.known_workflows(missing)
+        for workflow_id in missing:
+            self.cache.put(WorkflowProjection(workflow_id))
+        if not known:
+            return
+        for workflow_id, value in self.store.history(sorted(known)):
+            try:
+                event = self.codec.decode(value)
+            except CodecError as exc:
+                raise ViewStoreError(
+                    f"stored event of {workflow_id} no longer decodes: {exc.message}",
+                    workflow_id=workflow_id,
+                ) from exc
+            projection = self.cache.get(workflow_id)
+            if not projection.is_duplicate(event):
+                projection.apply(event)
+
+    def _letter(self, record: Message, error: StepLedgerError) -> DeadLetter:
+        origin = Position(
+            str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
+        )
+        headers = _headers(record)
+        stage = stage_of(error)
+        log.warning(
+            "dead-lettering %s:%d@%d (%s): %s",
+            origin.topic,
+            origin.partition,
+            origin.offset,
+            stage,
+            error.message,
+            extra={"stage": stage, "topic": origin.topic, "offset": origin.offset},
+        )
+        return DeadLetter(
+            record.key(), record.value(), headers, origin, stage, error.message, self.group
+        )
+
+
+def _headers(record: Message) -> Headers:
+    raw = record.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]

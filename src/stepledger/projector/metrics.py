@@ -1,0 +1,56 @@
+"""Prometheus metrics of the projector, in a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from stepledger.projector.engine import BatchReport
+
+
+class ProjectorMetrics:
+    """Events projected, batch latency, consumer lag, dead letters, anomalies, snapshot age."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter("stepledger_projector_events", "New events projected.", registry=r)
+        self.duplicates = Counter(
+            "stepledger_projector_duplicates",
+            "Redelivered or duplicate events ignored.",
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "stepledger_projector_dead_letters",
+            "Records sent to the dead-letter topic.",
+            ["stage"],
+            registry=r,
+        )
+        self.anomalies = Counter(
+            "stepledger_projector_anomalies", "Invalid transitions recorded.", registry=r
+        )
+        self.batch_seconds = Histogram(
+            "stepledger_projector_batch_seconds",
+            "Time to project one batch (decode, fold, dead letters, commit).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.lag = Gauge(
+            "stepledger_projector_consumer_lag",
+            "Records in the partition not yet projected.",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.snapshot_time = Gauge(
+            "stepledger_projector_snapshot_timestamp_seconds",
+            "Unix time the last snapshot was published.",
+            registry=r,
+        )
+
+    def record(self, report: BatchReport, seconds: float) -> None:
+        """Count one batch."""
+        self.events.inc(report.projected)
+        self.duplicates.inc(report.duplicates)
+        self.anomalies.inc(report.anomalies)
+        for stage, count in report.dead_letters.items():
+            self.dead_letters.labels(stage=stage).inc(count)
+        self.batch_seconds.observe(seconds)

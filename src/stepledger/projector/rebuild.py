@@ -1,0 +1,170 @@
+"""``stepledger rebuild``: build a fresh projection file from offset 0 of every partition.
+
+It uses the same engine as the daemon (so the tables equal an incremental build) but
+assigns partitions directly instead of joining a group, and stops once every partition
+reported its end.  The file is built under a temporary name and moved into place whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from stepledger.config import Settings
+from stepledger.errors import BrokerError, ConfigError, ViewStoreError
+from stepledger.kafka import FAST_CONSUMER, topic_partitions
+from stepledger.log import codec_for
+from stepledger.projector.engine import (
+    DEFAULT_CACHE_WORKFLOWS,
+    DEFAULT_GROUP,
+    DeadLetterSink,
+    KafkaDeadLetters,
+    MemoryDeadLetters,
+    Projector,
+)
+from stepledger.projector.snapshot import publish_snapshot
+from stepledger.projector.store import ProjectionStore
+
+log = logging.getLogger(__name__)
+
+#: Called after each batch with (records read, records expected so far).
+ProgressHook = Callable[[int, int], None]
+
+
+@dataclass
+class RebuildReport:
+    """What a rebuild read and wrote."""
+
+    records: int = 0
+    projected: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Records per second."""
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+
+def rebuild(
+    settings: Settings,
+    db_path: str | Path,
+    *,
+    topics: tuple[str, ...] = (),
+    force: bool = False,
+    republish_dead_letters: bool = False,
+    batch_size: int = 10_000,
+    cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
+    group: str = DEFAULT_GROUP,
+    progress: ProgressHook | None = None,
+) -> RebuildReport:
+    """Rebuild the projection file from offset 0 up to the current end of every partition."""
+    target = Path(db_path)
+    _check_target(target, force)
+    partial = target.with_name(target.name + ".rebuilding")
+    _remove_db(partial)
+    sink: DeadLetterSink = (
+        KafkaDeadLetters(settings) if republish_dead_letters else MemoryDeadLetters()
+    )
+    report = RebuildReport()
+    began = time.monotonic()
+    with ProjectionStore(partial) as store:
+        projector = Projector(
+            store, codec_for(settings), sink, group=group, cache_workflows=cache_workflows
+        )
+        _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
+    if isinstance(sink, KafkaDeadLetters):
+        sink.close()
+    _remove_db(target)
+    os.replace(partial, target)
+    with ProjectionStore(target) as store:
+        publish_snapshot(store.con, target)
+    report.seconds = time.monotonic() - began
+    return report
+
+
+def _check_target(target: Path, force: bool) -> None:
+    if not target.exists():
+        return
+    if not force:
+        raise ConfigError(f"{target} exists; pass --force to replace it with the rebuilt file")
+    try:
+        duckdb.connect(str(target), read_only=True).close()
+    except duckdb.Error as exc:
+        raise ViewStoreError(
+            f"{target} is in use (is a projector writing it?): {str(exc).splitlines()[0]}"
+        ) from exc
+
+
+def _remove_db(path: Path) -> None:
+    for leftover in (path, Path(str(path) + ".wal")):
+        leftover.unlink(missing_ok=True)
+
+
+def _read_all(
+    settings: Settings,
+    projector: Projector,
+    topics: tuple[str, ...],
+    batch_size: int,
+    report: RebuildReport,
+    progress: ProgressHook | None,
+) -> None:
+    partitions = [
+        KafkaPartition(t, p, OFFSET_BEGINNING)
+        for t in topics
+        for p in topic_partitions(settings, t)
+    ]
+    conf = {**FAST_CONSUMER, "group.id": f"{projector.group}-rebuild", "enable.auto.commit": False}
+    consumer = Consumer(settings.client_config(**conf))
+    try:
+        consumer.assign(partitions)
+        expected = _expected(consumer, partitions, cached=False)
+        at_end: set[tuple[str, int]] = set()
+        while len(at_end) < len(partitions):
+            records = []
+            for msg in consumer.consume(batch_size, 0.5):
+                err = msg.error()
+                where = (str(msg.topic()), int(msg.partition() or 0))
+                if err is None:
+                    at_end.discard(where)
+                    records.append(msg)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(where)
+                elif err.fatal():
+                    raise BrokerError(f"consume failed: {err.str()}", retryable=False)
+            if records:
+                batch = projector.process(records)
+                report.records += batch.received
+                report.projected += batch.projected
+                report.duplicates += batch.duplicates
+                report.dead_letters += sum(batch.dead_letters.values())
+            if progress is not None:
+                expected = max(expected, _expected(consumer, partitions, cached=True))
+                progress(report.records, max(expected, report.records))
+    finally:
+        consumer.close()
+
+
+def _expected(consumer: Consumer, partitions: list[KafkaPartition], *, cached: bool) -> int:
+    """Records in the partitions; a cached (fetch-reported) high watermark where possible.
+
+    A fresh ListOffsets is wrong on the dev broker after batched produces, so this is only
+    an estimate for the progress bar, never the end condition.
+    """
+    total = 0
+    for tp in partitions:
+        try:
+            _, high = consumer.get_watermark_offsets(tp, timeout=5.0, cached=cached)
+        except KafkaException:
+            continue
+        total += max(0, high)
+    return total

@@ -1,0 +1,217 @@
+"""The DuckDB schema of the projection: tables, their Arrow types and the analysts' views.
+
+Every projected table is a function of the log alone (event times, never the wall clock),
+so a rebuild from offset 0 yields the same rows as the incremental build.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_TS = pa.timestamp("ms", tz="UTC")
+
+#: Arrow schema of each projected table; column order is the table's column order.
+ARROW: dict[str, pa.Schema] = {
+    "events": pa.schema(
+        [
+            ("event_id", pa.string()),
+            ("workflow_id", pa.string()),
+            ("step_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("producer_id", pa.string()),
+            ("occurred_at", _TS),
+            ("type", pa.string()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("log_offset", pa.int64()),
+            ("value", pa.binary()),
+        ]
+    ),
+    "steps": pa.schema(
+        [
+            ("workflow_id", pa.string()),
+            ("step_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("sequence", pa.int32()),
+            ("status", pa.string()),
+            ("in_doubt", pa.bool_()),
+            ("tool", pa.string()),
+            ("effect", pa.string()),
+            ("policy", pa.string()),
+            ("attempt", pa.int32()),
+            ("recovery_attempts", pa.int32()),
+            ("idempotency_key", pa.string()),
+            ("arguments_digest", pa.string()),
+            ("arguments_json", pa.string()),
+            ("deadline", _TS),
+            ("result_json", pa.string()),
+            ("error", pa.string()),
+            ("resolved_by", pa.string()),
+            ("escalation_id", pa.string()),
+            ("escalation_open", pa.bool_()),
+            ("compensation_key", pa.string()),
+            ("first_at", _TS),
+            ("last_at", _TS),
+            ("intended_at", _TS),
+            ("resolved_at", _TS),
+            ("duration_ms", pa.int64()),
+        ]
+    ),
+    "workflows": pa.schema(
+        [
+            ("workflow_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("name", pa.string()),
+            ("status", pa.string()),
+            ("attempt", pa.int32()),
+            ("max_attempts", pa.int32()),
+            ("read_only", pa.bool_()),
+            ("escalation_id", pa.string()),
+            ("started_at", _TS),
+            ("last_at", _TS),
+            ("steps", pa.int32()),
+            ("in_doubt", pa.int32()),
+            ("awaiting_approval", pa.int32()),
+            ("approved", pa.int32()),
+            ("denied", pa.int32()),
+            ("intended", pa.int32()),
+            ("succeeded", pa.int32()),
+            ("failed", pa.int32()),
+            ("not_happened", pa.int32()),
+            ("compensating", pa.int32()),
+            ("compensated", pa.int32()),
+            ("compensation_failed", pa.int32()),
+            ("abandoned", pa.int32()),
+            ("anomalies", pa.int32()),
+            ("events", pa.int32()),
+        ]
+    ),
+    "escalations": pa.schema(
+        [
+            ("escalation_id", pa.string()),
+            ("kind", pa.string()),
+            ("workflow_id", pa.string()),
+            ("step_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("reason", pa.string()),
+            ("status", pa.string()),
+            ("opened_at", _TS),
+            ("verdict", pa.string()),
+            ("resolved_by", pa.string()),
+            ("note", pa.string()),
+            ("resolved_at", _TS),
+        ]
+    ),
+    "anomalies": pa.schema(
+        [
+            ("event_id", pa.string()),
+            ("workflow_id", pa.string()),
+            ("step_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("kind", pa.string()),
+            ("detail", pa.string()),
+            ("event_type", pa.string()),
+            ("detected_by", pa.string()),
+            ("occurred_at", _TS),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("log_offset", pa.int64()),
+        ]
+    ),
+    "offsets": pa.schema(
+        [("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64())]
+    ),
+}
+
+#: Primary keys of the tables that are upserted; the others only ever grow.
+KEYS: dict[str, tuple[str, ...]] = {
+    "steps": ("workflow_id", "step_id"),
+    "workflows": ("workflow_id",),
+    "escalations": ("escalation_id",),
+    "offsets": ("topic", "partition"),
+}
+
+#: The projected tables, in the order a batch writes them (offsets last).
+TABLES: tuple[str, ...] = ("events", "steps", "workflows", "escalations", "anomalies", "offsets")
+VIEWS: tuple[str, ...] = ("open_intents", "unresolved_escalations", "tool_stats", "fleet_summary")
+
+_DUCK_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.bool_(): "BOOLEAN",
+    pa.binary(): "BLOB",
+    _TS: "TIMESTAMPTZ",
+}
+
+_VIEW_SQL = {
+    "open_intents": """
+        SELECT workflow_id, step_id, fleet_id, tool, effect, policy, attempt,
+               recovery_attempts, idempotency_key, intended_at, deadline,
+               now() - intended_at AS age, now() > deadline AS past_deadline
+        FROM steps WHERE in_doubt""",
+    "unresolved_escalations": """
+        SELECT escalation_id, kind, workflow_id, step_id, fleet_id, reason, opened_at,
+               now() - opened_at AS age
+        FROM escalations WHERE status = 'open'""",
+    "tool_stats": """
+        SELECT tool,
+               count(*) AS steps,
+               count(*) FILTER (status = 'succeeded') AS succeeded,
+               count(*) FILTER (status IN ('failed', 'not_happened')) AS failed,
+               count(*) FILTER (in_doubt) AS in_doubt,
+               count(*) FILTER (status = 'abandoned') AS abandoned,
+               sum(attempt) AS attempts,
+               count(*) FILTER (attempt > 1) AS retried,
+               count(*) FILTER (status = 'succeeded')
+                 / nullif(count(*) FILTER (status IN ('succeeded', 'failed', 'not_happened')), 0)
+                 AS success_rate,
+               quantile_cont(duration_ms, 0.5) FILTER (resolved_by = 'agent') AS p50_ms,
+               quantile_cont(duration_ms, 0.95) FILTER (resolved_by = 'agent') AS p95_ms,
+               count(*) FILTER (compensation_key IS NOT NULL) / count(*) AS compensation_rate
+        FROM steps WHERE tool <> '' GROUP BY tool""",
+    "fleet_summary": """
+        SELECT w.fleet_id,
+               count(*) AS workflows,
+               count(*) FILTER (w.status = 'running') AS running,
+               count(*) FILTER (w.status = 'completed') AS completed,
+               count(*) FILTER (w.status = 'failed') AS failed,
+               count(*) FILTER (w.status = 'compensated') AS compensated,
+               count(*) FILTER (w.status = 'dead_lettered') AS dead_lettered,
+               sum(w.steps) AS steps,
+               sum(w.in_doubt) AS in_doubt,
+               sum(w.anomalies) AS anomalies,
+               (SELECT count(*) FROM escalations e
+                 WHERE e.fleet_id = w.fleet_id AND e.status = 'open') AS open_escalations,
+               min(w.started_at) AS first_started_at,
+               max(w.last_at) AS last_activity_at
+        FROM workflows w GROUP BY w.fleet_id""",
+}
+
+
+def table_ddl(table: str) -> str:
+    """Return the CREATE TABLE statement of one projected table."""
+    columns = [f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in ARROW[table]]
+    if table in KEYS:
+        columns.append("PRIMARY KEY (" + ", ".join(f'"{k}"' for k in KEYS[table]) + ")")
+    return f"CREATE TABLE IF NOT EXISTS {table} (" + ", ".join(columns) + ")"
+
+
+def create_schema(con: Any) -> None:
+    """Create every table, index and view that does not exist yet (idempotent)."""
+    for table in TABLES:
+        con.execute(table_ddl(table))
+    # Resume and `status` read one workflow's events; an ART index keeps that a point lookup.
+    con.execute("CREATE INDEX IF NOT EXISTS events_workflow ON events (workflow_id)")
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS projector_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+    )
+    con.execute(
+        "INSERT OR IGNORE INTO projector_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+    )
+    for view, sql in _VIEW_SQL.items():
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS {sql}")

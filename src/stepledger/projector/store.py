@@ -1,0 +1,154 @@
+"""The DuckDB side of the projector: one writer, bulk Arrow staging, one transaction per batch.
+
+Rows of a batch and the ``(topic, partition, next_offset)`` they reach are committed in
+the same transaction, so a crash anywhere leaves the tables and the offsets agreeing.
+Upserts go through ``INSERT OR REPLACE`` with rows that are already one per key (DuckDB
+keeps the first of duplicate keys in one statement).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from stepledger.errors import ViewStoreError
+from stepledger.projector.fold import Columns
+from stepledger.projector.schema import ARROW, KEYS, TABLES, create_schema
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[tuple[str, int], int]
+
+#: Checkpoints happen when a snapshot is published; DuckDB's default (16 MB of WAL) made
+#: ingestion checkpoint every few batches, which cost more than the inserts themselves.
+_CHECKPOINT_THRESHOLD = "1GB"
+
+
+class ProjectionStore:
+    """The projector's DuckDB file, opened read-write by this process alone."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.con = duckdb.connect(str(self.path))
+            self.con.execute(f"SET checkpoint_threshold = '{_CHECKPOINT_THRESHOLD}'")
+            create_schema(self.con)
+        except duckdb.Error as exc:
+            raise ViewStoreError(f"cannot open projection {self.path}: {_short(exc)}") from exc
+
+    def offsets(self) -> Offsets:
+        """The next offset to read per (topic, partition), as committed with the rows."""
+        rows = self._query("SELECT topic, partition, next_offset FROM offsets", [])
+        return {(str(t), int(p)): int(o) for t, p, o in rows}
+
+    def known_workflows(self, workflow_ids: list[str]) -> set[str]:
+        """The subset of these workflows that has rows in the projection."""
+        if not workflow_ids:
+            return set()
+        sql = "SELECT workflow_id FROM workflows WHERE workflow_id IN (SELECT unnest(?))"
+        return {str(row[0]) for row in self._query(sql, [workflow_ids])}
+
+    def history(self, workflow_ids: list[str]) -> list[tuple[str, bytes]]:
+        """Stored (workflow id, value) of these workflows' events, in log order."""
+        if not workflow_ids:
+            return []
+        sql = (
+            "SELECT workflow_id, value FROM events WHERE workflow_id IN (SELECT unnest(?)) "
+            'ORDER BY topic, partition, log_offset'
+        )
+        return [(str(w), bytes(v)) for w, v in self._query(sql, [workflow_ids])]
+
+    def write(
+        self, tables: Mapping[str, Columns], offsets: Offsets, replaced_workflows: list[str]
+    ) -> None:
+        """Write one batch's rows and offsets in a single transaction."""
+        staged = {name: _arrow(name, cols) for name, cols in tables.items() if _has_rows(cols)}
+        if offsets:
+            staged["offsets"] = _arrow("offsets", _offset_columns(offsets))
+        try:
+            self.con.execute("BEGIN TRANSACTION")
+            if replaced_workflows:
+                self.con.execute(
+                    "DELETE FROM steps WHERE workflow_id IN (SELECT unnest(?))",
+                    [replaced_workflows],
+                )
+            for name in TABLES:
+                if name in staged:
+                    self._insert(name, staged[name])
+            self.con.execute("COMMIT")
+        except duckdb.Error as exc:
+            self._rollback()
+            raise ViewStoreError(f"projection write failed: {_short(exc)}") from exc
+
+    def _insert(self, table: str, rows: pa.Table) -> None:
+        view = f"_stage_{table}"
+        self.con.register(view, rows)
+        try:
+            verb = "INSERT OR REPLACE" if table in KEYS else "INSERT"
+            self.con.execute(f"{verb} INTO {table} SELECT * FROM {view}")
+        finally:
+            self.con.unregister(view)
+
+    def _rollback(self) -> None:
+        try:
+            self.con.execute("ROLLBACK")
+        except duckdb.Error:
+            log.debug("rollback after a failed write failed too", exc_info=True)
+
+    def checkpoint(self) -> None:
+        """Flush the WAL into the database file (so a copy of the file is complete)."""
+        try:
+            self.con.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            raise ViewStoreError(f"checkpoint failed: {_short(exc)}") from exc
+
+    def count(self, table: str) -> int:
+        """Number of rows in a projected table."""
+        if table not in TABLES:
+            raise ViewStoreError(f"unknown table {table!r}")
+        return int(self._query(f"SELECT count(*) FROM {table}", [])[0][0])
+
+    def close(self) -> None:
+        """Checkpoint and close the file."""
+        try:
+            self.con.execute("CHECKPOINT")
+        except duckdb.Error:
+            log.warning("final checkpoint failed", exc_info=True)
+        self.con.close()
+
+    def _query(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except duckdb.Error as exc:
+            raise ViewStoreError(f"projection query failed: {_short(exc)}") from exc
+
+    def __enter__(self) -> ProjectionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _has_rows(columns: Columns) -> bool:
+    return bool(columns) and bool(next(iter(columns.values())))
+
+
+def _offset_columns(offsets: Offsets) -> Columns:
+    return {
+        "topic": [t for t, _ in offsets],
+        "partition": [p for _, p in offsets],
+        "next_offset": list(offsets.values()),
+    }
+
+
+def _arrow(table: str, columns: Columns) -> pa.Table:
+    return pa.Table.from_pydict(columns, schema=ARROW[table])
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

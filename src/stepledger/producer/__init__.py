@@ -1,5 +1,29 @@
-"""The producer SDK agents call: workflows and durable intent/outcome brackets."""
+"""The producer SDK agents call: workflows, durable intent/outcome brackets, resume and sagas."""
 
+from stepledger.domain.context import StepSummary, keep_last, render
+from stepledger.domain.saga import PlanRules, PlanStep, Violation, check_plan
 from stepledger.producer.ledger import Ledger, Workflow
+from stepledger.producer.reader import (
+    InMemoryWorkflowReader,
+    KafkaScanReader,
+    SnapshotTailReader,
+    WorkflowReader,
+)
+from stepledger.producer.resume import ResumeOptions
 
-__all__ = ["Ledger", "Workflow"]
+__all__ = [
+    "InMemoryWorkflowReader",
+    "KafkaScanReader",
+    "Ledger",
+    "PlanRules",
+    "PlanStep",
+    "ResumeOptions",
+    "SnapshotTailReader",
+    "StepSummary",
+    "Violation",
+    "Workflow",
+    "WorkflowReader",
+    "check_plan",
+    "keep_last",
+    "render",
+]

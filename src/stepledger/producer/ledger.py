@@ -3,27 +3,28 @@
 A step's intent is acknowledged by Kafka before the tool is called, and its outcome
 (success or the raised error) is acknowledged after.  Each call waits only for its own
 records, so many agents in one process (threads or coroutines) never serialise.
+
+``Ledger.workflow`` starts a workflow or, when its id is already in the log, resumes it:
+steps with a recorded outcome return it without calling the tool again, steps in doubt
+are settled first (see :mod:`stepledger.producer.resume`), and the saga rules of the
+tools (pivots, approvals) are enforced on every step.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import threading
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from stepledger.config import Settings
-from stepledger.domain import events as ev
-from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import Clock, EventFactory, utc_now
-from stepledger.domain.state import WorkflowState
+from stepledger.domain.saga import PlanStep
 from stepledger.domain.tools import Tool
-from stepledger.errors import ToolDefinitionError
-from stepledger.log import EventLog, KafkaEventLog
-
-ToolFn = Callable[[dict[str, Any], str], Any]
+from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
+from stepledger.producer import resume
+from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader, WorkflowReader
+from stepledger.producer.resume import ResumeDeadLetters, ResumeOptions, WorkflowSpec
+from stepledger.producer.workflow import ToolFn, Workflow, plan_step
+from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters
+from stepledger.recovery.registry import ToolRegistry
 
 
 class Ledger:
@@ -35,15 +36,66 @@ class Ledger:
         *,
         log: EventLog | None = None,
         clock: Clock = utc_now,
+        tools: ToolRegistry | Iterable[Tool] | None = None,
+        reader: WorkflowReader | None = None,
+        dead_letters: DeadLetterSink | None = None,
+        options: ResumeOptions | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.log: EventLog = log if log is not None else KafkaEventLog(self.settings)
+        self.clock = clock
         self.events = EventFactory(self.settings.fleet_id, self.settings.producer_id, clock)
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
+        self.options = options or ResumeOptions()
+        self._reader = reader
+        self._dead_letters = dead_letters
+
+    @property
+    def reader(self) -> WorkflowReader:
+        """How workflows are read back (a topic scan unless a snapshot reader was given)."""
+        if self._reader is None:
+            if isinstance(self.log, InMemoryEventLog):
+                self._reader = InMemoryWorkflowReader(self.log)
+            else:
+                self._reader = KafkaScanReader(self.settings)
+        return self._reader
+
+    @property
+    def dead_letters(self) -> DeadLetterSink:
+        """Where dead-lettered workflows are published (the dead-letter topic by default)."""
+        if self._dead_letters is None:
+            if isinstance(self.log, InMemoryEventLog):
+                self._dead_letters = InMemoryDeadLetters()
+            else:
+                from stepledger.log import codec_for
+
+                self._dead_letters = ResumeDeadLetters(self.settings, codec_for(self.settings))
+        return self._dead_letters
+
+    def workflow(
+        self,
+        workflow_id: str,
+        *,
+        name: str = "",
+        read_only: bool = False,
+        max_attempts: int = 5,
+        plan: Sequence[PlanStep | tuple[str, Tool]] | None = None,
+        reason: str | None = None,
+    ) -> Workflow:
+        """Start the workflow, or resume it if its id is in the log (see the module doc).
+
+        ``plan``, when given, is checked with ``check_plan`` before anything is recorded:
+        a violation raises SagaViolationError naming every problem.  Resuming a workflow
+        past its ``max_attempts`` dead-letters it and raises WorkflowDeadLetteredError.
+        """
+        steps = None if plan is None else tuple(plan_step(s) for s in plan)
+        spec = WorkflowSpec(name, read_only, max_attempts, steps, reason)
+        return resume.open_workflow(self, workflow_id, spec)
 
     def start(
         self, workflow_id: str, *, name: str = "", read_only: bool = False, max_attempts: int = 5
     ) -> Workflow:
-        """Start a new workflow: its started event is durable when this returns."""
+        """Start a new workflow without reading the log: its started event is durable on return."""
         workflow = Workflow(self, workflow_id)
         workflow.record(
             self.events.workflow_started(
@@ -65,8 +117,13 @@ class Ledger:
         return workflow
 
     def close(self) -> None:
-        """Flush and close the event log."""
+        """Flush and close the event log, the reader and the dead-letter producer."""
         self.log.close()
+        if self._reader is not None:
+            self._reader.close()
+        close = getattr(self._dead_letters, "close", None)
+        if close is not None:
+            close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -75,114 +132,4 @@ class Ledger:
         self.close()
 
 
-class Workflow:
-    """One workflow's handle: records its steps and keeps its state as the log tells it."""
-
-    def __init__(self, ledger: Ledger, workflow_id: str) -> None:
-        self.ledger = ledger
-        self.workflow_id = workflow_id
-        self.state = WorkflowState(workflow_id)
-        self._lock = threading.Lock()
-
-    def record(self, event: ev.Event) -> None:
-        """Append an event durably, then fold it into the local state."""
-        self.ledger.log.append(event)
-        with self._lock:
-            self.state.apply(event)
-
-    async def arecord(self, event: ev.Event) -> None:
-        """Append an event durably (asyncio), then fold it into the local state."""
-        await self.ledger.log.append_async(event)
-        with self._lock:
-            self.state.apply(event)
-
-    def step(
-        self,
-        step_id: str,
-        tool: Tool,
-        arguments: Mapping[str, Any] | None = None,
-        fn: ToolFn | None = None,
-    ) -> Any:
-        """Run one tool call bracketed by a durable intent and a durable outcome.
-
-        ``fn(arguments, idempotency_key)`` (or ``tool.run``) is called only after the intent
-        is acknowledged; if that fails, a DurabilityError is raised and nothing is called.
-        A raised error is recorded as a failed outcome and re-raised.
-        """
-        call = self._intent(step_id, tool, dict(arguments or {}))
-        self.record(call.event)
-        try:
-            result = _runner(tool, fn)(call.arguments, call.key)
-        except Exception as exc:
-            self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
-            raise
-        self.record(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
-        return result
-
-    async def astep(
-        self,
-        step_id: str,
-        tool: Tool,
-        arguments: Mapping[str, Any] | None = None,
-        fn: Callable[[dict[str, Any], str], Any | Awaitable[Any]] | None = None,
-    ) -> Any:
-        """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
-        call = self._intent(step_id, tool, dict(arguments or {}))
-        await self.arecord(call.event)
-        run = _runner(tool, fn)
-        try:
-            if inspect.iscoroutinefunction(run):
-                result = await run(call.arguments, call.key)
-            else:
-                result = await asyncio.to_thread(run, call.arguments, call.key)
-        except Exception as exc:
-            await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
-            raise
-        await self.arecord(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
-        return result
-
-    def _intent(self, step_id: str, tool: Tool, arguments: dict[str, Any]) -> _PendingCall:
-        with self._lock:
-            known = self.state.steps.get(step_id)
-            sequence = known.sequence if known else len(self.state.steps)
-            attempt = (known.attempt + 1) if known else 1
-        event = self.ledger.events.intent(
-            self.workflow_id, step_id, tool, arguments, sequence=sequence, attempt=attempt
-        )
-        assert isinstance(event.body, ev.StepIntended)
-        return _PendingCall(event, step_id, event.body.idempotency_key, arguments, attempt)
-
-    def _outcome(
-        self,
-        call: _PendingCall,
-        status: OutcomeStatus,
-        *,
-        result: Any = None,
-        error: BaseException | None = None,
-    ) -> ev.Event:
-        return self.ledger.events.outcome(
-            self.workflow_id,
-            call.step_id,
-            attempt=call.attempt,
-            status=status,
-            result=result,
-            error=error,
-        )
-
-
-@dataclass(frozen=True)
-class _PendingCall:
-    event: ev.Event
-    step_id: str
-    key: str
-    arguments: dict[str, Any]
-    attempt: int
-
-
-def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:
-    run = fn or tool.run
-    if run is None:
-        raise ToolDefinitionError(
-            f"tool {tool.name!r} has no run hook and no fn was given", tool=tool.name
-        )
-    return run
+__all__ = ["Ledger", "ToolFn", "Workflow"]

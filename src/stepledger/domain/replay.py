@@ -1,0 +1,127 @@
+"""Matching a step call against the log (pure): what the SDK does when an agent asks for it.
+
+Steps are matched by their identity (``step_id``).  A replayed plan that asks for another
+step at a recorded position, or for a recorded step with another tool or other arguments,
+is a mismatch, reported rather than silently matched.  A matched step with a recorded
+outcome is replayed without calling the tool; one in doubt is settled first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from stepledger.domain.enums import EffectClass
+from stepledger.domain.state import StepState, StepStatus, WorkflowState
+from stepledger.domain.tools import Tool
+
+
+class MoveKind(StrEnum):
+    """What the SDK does with one step call."""
+
+    RUN = "run"
+    """Record an intent (at ``Move.attempt``) and call the tool."""
+    REPLAY = "replay"
+    """Return the recorded result; the tool is not called."""
+    RAISE_FAILED = "raise_failed"
+    """Raise the recorded failure (the first call of a failed step in this run)."""
+    SETTLE = "settle"
+    """The step is in doubt (or a compensation is running): resolve it first."""
+    RERUN = "rerun"
+    """A read-only step in doubt: call it again under its recorded intent (nothing to resolve)."""
+    REQUEST_APPROVAL = "request_approval"
+    """A pivot step with no approval requested yet: request it."""
+    AWAIT_APPROVAL = "await_approval"
+    """The approval was requested and not decided yet."""
+    DENIED = "denied"
+    """A human denied the step."""
+    ESCALATED = "escalated"
+    """The step waits for a human's verdict."""
+    UNDONE = "undone"
+    """The step was compensated (or its compensation failed): it cannot run again."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """The decision for one step call."""
+
+    kind: MoveKind
+    step: StepState | None = None
+    """The step as the log tells it (None for a step never seen)."""
+    attempt: int = 1
+    """For RUN: the attempt the new intent records."""
+    sequence: int = 0
+    """For RUN: the position the new intent records."""
+
+
+def mismatch(
+    state: WorkflowState, step_id: str, tool: str, arguments_digest: str, position: int
+) -> str | None:
+    """Why this call does not match the log at this position, or None when it matches."""
+    at_position = next(
+        (s for s in state.steps.values() if s.sequence == position and s.step_id != step_id), None
+    )
+    if at_position is not None:
+        return (
+            f"at position {position} the log recorded step {at_position.step_id!r} "
+            f"({at_position.tool}), the plan now asks for {step_id!r} ({tool})"
+        )
+    known = state.steps.get(step_id)
+    if known is None:
+        return None
+    if known.sequence >= 0 and known.sequence != position:
+        return (
+            f"step {step_id!r} was recorded at position {known.sequence}, "
+            f"the plan now asks for it at position {position}"
+        )
+    if known.tool and known.tool != tool:
+        return (
+            f"step {step_id!r} was recorded with tool {known.tool!r}, the plan now calls {tool!r}"
+        )
+    if known.attempt > 0 and known.arguments_digest != arguments_digest:
+        return (
+            f"step {step_id!r} was recorded with other arguments "
+            f"(digest {known.arguments_digest[:12]}, now {arguments_digest[:12]})"
+        )
+    return None
+
+
+def next_move(
+    state: WorkflowState, step_id: str, tool: Tool, *, position: int, replaying: bool
+) -> Move:
+    """Decide what a call of ``step_id`` does, given the log.
+
+    ``replaying`` is True for the first call of the step in this run of the agent: a
+    recorded failure is then raised again, as the first run saw it; a later call of the
+    same step in the same run asks for a retry.
+    """
+    step = state.steps.get(step_id)
+    if step is None:
+        if tool.requires_approval:
+            return Move(MoveKind.REQUEST_APPROVAL)
+        return Move(MoveKind.RUN, attempt=1, sequence=position)
+    status = step.status
+    if status is StepStatus.SUCCEEDED:
+        return Move(MoveKind.REPLAY, step)
+    if step.escalation_open or status is StepStatus.ABANDONED:
+        return Move(MoveKind.ESCALATED, step)
+    if status is StepStatus.INTENDED and step.effect is EffectClass.READ_ONLY:
+        return Move(MoveKind.RERUN, step)
+    fixed = _FIXED.get(status)
+    if fixed is not None:
+        return Move(fixed, step)
+    if status is StepStatus.FAILED and replaying:
+        return Move(MoveKind.RAISE_FAILED, step)
+    # Failed and asked again, not happened, or approved: a new attempt with a fresh key.
+    sequence = step.sequence if step.sequence >= 0 else position
+    return Move(MoveKind.RUN, step, attempt=step.attempt + 1, sequence=sequence)
+
+
+_FIXED = {
+    StepStatus.INTENDED: MoveKind.SETTLE,
+    StepStatus.COMPENSATING: MoveKind.SETTLE,
+    StepStatus.COMPENSATED: MoveKind.UNDONE,
+    StepStatus.COMPENSATION_FAILED: MoveKind.UNDONE,
+    StepStatus.AWAITING_APPROVAL: MoveKind.AWAIT_APPROVAL,
+    StepStatus.DENIED: MoveKind.DENIED,
+}

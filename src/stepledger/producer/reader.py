@@ -1,0 +1,259 @@
+"""Reading one workflow's events back: the boundary a resume (and the approval CLI) reads through.
+
+Implementations:
+
+- :class:`SnapshotTailReader`: the projector's published DuckDB snapshot (an indexed point
+  lookup by workflow) plus each partition's tail after the offsets the snapshot was taken
+  at.  Its cost follows the workflow's size and the events since the snapshot, not the
+  size of the log (see docs/resume-design.md).
+- :class:`KafkaScanReader`: every partition from the beginning; the fallback when no
+  snapshot exists.  Its cost grows with the whole log.
+- :class:`InMemoryWorkflowReader`: over an :class:`~stepledger.log.InMemoryEventLog`.
+
+``follow`` waits for the workflow's next events after a known position (an approval, the
+recovery daemon's decision) by reading only that partition from there on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.domain.events import Event
+from stepledger.errors import BrokerError, StepLedgerError
+from stepledger.kafka import FAST_CONSUMER, Position, topic_partitions
+from stepledger.log import InMemoryEventLog, codec_for
+
+logger = logging.getLogger("stepledger.producer.reader")
+
+Until = Callable[[Event], bool]
+Starts = dict[tuple[str, int], int]
+
+#: A reader never waits longer than this to reach the end of the partitions it reads.
+READ_LIMIT_S = 120.0
+_BATCH = 5000
+#: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
+_READER = {**FAST_CONSUMER, "group.id": "stepledger-workflow-reader", "fetch.wait.max.ms": 10}
+
+
+class WorkflowReader(Protocol):
+    """Reads the events of one workflow, in log order."""
+
+    def read(self, workflow_id: str) -> list[Event]:
+        """Every event of the workflow recorded so far."""
+        ...
+
+    def follow(
+        self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
+    ) -> list[Event]:
+        """The workflow's events after ``after``, up to the first one ``until`` accepts.
+
+        Returns early with what was read when ``timeout_s`` passes.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the reader's resources."""
+        ...
+
+
+@dataclass
+class ReadStats:
+    """What the last read cost: where its events came from and how long it took."""
+
+    snapshot_events: int = 0
+    tail_records: int = 0
+    tail_events: int = 0
+    seconds: float = 0.0
+    snapshot: str | None = None
+
+
+class InMemoryWorkflowReader:
+    """Reads workflows from an in-memory log (for tests and users' own unit tests)."""
+
+    def __init__(self, log: InMemoryEventLog, poll_s: float = 0.005) -> None:
+        self.log = log
+        self.poll_s = poll_s
+
+    def read(self, workflow_id: str) -> list[Event]:
+        """Every event of the workflow in the log."""
+        return self.log.workflow_events(workflow_id)
+
+    def follow(
+        self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
+    ) -> list[Event]:
+        """The workflow's events after ``after`` up to the first accepted one (or timeout)."""
+        index = 0 if after is None else after.offset + 1
+        found: list[Event] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            fresh = self.log.events[index:]
+            index += len(fresh)
+            for event in fresh:
+                if event.workflow_id == workflow_id:
+                    found.append(event)
+                    if until(event):
+                        return found
+            if time.monotonic() >= deadline:
+                return found
+            time.sleep(self.poll_s)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class KafkaScanReader:
+    """Reads a workflow by scanning every partition of the topic from the beginning."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        self.settings = settings
+        self.codec = codec or codec_for(settings)
+        self.last = ReadStats()
+
+    def read(self, workflow_id: str) -> list[Event]:
+        """Every event of the workflow: a scan of the whole topic (cost grows with the log)."""
+        began = time.perf_counter()
+        starts = dict.fromkeys(self._partitions(), OFFSET_BEGINNING)
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
+        return events
+
+    def follow(
+        self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
+    ) -> list[Event]:
+        """The workflow's events after ``after`` in its partition, up to an accepted one."""
+        return follow_partition(self.settings, self.codec, workflow_id, after, until, timeout_s)
+
+    def close(self) -> None:
+        """Nothing is held between reads."""
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        topic = self.settings.topic
+        return [(topic, p) for p in topic_partitions(self.settings, topic)]
+
+
+class SnapshotTailReader(KafkaScanReader):
+    """Reads a workflow from the projector's snapshot plus the partitions' tails after it.
+
+    ``projection`` is the projector's DuckDB file; its published snapshot is what is
+    opened (read-only; the projector keeps writing its own file).  With no snapshot yet,
+    the read falls back to a scan of the topic.
+    """
+
+    def __init__(
+        self, settings: Settings, projection: str | Path, codec: Codec | None = None
+    ) -> None:
+        super().__init__(settings, codec)
+        self.projection = Path(projection)
+
+    def read(self, workflow_id: str) -> list[Event]:
+        """The workflow's events: snapshot lookup, then the tail after the snapshot."""
+        from stepledger.projector.snapshot import latest_snapshot, workflow_events_from_snapshot
+
+        began = time.perf_counter()
+        path = latest_snapshot(self.projection)
+        if path is None:
+            logger.info("no snapshot of %s yet: scanning the topic", self.projection)
+            return super().read(workflow_id)
+        stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
+        stored = [e for e in stored if e.workflow_id == workflow_id]
+        starts = {tp: offsets.get(tp, OFFSET_BEGINNING) for tp in self._partitions()}
+        tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        seen = {e.event_id for e in stored}
+        events = stored + [e for e in tail if e.event_id not in seen]
+        elapsed = time.perf_counter() - began
+        self.last = ReadStats(len(stored), scanned, len(tail), elapsed, str(path))
+        return events
+
+
+def read_to_end(
+    settings: Settings, codec: Codec, starts: Starts, workflow_id: str
+) -> tuple[list[Event], int]:
+    """One workflow's events from the given offsets up to each partition's end.
+
+    The end is the partition-EOF event, never a fresh ListOffsets (wrong on the dev broker
+    after batched produces).  Returns the events and how many records were scanned.
+    """
+    key = workflow_id.encode()
+    found: list[Event] = []
+    scanned = 0
+    at_end: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + READ_LIMIT_S
+    with _assigned(settings, starts) as consumer:
+        while len(at_end) < len(starts):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"could not reach the end of {settings.topic} in time")
+            for msg in consumer.consume(_BATCH, 0.05):
+                where = (str(msg.topic()), int(msg.partition() or 0))
+                if _at_eof(msg):
+                    at_end.add(where)
+                    continue
+                at_end.discard(where)
+                scanned += 1
+                if msg.key() == key:
+                    _decode_into(found, msg, codec)
+    return found, scanned
+
+
+def follow_partition(
+    settings: Settings,
+    codec: Codec,
+    workflow_id: str,
+    after: Position | None,
+    until: Until,
+    timeout_s: float,
+) -> list[Event]:
+    """The workflow's events after a position in its partition, up to an accepted one."""
+    if after is None:
+        raise BrokerError("following a workflow needs a position it wrote", retryable=False)
+    key = workflow_id.encode()
+    found: list[Event] = []
+    deadline = time.monotonic() + timeout_s
+    with _assigned(settings, {(after.topic, after.partition): after.offset + 1}) as consumer:
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(_BATCH, 0.05):
+                if _at_eof(msg) or msg.key() != key:
+                    continue
+                _decode_into(found, msg, codec)
+                if found and until(found[-1]):
+                    return found
+    return found
+
+
+class _assigned:
+    """A consumer assigned to fixed partitions and offsets (no group join), closed on exit."""
+
+    def __init__(self, settings: Settings, starts: Starts) -> None:
+        self.consumer = Consumer(settings.client_config(**_READER))
+        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+
+    def __enter__(self) -> Consumer:
+        return self.consumer
+
+    def __exit__(self, *exc: object) -> None:
+        self.consumer.close()
+
+
+def _at_eof(msg: Message) -> bool:
+    err = msg.error()
+    if err is None:
+        return False
+    if err.code() == KafkaError._PARTITION_EOF:
+        return True
+    raise BrokerError(f"reading the log failed: {err.str()}")
+
+
+def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:
+    try:
+        found.append(codec.decode(msg.value() or b""))
+    except StepLedgerError as exc:
+        # The projector dead-letters such a record; a resume can only go on without it.
+        logger.warning("skipped an undecodable record of the workflow: %s", exc)

@@ -1,0 +1,323 @@
+"""A workflow's handle: steps bracketed durably, replayed from the log when it is resumed.
+
+A step call is matched against the log by its step id (:mod:`stepledger.domain.replay`):
+a recorded outcome is returned without calling the tool, a step in doubt is settled
+first (:mod:`stepledger.producer.resume`), an approval gate waits for its decision, and
+the saga rules (:mod:`stepledger.domain.saga`) are checked before a new intent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from stepledger.domain import events as ev
+from stepledger.domain.context import ContextHook, StepSummary, build_context
+from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
+from stepledger.domain.ids import arguments_digest
+from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
+from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step
+from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
+from stepledger.domain.tools import Tool
+from stepledger.errors import (
+    ApprovalPendingError,
+    LedgerStateError,
+    PlanMismatchError,
+    ToolDefinitionError,
+)
+from stepledger.kafka import Position
+from stepledger.producer import approval, compensation, resume
+from stepledger.producer._refusals import ensure_nothing_open, refusal
+
+if TYPE_CHECKING:
+    from stepledger.producer.ledger import Ledger
+
+ToolFn = Callable[[dict[str, Any], str], Any]
+_MAX_ROUNDS = 8
+
+
+class Workflow:
+    """One workflow's handle: records its steps and keeps its state as the log tells it."""
+
+    def __init__(self, ledger: Ledger, workflow_id: str, events: Iterable[ev.Event] = ()) -> None:
+        self.ledger = ledger
+        self.workflow_id = workflow_id
+        self.state: WorkflowState = replay(workflow_id, list(events))
+        self.position: Position | None = None
+        """Where this handle's last appended event landed."""
+        self.appended = 0
+        """How many events this handle appended."""
+        self._lock = threading.RLock()
+        self._positions: dict[str, int] = {}
+        self._next_position = 0
+        self._tools: dict[str, Tool] = {}
+
+    @property
+    def attempt(self) -> int:
+        """The run of the workflow this handle is (1 for the first, +1 per resume)."""
+        return self.state.attempt
+
+    @property
+    def finished(self) -> bool:
+        """True once the workflow ended (completed, failed, compensated)."""
+        return self.state.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.COMPENSATED)
+
+    def record(self, event: ev.Event) -> Position:
+        """Append an event durably, then fold it into the local state."""
+        position = self.ledger.log.append(event)
+        self._folded(event, position)
+        return position
+
+    async def arecord(self, event: ev.Event) -> Position:
+        """Append an event durably (asyncio), then fold it into the local state."""
+        position = await self.ledger.log.append_async(event)
+        self._folded(event, position)
+        return position
+
+    def adopt(self, events: Iterable[ev.Event]) -> None:
+        """Fold events someone else appended (a resolver, a human) into the local state."""
+        with self._lock:
+            for event in events:
+                self.state.apply(event)
+
+    def reload(self) -> None:
+        """Read the workflow again and fold it afresh: the log's first decisions win."""
+        events = self.ledger.reader.read(self.workflow_id)
+        with self._lock:
+            self.state = replay(self.workflow_id, events)
+
+    def tool(self, name: str) -> Tool:
+        """A tool this workflow used, or one of the ledger's registry."""
+        return self._tools.get(name) or self.ledger.tools.require(name)
+
+    def step(
+        self,
+        step_id: str,
+        tool: Tool,
+        arguments: Mapping[str, Any] | None = None,
+        fn: ToolFn | None = None,
+    ) -> Any:
+        """Run one tool call bracketed by a durable intent and a durable outcome.
+
+        ``fn(arguments, idempotency_key)`` (or ``tool.run``) is called only after the intent
+        is acknowledged; if that fails, a DurabilityError is raised and nothing is called.
+        A raised error is recorded as a failed outcome and re-raised.  A step the log
+        already settled returns its recorded result (or raises its recorded failure as a
+        ToolCallError) without calling the tool.
+        """
+        args = dict(arguments or {})
+        move = self._prepare(step_id, tool, args)
+        if move.kind is MoveKind.REPLAY:
+            return _recorded_result(move.step)
+        call = self._call_for(step_id, tool, args, move)
+        if call.event is not None:
+            self.record(call.event)
+        try:
+            result = _runner(tool, fn)(call.arguments, call.key)
+        except Exception as exc:
+            self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            raise
+        self.record(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        return result
+
+    async def astep(
+        self,
+        step_id: str,
+        tool: Tool,
+        arguments: Mapping[str, Any] | None = None,
+        fn: Callable[[dict[str, Any], str], Any | Awaitable[Any]] | None = None,
+    ) -> Any:
+        """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
+        args = dict(arguments or {})
+        if step_id in self.state.steps:
+            # Settling or waiting for an approval blocks: keep it off the event loop.
+            move = await asyncio.to_thread(self._prepare, step_id, tool, args)
+        else:
+            move = self._prepare(step_id, tool, args)
+        if move.kind is MoveKind.REPLAY:
+            return _recorded_result(move.step)
+        call = self._call_for(step_id, tool, args, move)
+        if call.event is not None:
+            await self.arecord(call.event)
+        run = _runner(tool, fn)
+        try:
+            if inspect.iscoroutinefunction(run):
+                result = await run(call.arguments, call.key)
+            else:
+                result = await asyncio.to_thread(run, call.arguments, call.key)
+        except Exception as exc:
+            await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            raise
+        await self.arecord(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        return result
+
+    def plan(
+        self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
+    ) -> None:
+        """Check a runtime-generated plan; raise SagaViolationError naming every violation."""
+        rules = rules or PlanRules(read_only=self.state.read_only)
+        ensure_plan([plan_step(s) for s in steps], rules, workflow_id=self.workflow_id)
+
+    def context(self, hook: ContextHook | None = None) -> list[StepSummary]:
+        """The agent's working context rebuilt from the log (the conversation is not stored)."""
+        with self._lock:
+            return build_context(self.state, hook)
+
+    def compensate(self, reason: str = "workflow compensated", *, finish: bool = True) -> list[str]:
+        """Undo completed compensatable steps, newest first, each as its own intent/outcome.
+
+        Raises StepInDoubtError (nothing undone) while an effectful step's outcome is
+        unknown.  Returns the compensated step ids; with ``finish`` the workflow then ends
+        as compensated.
+        """
+        done = compensation.compensate(self, reason)
+        if finish:
+            self.finish(WorkflowStatus.COMPENSATED, reason)
+        return done
+
+    def finish(
+        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
+    ) -> None:
+        """Record that the workflow ended; finishing it again the same way changes nothing."""
+        if self.state.status is not RunStatus.RUNNING:
+            if self.state.status.value == status.value:
+                return
+            raise LedgerStateError(
+                f"workflow {self.workflow_id!r} already ended {self.state.status.value}",
+                workflow_id=self.workflow_id,
+            )
+        if status is WorkflowStatus.COMPLETED:
+            ensure_nothing_open(self.state)
+        body = ev.WorkflowFinished(status=status, detail=detail)
+        self.record(self.ledger.events.envelope(self.workflow_id, None, body))
+
+    def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
+        """Wait up to ``timeout_s`` for a human's decision on a step; return its status."""
+        return approval.await_decision(self, step_id, timeout_s)
+
+    # -- one step call ---------------------------------------------------------------------
+
+    def _prepare(self, step_id: str, tool: Tool, args: dict[str, Any]) -> Move:
+        """Match the call against the log and clear what stands in its way; RUN/RERUN/REPLAY."""
+        self._tools.setdefault(tool.name, tool)
+        with self._lock:
+            replaying, position = self._claim(step_id, tool, args)
+        for _ in range(_MAX_ROUNDS):
+            with self._lock:
+                move = next_move(self.state, step_id, tool, position=position, replaying=replaying)
+            kind = move.kind
+            if kind in (MoveKind.REPLAY, MoveKind.RERUN):
+                return move
+            if kind is MoveKind.RUN:
+                self._ensure_may_run(step_id, tool)
+                return move
+            if kind is MoveKind.SETTLE:
+                resume.settle(self, step_id, tool)
+            elif kind is MoveKind.REQUEST_APPROVAL:
+                self._ensure_may_run(step_id, tool)
+                approval.request(self, step_id, tool)
+            elif kind is MoveKind.AWAIT_APPROVAL:
+                self._await_approval(step_id)
+            else:
+                raise refusal(self.workflow_id, move, step_id)
+        raise LedgerStateError(f"step {step_id!r} did not settle", workflow_id=self.workflow_id)
+
+    def _claim(self, step_id: str, tool: Tool, args: dict[str, Any]) -> tuple[bool, int]:
+        """Give a step call its position; the first call of a step in this run is checked."""
+        if step_id in self._positions:
+            return False, self._positions[step_id]
+        position = self._next_position
+        problem = mismatch(self.state, step_id, tool.name, arguments_digest(args), position)
+        if problem is not None:
+            raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
+        self._positions[step_id] = position
+        self._next_position += 1
+        return True, position
+
+    def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
+        if self.state.status is not RunStatus.RUNNING:
+            raise LedgerStateError(
+                f"workflow {self.workflow_id!r} is {self.state.status.value}: no new steps run",
+                workflow_id=self.workflow_id,
+                step_id=step_id,
+            )
+        with self._lock:
+            ensure_step(self.state, step_id, tool)
+
+    def _await_approval(self, step_id: str) -> None:
+        status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
+        if status is StepStatus.AWAITING_APPROVAL:
+            raise ApprovalPendingError(
+                f"step {step_id!r} awaits approval: `stepledger approve {self.workflow_id} "
+                f"{step_id} --by NAME`",
+                workflow_id=self.workflow_id,
+                step_id=step_id,
+            )
+
+    def _call_for(self, step_id: str, tool: Tool, args: dict[str, Any], move: Move) -> _PendingCall:
+        if move.kind is MoveKind.RERUN:
+            # A read-only call in doubt runs again under its recorded intent and key.
+            step = move.step
+            assert step is not None
+            return _PendingCall(None, step_id, step.idempotency_key, args, step.attempt)
+        event = self.ledger.events.intent(
+            self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
+        )
+        assert isinstance(event.body, ev.StepIntended)
+        return _PendingCall(event, step_id, event.body.idempotency_key, args, move.attempt)
+
+    def _outcome(
+        self,
+        call: _PendingCall,
+        status: OutcomeStatus,
+        *,
+        result: Any = None,
+        error: BaseException | None = None,
+    ) -> ev.Event:
+        return self.ledger.events.outcome(
+            self.workflow_id,
+            call.step_id,
+            attempt=call.attempt,
+            status=status,
+            result=result,
+            error=error,
+        )
+
+    def _folded(self, event: ev.Event, position: Position) -> None:
+        with self._lock:
+            self.state.apply(event)
+            self.position = position
+            self.appended += 1
+
+
+@dataclass(frozen=True)
+class _PendingCall:
+    event: ev.Event | None
+    step_id: str
+    key: str
+    arguments: dict[str, Any]
+    attempt: int
+
+
+def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:
+    return step if isinstance(step, PlanStep) else PlanStep(*step)
+
+
+def _recorded_result(step: StepState | None) -> Any:
+    if step is None or step.result_json is None:
+        return None
+    return json.loads(step.result_json)
+
+
+def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:
+    run = fn or tool.run
+    if run is None:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r} has no run hook and no fn was given", tool=tool.name
+        )
+    return run

@@ -144,7 +144,7 @@ def test_a_replayed_plan_asking_for_another_step_is_reported() -> None:
     ledger = world.ledger()
     wf = ledger.workflow("wf")
     wf.step("read", world.services.read, ARGS["read"])
-    with pytest.raises(PlanMismatchError, match="position 1.*'charge'"):
+    with pytest.raises(PlanMismatchError, match=r"position 1.*'charge'"):
         wf.step("lookup", world.services.read, {"q": "other"})
 
 

@@ -39,6 +39,12 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
 
 
+def group_timing(session: timedelta) -> dict[str, int]:
+    """librdkafka group settings for a session timeout (heartbeats ten times per session)."""
+    session_ms = max(1000, int(session.total_seconds() * 1000))
+    return {"session.timeout.ms": session_ms, "heartbeat.interval.ms": max(100, session_ms // 10)}
+
+
 def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option(
         "--no-entry-points", is_flag=True, help="Ignore registries installed as entry points."
@@ -89,6 +95,12 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Keep decisions this long to judge late outcomes.",
 )
+@click.option(
+    "--session-timeout",
+    default="6s",
+    show_default=True,
+    help="Consumer-group session timeout: how soon a dead daemon's partitions move.",
+)
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
 @click.option(
     "--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True
@@ -104,6 +116,7 @@ def recover_command(
     grace: str,
     workers: int,
     retain: str,
+    session_timeout: str,
     metrics_port: int | None,
     log_format: str,
     log_level: str,
@@ -118,6 +131,7 @@ def recover_command(
         grace_s=parse_duration(grace).total_seconds(),
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
+        consumer=group_timing(parse_duration(session_timeout)),
     )
     metrics = RecoveryMetrics()
     serve_metrics(metrics.registry, metrics_port)

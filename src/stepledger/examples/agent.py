@@ -6,7 +6,8 @@ Settings come from ``STEPLEDGER_*`` (bootstrap, topic, fleet), the tools from
 ``stepledger.examples.tools:registry`` (``STEPLEDGER_*_URL``).  ``--kill after_intent``
 SIGKILLs the process once the intent is durable and before the call; ``after_effect``
 once the service performed the effect and before the outcome is recorded.  ``--slow``
-makes a live but slow agent: the outcome is recorded that many seconds after the effect.
+makes a live but slow agent: the outcome is recorded that many seconds after the effect;
+``--fault delay=3`` makes the service itself slow, so the effect lands late.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stepledger.config import load_settings
-from stepledger.examples.tools import registry
+from stepledger.examples.tools import BOOKINGS, EMAIL, ENV_URLS, PAYMENTS, make_registry, registry
 from stepledger.producer.ledger import Ledger
 
 KILL_POINTS = ("after_intent", "after_effect")
@@ -29,6 +31,17 @@ KILL_POINTS = ("after_intent", "after_effect")
 def _die() -> None:
     # A real crash: no cleanup, no flush, no outcome.
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _faulty_run(name: str, fault: str) -> Callable[[dict[str, Any], str], Any]:
+    env = os.environ
+    urls = {tool: env.get(var) for tool, var in ENV_URLS.items()}
+    # The service sleeps on purpose: the agent's own HTTP call must outwait it, while the
+    # intent's deadline still comes from the tool's normal timeout.
+    slow = make_registry(urls[PAYMENTS], urls[BOOKINGS], urls[EMAIL], fault, timeout_s=60.0)
+    run = slow.require(name).run
+    assert run is not None
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args", default="{}")
     parser.add_argument("--kill", choices=KILL_POINTS)
     parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--fault", help="X-Fault spec for the service call, e.g. delay=3")
     opts = parser.parse_args(argv)
     tool = registry().require(opts.tool)
-    run = tool.run
+    run = tool.run if opts.fault is None else _faulty_run(opts.tool, opts.fault)
     assert run is not None
 
     def call(arguments: dict[str, Any], key: str) -> Any:

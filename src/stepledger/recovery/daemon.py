@@ -125,6 +125,7 @@ class RecoveryDaemon:
             observer=self.metrics.observe,
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.assigned: set[int] = set()
         self.caught_up: set[int] = set()
         self.pending_late: dict[str, LateOutcome] = {}
         self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
@@ -307,9 +308,8 @@ class RecoveryDaemon:
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
         consumer.assign(partitions)
-        self.metrics.partitions.set(
-            len(self.tracker.partitions() | {p.partition for p in partitions})
-        )
+        self.assigned |= {tp.partition for tp in partitions}
+        self.metrics.partitions.set(len(self.assigned))
         logger.info(
             "partitions assigned",
             extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
@@ -327,10 +327,11 @@ class RecoveryDaemon:
         for partition in gone:
             self.tracker.drop_partition(partition)
             self.caught_up.discard(partition)
+        self.assigned -= gone
         self.pending_late = {
             k: v for k, v in self.pending_late.items() if v.key in self.tracker.steps
         }
-        self.metrics.partitions.set(len(self.tracker.partitions()))
+        self.metrics.partitions.set(len(self.assigned))
         logger.info("partitions revoked", extra={"partitions": sorted(gone)})
 
     def _health(self) -> None:
@@ -347,7 +348,7 @@ class RecoveryDaemon:
                 "group": self.options.group,
                 "topic": self.settings.topic,
                 "at": time.time(),
-                "partitions": sorted(self.tracker.partitions()),
+                "partitions": sorted(self.assigned),
                 "caught_up": sorted(self.caught_up),
                 "open_intents": open_count,
                 "tracked_steps": len(self.tracker.steps),

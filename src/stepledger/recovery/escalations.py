@@ -185,7 +185,7 @@ class EscalationQueue:
 def read_queue(settings: Settings, codec: Codec, *, max_time: float = 300.0) -> EscalationQueue:
     """Read the whole topic and fold it into the queue (undecodable records are skipped)."""
     queue = EscalationQueue()
-    for record in read_topic(settings, codec, idle_timeout=0.3, max_time=max_time):
+    for record in read_topic(settings, codec, idle_timeout=0.1, max_time=max_time):
         if record.event is not None:
             queue.apply(record.event)
     return queue

@@ -190,7 +190,7 @@ def reconcile(
 ) -> ReconcileReport:
     """Read the whole log, then reconcile every attempt of the tool since ``now - since``."""
     collector = AttemptCollector(tool.name)
-    for record in read_topic(settings, codec, idle_timeout=0.3, max_time=max_time):
+    for record in read_topic(settings, codec, idle_timeout=0.1, max_time=max_time):
         if record.event is not None:
             collector.apply(record.event)
     cutoff = None if since is None else now - since

@@ -8,6 +8,7 @@ for analysts.  SIGTERM/SIGINT finish the open batch, commit, close and return.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -95,6 +96,11 @@ def run_projector(
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
     store = ProjectionStore(options.db_path)
+    thresholds = gc.get_threshold()
+    # Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
+    # the default thresholds ran full collections over the cache several times a batch.
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
     try:
         projector = Projector(
             store,
@@ -116,6 +122,8 @@ def run_projector(
         _publish(loop)
         log.info("projector stopped cleanly")
     finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
         store.close()
         dead_letters.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from confluent_kafka import Message
@@ -91,6 +92,10 @@ class BatchReport:
     skipped: int = 0
     dead_letters: dict[str, int] = field(default_factory=dict)
     anomalies: int = 0
+    oldest_at: datetime | None = None
+    """Earliest ``occurred_at`` among the batch's events (for lag measurements)."""
+    newest_at: datetime | None = None
+    """Latest ``occurred_at`` among the batch's events."""
 
 
 def stage_of(error: StepLedgerError) -> str:
@@ -151,6 +156,9 @@ class Projector:
         if reached:
             self._commit(fold, reached)
         report.projected, report.duplicates = fold.projected, fold.duplicates
+        if decoded:
+            times = [event.occurred_at for event, _ in decoded]
+            report.oldest_at, report.newest_at = min(times), max(times)
         report.anomalies = len(fold.anomalies["event_id"])
         return report
 

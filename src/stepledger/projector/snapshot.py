@@ -92,7 +92,7 @@ def workflow_events_from_snapshot(
     con = connect_read_only(path)
     try:
         values = con.execute(
-            'SELECT value FROM events WHERE workflow_id = ? ORDER BY topic, partition, log_offset',
+            "SELECT value FROM events WHERE workflow_id = ? ORDER BY topic, partition, log_offset",
             [workflow_id],
         ).fetchall()
         offsets = con.execute("SELECT topic, partition, next_offset FROM offsets").fetchall()

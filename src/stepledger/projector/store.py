@@ -59,7 +59,7 @@ class ProjectionStore:
             return []
         sql = (
             "SELECT workflow_id, value FROM events WHERE workflow_id IN (SELECT unnest(?)) "
-            'ORDER BY topic, partition, log_offset'
+            "ORDER BY topic, partition, log_offset"
         )
         return [(str(w), bytes(v)) for w, v in self._query(sql, [workflow_ids])]
 

@@ -1,9 +1,168 @@
-"""CLI commands of the runtime (filled in by the runtime work)."""
+"""CLI commands of the runtime: approval gates and dead-lettered workflows.
+
+``approve``/``deny`` answer a pivot step's approval request; ``workflows clear`` lets a
+workflow that passed its resumption limit run again (the same answer as
+``escalations resolve ESC --cleared``, addressed by workflow id); ``workflows show``
+prints a workflow as a resume would see it.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import click
+
+from stepledger.cli._common import with_settings
+from stepledger.config import Settings
+from stepledger.domain import events as ev
+from stepledger.domain.context import build_context, render
+from stepledger.domain.enums import Verdict
+from stepledger.domain.factory import EventFactory
+from stepledger.domain.state import RunStatus, WorkflowState, replay
+from stepledger.errors import LedgerStateError
+from stepledger.log import KafkaEventLog
+from stepledger.producer import approval
+from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
+
+
+def _db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--db",
+        "db_path",
+        envvar="STEPLEDGER_DB",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The projector's DuckDB file: read its snapshot plus the tail instead of a scan.",
+    )(fn)
+
+
+def reader_for(settings: Settings, db_path: Path | None) -> WorkflowReader:
+    """The snapshot+tail reader when a projection is named, else a scan of the topic."""
+    return KafkaScanReader(settings) if db_path is None else SnapshotTailReader(settings, db_path)
+
+
+def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: Any) -> None:
+    log = KafkaEventLog(settings)
+    try:
+        event = approval.decide(
+            log,
+            EventFactory(settings.fleet_id, settings.producer_id),
+            reader_for(settings, db_path),
+            answer["workflow_id"],
+            answer["step_id"],
+            granted=granted,
+            by=answer["by"],
+            note=answer["note"],
+        )
+    finally:
+        log.close()
+    verdict = "approved" if granted else "denied"
+    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})")
+
+
+@click.command("approve")
+@with_settings
+@_db_option
+@click.argument("workflow_id")
+@click.argument("step_id")
+@click.option("--by", required=True, help="Who approves.")
+@click.option("--note", default=None, help="Why.")
+def approve_command(settings: Settings, db_path: Path | None, **answer: Any) -> None:
+    """Grant the approval a pivot step of WORKFLOW_ID waits for; the step may then run."""
+    _decide(settings, db_path, True, **answer)
+
+
+@click.command("deny")
+@with_settings
+@_db_option
+@click.argument("workflow_id")
+@click.argument("step_id")
+@click.option("--by", required=True, help="Who denies.")
+@click.option("--note", default=None, help="Why.")
+def deny_command(settings: Settings, db_path: Path | None, **answer: Any) -> None:
+    """Deny the approval a pivot step of WORKFLOW_ID waits for; the step will not run."""
+    _decide(settings, db_path, False, **answer)
+
+
+@click.group("workflows")
+def workflows_group() -> None:
+    """Inspect workflows and clear dead-lettered ones."""
+
+
+@workflows_group.command("clear")
+@with_settings
+@_db_option
+@click.argument("workflow_id")
+@click.option("--by", required=True, help="Who clears it.")
+@click.option("--note", default="", help="Why it may run again.")
+def clear_command(
+    settings: Settings, db_path: Path | None, workflow_id: str, by: str, note: str
+) -> None:
+    """Let a dead-lettered workflow be resumed again, with a fresh budget of attempts."""
+    state = _state(settings, db_path, workflow_id)
+    if state.status is not RunStatus.DEAD_LETTERED or state.escalation_id is None:
+        raise LedgerStateError(
+            f"workflow {workflow_id!r} is {state.status.value}, not dead-lettered",
+            workflow_id=workflow_id,
+        )
+    # The same event `escalations resolve ESC --cleared` appends: the same answer twice is one.
+    body = ev.EscalationResolved(
+        escalation_id=state.escalation_id, verdict=Verdict.CLEARED, note=note, by=by
+    )
+    factory = EventFactory(state.fleet_id or settings.fleet_id, settings.producer_id)
+    log = KafkaEventLog(settings)
+    try:
+        log.append(factory.envelope(workflow_id, None, body))
+    finally:
+        log.close()
+    click.echo(f"cleared {workflow_id} (escalation {state.escalation_id})")
+
+
+@workflows_group.command("show")
+@with_settings
+@_db_option
+@click.argument("workflow_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def show_command(settings: Settings, db_path: Path | None, workflow_id: str, as_json: bool) -> None:
+    """Show a workflow as a resume sees it: status, attempt and its steps in order."""
+    state = _state(settings, db_path, workflow_id)
+    steps = build_context(state)
+    if as_json:
+        summary = {
+            "workflow_id": workflow_id,
+            "status": state.status.value,
+            "attempt": state.attempt,
+            "max_attempts": state.max_attempts,
+            "escalation_id": state.escalation_id,
+            "steps": [
+                {"step_id": s.step_id, "tool": s.tool, "status": s.status.value, "result": s.result}
+                for s in steps
+            ],
+        }
+        click.echo(json.dumps(summary, default=str))
+        return
+    click.echo(
+        f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
+        + (f", escalation {state.escalation_id}" if state.escalation_id else "")
+    )
+    if steps:
+        click.echo(render(steps))
+
+
+def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:
+    reader = reader_for(settings, db_path)
+    try:
+        events = reader.read(workflow_id)
+    finally:
+        reader.close()
+    if not events:
+        raise LedgerStateError(f"no workflow {workflow_id!r} in {settings.topic}")
+    return replay(workflow_id, events)
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
+    for command in (approve_command, deny_command, workflows_group):
+        group.add_command(command)

@@ -1,0 +1,243 @@
+"""An example multi-step agent: quote (read) -> charge -> book -> email, resumable and killable.
+
+Run: ``python -m stepledger.examples.trip_agent WORKFLOW[@STEP:POINT] ...``.  Each workflow
+id is started, or resumed if it is already in the log (``Ledger.workflow``).  Settings
+come from ``STEPLEDGER_*``; the payments, bookings and email tools from
+``stepledger.examples.tools`` (``STEPLEDGER_*_URL``, ``STEPLEDGER_TOOL_TIMEOUT_S``).
+
+``@STEP:POINT`` is a kill point: STEP is a step number (1-4) or id (quote, charge, book,
+email), POINT one of ``before_intent``, ``after_intent`` (intent durable, no call),
+``after_effect`` (the service did it, no outcome) and ``after_outcome``.  Several
+workflows run concurrently; each one that reaches its kill point stops there, and once
+every workflow has stopped or ended the process SIGKILLs itself: a real crash with each
+workflow at its own boundary.
+
+One JSON line per workflow reports how it ended (``completed``, ``escalated``,
+``approval_pending``, ``dead_lettered`` or ``error``).  Exit status: 0 when all completed,
+3 when some wait for a human, 1 on other errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepledger.config import load_settings
+from stepledger.domain.enums import EffectClass
+from stepledger.domain.ids import digest
+from stepledger.domain.tools import Tool
+from stepledger.errors import (
+    ApprovalPendingError,
+    StepInDoubtError,
+    StepLedgerError,
+    WorkflowDeadLetteredError,
+)
+from stepledger.examples.tools import BOOKINGS, DEFAULT_TIMEOUT_S, EMAIL, PAYMENTS, email_tool
+from stepledger.examples.tools import registry as example_registry
+from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
+from stepledger.recovery.registry import ToolRegistry
+
+STEPS = ("quote", "charge", "book", "email")
+POINTS = ("before_intent", "after_intent", "after_effect", "after_outcome")
+QUOTE = "catalog.quote"
+HOTELS = ("Hotel Astoria", "Hotel Bristol", "Hotel Central", "Hotel Dorian")
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """Where one workflow of this process stops (and the process then dies)."""
+
+    step: str
+    point: str
+
+
+class Parking:
+    """Workflows that reached their kill point wait here until the process is killed."""
+
+    def __init__(self) -> None:
+        self.parked = 0
+        self._lock = threading.Lock()
+        self._forever = threading.Event()
+
+    def park(self) -> None:
+        with self._lock:
+            self.parked += 1
+        self._forever.wait()
+
+
+def quote_tool() -> Tool:
+    """A read-only catalog lookup: the hotel and price for a trip (deterministic)."""
+
+    def run(args: dict[str, Any], key: str) -> dict[str, Any]:
+        pick = int(digest(args["trip"]), 16)
+        return {"hotel": HOTELS[pick % len(HOTELS)], "nights": 1 + pick % 3, "amount": 5000}
+
+    return Tool(name=QUOTE, effect=EffectClass.READ_ONLY, run=run, timeout_s=5.0)
+
+
+def tools(approval: bool) -> ToolRegistry:
+    """The agent's tools: the example services' tools plus the catalog quote."""
+    found = example_registry()
+    chosen = ToolRegistry([quote_tool(), found.require(PAYMENTS), found.require(BOOKINGS)])
+    email = found.require(EMAIL)
+    if approval:
+        timeout = float(os.environ.get("STEPLEDGER_TOOL_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+        email = email_tool(
+            os.environ["STEPLEDGER_EMAIL_URL"], timeout_s=timeout, requires_approval=True
+        )
+    chosen.register(email)
+    return chosen
+
+
+def trip(
+    ledger: Ledger, workflow_id: str, kill: KillPoint | None, parking: Parking
+) -> dict[str, Any]:
+    """Run (or resume) one trip workflow to its end, stopping at its kill point if any."""
+    by_step = {
+        "quote": ledger.tools.require(QUOTE),
+        "charge": ledger.tools.require(PAYMENTS),
+        "book": ledger.tools.require(BOOKINGS),
+        "email": ledger.tools.require(EMAIL),
+    }
+    wf = ledger.workflow(
+        workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
+    )
+    quote = _step(wf, "quote", by_step["quote"], {"trip": workflow_id}, kill, parking)
+    arguments = {
+        "charge": {"amount": quote["amount"], "currency": "EUR", "customer": workflow_id},
+        "book": {"hotel": quote["hotel"], "nights": quote["nights"]},
+        "email": {
+            "to": f"{workflow_id}@example.test",
+            "subject": "Your trip",
+            "body": quote["hotel"],
+        },
+    }
+    for step_id in ("charge", "book", "email"):
+        _step(wf, step_id, by_step[step_id], arguments[step_id], kill, parking)
+    wf.finish()
+    return {"status": "completed", "attempt": wf.attempt}
+
+
+def _step(
+    wf: Workflow,
+    step_id: str,
+    tool: Tool,
+    arguments: dict[str, Any],
+    kill: KillPoint | None,
+    parking: Parking,
+) -> Any:
+    point = kill.point if kill is not None and kill.step == step_id else None
+    if point == "before_intent":
+        parking.park()
+    run = tool.run
+    assert run is not None
+
+    def call(args: dict[str, Any], key: str) -> Any:
+        if point == "after_intent":
+            parking.park()
+        result = run(args, key)
+        if point == "after_effect":
+            parking.park()
+        return result
+
+    result = wf.step(step_id, tool, arguments, call)
+    if point == "after_outcome":
+        parking.park()
+    return result
+
+
+def _max_attempts() -> int:
+    return int(os.environ.get("STEPLEDGER_MAX_ATTEMPTS", "5"))
+
+
+def outcome_of(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one workflow and turn how it ended into a report."""
+    try:
+        return run()
+    except StepInDoubtError as exc:
+        return {"status": "escalated", "escalation_id": exc.escalation_id, "error": exc.message}
+    except ApprovalPendingError as exc:
+        return {"status": "approval_pending", "step_id": exc.step_id, "error": exc.message}
+    except WorkflowDeadLetteredError as exc:
+        return {"status": "dead_lettered", "escalation_id": exc.escalation_id, "error": exc.message}
+    except StepLedgerError as exc:
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc.message}"}
+
+
+def parse_target(text: str) -> tuple[str, KillPoint | None]:
+    """Parse ``WORKFLOW[@STEP:POINT]``."""
+    workflow_id, sep, where = text.partition("@")
+    if not sep:
+        return workflow_id, None
+    step, _, point = where.partition(":")
+    if step.isdigit() and 1 <= int(step) <= len(STEPS):
+        step = STEPS[int(step) - 1]
+    if step not in STEPS or point not in POINTS:
+        raise SystemExit(f"bad kill point {where!r}: STEP (1-4 or {', '.join(STEPS)}):POINT")
+    return workflow_id, KillPoint(step, point)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every given workflow concurrently; die once all reached their kill points."""
+    parser = argparse.ArgumentParser(prog="python -m stepledger.examples.trip_agent")
+    parser.add_argument("targets", nargs="+", metavar="WORKFLOW[@STEP:POINT]")
+    parser.add_argument("--db", type=Path, help="Projector DuckDB file: resume from its snapshot.")
+    parser.add_argument("--approval", action="store_true", help="The email needs an approval.")
+    parser.add_argument("--approval-wait", type=float, default=0.0, help="Seconds to wait for it.")
+    parser.add_argument("--wait-for-recovery", action="store_true")
+    parser.add_argument("--grace", type=float, default=0.5, help="Seconds past a deadline.")
+    opts = parser.parse_args(argv)
+    targets = [parse_target(t) for t in opts.targets]
+    settings = load_settings()
+    options = ResumeOptions(
+        grace_s=opts.grace,
+        wait_for_recovery=opts.wait_for_recovery,
+        approval_wait_s=opts.approval_wait,
+    )
+    reader = None if opts.db is None else SnapshotTailReader(settings, opts.db)
+    ledger = Ledger(settings, tools=tools(opts.approval), reader=reader, options=options)
+    return _run_all(ledger, targets)
+
+
+def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]]) -> int:
+    parking, reports, lock = Parking(), [], threading.Lock()
+
+    def one(workflow_id: str, kill: KillPoint | None) -> None:
+        report = {
+            "workflow": workflow_id,
+            **outcome_of(lambda: trip(ledger, workflow_id, kill, parking)),
+        }
+        with lock:
+            reports.append(report)
+            print(json.dumps(report), flush=True)
+
+    threads = [threading.Thread(target=one, args=t, daemon=True) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive() and not _all_stopped(parking, reports, len(targets)):
+            thread.join(0.01)
+    if parking.parked:
+        # A real crash: no flush, no outcome, every parked workflow at its boundary.
+        os.kill(os.getpid(), signal.SIGKILL)
+    ledger.close()
+    statuses = {r["status"] for r in reports}
+    if statuses <= {"completed"}:
+        return 0
+    return 1 if "error" in statuses else 3
+
+
+def _all_stopped(parking: Parking, reports: list[dict[str, Any]], total: int) -> bool:
+    return parking.parked + len(reports) >= total
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -126,6 +126,7 @@ class RecoveryDaemon:
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.assigned: set[int] = set()
+        self.events_read = 0
         self.caught_up: set[int] = set()
         self.pending_late: dict[str, LateOutcome] = {}
         self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
@@ -195,6 +196,7 @@ class RecoveryDaemon:
             self.tracker.positions[partition] = offset + 1
             return
         self.metrics.events.inc()
+        self.events_read += 1
         late = self.tracker.apply(event, partition, offset)
         if late is not None:
             self.pending_late[late.event.event_id] = late
@@ -352,6 +354,7 @@ class RecoveryDaemon:
                 "caught_up": sorted(self.caught_up),
                 "open_intents": open_count,
                 "tracked_steps": len(self.tracker.steps),
+                "events_read": self.events_read,
                 "inflight": len(self._inflight),
             },
         )

@@ -16,6 +16,7 @@ come from ``STEPLEDGER_PAYMENTS_URL``, ``STEPLEDGER_BOOKINGS_URL`` and
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -40,6 +41,8 @@ ENV_URLS = {
     EMAIL: "STEPLEDGER_EMAIL_URL",
 }
 DEFAULT_TIMEOUT_S = 5.0
+#: Test-only: ``redrive-ignores-key`` loads a deliberately broken payments tool (chaos harness).
+BREAK_ENV = "STEPLEDGER_EXAMPLE_BREAK"
 #: HTTP calls give up a little before the tool's timeout, so a hook answers in time.
 _CLIENT_SHARE = 0.8
 
@@ -66,9 +69,19 @@ def service_call(tool: str, call: Callable[[], T]) -> T:
 
 
 def payments_tool(
-    url: str, *, fault: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, **kw: Any
+    url: str,
+    *,
+    fault: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    broken_redrive: bool = False,
+    **kw: Any,
 ) -> Tool:
-    """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer``."""
+    """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer``.
+
+    ``broken_redrive`` is a test-only switch for the chaos harness: a deliberately broken
+    build whose re-drive ignores the idempotency key (and whose policy re-drives without
+    asking), so a crash after the charge leads to a second charge the harness must catch.
+    """
     client = PaymentsClient(url, timeout=timeout_s * _CLIENT_SHARE)
 
     def run(args: dict[str, Any], key: str) -> JsonObject:
@@ -81,10 +94,11 @@ def payments_tool(
 
     def redrive(args: dict[str, Any], key: str) -> JsonObject:
         # No fault injection: the re-drive is recovery's call, not the agent's.
+        used = f"{key}-broken-{uuid.uuid4().hex[:8]}" if broken_redrive else key
         return service_call(
             PAYMENTS,
             lambda: client.charge(
-                key, int(args["amount"]), str(args["currency"]), str(args["customer"])
+                used, int(args["amount"]), str(args["currency"]), str(args["customer"])
             ),
         )
 
@@ -95,7 +109,7 @@ def payments_tool(
     return Tool(
         name=PAYMENTS,
         effect=EffectClass.IDEMPOTENT,
-        policy=ResolutionPolicy.QUERY,
+        policy=ResolutionPolicy.REDRIVE if broken_redrive else ResolutionPolicy.QUERY,
         keyed=True,
         timeout_s=timeout_s,
         run=run,
@@ -175,12 +189,13 @@ def make_registry(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_attempts: int = 3,
+    broken_redrive: bool = False,
 ) -> ToolRegistry:
     """The example tools for the services at these URLs (``fault`` goes on every agent call)."""
     limits: dict[str, Any] = {"fault": fault, "timeout_s": timeout_s, "max_attempts": max_attempts}
     tools = ToolRegistry()
     if payments_url:
-        tools.register(payments_tool(payments_url, **limits))
+        tools.register(payments_tool(payments_url, broken_redrive=broken_redrive, **limits))
     if bookings_url:
         tools.register(bookings_tool(bookings_url, **limits))
     if email_url:
@@ -206,4 +221,5 @@ def registry(env: Mapping[str, str] | None = None) -> ToolRegistry:
         urls[EMAIL],
         timeout_s=timeout_s,
         max_attempts=max_attempts,
+        broken_redrive=env.get(BREAK_ENV) == "redrive-ignores-key",
     )

@@ -46,7 +46,10 @@ ContextHook = Callable[[list[StepSummary]], list[StepSummary]]
 
 
 def step_summaries(state: WorkflowState) -> list[StepSummary]:
-    """Every step of the workflow, in order, as a summary."""
+    """Every step of the workflow, in order, as a summary.
+
+    A step that only awaits its approval has no position yet: it is listed last.
+    """
     return [
         StepSummary(
             sequence=s.sequence,
@@ -58,7 +61,7 @@ def step_summaries(state: WorkflowState) -> list[StepSummary]:
             error=s.error,
             attempt=s.attempt,
         )
-        for s in state.ordered_steps()
+        for s in sorted(state.ordered_steps(), key=lambda s: s.sequence < 0)
     ]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
@@ -37,9 +37,15 @@ logger = logging.getLogger("stepledger.producer.reader")
 Until = Callable[[Event], bool]
 Starts = dict[tuple[str, int], int]
 
+#: Where a scan starts: offset 0, not the logical "beginning", which costs a ListOffsets
+#: round that took ~0.5 s on the dev broker (a concrete offset ~10 ms).  An offset removed
+#: by retention is reset to the earliest one (``auto.offset.reset``).
+FIRST_OFFSET = 0
 #: A reader never waits longer than this to reach the end of the partitions it reads.
 READ_LIMIT_S = 120.0
 _BATCH = 5000
+#: One consume call waits this long at most; partition-EOF events arrive within it.
+_POLL_S = 0.01
 #: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
 _READER = {**FAST_CONSUMER, "group.id": "stepledger-workflow-reader", "fetch.wait.max.ms": 10}
 
@@ -117,11 +123,12 @@ class KafkaScanReader:
         self.settings = settings
         self.codec = codec or codec_for(settings)
         self.last = ReadStats()
+        self._known: list[tuple[str, int]] | None = None
 
     def read(self, workflow_id: str) -> list[Event]:
         """Every event of the workflow: a scan of the whole topic (cost grows with the log)."""
         began = time.perf_counter()
-        starts = dict.fromkeys(self._partitions(), OFFSET_BEGINNING)
+        starts = dict.fromkeys(self._partitions(), FIRST_OFFSET)
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events
@@ -136,8 +143,11 @@ class KafkaScanReader:
         """Nothing is held between reads."""
 
     def _partitions(self) -> list[tuple[str, int]]:
-        topic = self.settings.topic
-        return [(topic, p) for p in topic_partitions(self.settings, topic)]
+        # Asked once per reader: a metadata round costs more than reading a short tail.
+        if self._known is None:
+            topic = self.settings.topic
+            self._known = [(topic, p) for p in topic_partitions(self.settings, topic)]
+        return self._known
 
 
 class SnapshotTailReader(KafkaScanReader):
@@ -165,7 +175,7 @@ class SnapshotTailReader(KafkaScanReader):
             return super().read(workflow_id)
         stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
         stored = [e for e in stored if e.workflow_id == workflow_id]
-        starts = {tp: offsets.get(tp, OFFSET_BEGINNING) for tp in self._partitions()}
+        starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in self._partitions()}
         tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         seen = {e.event_id for e in stored}
         events = stored + [e for e in tail if e.event_id not in seen]
@@ -191,7 +201,7 @@ def read_to_end(
         while len(at_end) < len(starts):
             if time.monotonic() > deadline:
                 raise BrokerError(f"could not reach the end of {settings.topic} in time")
-            for msg in consumer.consume(_BATCH, 0.05):
+            for msg in consumer.consume(_BATCH, _POLL_S):
                 where = (str(msg.topic()), int(msg.partition() or 0))
                 if _at_eof(msg):
                     at_end.add(where)
@@ -219,7 +229,7 @@ def follow_partition(
     deadline = time.monotonic() + timeout_s
     with _assigned(settings, {(after.topic, after.partition): after.offset + 1}) as consumer:
         while time.monotonic() < deadline:
-            for msg in consumer.consume(_BATCH, 0.05):
+            for msg in consumer.consume(_BATCH, _POLL_S):
                 if _at_eof(msg) or msg.key() != key:
                     continue
                 _decode_into(found, msg, codec)

@@ -85,6 +85,12 @@ class DurableProducer:
                     self._producer = _new_producer(conf)
         return self._producer
 
+    def connect(self) -> None:
+        """Create the client now and return at once: its connection and idempotent producer
+        id get ready in the background (librdkafka's first producer-id request waits ~0.5 s
+        for a broker), so a first durable write made later waits less."""
+        self._client()
+
     def _start_background_poller(self) -> None:
         with self._lock:
             if self._poller is None:

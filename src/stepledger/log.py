@@ -107,6 +107,10 @@ class KafkaEventLog:
             self._journal.record(event.event_id)
         return position
 
+    def connect(self) -> None:
+        """Start connecting the producer (returns at once), e.g. while reading the log."""
+        self._producer.connect()
+
     def close(self) -> None:
         """Flush and close the producer."""
         self._producer.close()

@@ -75,6 +75,10 @@ def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workf
     """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
     from stepledger.producer.workflow import Workflow
 
+    connect = getattr(ledger.log, "connect", None)
+    if callable(connect):
+        # The producer gets its connection and id while the log is read, not after.
+        connect()
     workflow = Workflow(ledger, workflow_id, ledger.reader.read(workflow_id))
     state = workflow.state
     read_only = state.read_only if state.attempt else spec.read_only

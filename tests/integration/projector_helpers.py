@@ -42,7 +42,9 @@ def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 
 def producer(settings: Settings) -> Producer:
     """A plain producer (acks=all) for writing test input, good or bad."""
-    return Producer(settings.client_config(**{"acks": "all", "linger.ms": 5}))
+    return Producer(
+        settings.client_config(**{"acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    )
 
 
 def produce_events(settings: Settings, events: Sequence[ev.Event], topic: str | None = None) -> int:

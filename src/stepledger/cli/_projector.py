@@ -88,6 +88,13 @@ def register(group: click.Group) -> None:
 @click.option(
     "--cache-workflows", default=DEFAULT_CACHE_WORKFLOWS, show_default=True, type=click.IntRange(1)
 )
+@click.option(
+    "--session-timeout",
+    default=6.0,
+    show_default=True,
+    type=click.FloatRange(1.0),
+    help="Consumer-group session timeout in seconds (how soon a killed member expires).",
+)
 @click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus metrics.")
 @click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr.")
 @click.option("--log-level", default="INFO", show_default=True)
@@ -103,6 +110,7 @@ def project(settings: Settings, **opts: Any) -> None:
         batch_timeout_s=opts["batch_timeout"],
         snapshot_interval_s=opts["snapshot_interval"],
         cache_workflows=opts["cache_workflows"],
+        session_timeout_s=opts["session_timeout"],
     )
     metrics = ProjectorMetrics()
     serve_metrics(metrics.registry, opts["metrics_port"])

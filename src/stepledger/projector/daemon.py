@@ -62,6 +62,8 @@ class ProjectorOptions:
     """Also commit offsets to the group (for lag tools); DuckDB's offsets stay the truth."""
     lag_interval_s: float = 1.0
     """How often the consumer-lag gauge is refreshed."""
+    session_timeout_s: float = 6.0
+    """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -129,7 +131,13 @@ def run_projector(
 
 
 def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
-    return {**FAST_CONSUMER, "group.id": options.group, "enable.auto.offset.store": False}
+    session_ms = max(1000, int(options.session_timeout_s * 1000))
+    return {
+        **FAST_CONSUMER,
+        "group.id": options.group,
+        "session.timeout.ms": session_ms,
+        "heartbeat.interval.ms": max(100, session_ms // 10),
+    }
 
 
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
@@ -150,6 +158,7 @@ def _step(loop: _Loop) -> None:
     records = [m for m in messages if _usable(m)]
     if records:
         began = time.perf_counter()
+        log.debug("batch of %d records", len(records), extra={"records": len(records)})
         report = loop.projector.process(records)
         elapsed = time.perf_counter() - began
         loop.metrics.record(report, elapsed)

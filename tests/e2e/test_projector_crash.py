@@ -54,7 +54,8 @@ class Incarnation:
         )
         self.starts: queue.Queue[str] = queue.Queue()
         self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -118,7 +119,7 @@ def test_killed_mid_batch_repeatedly_the_tables_equal_a_rebuild(
             time.sleep(rng.uniform(0.0, 0.005))
             victim.proc.send_signal(signal.SIGKILL)
             assert victim.proc.wait(10) == -signal.SIGKILL
-            time.sleep(0.2)  # let the reader thread drain the pipe
+            victim.reader.join(10)  # the pipe closed: every line it wrote is read
             mid_batch += victim.in_flight()
         # Restarted while the stream still runs: it must catch up from its stored offsets.
         survivor = Incarnation(settings, db, src_env)

@@ -88,7 +88,7 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group.")
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
-@click.option("--workers", default=4, show_default=True, help="Resolutions at once.")
+@click.option("--workers", default=8, show_default=True, help="Resolutions at once.")
 @click.option(
     "--retain",
     default="24h",

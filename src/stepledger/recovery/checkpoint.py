@@ -39,7 +39,8 @@ class PartitionCheckpoint:
     """One partition's saved state: where to resume and the tracked steps' events."""
 
     next_offset: int
-    steps: dict[StepKey, list[Event]] = field(default_factory=dict)
+    steps: dict[StepKey, list[str]] = field(default_factory=dict)
+    """(workflow, step) -> the step's events as JSON."""
 
 
 @dataclass
@@ -48,8 +49,8 @@ class CheckpointBatch:
 
     positions: dict[int, int] = field(default_factory=dict)
     """Partition -> next offset to read."""
-    upserts: dict[tuple[int, str, str], list[Event]] = field(default_factory=dict)
-    """(partition, workflow, step) -> the step's full event list."""
+    upserts: dict[tuple[int, str, str], list[str]] = field(default_factory=dict)
+    """(partition, workflow, step) -> the step's full event list, as JSON."""
     deletes: set[tuple[int, str, str]] = field(default_factory=set)
     """Steps no longer tracked."""
 
@@ -74,14 +75,9 @@ class CheckpointStore(Protocol):
         ...
 
 
-def encode_events(events: Iterable[Event]) -> str:
-    """Events as JSON lines."""
-    return "\n".join(event.model_dump_json() for event in events)
-
-
-def decode_events(text: str) -> list[Event]:
-    """Events from JSON lines."""
-    return [Event.model_validate_json(line) for line in text.splitlines() if line]
+def decode_events(lines: Iterable[str]) -> list[Event]:
+    """Events from their JSON."""
+    return [Event.model_validate_json(line) for line in lines if line]
 
 
 class SqliteCheckpointStore:
@@ -115,7 +111,7 @@ class SqliteCheckpointStore:
                 "SELECT workflow_id, step_id, events FROM steps WHERE grp=? AND topic=? AND part=?",
                 key,
             ).fetchall()
-        steps = {(wf, step): decode_events(text) for wf, step, text in rows}
+        steps = {(wf, step): text.split("\n") for wf, step, text in rows}
         return PartitionCheckpoint(int(row[0]), steps)
 
     def save(self, topic: str, batch: CheckpointBatch) -> None:
@@ -124,7 +120,7 @@ class SqliteCheckpointStore:
             return
         grp = self.group
         upserts = [
-            (grp, topic, part, wf, step, encode_events(events))
+            (grp, topic, part, wf, step, "\n".join(events))
             for (part, wf, step), events in batch.upserts.items()
         ]
         deletes = [(grp, topic, part, wf, step) for part, wf, step in batch.deletes]
@@ -171,7 +167,7 @@ class InMemoryCheckpointStore:
 
     def __init__(self) -> None:
         self.positions: dict[tuple[str, int], int] = {}
-        self.steps: dict[tuple[str, int], dict[StepKey, list[Event]]] = {}
+        self.steps: dict[tuple[str, int], dict[StepKey, list[str]]] = {}
         self.saves = 0
 
     def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:

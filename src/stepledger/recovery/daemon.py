@@ -32,7 +32,7 @@ from stepledger.config import Settings
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
-from stepledger.domain.state import StepState, replay
+from stepledger.domain.state import StepState
 from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import FAST_CONSUMER
 from stepledger.log import EventLog, KafkaEventLog, codec_for
@@ -59,8 +59,10 @@ class DaemonOptions:
     """Consumer group; daemons in one group split the partitions."""
     grace_s: float = 2.0
     """Extra wait after an intent's deadline before recovery acts (slow agents' margin)."""
-    workers: int = 4
+    workers: int = 8
     """Resolutions run at once (hooks may block up to their tool's timeout)."""
+    queue_per_worker: int = 32
+    """Due steps handed to the pool ahead of the workers, so no worker waits for the loop."""
     checkpoint_interval_s: float = 0.5
     """How often the state is checkpointed while events flow."""
     retain_s: float = 86_400.0
@@ -131,6 +133,7 @@ class RecoveryDaemon:
         self.pending_late: dict[str, LateOutcome] = {}
         self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
         self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
+        self._capacity = max(1, options.workers) * max(1, options.queue_per_worker)
         self._consumer: Consumer | None = None
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
@@ -163,7 +166,8 @@ class RecoveryDaemon:
 
     def tick(self, consumer: Consumer) -> None:
         """One turn: read a batch, collect finished work, checkpoint, dispatch due work."""
-        for msg in consumer.consume(self.options.batch_size, self.options.poll_timeout_s):
+        wait = self._wait_time()
+        for msg in consumer.consume(self.options.batch_size, wait):
             self._handle(msg)
         self._collect()
         now = time.monotonic()
@@ -172,6 +176,17 @@ class RecoveryDaemon:
         self._dispatch()
         if now - self._last_health >= self.options.health_interval_s:
             self._health()
+
+    def _wait_time(self) -> float:
+        # While work is out, come back quickly to collect it; otherwise sleep in the poll
+        # until the next step falls due, so a deadline is acted on within milliseconds.
+        if self._inflight:
+            return 0.005
+        wait = self.options.poll_timeout_s
+        upcoming = self.tracker.next_due()
+        if upcoming is not None:
+            wait = min(wait, max(0.001, (upcoming - self.clock()).total_seconds()))
+        return wait
 
     def _handle(self, msg: Message) -> None:
         err = msg.error()
@@ -205,17 +220,17 @@ class RecoveryDaemon:
 
     def _dispatch(self) -> None:
         self._dispatch_late()
-        free = self.options.workers - len(self._inflight)
+        free = self._capacity - len(self._inflight)
         if free <= 0:
             return
         for key in self.tracker.due(self.clock(), free, self.caught_up):
             tracked = self.tracker.steps[key]
-            snapshot = replay(key[0], tracked.events)
+            snapshot = tracked.snapshot()
             self._submit(key, tracked.partition, self.resolver.attempt, snapshot, key[1])
 
     def _dispatch_late(self) -> None:
         for event_id, late in list(self.pending_late.items()):
-            if len(self._inflight) >= self.options.workers:
+            if len(self._inflight) >= self._capacity:
                 return
             tracked = self.tracker.steps.get(late.key)
             if tracked is None:
@@ -230,7 +245,7 @@ class RecoveryDaemon:
             anomaly_id = ids.event_id(late.key[0], late.key[1], "anomaly_observed", event_id)
             if anomaly_id in tracked.state.seen:
                 continue  # judged before a restart: its record is already in the log
-            snapshot = replay(late.key[0], tracked.events)
+            snapshot = tracked.snapshot()
             self._submit(
                 late.key, tracked.partition, self.resolver.judge_late, snapshot, late.event
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -12,29 +13,92 @@ from stepledger.domain.tools import Found, NotFound, QueryHook
 from stepledger.errors import HookTimeoutError, RecoveryError
 
 
+class _Job:
+    """One hook call handed to the pool; cancelled if nobody picked it up in time."""
+
+    def __init__(self, hook: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.hook, self.args = hook, args
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.state = "queued"
+        self.answer: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        with self.lock:
+            if self.state == "cancelled":
+                return
+            self.state = "running"
+        try:
+            self.answer = self.hook(*self.args)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def cancel(self) -> bool:
+        """Stop the job from starting; False if it already runs."""
+        with self.lock:
+            if self.state == "queued":
+                self.state = "cancelled"
+            return self.state == "cancelled"
+
+
+class HookPool:
+    """A fixed set of daemon threads running hooks, so a call pays no thread start.
+
+    A hook that hangs keeps its thread; when every thread hangs, new calls wait in the
+    queue, time out and are cancelled before they start (counted as failed attempts), so
+    hung hooks never multiply threads without bound nor run after being given up.
+    """
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def call(
+        self, hook: Callable[..., Any], args: tuple[Any, ...], timeout: float, name: str
+    ) -> Any:
+        """Run the hook on a pool thread and wait at most ``timeout`` seconds for its answer."""
+        self._start()
+        job = _Job(hook, args)
+        self._queue.put(job)
+        return _answer(job, timeout, name)
+
+    def _start(self) -> None:
+        if len(self._threads) >= self.size:
+            return
+        with self._lock:
+            while len(self._threads) < self.size:
+                thread = threading.Thread(target=self._work, name="hook", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _work(self) -> None:
+        while True:
+            self._queue.get().run()
+
+
 def call_bounded(hook: Callable[..., Any], args: tuple[Any, ...], timeout: float, name: str) -> Any:
-    """Call a hook on a daemon thread and wait at most ``timeout`` seconds for its answer.
+    """Call a hook on a new daemon thread and wait at most ``timeout`` seconds for its answer.
 
     A hook still running at the timeout raises HookTimeoutError here; its thread cannot be
     killed and is left to finish (daemon, so it never keeps the process from exiting).
     """
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    job = _Job(hook, args)
+    threading.Thread(target=job.run, name=f"hook-{name}", daemon=True).start()
+    return _answer(job, timeout, name)
 
-    def target() -> None:
-        try:
-            box["answer"] = hook(*args)
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            done.set()
 
-    threading.Thread(target=target, name=f"hook-{name}", daemon=True).start()
-    if not done.wait(timeout):
+def _answer(job: _Job, timeout: float, name: str) -> Any:
+    if not job.done.wait(timeout):
+        job.cancel()
         raise HookTimeoutError(f"hook {name} did not answer within {timeout:g}s")
-    if "error" in box:
-        raise box["error"]
-    return box.get("answer")
+    if job.error is not None:
+        raise job.error
+    return job.answer
 
 
 def checked_query(query: QueryHook) -> Callable[[str, dict[str, Any]], Found | NotFound]:

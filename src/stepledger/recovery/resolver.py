@@ -32,7 +32,7 @@ from stepledger.errors import RecoveryError
 from stepledger.kafka import Position
 from stepledger.log import EventLog
 from stepledger.recovery.deadletters import DeadLetterSink
-from stepledger.recovery.hooks import call_bounded, checked_query, intent_arguments, known_result
+from stepledger.recovery.hooks import HookPool, checked_query, intent_arguments, known_result
 from stepledger.recovery.registry import ToolRegistry
 
 logger = logging.getLogger("stepledger.recovery")
@@ -101,6 +101,7 @@ class Resolver:
         grace: timedelta = timedelta(0),
         retry_base_s: float = 0.25,
         observer: ResolutionObserver | None = None,
+        hooks: HookPool | None = None,
     ) -> None:
         self.log = log
         self.events = events
@@ -110,6 +111,7 @@ class Resolver:
         self.grace = grace
         self.retry_base_s = retry_base_s
         self.observer = observer
+        self.hooks = hooks or HookPool()
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""
@@ -259,7 +261,7 @@ class Resolver:
         assert run.tool is not None
         name = f"{run.tool.name}.{policy.value}"
         try:
-            answer = call_bounded(hook, args, run.tool.timeout_s, name)
+            answer = self.hooks.call(hook, args, run.tool.timeout_s, name)
         except Exception as exc:
             run.error = f"{type(exc).__name__}: {exc}"[:2000]
             logger.warning(

@@ -19,7 +19,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, Source
 from stepledger.domain.resolution import ACTIONABLE
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
-from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint
+from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, decode_events
 
 StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
@@ -33,7 +33,8 @@ class Tracked:
 
     partition: int
     state: WorkflowState
-    events: list[ev.Event] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    """The step's events as JSON (a third of the decoded objects' memory)."""
     busy: bool = False
     """A resolution of it is running on a worker."""
     echo_offset: int = -1
@@ -45,6 +46,10 @@ class Tracked:
     def step(self) -> StepState:
         """The step's state (the one step this state holds)."""
         return next(iter(self.state.steps.values()))
+
+    def snapshot(self) -> WorkflowState:
+        """A fresh fold of the step's events, for a worker to resolve on."""
+        return replay(self.state.workflow_id, decode_events(self.events))
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class Tracker:
         if checkpoint is None:
             return None
         for (wf, step_id), events in checkpoint.steps.items():
-            tracked = Tracked(partition, replay(wf, events), list(events))
+            tracked = Tracked(partition, replay(wf, decode_events(events)), list(events))
             if tracked.state.steps:
                 self.steps[(wf, step_id)] = tracked
                 self._schedule((wf, step_id), tracked)
@@ -111,11 +116,13 @@ class Tracker:
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
             tracked = Tracked(partition, WorkflowState(event.workflow_id))
-            self.steps[key] = tracked
-        if any(e.event_id == event.event_id for e in tracked.events):
+        elif event.event_id in tracked.state.seen:
             return None
-        tracked.events.append(event)
+        tracked.events.append(event.model_dump_json())
         anomaly = tracked.state.apply(event)
+        if not tracked.state.steps:
+            return None  # an intent the fold refused: nothing to track
+        self.steps[key] = tracked
         self._dirty.add(key)
         self._schedule(key, tracked)
         if anomaly is not None and anomaly.kind in LATE_KINDS:
@@ -156,6 +163,10 @@ class Tracker:
         for item in later:
             heapq.heappush(self._heap, item)
         return found
+
+    def next_due(self) -> datetime | None:
+        """The earliest time something may fall due (a lower bound: entries may be stale)."""
+        return self._heap[0][0] if self._heap else None
 
     def ready(self, key: StepKey) -> Tracked | None:
         """The tracked step if it may be worked on now (not busy, its echo read)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -14,10 +15,11 @@ from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, V
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import RecoveryError
+from stepledger.errors import HookTimeoutError, RecoveryError
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery import InMemoryDeadLetters, Resolver, ToolRegistry
 from stepledger.recovery.escalations import EscalationQueue, answer
+from stepledger.recovery.hooks import HookPool
 from tests.unit.factories import Clock
 
 ARGS = {"amount": 5, "customer": "c"}
@@ -282,3 +284,16 @@ def test_unknown_step_is_a_recovery_error() -> None:
     setup = Setup(pay(Service()))
     with pytest.raises(RecoveryError):
         setup.resolver.resolve(setup.state, "nope")
+
+
+def test_hook_pool_bounds_threads_and_never_starts_a_call_it_gave_up() -> None:
+    pool = HookPool(size=1)
+    release = threading.Event()
+    ran: list[str] = []
+    with pytest.raises(HookTimeoutError):
+        pool.call(lambda: release.wait(5), (), 0.05, "hung")
+    with pytest.raises(HookTimeoutError):
+        pool.call(lambda: ran.append("late"), (), 0.05, "queued")
+    release.set()
+    assert pool.call(lambda: "ok", (), 2.0, "after") == "ok"
+    assert ran == []  # the queued call was cancelled before it could start

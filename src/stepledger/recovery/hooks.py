@@ -52,33 +52,47 @@ class HookPool:
     hung hooks never multiply threads without bound nor run after being given up.
     """
 
-    def __init__(self, size: int = 32) -> None:
+    def __init__(self, size: int = 64) -> None:
         self.size = size
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self._threads = 0
+        self._idle = 0
 
     def call(
         self, hook: Callable[..., Any], args: tuple[Any, ...], timeout: float, name: str
     ) -> Any:
         """Run the hook on a pool thread and wait at most ``timeout`` seconds for its answer."""
-        self._start()
         job = _Job(hook, args)
+        with self._lock:
+            # Grow only when no thread is idle: a pool used once costs one thread.
+            if self._idle == 0 and self._threads < self.size:
+                self._threads += 1
+                threading.Thread(target=self._work, name="hook", daemon=True).start()
         self._queue.put(job)
         return _answer(job, timeout, name)
 
-    def _start(self) -> None:
-        if len(self._threads) >= self.size:
-            return
-        with self._lock:
-            while len(self._threads) < self.size:
-                thread = threading.Thread(target=self._work, name="hook", daemon=True)
-                thread.start()
-                self._threads.append(thread)
-
     def _work(self) -> None:
         while True:
-            self._queue.get().run()
+            with self._lock:
+                self._idle += 1
+            job = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            job.run()
+
+
+_shared: HookPool | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> HookPool:
+    """The process's hook pool, made on first use (every Resolver shares it by default)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = HookPool()
+        return _shared
 
 
 def call_bounded(hook: Callable[..., Any], args: tuple[Any, ...], timeout: float, name: str) -> Any:

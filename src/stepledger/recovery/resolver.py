@@ -32,7 +32,13 @@ from stepledger.errors import RecoveryError
 from stepledger.kafka import Position
 from stepledger.log import EventLog
 from stepledger.recovery.deadletters import DeadLetterSink
-from stepledger.recovery.hooks import HookPool, checked_query, intent_arguments, known_result
+from stepledger.recovery.hooks import (
+    HookPool,
+    checked_query,
+    intent_arguments,
+    known_result,
+    shared_pool,
+)
 from stepledger.recovery.registry import ToolRegistry
 
 logger = logging.getLogger("stepledger.recovery")
@@ -111,7 +117,7 @@ class Resolver:
         self.grace = grace
         self.retry_base_s = retry_base_s
         self.observer = observer
-        self.hooks = hooks or HookPool()
+        self.hooks = hooks or shared_pool()
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""

@@ -125,3 +125,15 @@ def test_sqlite_checkpoints_are_kept_per_group(tmp_path: Path) -> None:
     assert one.load("topic", 0) is not None and two.load("topic", 0) is None
     one.close()
     two.close()
+
+
+def test_a_late_outcome_in_a_checkpoint_is_handed_back_for_judging() -> None:
+    store = InMemoryCheckpointStore()
+    tracker = Tracker(due)
+    late = outcome("a", OutcomeStatus.SUCCEEDED)
+    feed(tracker, [intent("a"), outcome("a", OutcomeStatus.NOT_HAPPENED, Source.RECOVERY_QUERY)])
+    assert tracker.apply(late, 0, 2) is not None
+    store.save("topic", tracker.take_batch(LATER))
+    restored = Tracker(due)
+    restored.load(0, store.load("topic", 0))
+    assert [(x.key, x.event.event_id) for x in restored.late] == [(("a", "s"), late.event_id)]

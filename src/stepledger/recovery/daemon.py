@@ -325,6 +325,9 @@ class RecoveryDaemon:
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
         consumer.assign(partitions)
+        for late in self.tracker.late:
+            self.pending_late[late.event.event_id] = late
+        self.tracker.late.clear()
         self.assigned |= {tp.partition for tp in partitions}
         self.metrics.partitions.set(len(self.assigned))
         logger.info(

@@ -72,6 +72,8 @@ class Tracker:
         self._dirty: set[StepKey] = set()
         self._removed: set[tuple[int, str, str]] = set()
         self._moved: set[int] = set()
+        self.late: list[LateOutcome] = []
+        """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
 
     # -- partitions --------------------------------------------------------------------
 
@@ -81,12 +83,19 @@ class Tracker:
         if checkpoint is None:
             return None
         for (wf, step_id), events in checkpoint.steps.items():
-            tracked = Tracked(partition, replay(wf, decode_events(events)), list(events))
+            decoded = decode_events(events)
+            tracked = Tracked(partition, replay(wf, decoded), list(events))
             if tracked.state.steps:
                 self.steps[(wf, step_id)] = tracked
                 self._schedule((wf, step_id), tracked)
+                self._late_in_checkpoint((wf, step_id), tracked, decoded)
         self.positions[partition] = checkpoint.next_offset
         return checkpoint.next_offset
+
+    def _late_in_checkpoint(self, key: StepKey, tracked: Tracked, events: list[ev.Event]) -> None:
+        # A late outcome read before a crash but not judged yet must still be judged.
+        late_ids = {a.event_id for a in tracked.state.anomalies if a.kind in LATE_KINDS}
+        self.late.extend(LateOutcome(key, e) for e in events if e.event_id in late_ids)
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition (revoked): its steps are another daemon's now."""

@@ -60,17 +60,32 @@ class KillPoint:
 
 
 class Parking:
-    """Workflows that reached their kill point wait here until the process is killed."""
+    """Where workflows stop: at their kill point (until the kill) or at their end (reported)."""
 
     def __init__(self) -> None:
         self.parked = 0
-        self._lock = threading.Lock()
+        self.reports: list[dict[str, Any]] = []
+        self.changed = threading.Condition()
         self._forever = threading.Event()
 
     def park(self) -> None:
-        with self._lock:
+        """Stop here until the process is killed."""
+        with self.changed:
             self.parked += 1
+            self.changed.notify_all()
         self._forever.wait()
+
+    def report(self, report: dict[str, Any]) -> None:
+        """Record and print how one workflow ended."""
+        with self.changed:
+            self.reports.append(report)
+            print(json.dumps(report), flush=True)
+            self.changed.notify_all()
+
+    def wait_all(self, total: int, timeout: float) -> bool:
+        """Wait until every workflow stopped or ended; False on timeout."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.parked + len(self.reports) >= total, timeout)
 
 
 def quote_tool() -> Tool:
@@ -189,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run every given workflow concurrently; die once all reached their kill points."""
     parser = argparse.ArgumentParser(prog="python -m stepledger.examples.trip_agent")
     parser.add_argument("targets", nargs="+", metavar="WORKFLOW[@STEP:POINT]")
-    parser.add_argument("--db", type=Path, help="Projector DuckDB file: resume from its snapshot.")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=os.environ.get("STEPLEDGER_DB"),
+        help="Projector DuckDB file (STEPLEDGER_DB): read workflows from its snapshot + tail.",
+    )
+    parser.add_argument("--max-seconds", type=float, default=600.0, help="Give up after this.")
     parser.add_argument("--approval", action="store_true", help="The email needs an approval.")
     parser.add_argument("--approval-wait", type=float, default=0.0, help="Seconds to wait for it.")
     parser.add_argument("--wait-for-recovery", action="store_true")
@@ -204,39 +225,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     reader = None if opts.db is None else SnapshotTailReader(settings, opts.db)
     ledger = Ledger(settings, tools=tools(opts.approval), reader=reader, options=options)
-    return _run_all(ledger, targets)
+    return _run_all(ledger, targets, opts.max_seconds)
 
 
-def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]]) -> int:
-    parking, reports, lock = Parking(), [], threading.Lock()
+def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]], limit: float) -> int:
+    parking = Parking()
 
     def one(workflow_id: str, kill: KillPoint | None) -> None:
-        report = {
-            "workflow": workflow_id,
-            **outcome_of(lambda: trip(ledger, workflow_id, kill, parking)),
-        }
-        with lock:
-            reports.append(report)
-            print(json.dumps(report), flush=True)
+        ended = outcome_of(lambda: trip(ledger, workflow_id, kill, parking))
+        parking.report({"workflow": workflow_id, **ended})
 
-    threads = [threading.Thread(target=one, args=t, daemon=True) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive() and not _all_stopped(parking, reports, len(targets)):
-            thread.join(0.01)
+    for target in targets:
+        threading.Thread(target=one, args=target, daemon=True).start()
+    if not parking.wait_all(len(targets), limit):
+        print(json.dumps({"status": "error", "error": f"not done in {limit:g}s"}), flush=True)
+        return 1
     if parking.parked:
         # A real crash: no flush, no outcome, every parked workflow at its boundary.
         os.kill(os.getpid(), signal.SIGKILL)
     ledger.close()
-    statuses = {r["status"] for r in reports}
+    statuses = {r["status"] for r in parking.reports}
     if statuses <= {"completed"}:
         return 0
     return 1 if "error" in statuses else 3
-
-
-def _all_stopped(parking: Parking, reports: list[dict[str, Any]], total: int) -> bool:
-    return parking.parked + len(reports) >= total
 
 
 if __name__ == "__main__":

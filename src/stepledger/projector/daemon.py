@@ -32,6 +32,7 @@ from stepledger.projector.engine import (
     Projector,
 )
 from stepledger.projector.metrics import ProjectorMetrics
+from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
 
@@ -72,7 +73,7 @@ BatchHook = Callable[[BatchReport], None]
 @dataclass
 class _Loop:
     consumer: Consumer
-    projector: Projector
+    pipeline: Pipeline
     options: ProjectorOptions
     metrics: ProjectorMetrics
     on_batch: BatchHook | None
@@ -80,6 +81,10 @@ class _Loop:
     dirty: bool = True
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
+
+    @property
+    def projector(self) -> Projector:
+        return self.pipeline.projector
 
 
 def run_projector(
@@ -112,14 +117,18 @@ def run_projector(
             cache_workflows=options.cache_workflows,
         )
         consumer = Consumer(settings.client_config(**_consumer_config(options)))
-        loop = _Loop(consumer, projector, options, metrics, on_batch)
+        pipeline = Pipeline(projector)
+        loop = _Loop(consumer, pipeline, options, metrics, on_batch)
+        pipeline.on_commit = lambda report: _committed(loop, report)
         _publish(loop)
         consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
         log.info("projecting %s into %s as group %s", topics, options.db_path, options.group)
         try:
             while not shutdown.requested:
                 _step(loop)
+            pipeline.close()
         finally:
+            pipeline.stop()
             consumer.close()
         _publish(loop)
         log.info("projector stopped cleanly")
@@ -141,6 +150,7 @@ def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
 
 
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+    loop.pipeline.drain()
     stored = loop.projector.reload_offsets()
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
@@ -157,30 +167,26 @@ def _step(loop: _Loop) -> None:
     messages = loop.consumer.consume(loop.options.batch_size, loop.options.batch_timeout_s)
     records = [m for m in messages if _usable(m)]
     if records:
-        began = time.perf_counter()
-        log.debug("batch of %d records", len(records), extra={"records": len(records)})
-        report = loop.projector.process(records)
-        elapsed = time.perf_counter() - began
-        loop.metrics.record(report, elapsed)
+        loop.pipeline.feed(records)
         loop.dirty = True
-        log.debug(
-            "batch: %d received, %d projected in %.3fs",
-            report.received,
-            report.projected,
-            elapsed,
-            extra={"received": report.received, "projected": report.projected},
-        )
-        if loop.options.commit_to_kafka:
-            _commit_to_kafka(loop, report)
-        if loop.on_batch is not None:
-            loop.on_batch(report)
     now = time.monotonic()
     interval = loop.options.snapshot_interval_s
     if interval > 0 and loop.dirty and now - loop.last_snapshot >= interval:
         _publish(loop)
+    elif not records:
+        # Idle: commit what is in flight now rather than when the next batch arrives.
+        loop.pipeline.drain()
     if now - loop.last_lag >= loop.options.lag_interval_s:
         _refresh_lag(loop)
         loop.last_lag = now
+
+
+def _committed(loop: _Loop, report: BatchReport) -> None:
+    loop.metrics.record(report, report.seconds)
+    if loop.options.commit_to_kafka:
+        _commit_to_kafka(loop)
+    if loop.on_batch is not None:
+        loop.on_batch(report)
 
 
 def _usable(msg: Message) -> bool:
@@ -195,8 +201,15 @@ def _usable(msg: Message) -> bool:
     return False
 
 
-def _commit_to_kafka(loop: _Loop, report: BatchReport) -> None:
-    offsets = [KafkaPartition(t, p, o) for (t, p), o in loop.projector.next_offsets.items()]
+def _commit_to_kafka(loop: _Loop) -> None:
+    committed = loop.projector.committed
+    offsets = [
+        KafkaPartition(tp.topic, tp.partition, committed[(tp.topic, tp.partition)])
+        for tp in loop.assigned
+        if (tp.topic, tp.partition) in committed
+    ]
+    if not offsets:
+        return
     try:
         loop.consumer.commit(offsets=offsets, asynchronous=True)
     except KafkaException as exc:
@@ -205,6 +218,7 @@ def _commit_to_kafka(loop: _Loop, report: BatchReport) -> None:
 
 
 def _publish(loop: _Loop) -> None:
+    loop.pipeline.drain()
     publish_snapshot(loop.projector.store.con, loop.options.db_path)
     loop.last_snapshot = time.monotonic()
     loop.dirty = False
@@ -212,7 +226,7 @@ def _publish(loop: _Loop) -> None:
 
 
 def _refresh_lag(loop: _Loop) -> None:
-    committed = loop.projector.next_offsets
+    committed = loop.projector.committed
     for tp in loop.assigned:
         try:
             _, high = loop.consumer.get_watermark_offsets(tp, cached=True)

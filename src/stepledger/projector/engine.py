@@ -28,7 +28,7 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
+from stepledger.projector.fold import BatchFold, Columns, WorkflowCache, WorkflowProjection
 from stepledger.projector.store import Offsets, ProjectionStore
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,8 @@ class BatchReport:
     """Earliest ``occurred_at`` among the batch's events (for lag measurements)."""
     newest_at: datetime | None = None
     """Latest ``occurred_at`` among the batch's events."""
+    seconds: float = 0.0
+    """From the start of preparing the batch to its commit."""
 
 
 def stage_of(error: StepLedgerError) -> str:
@@ -107,8 +109,24 @@ def stage_of(error: StepLedgerError) -> str:
     return "decode"
 
 
+@dataclass
+class PreparedBatch:
+    """A folded batch whose dead letters are durable; its rows wait to be committed."""
+
+    report: BatchReport
+    tables: dict[str, Columns]
+    replaced: list[str]
+    reached: Offsets
+    touched: frozenset[str]
+
+
 class Projector:
-    """Projects batches of raw records into the store, exactly once per record."""
+    """Projects batches of consumed records into the store, exactly once per record.
+
+    ``prepare`` (decode, fold, dead letters) and ``commit`` (one DuckDB transaction) are
+    separate so a writer thread can commit one batch while the next is prepared; the
+    fold cache then runs ahead of the store by at most one batch.
+    """
 
     def __init__(
         self,
@@ -124,23 +142,33 @@ class Projector:
         self.dead_letters = dead_letters
         self.group = group
         self.cache = WorkflowCache(cache_workflows)
-        self.next_offsets: Offsets = store.offsets()
+        self.committed: Offsets = store.offsets()
+        self._folded: Offsets = dict(self.committed)
 
     def reload_offsets(self) -> Offsets:
-        """Re-read the committed offsets (on partition assignment)."""
-        self.next_offsets = self.store.offsets()
-        return dict(self.next_offsets)
+        """Re-read the committed offsets (on assignment; no commit may be in flight)."""
+        self.committed = self.store.offsets()
+        self._folded = dict(self.committed)
+        return dict(self.committed)
 
     def process(self, records: Sequence[Message]) -> BatchReport:
         """Project one batch: dead letters acknowledged first, then rows and offsets committed."""
+        batch = self.prepare(records)
+        self.commit(batch)
+        self.cache.trim()
+        return batch.report
+
+    def prepare(self, records: Sequence[Message]) -> PreparedBatch:
+        """Skip what is projected, decode, fold, and make the dead letters durable."""
         report = BatchReport(received=len(records))
         reached: Offsets = {}
         decoded: list[tuple[Event, Message]] = []
         letters: list[DeadLetter] = []
+        folded = self._folded
         for record in records:
             where = (str(record.topic()), int(record.partition() or 0))
             offset = int(record.offset() or 0)
-            if offset < self.next_offsets.get(where, 0) or offset < reached.get(where, 0):
+            if offset < folded.get(where, 0) or offset < reached.get(where, 0):
                 report.skipped += 1
                 continue
             reached[where] = offset + 1
@@ -153,14 +181,23 @@ class Projector:
             self.dead_letters.publish(letters)
             for letter in letters:
                 report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
-        if reached:
-            self._commit(fold, reached)
-        report.projected, report.duplicates = fold.projected, fold.duplicates
-        if decoded:
-            times = [event.occurred_at for event, _ in decoded]
-            report.oldest_at, report.newest_at = min(times), max(times)
-        report.anomalies = len(fold.anomalies["event_id"])
-        return report
+        folded.update(reached)
+        _summarise(report, fold, decoded)
+        return PreparedBatch(
+            report, fold.tables(), fold.replaced_workflows(), reached, frozenset(fold.touched)
+        )
+
+    def commit(self, batch: PreparedBatch) -> None:
+        """Write the batch's rows and offsets in one transaction (safe in a writer thread)."""
+        if not batch.reached:
+            return
+        try:
+            self.store.write(batch.tables, batch.reached, batch.replaced)
+        except ViewStoreError:
+            # The fold states hold uncommitted events: forget them so nothing diverges.
+            self.cache.clear()
+            raise
+        self.committed.update(batch.reached)
 
     def _fold(self, decoded: list[tuple[Event, Message]]) -> BatchFold:
         fold = BatchFold()
@@ -170,16 +207,6 @@ class Projector:
             at = (str(record.topic()), int(record.partition() or 0), int(record.offset() or 0))
             fold.add(cache.get(event.workflow_id), event, at, record.value() or b"")
         return fold
-
-    def _commit(self, fold: BatchFold, reached: Offsets) -> None:
-        try:
-            self.store.write(fold.tables(), reached, fold.replaced_workflows())
-        except ViewStoreError:
-            # The fold states now hold uncommitted events: forget them so nothing diverges.
-            self.cache.clear()
-            raise
-        self.next_offsets.update(reached)
-        self.cache.trim()
 
     def _load(self, workflow_ids: list[str]) -> None:
         """Bring missing workflows into the cache, replaying stored events of known ones."""
@@ -221,6 +248,14 @@ class Projector:
         return DeadLetter(
             record.key(), record.value(), headers, origin, stage, error.message, self.group
         )
+
+
+def _summarise(report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Message]]) -> None:
+    report.projected, report.duplicates = fold.projected, fold.duplicates
+    report.anomalies = len(fold.anomalies["event_id"])
+    if decoded:
+        times = [event.occurred_at for event, _ in decoded]
+        report.oldest_at, report.newest_at = min(times), max(times)
 
 
 def _headers(record: Message) -> Headers:

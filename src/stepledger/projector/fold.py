@@ -11,6 +11,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from stepledger.domain import events as ev
@@ -130,10 +131,18 @@ class WorkflowCache:
         """Forget everything."""
         self._items.clear()
 
-    def trim(self) -> None:
-        """Evict the least recently used projections beyond the capacity."""
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+    def trim(self, keep: frozenset[str] = frozenset()) -> None:
+        """Evict least recently used projections beyond the capacity, never those in keep.
+
+        ``keep`` holds the workflows of a batch whose commit is still running: their stored
+        events are incomplete, so they could not be rebuilt from the store yet.
+        """
+        excess = len(self._items) - self.capacity
+        if excess <= 0:
+            return
+        oldest = islice(self._items, excess + len(keep))
+        for workflow_id in [w for w in oldest if w not in keep][:excess]:
+            del self._items[workflow_id]
 
 
 @dataclass

@@ -25,11 +25,13 @@ from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
     DEFAULT_GROUP,
+    BatchReport,
     DeadLetterSink,
     KafkaDeadLetters,
     MemoryDeadLetters,
     Projector,
 )
+from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
 
@@ -125,6 +127,7 @@ def _read_all(
     ]
     conf = {**FAST_CONSUMER, "group.id": f"{projector.group}-rebuild", "enable.auto.commit": False}
     consumer = Consumer(settings.client_config(**conf))
+    pipeline = Pipeline(projector, on_commit=lambda batch: _count(report, batch))
     try:
         consumer.assign(partitions)
         expected = _expected(consumer, partitions, cached=False)
@@ -142,16 +145,21 @@ def _read_all(
                 elif err.fatal():
                     raise BrokerError(f"consume failed: {err.str()}", retryable=False)
             if records:
-                batch = projector.process(records)
-                report.records += batch.received
-                report.projected += batch.projected
-                report.duplicates += batch.duplicates
-                report.dead_letters += sum(batch.dead_letters.values())
+                pipeline.feed(records)
             if progress is not None:
                 expected = max(expected, _expected(consumer, partitions, cached=True))
                 progress(report.records, max(expected, report.records))
+        pipeline.close()
     finally:
+        pipeline.stop()
         consumer.close()
+
+
+def _count(report: RebuildReport, batch: BatchReport) -> None:
+    report.records += batch.received
+    report.projected += batch.projected
+    report.duplicates += batch.duplicates
+    report.dead_letters += sum(batch.dead_letters.values())
 
 
 def _expected(consumer: Consumer, partitions: list[KafkaPartition], *, cached: bool) -> int:

@@ -38,6 +38,8 @@ class ProjectionStore:
             self.con = duckdb.connect(str(self.path))
             self.con.execute(f"SET checkpoint_threshold = '{_CHECKPOINT_THRESHOLD}'")
             create_schema(self.con)
+            # Reads of committed rows while a writer thread commits the previous batch.
+            self._reader = self.con.cursor()
         except duckdb.Error as exc:
             raise ViewStoreError(f"cannot open projection {self.path}: {_short(exc)}") from exc
 
@@ -51,7 +53,7 @@ class ProjectionStore:
         if not workflow_ids:
             return set()
         sql = "SELECT workflow_id FROM workflows WHERE workflow_id IN (SELECT unnest(?))"
-        return {str(row[0]) for row in self._query(sql, [workflow_ids])}
+        return {str(row[0]) for row in self._query(sql, [workflow_ids], self._reader)}
 
     def history(self, workflow_ids: list[str]) -> list[tuple[str, bytes]]:
         """Stored (workflow id, value) of these workflows' events, in log order."""
@@ -61,7 +63,7 @@ class ProjectionStore:
             "SELECT workflow_id, value FROM events WHERE workflow_id IN (SELECT unnest(?)) "
             "ORDER BY topic, partition, log_offset"
         )
-        return [(str(w), bytes(v)) for w, v in self._query(sql, [workflow_ids])]
+        return [(str(w), bytes(v)) for w, v in self._query(sql, [workflow_ids], self._reader)]
 
     def write(
         self, tables: Mapping[str, Columns], offsets: Offsets, replaced_workflows: list[str]
@@ -119,11 +121,14 @@ class ProjectionStore:
             self.con.execute("CHECKPOINT")
         except duckdb.Error:
             log.warning("final checkpoint failed", exc_info=True)
+        self._reader.close()
         self.con.close()
 
-    def _query(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    def _query(
+        self, sql: str, params: list[Any], con: duckdb.DuckDBPyConnection | None = None
+    ) -> list[tuple[Any, ...]]:
         try:
-            return self.con.execute(sql, params).fetchall()
+            return (con or self.con).execute(sql, params).fetchall()
         except duckdb.Error as exc:
             raise ViewStoreError(f"projection query failed: {_short(exc)}") from exc
 

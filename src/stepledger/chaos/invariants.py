@@ -31,6 +31,7 @@ class Evidence:
     events: list[Event]
     acked_event_ids: set[str] = field(default_factory=set)
     effects: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    charges_by_workflow: Mapping[str, int] = field(default_factory=dict)
     emails_by_workflow: Mapping[str, int] = field(default_factory=dict)
     projection_diff: list[str] = field(default_factory=list)
     undecodable: int = 0
@@ -57,6 +58,7 @@ def check_all(evidence: Evidence) -> list[Violation]:
             violations += keyed_effects(wf.workflow_id, step, keys, evidence.effects)
             violations += compensation_effects(wf.workflow_id, step, keys, evidence.effects)
         violations += unkeyed_effects(wf, evidence.emails_by_workflow)
+        violations += charges_per_workflow(wf, evidence.charges_by_workflow)
     violations += [
         Violation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
@@ -194,6 +196,29 @@ def unkeyed_effects(wf: WorkflowState, emails: Mapping[str, int]) -> list[Violat
                     wf.workflow_id,
                     step,
                     "ledger says not sent, service sent it",
+                )
+            )
+    return found
+
+
+def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[Violation]:
+    """Whatever keys were used, a workflow is charged at most once, and once if it says so.
+
+    This catches a tool that breaks its key (a re-drive under a fresh key), which per-key
+    counts cannot see.
+    """
+    found = []
+    charged = charges.get(wf.workflow_id, 0)
+    if charged > 1:
+        found.append(Violation("keyed_effect_exactly_once", wf.workflow_id, f"charged {charged}x"))
+    for step in wf.steps.values():
+        if step.tool == "payments.charge" and step.status is StepStatus.SUCCEEDED and charged != 1:
+            found.append(
+                _v(
+                    "keyed_effect_exactly_once",
+                    wf.workflow_id,
+                    step,
+                    f"ledger says charged, service has {charged} charge(s)",
                 )
             )
     return found

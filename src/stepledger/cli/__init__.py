@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from stepledger.cli._chaos import register as register_chaos
 from stepledger.cli._common import run_guarded
 from stepledger.cli._demo import register as register_demo
 from stepledger.cli._ledger import register as register_ledger
@@ -26,6 +27,7 @@ for _register in (
     register_recovery,
     register_runtime,
     register_demo,
+    register_chaos,
 ):
     _register(cli)
 

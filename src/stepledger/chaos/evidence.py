@@ -1,0 +1,94 @@
+"""Gathering what a chaos run left behind: the log, the ack journals, the services' effects."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.consume import read_topic
+from stepledger.domain.events import Event
+from stepledger.projector.schema import TABLES
+
+
+def read_log(settings: Settings) -> tuple[list[Event], int]:
+    """Every decodable event of the topic, and how many records did not decode."""
+    events, bad = [], 0
+    for record in read_topic(settings, Codec(), idle_timeout=1.0):
+        if record.event is None:
+            bad += 1
+        else:
+            events.append(record.event)
+    return events, bad
+
+
+def read_acks(paths: list[Path]) -> set[str]:
+    """Every event id the agents saw acknowledged."""
+    acked: set[str] = set()
+    for path in paths:
+        if path.exists():
+            acked.update(line.strip() for line in path.read_text().splitlines() if line.strip())
+    return acked
+
+
+def effect_counts(state: Path) -> dict[str, dict[str, int]]:
+    """A service's real effects by kind and key, read from its state file."""
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    with _sqlite(state) as con:
+        for kind, key, n in con.execute(
+            "SELECT kind, key, COUNT(*) FROM effects WHERE key IS NOT NULL GROUP BY kind, key"
+        ):
+            counts[kind][key] = n
+    return dict(counts)
+
+
+def records_by(state: Path, kind: str, field: str, transform: Any = str) -> dict[str, int]:
+    """How many records of a kind each value of a body field has (e.g. charges per customer)."""
+    with _sqlite(state) as con:
+        rows = con.execute("SELECT body FROM records WHERE kind = ?", (kind,)).fetchall()
+    return dict(Counter(transform(json.loads(body)[field]) for (body,) in rows))
+
+
+def email_workflow(address: str) -> str:
+    """The workflow an example email went to (``WORKFLOW@example.test``)."""
+    return address.rsplit("@", 1)[0]
+
+
+def projection_diff(live: Path, rebuilt: Path) -> list[str]:
+    """Every table whose content differs between the live projection and a rebuild."""
+    a, b = _tables(live), _tables(rebuilt)
+    diffs = []
+    for table in TABLES:
+        if a[table] != b[table]:
+            only_a = len(set(a[table]) - set(b[table]))
+            only_b = len(set(b[table]) - set(a[table]))
+            diffs.append(
+                f"table {table}: {len(a[table])} rows live vs {len(b[table])} rebuilt "
+                f"({only_a} only live, {only_b} only rebuilt)"
+            )
+    return diffs
+
+
+def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+    finally:
+        con.close()
+
+
+class _sqlite:
+    def __init__(self, path: Path) -> None:
+        self.con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.con
+
+    def __exit__(self, *exc: object) -> None:
+        self.con.close()

@@ -1,0 +1,413 @@
+"""The chaos run: real processes, real SIGKILLs at labelled crash points, then the invariants.
+
+One run: a broker (the local one on durable S3 storage by default, or ``--bootstrap``), the
+three example tool services, the projector and the recovery daemon as subprocesses, and
+rounds of trip agents (quote -> charge -> book -> email), each agent process running a
+batch of workflows and dying at each workflow's planned crash point.  Between and during
+rounds the harness kills the projector mid-batch and the recovery daemon mid-resolution,
+SIGSTOPs the projector past its session timeout, and restarts the broker gracefully.
+Then it waits for recovery to settle every in-doubt step, rebuilds the projection from
+offset 0, and checks every invariant in ``invariants.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepledger.broker import LocalBroker, S3Storage
+from stepledger.chaos import evidence as gather
+from stepledger.chaos.invariants import Evidence, Violation, check_all, workflows_of
+from stepledger.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
+from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
+from stepledger.config import Settings
+from stepledger.domain.state import StepStatus
+from stepledger.examples.clients import RunningService, start_service
+from stepledger.kafka import ensure_topics
+
+AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
+STEP_IDS = ("quote", "charge", "book", "email")
+AGENT_POINT = {
+    CrashPoint.BEFORE_INTENT: "before_intent",
+    CrashPoint.AFTER_INTENT: "after_intent",
+    CrashPoint.AFTER_CALL: "after_effect",
+    CrashPoint.AFTER_OUTCOME: "after_outcome",
+}
+TERMINAL = {"completed", "escalated", "dead_lettered"}
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """What a run does; everything random is drawn from ``seed``."""
+
+    workflows: int = 200
+    seed: int = 1
+    duration_s: float = 600.0
+    bootstrap: str | None = None
+    workdir: Path | None = None
+    broker_restarts: bool = True
+    break_mode: str | None = None
+    batch: int = 25
+    parallel: int = 2
+    max_attempts: int = 3
+    tool_timeout_s: float = 1.0
+    durable_broker: bool = True
+
+
+@dataclass
+class RunResult:
+    """What the run did and found."""
+
+    plan: ChaosPlan
+    violations: list[Violation]
+    status: dict[str, str]
+    infra_done: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    events: int = 0
+    workdir: str = ""
+
+
+class Run:
+    """One chaos run's processes and state."""
+
+    def __init__(self, options: ChaosOptions, workdir: Path, settings: Settings) -> None:
+        self.options, self.workdir, self.settings = options, workdir, settings
+        self.rng = random.Random(options.seed + 1)
+        self.procs: dict[str, Proc] = {}
+        self.services: dict[str, RunningService] = {}
+        self.broker: LocalBroker | None = None
+        self.acks: list[Path] = []
+        self.infra_done: list[str] = []
+        self.started = time.monotonic()
+
+    # -- environment ----------------------------------------------------------------------
+
+    def child_env(self) -> dict[str, str]:
+        """The environment every child process gets."""
+        import os
+
+        env = {
+            **os.environ,
+            "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
+            "STEPLEDGER_TOPIC": self.settings.topic,
+            "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
+            "STEPLEDGER_FLEET_ID": "chaos",
+            "STEPLEDGER_TOOL_TIMEOUT_S": str(self.options.tool_timeout_s),
+            "STEPLEDGER_MAX_ATTEMPTS": str(self.options.max_attempts),
+            "STEPLEDGER_PAYMENTS_URL": self.services["payments"].url,
+            "STEPLEDGER_BOOKINGS_URL": self.services["bookings"].url,
+            "STEPLEDGER_EMAIL_URL": self.services["email"].url,
+        }
+        if self.options.break_mode:
+            env["STEPLEDGER_EXAMPLE_BREAK"] = self.options.break_mode
+        return env
+
+    def start_daemons(self) -> None:
+        """Start the projector and the recovery daemon."""
+        env = self.child_env()
+        self.procs["projector"] = Proc(
+            "projector",
+            [
+                *STEPLEDGER,
+                "project",
+                "--db",
+                str(self.db),
+                "--snapshot-interval",
+                "1",
+                "--log-level",
+                "WARNING",
+            ],
+            env,
+            self.workdir / "projector.log",
+        ).start()
+        self.procs["recovery"] = Proc(
+            "recovery",
+            [
+                *STEPLEDGER,
+                "recover",
+                "--tools",
+                "stepledger.examples.tools:registry",
+                "--state-dir",
+                str(self.workdir / "recovery"),
+                "--grace",
+                "500ms",
+                "--log-level",
+                "WARNING",
+            ],
+            env,
+            self.workdir / "recovery.log",
+        ).start()
+
+    @property
+    def db(self) -> Path:
+        """The live projection file."""
+        return self.workdir / "ledger.duckdb"
+
+    def left(self) -> float:
+        """Seconds left in the run's time budget."""
+        return self.options.duration_s - (time.monotonic() - self.started)
+
+    # -- agents -----------------------------------------------------------------------------
+
+    def run_round(
+        self, round_no: int, targets: list[tuple[str, AgentKill | None]], faults: list[InfraFault]
+    ) -> dict[str, str]:
+        """Run one round of agent processes (in batches); return each workflow's status."""
+        batches = [
+            targets[i : i + self.options.batch] for i in range(0, len(targets), self.options.batch)
+        ]
+        reports: dict[str, str] = {}
+        pending = list(enumerate(batches))
+        running: list[tuple[subprocess.Popen[str], list[str]]] = []
+        fault_threads = [self._fault_later(f) for f in faults]
+        while pending or running:
+            while pending and len(running) < self.options.parallel:
+                index, batch = pending.pop(0)
+                running.append(self._spawn_agent(round_no, index, batch))
+            for item in list(running):
+                proc, ids = item
+                if proc.poll() is None and self.left() > 0:
+                    continue
+                if proc.poll() is None:
+                    proc.kill()
+                out, _ = proc.communicate(timeout=30)
+                with open(self.workdir / "agent-reports.jsonl", "a") as log:
+                    log.write(out)
+                reports.update(_parse_reports(out))
+                for wf in ids:
+                    reports.setdefault(wf, "crashed")
+                running.remove(item)
+            time.sleep(0.05)
+        for thread in fault_threads:
+            thread.join(60)
+        return reports
+
+    def _spawn_agent(
+        self, round_no: int, index: int, batch: list[tuple[str, AgentKill | None]]
+    ) -> tuple[subprocess.Popen[str], list[str]]:
+        journal = self.workdir / f"acks-r{round_no}-b{index}.txt"
+        self.acks.append(journal)
+        args = [_target(wf, kill) for wf, kill in batch]
+        env = {**self.child_env(), "STEPLEDGER_ACK_JOURNAL": str(journal)}
+        proc = subprocess.Popen(
+            [*AGENT, *args, "--db", str(self.db), "--grace", "0.5"],
+            stdout=subprocess.PIPE,
+            stderr=open(self.workdir / "agents.log", "a"),  # noqa: SIM115
+            text=True,
+            env=env,
+        )
+        return proc, [wf for wf, _ in batch]
+
+    # -- infrastructure faults ----------------------------------------------------------------
+
+    def _fault_later(self, fault: InfraFault) -> threading.Thread:
+        delay = self.rng.uniform(0.3, 2.5)
+        thread = threading.Thread(target=self._fault, args=(fault, delay), daemon=True)
+        thread.start()
+        return thread
+
+    def _fault(self, fault: InfraFault, delay: float) -> None:
+        time.sleep(delay)  # a random moment inside the round: that is the fault's point
+        point = fault.point
+        if point is CrashPoint.PROJECTOR_MID_BATCH:
+            self.procs["projector"].kill()
+            self.procs["projector"].start()
+        elif point is CrashPoint.RECOVERY_MID_RESOLUTION:
+            self.procs["recovery"].kill()
+            self.procs["recovery"].start()
+        elif point is CrashPoint.CONSUMER_STOP:
+            projector = self.procs["projector"]
+            projector.pause()
+            time.sleep(7.0)  # past the consumer's 6 s session timeout: the group rebalances
+            projector.resume()
+        elif point is CrashPoint.BROKER_RESTART and self.broker is not None:
+            self.broker.restart()
+        self.infra_done.append(point.value)
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def settle(self, timeout: float) -> None:
+        """Wait until recovery decided every in-doubt step (bounded)."""
+
+        def settled() -> bool:
+            events, _ = gather.read_log(self.settings)
+            return not any(
+                s.status in (StepStatus.INTENDED, StepStatus.COMPENSATING)
+                for wf in workflows_of(events).values()
+                for s in wf.steps.values()
+            )
+
+        wait_until(settled, timeout, interval=1.0)
+
+    def stop_projector_caught_up(self, timeout: float) -> None:
+        """Let the projector catch up with the log, then stop it gracefully."""
+        events, _ = gather.read_log(self.settings)
+        target = len({e.event_id for e in events})
+
+        def caught_up() -> bool:
+            try:
+                import duckdb
+
+                from stepledger.projector.snapshot import latest_snapshot
+
+                snap = latest_snapshot(self.db)
+                if snap is None:
+                    return False
+                con = duckdb.connect(str(snap), read_only=True)
+                try:
+                    row = con.execute("SELECT count(*) FROM events").fetchone()
+                finally:
+                    con.close()
+                return row is not None and int(row[0]) >= target
+            except Exception:  # a snapshot being replaced: try again
+                return False
+
+        wait_until(caught_up, timeout, interval=0.5)
+        self.procs["projector"].stop()
+
+    def evidence(self) -> Evidence:
+        """Gather everything the invariants need."""
+        from stepledger.projector.rebuild import rebuild
+
+        events, bad = gather.read_log(self.settings)
+        rebuilt = self.workdir / "rebuild.duckdb"
+        rebuild(self.settings, rebuilt, force=True)
+        effects: dict[str, dict[str, int]] = {}
+        for name in ("payments", "bookings"):
+            effects.update(gather.effect_counts(self.services[name].state_path))
+        return Evidence(
+            events=events,
+            acked_event_ids=gather.read_acks(self.acks),
+            effects=effects,
+            charges_by_workflow=gather.records_by(
+                self.services["payments"].state_path, "charge", "customer"
+            ),
+            emails_by_workflow=gather.records_by(
+                self.services["email"].state_path, "email", "to", gather.email_workflow
+            ),
+            projection_diff=gather.projection_diff(self.db, rebuilt),
+            undecodable=bad,
+        )
+
+
+def run_chaos(options: ChaosOptions, echo: object = print) -> RunResult:
+    """Run the whole harness and return its result (the caller prints and exits)."""
+    say = echo if callable(echo) else print
+    plan = make_plan(
+        options.workflows,
+        options.seed,
+        steps=len(STEP_IDS),
+        max_attempts=options.max_attempts,
+        broker_restarts=options.broker_restarts and not options.bootstrap,
+    )
+    with _workdir(options) as workdir, _broker(options, workdir) as (bootstrap, broker):
+        settings = Settings(
+            bootstrap=bootstrap,
+            topic=f"chaos-{options.seed}-{uuid.uuid4().hex[:6]}",
+            dlq_topic=f"chaos-dlq-{uuid.uuid4().hex[:6]}",
+            fleet_id="chaos",
+        )
+        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=3)
+        run = Run(options, workdir, settings)
+        run.broker = broker
+        try:
+            return _execute(run, plan, say)
+        finally:
+            for proc in run.procs.values():
+                proc.stop(grace=10)
+            for service in run.services.values():
+                service.stop()
+
+
+def _execute(run: Run, plan: ChaosPlan, say: object) -> RunResult:
+    echo = say if callable(say) else print
+    for kind in ("payments", "bookings", "email"):
+        run.services[kind] = start_service(kind, run.workdir / f"{kind}.sqlite")
+    run.start_daemons()
+    status: dict[str, str] = {}
+    faults = list(plan.infra)
+    rounds = max(len(w.kills) for w in plan.workflows) + 2
+    for round_no in range(rounds):
+        targets = [
+            (w.workflow_id, w.kills[round_no] if round_no < len(w.kills) else None)
+            for w in plan.workflows
+            if status.get(w.workflow_id) not in TERMINAL
+        ]
+        if not targets or run.left() <= 0:
+            break
+        due = [f for f in faults if f.round <= round_no]
+        faults = [f for f in faults if f not in due]
+        echo(
+            f"round {round_no + 1}: {len(targets)} workflows, faults: "
+            f"{', '.join(f.point.value for f in due) or 'none'}"
+        )
+        status.update(run.run_round(round_no, targets, due))
+    run.settle(timeout=max(10.0, min(90.0, run.left())))
+    run.stop_projector_caught_up(timeout=60.0)
+    found = run.evidence()
+    violations = check_all(found)
+    if run.left() <= 0:
+        violations.append(Violation("finished_within_duration", None, "time budget exhausted"))
+    return RunResult(
+        plan,
+        violations,
+        status,
+        run.infra_done,
+        time.monotonic() - run.started,
+        len(found.events),
+        str(run.workdir),
+    )
+
+
+def _target(workflow_id: str, kill: AgentKill | None) -> str:
+    if kill is None:
+        return workflow_id
+    return f"{workflow_id}@{STEP_IDS[kill.step]}:{AGENT_POINT[kill.point]}"
+
+
+def _parse_reports(out: str) -> dict[str, str]:
+    reports = {}
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            report = json.loads(line)
+            reports[report["workflow"]] = report["status"]
+    return reports
+
+
+@contextlib.contextmanager
+def _workdir(options: ChaosOptions) -> Iterator[Path]:
+    if options.workdir is not None:
+        options.workdir.mkdir(parents=True, exist_ok=True)
+        yield options.workdir
+        return
+    with tempfile.TemporaryDirectory(prefix="stepledger-chaos-") as tmp:
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def _broker(options: ChaosOptions, workdir: Path) -> Iterator[tuple[str, LocalBroker | None]]:
+    if options.bootstrap:
+        yield options.bootstrap, None
+        return
+    if not options.durable_broker:
+        with LocalBroker(log_path=workdir / "broker.log") as memory:
+            yield memory.bootstrap, None
+        return
+    storage = S3Storage().start()
+    broker = LocalBroker(storage=storage, log_path=workdir / "broker.log")
+    try:
+        broker.start()
+        yield broker.bootstrap, broker
+    finally:
+        broker.stop()
+        storage.stop()

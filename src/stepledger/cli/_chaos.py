@@ -1,0 +1,90 @@
+"""CLI: ``stepledger chaos``, the crash-window fault-injection harness."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--workflows", default=200, show_default=True, type=click.IntRange(1, 5000))
+@click.option("--seed", default=1, show_default=True, type=int, help="Replays a run exactly.")
+@click.option(
+    "--duration",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(10),
+    help="Time budget in seconds; running out is itself a failure.",
+)
+@click.option(
+    "--bootstrap",
+    envvar="STEPLEDGER_BOOTSTRAP",
+    default=None,
+    help="Your broker (default: a local broker on durable loopback storage).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("chaos-report.json"),
+    show_default=True,
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep logs and state here (default: a temporary directory).",
+)
+@click.option("--no-broker-restarts", is_flag=True, help="Skip graceful broker restarts.")
+@click.option(
+    "--memory-broker",
+    is_flag=True,
+    help="Local broker on memory storage (faster; implies --no-broker-restarts).",
+)
+@click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
+@click.option(
+    "--break",
+    "break_mode",
+    type=click.Choice(["redrive-ignores-key"]),
+    help="Test-only: run a deliberately broken build that the harness must catch.",
+)
+def chaos(**opts: object) -> None:
+    """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
+    from stepledger.chaos import report
+    from stepledger.chaos.harness import ChaosOptions, run_chaos
+
+    options = ChaosOptions(
+        workflows=int(opts["workflows"]),  # type: ignore[call-overload]
+        seed=int(opts["seed"]),  # type: ignore[call-overload]
+        duration_s=float(opts["duration"]),  # type: ignore[arg-type]
+        bootstrap=opts["bootstrap"] or None,  # type: ignore[arg-type]
+        workdir=opts["workdir"],  # type: ignore[arg-type]
+        broker_restarts=not (opts["no_broker_restarts"] or opts["memory_broker"]),
+        durable_broker=not opts["memory_broker"],
+        break_mode=opts["break_mode"],  # type: ignore[arg-type]
+        parallel=int(opts["parallel"]),  # type: ignore[call-overload]
+    )
+    click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
+    result = run_chaos(options, echo=click.echo)
+    click.echo(report.table(result))
+    path = opts["report_path"]
+    assert isinstance(path, Path)
+    options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
+    report.write(path, report.as_json(result, options_dict))
+    for violation in result.violations[:20]:
+        click.echo(
+            f"VIOLATION {violation.invariant}: {violation.workflow_id or '-'}: {violation.detail}",
+            err=True,
+        )
+    click.echo(
+        f"{len(result.violations)} violation(s) in {result.seconds:.0f}s; report: {path}; "
+        f"replay with --seed {options.seed}"
+    )
+    if result.violations:
+        raise SystemExit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add this area's commands to the group."""
+    group.add_command(chaos)

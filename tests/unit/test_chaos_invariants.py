@@ -1,0 +1,113 @@
+"""The chaos harness's judges: each invariant flags what breaks it and passes what keeps it."""
+
+from __future__ import annotations
+
+from stepledger.chaos.invariants import Evidence, check_all
+from stepledger.chaos.plan import CrashPoint, make_plan
+from stepledger.domain import events as ev
+from stepledger.domain.enums import OutcomeStatus, Source
+from stepledger.domain.tools import Found, Tool
+from tests.unit.factories import factory
+
+F = factory()
+CHARGE = Tool(
+    name="payments.charge",
+    effect="idempotent",
+    keyed=True,
+    policy="query",
+    query=lambda k, a: Found(),
+)
+EMAIL = Tool(name="email.send", effect="irreversible")
+
+
+def charge_log(wf: str, status: OutcomeStatus | None) -> list[ev.Event]:
+    events = [
+        F.workflow_started(wf, name="", attempt=1, read_only=False, max_attempts=2),
+        F.intent(wf, "charge", CHARGE, {"amount": 1}, sequence=0),
+    ]
+    if status is not None:
+        events.append(F.outcome(wf, "charge", attempt=1, status=status))
+    return events
+
+
+def key_of(events: list[ev.Event]) -> str:
+    return next(e.body.idempotency_key for e in events if isinstance(e.body, ev.StepIntended))
+
+
+def kinds(evidence: Evidence) -> set[str]:
+    """The invariants broken (one defect may break one invariant in several ways)."""
+    return {v.invariant for v in check_all(evidence)}
+
+
+def test_a_clean_history_passes() -> None:
+    log = charge_log("w", OutcomeStatus.SUCCEEDED)
+    evidence = Evidence(log, {e.event_id for e in log}, {"charge": {key_of(log): 1}}, {"w": 1})
+    assert check_all(evidence) == []
+
+
+def test_each_broken_invariant_is_named() -> None:
+    succeeded = charge_log("w", OutcomeStatus.SUCCEEDED)
+    assert kinds(
+        Evidence(
+            succeeded, effects={"charge": {key_of(succeeded): 2}}, charges_by_workflow={"w": 2}
+        )
+    ) == {"keyed_effect_exactly_once"}
+    assert kinds(Evidence(succeeded, effects={}, charges_by_workflow={})) == {
+        "keyed_effect_exactly_once"
+    }
+    doubt = charge_log("w", None)
+    assert kinds(Evidence(doubt)) == {"every_intent_resolved_or_escalated"}
+    lost = Evidence(succeeded, {"never-written"}, {"charge": {key_of(succeeded): 1}}, {"w": 1})
+    assert kinds(lost) == {"no_acknowledged_event_lost"}
+    diff = Evidence(
+        succeeded,
+        effects={"charge": {key_of(succeeded): 1}},
+        charges_by_workflow={"w": 1},
+        projection_diff=["table steps: differs"],
+    )
+    assert kinds(diff) == {"projection_equals_rebuild"}
+
+
+def test_unkeyed_email_sent_twice_is_caught() -> None:
+    log = [
+        F.workflow_started("m", name="", attempt=1, read_only=False, max_attempts=2),
+        F.intent("m", "email", EMAIL, {"to": "x"}, sequence=0),
+        F.outcome("m", "email", attempt=1, status=OutcomeStatus.SUCCEEDED),
+    ]
+    assert kinds(Evidence(log, emails_by_workflow={"m": 2})) == {"unkeyed_effect_at_most_once"}
+    assert kinds(Evidence(log, emails_by_workflow={"m": 1})) == set()
+
+
+def test_running_past_the_resumption_limit_is_caught() -> None:
+    log = charge_log("r", OutcomeStatus.NOT_HAPPENED)
+    log += [F.envelope("r", None, ev.WorkflowResumed(attempt=a)) for a in (2, 3)]
+    assert "resumption_bounded" in kinds(Evidence(log))
+    dead = ev.WorkflowDeadLettered(attempt=3, reason="limit", escalation_id="e")
+    assert "resumption_bounded" not in kinds(Evidence([*log, F.envelope("r", None, dead)]))
+
+
+def test_late_recovery_decision_source_does_not_matter() -> None:
+    log = charge_log("q", None)
+    log.append(
+        F.outcome(
+            "q",
+            "charge",
+            attempt=1,
+            status=OutcomeStatus.NOT_HAPPENED,
+            source=Source.RECOVERY_QUERY,
+        )
+    )
+    assert kinds(Evidence(log, effects={"charge": {key_of(log): 1}})) == {
+        "keyed_effect_exactly_once"
+    }
+
+
+def test_plans_are_reproducible_from_the_seed() -> None:
+    a = make_plan(50, 9, steps=4, max_attempts=3, broker_restarts=True)
+    b = make_plan(50, 9, steps=4, max_attempts=3, broker_restarts=True)
+    assert a == b and a != make_plan(50, 10, steps=4, max_attempts=3, broker_restarts=True)
+    labels = {w.label for w in a.workflows}
+    assert {CrashPoint.AFTER_INTENT, CrashPoint.AFTER_CALL} <= labels
+    assert any(f.point is CrashPoint.BROKER_RESTART for f in a.infra)
+    loops = [w for w in a.workflows if w.label is CrashPoint.CRASH_LOOP]
+    assert all(len(w.kills) == 4 for w in loops)

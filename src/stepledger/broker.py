@@ -63,6 +63,9 @@ def wait_port_free(port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:
+            # Listeners set SO_REUSEADDR, so connections left in TIME_WAIT do not block them;
+            # probe the same way or the port looks busy long after it is free to listen on.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((LOOPBACK, port))
                 return
@@ -168,11 +171,22 @@ class LocalBroker:
             _stop(self.process, grace)
             self.process = None
 
-    def restart(self, timeout: float = 30.0) -> None:
-        """Stop gracefully, wait until the port is free, start again on the same port."""
+    def restart(self, timeout: float = 30.0, tries: int = 5) -> None:
+        """Stop gracefully, wait until the port is free, start again on the same port.
+
+        A start right after a stop can still lose the race for the port ("Address in use"),
+        so the start is retried a few times.
+        """
         self.stop()
-        wait_port_free(self.port, timeout)
-        self.start(timeout)
+        for attempt in range(tries):
+            wait_port_free(self.port, timeout)
+            try:
+                self.start(timeout)
+                return
+            except BrokerError:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def __enter__(self) -> LocalBroker:
         return self.start() if self.process is None else self

@@ -204,9 +204,13 @@ def read_to_end(
             for msg in consumer.consume(_BATCH, _POLL_S):
                 where = (str(msg.topic()), int(msg.partition() or 0))
                 if _at_eof(msg):
+                    # Once a partition reached its end it stays done: records written after
+                    # this read began are newer than the read, and chasing them under a
+                    # steady stream of writes (many agents, a slow broker) never ends.
                     at_end.add(where)
                     continue
-                at_end.discard(where)
+                if where in at_end:
+                    continue
                 scanned += 1
                 if msg.key() == key:
                     _decode_into(found, msg, codec)

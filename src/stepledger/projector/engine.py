@@ -28,7 +28,13 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.projector.fold import BatchFold, Columns, WorkflowCache, WorkflowProjection
+from stepledger.projector.fold import (
+    BatchFold,
+    Columns,
+    Coordinates,
+    WorkflowCache,
+    WorkflowProjection,
+)
 from stepledger.projector.store import Offsets, ProjectionStore
 
 log = logging.getLogger(__name__)
@@ -162,8 +168,7 @@ class Projector:
         """Skip what is projected, decode, fold, and make the dead letters durable."""
         report = BatchReport(received=len(records))
         reached: Offsets = {}
-        decoded: list[tuple[Event, Message]] = []
-        letters: list[DeadLetter] = []
+        fresh: list[tuple[Message, Coordinates]] = []
         folded = self._folded
         for record in records:
             where = (str(record.topic()), int(record.partition() or 0))
@@ -172,10 +177,17 @@ class Projector:
                 report.skipped += 1
                 continue
             reached[where] = offset + 1
-            try:
-                decoded.append((self.codec.decode(record.value()), record))
-            except StepLedgerError as exc:
-                letters.append(self._letter(record, exc))
+            fresh.append((record, (*where, offset)))
+        values = [record.value() for record, _ in fresh]
+        decoded: list[tuple[Event, Coordinates, bytes]] = []
+        letters: list[DeadLetter] = []
+        for (record, at), value, result in zip(
+            fresh, values, self.codec.decode_many(values), strict=True
+        ):
+            if isinstance(result, StepLedgerError):
+                letters.append(self._letter(record, result))
+            else:
+                decoded.append((result, at, value or b""))
         fold = self._fold(decoded)
         if letters:
             self.dead_letters.publish(letters)
@@ -199,13 +211,12 @@ class Projector:
             raise
         self.committed.update(batch.reached)
 
-    def _fold(self, decoded: list[tuple[Event, Message]]) -> BatchFold:
+    def _fold(self, decoded: list[tuple[Event, Coordinates, bytes]]) -> BatchFold:
         fold = BatchFold()
-        self._load([event.workflow_id for event, _ in decoded])
-        cache = self.cache
-        for event, record in decoded:
-            at = (str(record.topic()), int(record.partition() or 0), int(record.offset() or 0))
-            fold.add(cache.get(event.workflow_id), event, at, record.value() or b"")
+        self._load([event.workflow_id for event, _, _ in decoded])
+        get = self.cache.get
+        for event, at, value in decoded:
+            fold.add(get(event.workflow_id), event, at, value)
         return fold
 
     def _load(self, workflow_ids: list[str]) -> None:
@@ -250,11 +261,13 @@ class Projector:
         )
 
 
-def _summarise(report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Message]]) -> None:
+def _summarise(
+    report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Coordinates, bytes]]
+) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
     report.anomalies = len(fold.anomalies["event_id"])
     if decoded:
-        times = [event.occurred_at for event, _ in decoded]
+        times = [event.occurred_at for event, _, _ in decoded]
         report.oldest_at, report.newest_at = min(times), max(times)
 
 

@@ -156,7 +156,7 @@ class BatchFold:
     """Folds one batch of decoded events and collects the rows the batch changes."""
 
     def __init__(self) -> None:
-        self.events: Columns = _columns(EVENT_COLUMNS)
+        self.new: list[tuple[ev.Event, Coordinates, bytes]] = []
         self.anomalies: Columns = _columns(ANOMALY_COLUMNS)
         self.touched: dict[str, _Touched] = {}
         self.duplicates = 0
@@ -178,14 +178,14 @@ class BatchFold:
             touched.replace_steps = True
         if event.step_id is not None:
             touched.steps.add(event.step_id)
-        _append_event(self.events, event, at, value)
+        self.new.append((event, at, value))
         if anomaly is not None:
             _append_anomaly(self.anomalies, anomaly, event, at)
 
     @property
     def projected(self) -> int:
         """How many new events the batch folded in."""
-        return len(self.events["event_id"])
+        return len(self.new)
 
     def replaced_workflows(self) -> list[str]:
         """Workflows whose stored steps must all be replaced (not just upserted)."""
@@ -206,7 +206,7 @@ class BatchFold:
             for esc in touched.projection.escalations.values():
                 _append_row(escalations, escalation_row(touched.projection, esc))
         return {
-            "events": self.events,
+            "events": _event_columns(self.new),
             "steps": steps,
             "workflows": workflows,
             "escalations": escalations,
@@ -321,19 +321,22 @@ def _append_row(columns: Columns, row: tuple[Any, ...]) -> None:
         values.append(value)
 
 
-def _append_event(columns: Columns, event: ev.Event, at: Coordinates, value: bytes) -> None:
-    row = (
-        event.event_id,
-        event.workflow_id,
-        event.step_id,
-        event.fleet_id,
-        event.producer_id,
-        event.occurred_at,
-        event.body.type,
-        *at,
-        value,
-    )
-    _append_row(columns, row)
+def _event_columns(new: list[tuple[ev.Event, Coordinates, bytes]]) -> Columns:
+    # Column by column: a comprehension per column is several times cheaper than a row loop.
+    events = [e for e, _, _ in new]
+    return {
+        "event_id": [e.event_id for e in events],
+        "workflow_id": [e.workflow_id for e in events],
+        "step_id": [e.step_id for e in events],
+        "fleet_id": [e.fleet_id for e in events],
+        "producer_id": [e.producer_id for e in events],
+        "occurred_at": [e.occurred_at for e in events],
+        "type": [e.body.type for e in events],
+        "topic": [at[0] for _, at, _ in new],
+        "partition": [at[1] for _, at, _ in new],
+        "log_offset": [at[2] for _, at, _ in new],
+        "value": [value for _, _, value in new],
+    }
 
 
 def _append_anomaly(columns: Columns, anomaly: Anomaly, event: ev.Event, at: Coordinates) -> None:

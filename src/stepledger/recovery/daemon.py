@@ -15,9 +15,11 @@ running resolutions there, checkpoints and forgets the partition.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import queue
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
@@ -42,7 +45,7 @@ from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.resolver import Resolution, Resolver
-from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
+from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 
 logger = logging.getLogger("stepledger.recovery.daemon")
 
@@ -133,6 +136,7 @@ class RecoveryDaemon:
         self.pending_late: dict[str, LateOutcome] = {}
         self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
         self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
+        self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
         self._capacity = max(1, options.workers) * max(1, options.queue_per_worker)
         self._consumer: Consumer | None = None
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
@@ -225,8 +229,7 @@ class RecoveryDaemon:
             return
         for key in self.tracker.due(self.clock(), free, self.caught_up):
             tracked = self.tracker.steps[key]
-            snapshot = tracked.snapshot()
-            self._submit(key, tracked.partition, self.resolver.attempt, snapshot, key[1])
+            self._submit(key, tracked, self._attempt, list(tracked.events), key[1])
 
     def _dispatch_late(self) -> None:
         for event_id, late in list(self.pending_late.items()):
@@ -245,25 +248,36 @@ class RecoveryDaemon:
             anomaly_id = ids.event_id(late.key[0], late.key[1], "anomaly_observed", event_id)
             if anomaly_id in tracked.state.seen:
                 continue  # judged before a restart: its record is already in the log
-            snapshot = tracked.snapshot()
-            self._submit(
-                late.key, tracked.partition, self.resolver.judge_late, snapshot, late.event
-            )
+            self._submit(late.key, tracked, self._judge, list(tracked.events), late.event)
 
-    def _submit(self, key: StepKey, partition: int, fn: Any, *args: Any) -> None:
-        self.tracker.steps[key].busy = True
-        future: Future[Resolution] = self._pool.submit(fn, *args)
-        self._inflight[future] = (key, partition)
+    def _attempt(self, workflow_id: str, events: list[str], step_id: str) -> Resolution:
+        # On the worker: the fresh fold is built there, off the loop's thread.
+        return self.resolver.attempt(snapshot(workflow_id, events), step_id)
+
+    def _judge(self, workflow_id: str, events: list[str], outcome: ev.Event) -> Resolution:
+        return self.resolver.judge_late(snapshot(workflow_id, events), outcome)
+
+    def _submit(self, key: StepKey, tracked: Tracked, fn: Any, *args: Any) -> None:
+        tracked.busy = True
+        future: Future[Resolution] = self._pool.submit(fn, key[0], *args)
+        self._inflight[future] = (key, tracked.partition)
+        # Finished work is queued by the worker, so the loop never scans what still runs.
+        future.add_done_callback(self._done.put)
 
     def _collect(self, *, wait: float = 0.0) -> None:
         deadline = time.monotonic() + wait
         while True:
-            for future in [f for f in self._inflight if f.done()]:
-                key, _ = self._inflight.pop(future)
-                self._finished(key, future)
-            if not self._inflight or time.monotonic() >= deadline:
+            while not self._done.empty():
+                self._finish(self._done.get_nowait())
+            remaining = deadline - time.monotonic()
+            if not self._inflight or remaining <= 0:
                 return
-            time.sleep(0.01)
+            with contextlib.suppress(queue.Empty):
+                self._finish(self._done.get(timeout=min(0.05, remaining)))
+
+    def _finish(self, future: Future[Resolution]) -> None:
+        key, _ = self._inflight.pop(future)
+        self._finished(key, future)
 
     def _finished(self, key: StepKey, future: Future[Resolution]) -> None:
         now = self.clock()

@@ -49,7 +49,7 @@ class Tracked:
 
     def snapshot(self) -> WorkflowState:
         """A fresh fold of the step's events, for a worker to resolve on."""
-        return replay(self.state.workflow_id, decode_events(self.events))
+        return snapshot(self.state.workflow_id, self.events)
 
 
 @dataclass(frozen=True)
@@ -241,6 +241,11 @@ class Tracker:
 
     def _echo_pending(self, tracked: Tracked) -> bool:
         return self.positions.get(tracked.partition, 0) <= tracked.echo_offset
+
+
+def snapshot(workflow_id: str, events: list[str]) -> WorkflowState:
+    """A fresh fold of a tracked step's events (JSON), independent of the daemon's copy."""
+    return replay(workflow_id, decode_events(events))
 
 
 def _escalated(step: StepState) -> bool:

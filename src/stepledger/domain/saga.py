@@ -82,6 +82,7 @@ UNRESOLVED = frozenset(
         StepStatus.COMPENSATION_FAILED,
     }
 )
+_SAGA_EFFECTS = frozenset({EffectClass.IRREVERSIBLE, EffectClass.COMPENSATABLE})
 #: An irreversible step in these states may have happened: the pivot is passed.
 MAY_HAVE_HAPPENED = frozenset({StepStatus.INTENDED, StepStatus.SUCCEEDED, StepStatus.ABANDONED})
 
@@ -110,8 +111,10 @@ def ensure_plan(
 
 def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Violation]:
     """The violations running ``tool`` as ``step_id`` now would commit, given the log."""
-    others = [s for s in state.ordered_steps() if s.step_id != step_id]
     found: list[Violation] = []
+    if tool.effect not in _SAGA_EFFECTS and not state.read_only:
+        return found  # the common case, kept free of a pass over every step
+    others = [s for s in state.ordered_steps() if s.step_id != step_id]
     if state.read_only and not tool.read_only:
         detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect.value}"
         found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step_id, detail))

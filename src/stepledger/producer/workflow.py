@@ -56,6 +56,7 @@ class Workflow:
         self._positions: dict[str, int] = {}
         self._next_position = 0
         self._tools: dict[str, Tool] = {}
+        self._recorded_until = _last_position(self.state)
 
     @property
     def attempt(self) -> int:
@@ -90,6 +91,7 @@ class Workflow:
         events = self.ledger.reader.read(self.workflow_id)
         with self._lock:
             self.state = replay(self.workflow_id, events)
+            self._recorded_until = max(self._recorded_until, _last_position(self.state))
 
     def tool(self, name: str) -> Tool:
         """A tool this workflow used, or one of the ledger's registry."""
@@ -232,9 +234,12 @@ class Workflow:
         if step_id in self._positions:
             return False, self._positions[step_id]
         position = self._next_position
-        problem = mismatch(self.state, step_id, tool.name, arguments_digest(args), position)
-        if problem is not None:
-            raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
+        # Only steps recorded before this run can disagree with it: a live run skips the check.
+        if position <= self._recorded_until or step_id in self.state.steps:
+            digest = arguments_digest(args)
+            problem = mismatch(self.state, step_id, tool.name, digest, position)
+            if problem is not None:
+                raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
         self._positions[step_id] = position
         self._next_position += 1
         return True, position
@@ -302,6 +307,10 @@ class _PendingCall:
     key: str
     arguments: dict[str, Any]
     attempt: int
+
+
+def _last_position(state: WorkflowState) -> int:
+    return max((s.sequence for s in state.steps.values()), default=-1)
 
 
 def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:

@@ -25,7 +25,12 @@ from stepledger.deadletter import dead_letter_info
 from stepledger.domain.enums import Source
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
-from stepledger.examples.clients import RunningService, start_service
+from stepledger.examples.clients import (
+    BookingsClient,
+    PaymentsClient,
+    RunningService,
+    start_service,
+)
 from stepledger.examples.tools import BOOKINGS, PAYMENTS
 from stepledger.examples.trip_agent import POINTS
 
@@ -65,8 +70,8 @@ class Stack:
 
     def effects(self, workflow_id: str) -> dict[str, int]:
         """The real effects the services performed for one workflow."""
-        payments = self.services["payments"].url
-        bookings = self.services["bookings"].url
+        payments = PaymentsClient(self.services["payments"].url)
+        bookings = BookingsClient(self.services["bookings"].url)
         counts = {
             "charge": _keyed(payments, "charge", idempotency_key(workflow_id, "charge", PAYMENTS)),
             "booking": _keyed(bookings, "booking", idempotency_key(workflow_id, "book", BOOKINGS)),
@@ -83,10 +88,9 @@ class Stack:
         return sum(1 for (body,) in rows if json.loads(body)["to"] == address)
 
 
-def _keyed(url: str, kind: str, base_key: str) -> int:
-    from stepledger.examples.clients import _JsonClient
-
-    by_kind = _JsonClient(url).effects()["by_kind"].get(kind, {})
+def _keyed(client: PaymentsClient | BookingsClient, kind: str, base_key: str) -> int:
+    # A retry after "not happened" uses the base key plus "-aN": count them all.
+    by_kind = client.effects()["by_kind"].get(kind, {})
     return sum(n for key, n in by_kind.items() if key.startswith(base_key))
 
 

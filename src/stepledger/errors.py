@@ -132,11 +132,37 @@ class ToolCallError(StepLedgerError):
 
 
 class ToolServiceError(StepLedgerError):
-    """A tool's service answered with an error or could not be reached (effect maybe unknown)."""
+    """A tool's service answered with an error or could not be reached (effect maybe unknown).
 
-    def __init__(self, message: str, *, status: int | None = None, **kw: object) -> None:
+    ``effect_unknown`` is True when the call may have taken effect anyway (a timeout, a
+    connection lost after sending, a 5xx): the SDK then leaves the step in doubt for its
+    resolution policy instead of recording a failure that a retry would repeat.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        effect_unknown: bool = False,
+        **kw: object,
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.status = status
+        self.effect_unknown = effect_unknown
+
+
+def effect_unknown(exc: BaseException) -> bool:
+    """True when a tool's error leaves open whether its effect happened.
+
+    Timeouts and connections lost mid-call are unknown; a refused connection never sent
+    the request.  Tools can say so on their own errors with an ``effect_unknown`` attribute.
+    """
+    if isinstance(exc, ConnectionRefusedError):
+        return False
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    return bool(getattr(exc, "effect_unknown", False))
 
 
 class RecoveryError(StepLedgerError):

@@ -307,3 +307,42 @@ def test_async_steps_replay_too() -> None:
     wf = asyncio.run(agent())
     assert world.services.effects == {"charge": 1, "book": 1, "email": 1}
     assert wf.state.steps["email"].effect is EffectClass.IRREVERSIBLE
+
+
+@pytest.mark.parametrize("did_effect", [True, False], ids=["effect-happened", "no-effect"])
+def test_a_timeout_leaves_the_step_in_doubt_and_a_retry_never_doubles_the_effect(
+    did_effect: bool,
+) -> None:
+    """A call that times out may have charged: no 'failed' outcome, the policy decides."""
+    world = World()
+    charge = world.services.charge
+
+    def timing_out(args: dict[str, Any], key: str) -> Any:
+        if did_effect:
+            assert charge.run is not None
+            charge.run(args, key)
+        raise TimeoutError("read timed out")
+
+    ledger = world.ledger()
+    wf = ledger.workflow("wf-timeout", name="t")
+    with pytest.raises(StepInDoubtError, match="effect is unknown"):
+        wf.step("charge", charge, ARGS["charge"], timing_out)
+    assert world.types("wf-timeout")[-1] == "step_intended"
+    retried = world.ledger().workflow("wf-timeout", name="t")
+    result = retried.step("charge", charge, ARGS["charge"])
+    assert world.services.effects["charge"] == 1
+    assert result["amount"] == 120
+    assert "failed" not in json.dumps([e.model_dump(mode="json") for e in world.log.events])
+
+
+def test_a_definite_tool_error_is_recorded_as_failed() -> None:
+    world = World()
+
+    def declined(args: dict[str, Any], key: str) -> Any:
+        raise ValueError("card declined")
+
+    wf = world.ledger().workflow("wf-declined", name="t")
+    with pytest.raises(ValueError, match="declined"):
+        wf.step("charge", world.services.charge, ARGS["charge"], declined)
+    state = replay("wf-declined", world.log.workflow_events("wf-declined"))
+    assert state.steps["charge"].status is StepStatus.FAILED

@@ -60,11 +60,16 @@ def service_call(tool: str, call: Callable[[], T]) -> T:
             status=exc.status,
             tool=tool,
             retryable=retryable,
+            # A 5xx can come after the service did the work: the effect is unknown.
+            effect_unknown=exc.status >= 500,
         ) from exc
     except OSError as exc:
         # The request may or may not have reached the service: the effect is unknown.
         raise ToolServiceError(
-            f"{tool}: service unreachable: {exc}", tool=tool, retryable=True
+            f"{tool}: service unreachable: {exc}",
+            tool=tool,
+            retryable=True,
+            effect_unknown=not isinstance(exc, ConnectionRefusedError),
         ) from exc
 
 

@@ -28,7 +28,9 @@ from stepledger.errors import (
     ApprovalPendingError,
     LedgerStateError,
     PlanMismatchError,
+    StepInDoubtError,
     ToolDefinitionError,
+    effect_unknown,
 )
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, resume
@@ -122,6 +124,8 @@ class Workflow:
         try:
             result = _runner(tool, fn)(call.arguments, call.key)
         except Exception as exc:
+            if effect_unknown(exc):
+                raise self._left_in_doubt(step_id, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
         self.record(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
@@ -153,10 +157,24 @@ class Workflow:
             else:
                 result = await asyncio.to_thread(run, call.arguments, call.key)
         except Exception as exc:
+            if effect_unknown(exc):
+                raise self._left_in_doubt(step_id, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
         await self.arecord(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
         return result
+
+    def _left_in_doubt(self, step_id: str, tool: Tool, exc: BaseException) -> StepInDoubtError:
+        # Recording "failed" here would let a retry repeat an effect that may have happened:
+        # the intent stays open and the tool's policy decides (recovery daemon or resume).
+        return StepInDoubtError(
+            f"step {step_id!r} ({tool.name}): the call's effect is unknown after "
+            f"{type(exc).__name__}: {exc}; it stays in doubt until its {tool.resolution.value} "
+            "policy resolves it",
+            workflow_id=self.workflow_id,
+            step_id=step_id,
+            tool=tool.name,
+        )
 
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None

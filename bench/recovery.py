@@ -37,8 +37,9 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import KafkaEventLog
-from stepledger.recovery.daemon import DaemonOptions, RecoveryDaemon
+from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.deadletters import InMemoryDeadLetters
+from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.tracker import Tracker
 

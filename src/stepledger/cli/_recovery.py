@@ -20,9 +20,10 @@ from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
-from stepledger.recovery.daemon import DEFAULT_GROUP, DaemonOptions, RecoveryDaemon
+from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.escalations import answer, read_queue, select
 from stepledger.recovery.metrics import RecoveryMetrics
+from stepledger.recovery.options import DEFAULT_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.recovery.registry import ToolRegistry, load_registries
 

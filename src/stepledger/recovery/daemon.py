@@ -22,7 +22,6 @@ import os
 import queue
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,50 +42,12 @@ from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
 from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
 from stepledger.recovery.metrics import RecoveryMetrics
+from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.resolver import Resolution, Resolver
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 
 logger = logging.getLogger("stepledger.recovery.daemon")
-
-DEFAULT_GROUP = "stepledger-recovery"
-
-
-@dataclass(frozen=True)
-class DaemonOptions:
-    """How the daemon runs."""
-
-    state_dir: Path
-    """Where the checkpoint database (``recovery.sqlite``) and the health file live."""
-    group: str = DEFAULT_GROUP
-    """Consumer group; daemons in one group split the partitions."""
-    grace_s: float = 2.0
-    """Extra wait after an intent's deadline before recovery acts (slow agents' margin)."""
-    workers: int = 8
-    """Resolutions run at once (hooks may block up to their tool's timeout)."""
-    queue_per_worker: int = 32
-    """Due steps handed to the pool ahead of the workers, so no worker waits for the loop."""
-    checkpoint_interval_s: float = 0.5
-    """How often the state is checkpointed while events flow."""
-    retain_s: float = 86_400.0
-    """How long a recovery decision is kept to judge a late outcome against it."""
-    retry_base_s: float = 0.25
-    """First back-off after a failed recovery attempt (doubling, capped by the timeout)."""
-    batch_size: int = 1000
-    """Records read per poll."""
-    poll_timeout_s: float = 0.05
-    """How long one poll waits for records."""
-    drain_timeout_s: float = 30.0
-    """How long a revocation or shutdown waits for running resolutions."""
-    health_interval_s: float = 1.0
-    """How often the health file is rewritten."""
-    consumer: dict[str, Any] = field(default_factory=dict)
-    """Extra librdkafka consumer settings."""
-
-    @property
-    def health_file(self) -> Path:
-        """The JSON heartbeat ``stepledger recover-health`` reads."""
-        return self.state_dir / f"health-{self.group}.json"
 
 
 class RecoveryDaemon:

@@ -1,6 +1,7 @@
 """The chaos run: real processes, real SIGKILLs at labelled crash points, then the invariants.
 
-One run: a broker (the local one on durable S3 storage by default, or ``--bootstrap``), the
+One run: a broker (a local one, on memory storage or with ``durable_broker`` on loopback S3
+storage so it can be restarted gracefully; or yours with ``--bootstrap``), the
 three example tool services, the projector and the recovery daemon as subprocesses, and
 rounds of trip agents (quote -> charge -> book -> email), each agent process running a
 batch of workflows and dying at each workflow's planned crash point.  Between and during
@@ -55,13 +56,13 @@ class ChaosOptions:
     duration_s: float = 600.0
     bootstrap: str | None = None
     workdir: Path | None = None
-    broker_restarts: bool = True
+    broker_restarts: bool = False
     break_mode: str | None = None
     batch: int = 25
     parallel: int = 2
     max_attempts: int = 3
     tool_timeout_s: float = 1.0
-    durable_broker: bool = True
+    durable_broker: bool = False
 
 
 @dataclass

@@ -22,7 +22,7 @@ import click
     "--bootstrap",
     envvar="STEPLEDGER_BOOTSTRAP",
     default=None,
-    help="Your broker (default: a local broker on durable loopback storage).",
+    help="Your broker (default: a local broker on loopback).",
 )
 @click.option(
     "--report",
@@ -60,8 +60,8 @@ def chaos(**opts: object) -> None:
         duration_s=float(opts["duration"]),  # type: ignore[arg-type]
         bootstrap=opts["bootstrap"] or None,  # type: ignore[arg-type]
         workdir=opts["workdir"],  # type: ignore[arg-type]
-        broker_restarts=not (opts["no_broker_restarts"] or opts["memory_broker"]),
-        durable_broker=not opts["memory_broker"],
+        broker_restarts=bool(opts["durable_broker"]),
+        durable_broker=bool(opts["durable_broker"]),
         break_mode=opts["break_mode"],  # type: ignore[arg-type]
         parallel=int(opts["parallel"]),  # type: ignore[call-overload]
     )

@@ -36,11 +36,11 @@ import click
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep logs and state here (default: a temporary directory).",
 )
-@click.option("--no-broker-restarts", is_flag=True, help="Skip graceful broker restarts.")
 @click.option(
-    "--memory-broker",
+    "--durable-broker",
     is_flag=True,
-    help="Local broker on memory storage (faster; implies --no-broker-restarts).",
+    help="Local broker on durable loopback S3 storage, restarted gracefully during the run "
+    "(slow: keep --workflows small).",
 )
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option(

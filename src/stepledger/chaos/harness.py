@@ -44,7 +44,7 @@ AGENT_POINT = {
     CrashPoint.AFTER_CALL: "after_effect",
     CrashPoint.AFTER_OUTCOME: "after_outcome",
 }
-TERMINAL = {"completed", "escalated", "dead_lettered"}
+TERMINAL = {"completed", "compensated", "escalated", "dead_lettered"}
 
 
 @dataclass(frozen=True)

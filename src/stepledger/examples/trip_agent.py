@@ -33,9 +33,11 @@ from typing import Any
 from stepledger.config import load_settings
 from stepledger.domain.enums import EffectClass
 from stepledger.domain.ids import digest
+from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
+    LedgerStateError,
     StepInDoubtError,
     StepLedgerError,
     WorkflowDeadLetteredError,
@@ -125,6 +127,26 @@ def trip(
     wf = ledger.workflow(
         workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
     )
+    if wf.finished:
+        return {"status": wf.state.status.value, "attempt": wf.attempt}
+    try:
+        return _trip_steps(wf, by_step, workflow_id, kill, parking)
+    except LedgerStateError:
+        if not any(s.status is StepStatus.COMPENSATED for s in wf.state.steps.values()):
+            raise
+        # Recovery undid an in-doubt step (its policy is compensate): the trip cannot go on
+        # as planned, so the saga unwinds what else it can undo and ends compensated.
+        wf.compensate("a step was undone by recovery")
+        return {"status": "compensated", "attempt": wf.attempt}
+
+
+def _trip_steps(
+    wf: Workflow,
+    by_step: dict[str, Tool],
+    workflow_id: str,
+    kill: KillPoint | None,
+    parking: Parking,
+) -> dict[str, Any]:
     quote = _step(wf, "quote", by_step["quote"], {"trip": workflow_id}, kill, parking)
     arguments = {
         "charge": {"amount": quote["amount"], "currency": "EUR", "customer": workflow_id},

@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from stepledger.domain.events import BODY_TYPES, Event
-from stepledger.errors import (
-    CodecError,
-    EventValidationError,
-    StepLedgerError,
-    UnknownSchemaError,
-)
+from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 REGISTRY_MAGIC = b"\x00"
@@ -76,29 +71,6 @@ def from_record(record: dict[str, Any]) -> Event:
         return Event.model_validate({**record, "body": {**body, "type": body_type}})
     except ValidationError as exc:
         raise EventValidationError(f"invalid {name}: {_first_error(exc)}") from exc
-
-
-_TYPE_BY_NAME: dict[str, str] = {name: t for t, name in _NAME_BY_TYPE.items()}
-_EVENT_LIST: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-_PENDING = CodecError("pending")  # a placeholder, never raised
-
-
-def _shaped(record: dict[str, Any]) -> dict[str, Any]:
-    """The fastavro record reshaped in place for validation (the union branch as ``type``)."""
-    name, body = record["body"]
-    if name not in _TYPE_BY_NAME:
-        raise EventValidationError(f"unknown event type {name!r}")
-    body["type"] = _TYPE_BY_NAME[name]
-    record["body"] = body
-    return record
-
-
-def _validated(record: dict[str, Any]) -> Event | StepLedgerError:
-    try:
-        return Event.model_validate(record)
-    except ValidationError as exc:
-        name = _NAME_BY_TYPE[record["body"]["type"]]
-        return EventValidationError(f"invalid {name}: {_first_error(exc)}")
 
 
 class RegistryFraming:
@@ -168,31 +140,6 @@ class Codec:
 
     def decode(self, data: bytes | None) -> Event:
         """Return the event in framed Avro bytes; any defect raises a CodecError subclass."""
-        return from_record(self._read(data))
-
-    def decode_many(self, values: Sequence[bytes | None]) -> list[Event | StepLedgerError]:
-        """Decode many values with one validation pass; each slot holds its event or its error.
-
-        Same results as ``decode`` value by value (for consumers that decode in batches):
-        the events of a batch are validated together, and only a batch holding an invalid
-        event is validated again one by one to say which.
-        """
-        out: list[Event | StepLedgerError] = []
-        shaped: list[dict[str, Any]] = []
-        for data in values:
-            try:
-                shaped.append(_shaped(self._read(data)))
-                out.append(_PENDING)
-            except (CodecError, EventValidationError) as exc:
-                out.append(exc)
-        try:
-            events: list[Event | StepLedgerError] = list(_EVENT_LIST.validate_python(shaped))
-        except ValidationError:
-            events = [_validated(record) for record in shaped]
-        pending = iter(events)
-        return [next(pending) if slot is _PENDING else slot for slot in out]
-
-    def _read(self, data: bytes | None) -> dict[str, Any]:
         writer, offset = self._writer_for(data)
         reader = None if writer is self.schema else self.schema
         try:
@@ -204,7 +151,7 @@ class Codec:
             )
         except Exception as exc:  # fastavro raises many types on corrupt input
             raise CodecError(f"undecodable Avro body: {type(exc).__name__}: {exc}") from exc
-        return cast(dict[str, Any], record)
+        return from_record(cast(dict[str, Any], record))
 
     def _writer_for(self, data: bytes | None) -> tuple[dict[str, Any], int]:
         if not data or len(data) < 5:

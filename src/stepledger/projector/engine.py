@@ -178,16 +178,15 @@ class Projector:
                 continue
             reached[where] = offset + 1
             fresh.append((record, (*where, offset)))
-        values = [record.value() for record, _ in fresh]
         decoded: list[tuple[Event, Coordinates, bytes]] = []
         letters: list[DeadLetter] = []
-        for (record, at), value, result in zip(
-            fresh, values, self.codec.decode_many(values), strict=True
-        ):
-            if isinstance(result, StepLedgerError):
-                letters.append(self._letter(record, result))
-            else:
-                decoded.append((result, at, value or b""))
+        decode = self.codec.decode
+        for record, at in fresh:
+            value = record.value()
+            try:
+                decoded.append((decode(value), at, value or b""))
+            except StepLedgerError as exc:
+                letters.append(self._letter(record, exc))
         fold = self._fold(decoded)
         if letters:
             self.dead_letters.publish(letters)

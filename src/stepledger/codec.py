@@ -8,6 +8,7 @@ registry is configured.  The reader accepts both.  Schemas are parsed once per c
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from collections.abc import Iterable
@@ -45,6 +46,28 @@ def load_envelope_schema(directory: Path | None = None) -> dict[str, Any]:
         return cast(dict[str, Any], load_schema(str(path)))
     except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
         raise CodecError(f"cannot load schema {path}: {exc}") from exc
+
+
+def released_writer_schemas(directory: Path | None = None) -> list[dict[str, Any]]:
+    """The envelope schema of every released version of the contract (schemas/released/)."""
+    root = (directory or schema_dir()) / "released"
+    if not root.is_dir():
+        return []
+    return [
+        load_envelope_schema(version)
+        for version in sorted(root.iterdir())
+        if (version / f"{ENVELOPE}.avsc").exists()
+    ]
+
+
+@functools.cache
+def _current() -> dict[str, Any]:
+    return load_envelope_schema()
+
+
+@functools.cache
+def _released() -> tuple[dict[str, Any], ...]:
+    return tuple(released_writer_schemas())
 
 
 def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
@@ -117,9 +140,11 @@ class Codec:
         registry: RegistryFraming | None = None,
         known_writer_schemas: Iterable[dict[str, Any]] = (),
     ) -> None:
-        self.schema = schema if schema is not None else load_envelope_schema()
+        self.schema = schema if schema is not None else _current()
         self._fingerprint = single_object_fingerprint(self.schema)
-        self._writers = {single_object_fingerprint(s): s for s in known_writer_schemas}
+        # Old producers may still write with a released schema: a reader knows them all.
+        writers = [*_released(), *known_writer_schemas]
+        self._writers = {single_object_fingerprint(s): s for s in writers}
         self._registry = registry
         self._registry_id = registry.register(self.schema) if registry else None
         self._prefix = (

@@ -4,9 +4,10 @@
   events/steps/workflows/escalations/anomalies/offsets in one transaction per batch,
   snapshots every 2 s) vs a minimal raw pipeline written here: assign, consume, fastavro
   decode, one Arrow insert of the same event rows per batch.  Target >= 0.5.
-- Lag at a steady 5k events/s: produce time (``occurred_at``) to committed in DuckDB (the
-  batch's oldest event, i.e. the worst in each batch) and to visible in the published
-  snapshot an analyst queries (polled every 50 ms).
+- Lag at a steady 5k events/s into a ``stepledger project`` process (default settings):
+  produce time (``occurred_at``) to committed in DuckDB (each batch's oldest event, i.e. the
+  worst of the batch, from its log line) and to visible in the published snapshot an
+  analyst queries (polled every 50 ms).
 
 ``python -m bench.projector [--quick] [--bootstrap HOST:PORT]``
 """
@@ -16,6 +17,10 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import json
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +36,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.common import Row, broker, fresh_settings, percentile, table
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.domain.enums import OutcomeStatus
+from stepledger.domain import events as ev
+from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import Clock, EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import FAST_CONSUMER, topic_partitions
@@ -77,15 +83,12 @@ def workload(n: int, clock: Clock | None = None) -> list[tuple[bytes, bytes]]:
     return out[:n]
 
 
-def _event(factory: EventFactory, wf: str, phase: int) -> Any:
+def _event(factory: EventFactory, wf: str, phase: int) -> ev.Event:
     if phase == 0:
         return factory.workflow_started(
             wf, name="bench", attempt=1, read_only=False, max_attempts=5
         )
     if phase == 1 + 2 * STEPS:
-        from stepledger.domain import events as ev
-        from stepledger.domain.enums import WorkflowStatus
-
         return factory.envelope(wf, None, ev.WorkflowFinished(status=WorkflowStatus.COMPLETED))
     step, is_outcome = divmod(phase - 1, 2)
     tool = TOOLS[step % len(TOOLS)]
@@ -195,34 +198,63 @@ def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float]:
 def steady_lag(
     settings: Settings, db: Path, rate: int, seconds: float
 ) -> tuple[list[float], list[float]]:
-    """Produce at a steady rate; return (commit lags, snapshot-visible lags) in seconds."""
-    shutdown, commit_lags = Shutdown(), []
+    """Produce at a steady rate into a ``stepledger project`` process.
 
-    def on_batch(report: BatchReport) -> None:
-        if report.oldest_at is not None:
-            commit_lags.append(time.time() - report.oldest_at.timestamp())
-
-    options = ProjectorOptions(db_path=db, group="bench-lag")
-    daemon = threading.Thread(
-        target=run_projector,
-        args=(settings, options),
-        kwargs={"shutdown": shutdown, "on_batch": on_batch},
+    Returns (commit lags from its per-batch log lines, snapshot-visible lags) in seconds.
+    """
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "stepledger",
+            "project",
+            "--bootstrap",
+            settings.bootstrap,
+            "--topic",
+            settings.topic,
+            "--dlq-topic",
+            settings.dlq_topic,
+            "--db",
+            str(db),
+            "--group",
+            "bench-lag",
+            "--json-logs",
+            "--log-level",
+            "DEBUG",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    daemon.start()
-    # Lag is measured once the group is joined: one warm-up event must be projected first.
-    _produce_steadily(settings, rate, 1 / rate, [], prefix="warm")
-    _wait_for(lambda: bool(commit_lags), 60)
-    commit_lags.clear()
-    produced: list[float] = []
-    visible: list[float] = []
-    poller = threading.Thread(target=_poll_snapshot, args=(db, produced, visible, shutdown))
-    poller.start()
-    _produce_steadily(settings, rate, seconds, produced)
-    _wait_for(lambda: len(visible) >= len(produced), 30)
-    shutdown.request()
-    daemon.join(60)
-    poller.join(10)
+    commit_lags: list[float] = []
+    reader = threading.Thread(target=_read_lags, args=(daemon, commit_lags), daemon=True)
+    reader.start()
+    stop = Shutdown()
+    try:
+        # Lag is measured once the group is joined: one warm-up event must be committed first.
+        _produce_steadily(settings, rate, 1 / rate, [], prefix="warm")
+        _wait_for(lambda: bool(commit_lags), 60)
+        commit_lags.clear()
+        produced: list[float] = []
+        visible: list[float] = []
+        poller = threading.Thread(target=_poll_snapshot, args=(db, produced, visible, stop))
+        poller.start()
+        _produce_steadily(settings, rate, seconds, produced)
+        _wait_for(lambda: len(visible) >= len(produced), 30)
+        stop.request()
+        poller.join(10)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
     return commit_lags, [v - p for p, v in zip(produced, visible, strict=False)]
+
+
+def _read_lags(daemon: subprocess.Popen[str], lags: list[float]) -> None:
+    assert daemon.stderr is not None
+    for line in daemon.stderr:
+        if line.startswith("{") and '"lag_s"' in line:
+            lag = json.loads(line).get("lag_s")
+            if lag is not None:
+                lags.append(float(lag))
 
 
 def _produce_steadily(
@@ -279,8 +311,11 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         records = workload(n)
         produce(settings, records)
         del records
-        raw = raw_pipeline(settings, Path(tmp) / "raw.duckdb", n)
+        # The raw baseline runs before and after, so load that changes during the run
+        # weighs on both sides of the ratio.
+        raw_before = raw_pipeline(settings, Path(tmp) / "raw1.duckdb", n)
         rate, join = projector_rate(settings, Path(tmp) / "projection.duckdb", n)
+        raw = (raw_before + raw_pipeline(settings, Path(tmp) / "raw2.duckdb", n)) / 2
         commit, visible = steady_lag(
             fresh_settings(servers), Path(tmp) / "lag.duckdb", 5000, lag_seconds
         )

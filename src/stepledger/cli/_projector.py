@@ -73,7 +73,7 @@ def register(group: click.Group) -> None:
 @click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(1))
 @click.option(
     "--batch-timeout",
-    default=0.1,
+    default=0.03,
     show_default=True,
     type=click.FloatRange(0.001),
     help="Seconds a batch waits to fill.",

@@ -53,7 +53,7 @@ class ProjectorOptions:
     """Consumer group id; give each projection file its own."""
     batch_size: int = 10_000
     """Most records per batch (one DuckDB transaction)."""
-    batch_timeout_s: float = 0.1
+    batch_timeout_s: float = 0.03
     """How long a batch waits to fill before it is projected anyway."""
     snapshot_interval_s: float = 2.0
     """Publish a snapshot at most this often (0 disables); readers are at most ~this stale."""

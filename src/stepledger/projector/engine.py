@@ -104,6 +104,8 @@ class BatchReport:
     """Latest ``occurred_at`` among the batch's events."""
     seconds: float = 0.0
     """From the start of preparing the batch to its commit."""
+    lag_s: float | None = None
+    """From the oldest event's ``occurred_at`` to the commit (clocks of two hosts)."""
 
 
 def stage_of(error: StepLedgerError) -> str:

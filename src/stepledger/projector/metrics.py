@@ -40,6 +40,12 @@ class ProjectorMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.commit_lag = Histogram(
+            "stepledger_projector_commit_lag_seconds",
+            "From the oldest event of a batch (its occurred_at) to the batch's commit.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=r,
+        )
         self.snapshot_time = Gauge(
             "stepledger_projector_snapshot_timestamp_seconds",
             "Unix time the last snapshot was published.",
@@ -54,3 +60,5 @@ class ProjectorMetrics:
         for stage, count in report.dead_letters.items():
             self.dead_letters.labels(stage=stage).inc(count)
         self.batch_seconds.observe(seconds)
+        if report.lag_s is not None:
+            self.commit_lag.observe(max(0.0, report.lag_s))

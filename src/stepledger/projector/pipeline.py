@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
 
 from confluent_kafka import Message
 
@@ -38,7 +39,14 @@ class Pipeline:
         batch = self.projector.prepare(records)
         self.drain()
         self.projector.cache.trim(keep=batch.touched)
-        self._in_flight = (self._writer.submit(self.projector.commit, batch), batch, began)
+        self._in_flight = (self._writer.submit(self._commit, batch), batch, began)
+
+    def _commit(self, batch: PreparedBatch) -> None:
+        self.projector.commit(batch)
+        report = batch.report
+        if report.oldest_at is not None:
+            # Stamped here, in the writer, so it measures the commit, not when it is noticed.
+            report.lag_s = (datetime.now(UTC) - report.oldest_at).total_seconds()
 
     def drain(self) -> None:
         """Wait until the batch in flight (if any) is committed; re-raise its failure."""
@@ -53,7 +61,11 @@ class Pipeline:
             "committed %d records (%d new events)",
             report.received,
             report.projected,
-            extra={"received": report.received, "projected": report.projected},
+            extra={
+                "received": report.received,
+                "projected": report.projected,
+                "lag_s": report.lag_s,
+            },
         )
         if self.on_commit is not None:
             self.on_commit(report)

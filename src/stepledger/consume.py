@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -36,11 +36,13 @@ def read_topic(
     idle_timeout: float = 1.0,
     max_time: float | None = None,
     follow: bool = False,
+    stopped: Callable[[], bool] | None = None,
 ) -> Iterator[Record]:
     """Yield decoded records of every partition until each reached its end and stayed idle.
 
     The end is detected from partition-EOF events, not from a fresh ListOffsets (which the
-    dev broker answers wrongly after batched produces).
+    dev broker answers wrongly after batched produces).  ``stopped`` ends the read (also a
+    ``follow``) as soon as it returns True; it is asked at least every 100 ms.
     """
     topic = topic or settings.topic
     partitions = topic_partitions(settings, topic)
@@ -55,6 +57,8 @@ def read_topic(
         while True:
             now = time.monotonic()
             if max_time is not None and now - began > max_time:
+                return
+            if stopped is not None and stopped():
                 return
             if not follow and len(at_end) == len(partitions) and now - last_data > idle_timeout:
                 return

@@ -21,20 +21,19 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepledger.broker import LocalBroker, S3Storage
+from stepledger.broker import LocalBroker
 from stepledger.chaos import evidence as gather
 from stepledger.chaos.invariants import Evidence, Violation, check_all, workflows_of
 from stepledger.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
-from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
-from stepledger.config import Settings
+from stepledger.chaos.procs import Proc, wait_until
 from stepledger.domain.state import StepStatus
-from stepledger.examples.clients import RunningService, start_service
-from stepledger.kafka import ensure_topics
+from stepledger.examples.clients import RunningService
+from stepledger.examples.tools import BREAK_ENV
+from stepledger.stack import LocalStack, StackOptions
 
 AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
@@ -81,78 +80,30 @@ class RunResult:
 class Run:
     """One chaos run's processes and state."""
 
-    def __init__(self, options: ChaosOptions, workdir: Path, settings: Settings) -> None:
-        self.options, self.workdir, self.settings = options, workdir, settings
+    def __init__(self, options: ChaosOptions, stack: LocalStack) -> None:
+        self.options, self.stack = options, stack
+        self.workdir, self.settings = stack.workdir, stack.settings
         self.rng = random.Random(options.seed + 1)
-        self.procs: dict[str, Proc] = {}
-        self.services: dict[str, RunningService] = {}
-        self.broker: LocalBroker | None = None
+        # Only a broker on durable storage may be restarted: a memory one would lose the log.
+        self.broker: LocalBroker | None = stack.broker if options.durable_broker else None
         self.acks: list[Path] = []
         self.infra_done: list[str] = []
         self.started = time.monotonic()
 
-    # -- environment ----------------------------------------------------------------------
+    @property
+    def procs(self) -> dict[str, Proc]:
+        """The supervised daemons (projector, recovery)."""
+        return self.stack.procs
 
-    def child_env(self) -> dict[str, str]:
-        """The environment every child process gets."""
-        import os
-
-        env = {
-            **os.environ,
-            "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
-            "STEPLEDGER_TOPIC": self.settings.topic,
-            "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
-            "STEPLEDGER_FLEET_ID": "chaos",
-            "STEPLEDGER_TOOL_TIMEOUT_S": str(self.options.tool_timeout_s),
-            "STEPLEDGER_MAX_ATTEMPTS": str(self.options.max_attempts),
-            "STEPLEDGER_PAYMENTS_URL": self.services["payments"].url,
-            "STEPLEDGER_BOOKINGS_URL": self.services["bookings"].url,
-            "STEPLEDGER_EMAIL_URL": self.services["email"].url,
-        }
-        if self.options.break_mode:
-            env["STEPLEDGER_EXAMPLE_BREAK"] = self.options.break_mode
-        return env
-
-    def start_daemons(self) -> None:
-        """Start the projector and the recovery daemon."""
-        env = self.child_env()
-        self.procs["projector"] = Proc(
-            "projector",
-            [
-                *STEPLEDGER,
-                "project",
-                "--db",
-                str(self.db),
-                "--snapshot-interval",
-                "1",
-                "--log-level",
-                "WARNING",
-            ],
-            env,
-            self.workdir / "projector.log",
-        ).start()
-        self.procs["recovery"] = Proc(
-            "recovery",
-            [
-                *STEPLEDGER,
-                "recover",
-                "--tools",
-                "stepledger.examples.tools:registry",
-                "--state-dir",
-                str(self.workdir / "recovery"),
-                "--grace",
-                "500ms",
-                "--log-level",
-                "WARNING",
-            ],
-            env,
-            self.workdir / "recovery.log",
-        ).start()
+    @property
+    def services(self) -> dict[str, RunningService]:
+        """The example tool services."""
+        return self.stack.services
 
     @property
     def db(self) -> Path:
         """The live projection file."""
-        return self.workdir / "ledger.duckdb"
+        return self.stack.db
 
     def left(self) -> float:
         """Seconds left in the run's time budget."""
@@ -199,13 +150,10 @@ class Run:
         journal = self.workdir / f"acks-r{round_no}-b{index}.txt"
         self.acks.append(journal)
         args = [_target(wf, kill) for wf, kill in batch]
-        env = {**self.child_env(), "STEPLEDGER_ACK_JOURNAL": str(journal)}
-        proc = subprocess.Popen(
+        proc = self.stack.spawn(
             [*AGENT, *args, "--db", str(self.db), "--grace", "0.5"],
-            stdout=subprocess.PIPE,
-            stderr=open(self.workdir / "agents.log", "a"),  # noqa: SIM115
-            text=True,
-            env=env,
+            env=self.stack.child_env(STEPLEDGER_ACK_JOURNAL=str(journal)),
+            stderr=self.workdir / "agents.log",
         )
         return proc, [wf for wf, _ in batch]
 
@@ -255,25 +203,7 @@ class Run:
         events, _ = gather.read_log(self.settings)
         target = len({e.event_id for e in events})
 
-        def caught_up() -> bool:
-            try:
-                import duckdb
-
-                from stepledger.projector.snapshot import latest_snapshot
-
-                snap = latest_snapshot(self.db)
-                if snap is None:
-                    return False
-                con = duckdb.connect(str(snap), read_only=True)
-                try:
-                    row = con.execute("SELECT count(*) FROM events").fetchone()
-                finally:
-                    con.close()
-                return row is not None and int(row[0]) >= target
-            except Exception:  # a snapshot being replaced: try again
-                return False
-
-        wait_until(caught_up, timeout, interval=0.5)
+        self.stack.wait_snapshot(target, timeout)
         self.procs["projector"].stop()
 
     def evidence(self) -> Evidence:
@@ -311,30 +241,22 @@ def run_chaos(options: ChaosOptions, echo: object = print) -> RunResult:
         max_attempts=options.max_attempts,
         broker_restarts=options.broker_restarts and not options.bootstrap,
     )
-    with _workdir(options) as workdir, _broker(options, workdir) as (bootstrap, broker):
-        settings = Settings(
-            bootstrap=bootstrap,
-            topic=f"chaos-{options.seed}-{uuid.uuid4().hex[:6]}",
-            dlq_topic=f"chaos-dlq-{uuid.uuid4().hex[:6]}",
-            fleet_id="chaos",
-        )
-        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=3)
-        run = Run(options, workdir, settings)
-        run.broker = broker
-        try:
-            return _execute(run, plan, say)
-        finally:
-            for proc in run.procs.values():
-                proc.stop(grace=10)
-            for service in run.services.values():
-                service.stop()
+    stack_options = StackOptions(
+        bootstrap=options.bootstrap,
+        durable_broker=options.durable_broker,
+        topic_prefix=f"chaos-{options.seed}",
+        fleet_id="chaos",
+        tool_timeout_s=options.tool_timeout_s,
+        max_attempts=options.max_attempts,
+        env=((BREAK_ENV, options.break_mode),) if options.break_mode else (),
+    )
+    with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
+        return _execute(Run(options, stack), plan, say)
 
 
 def _execute(run: Run, plan: ChaosPlan, say: object) -> RunResult:
     echo = say if callable(say) else print
-    for kind in ("payments", "bookings", "email"):
-        run.services[kind] = start_service(kind, run.workdir / f"{kind}.sqlite")
-    run.start_daemons()
+    run.stack.start_daemons()
     status: dict[str, str] = {}
     faults = list(plan.infra)
     rounds = max(len(w.kills) for w in plan.workflows) + 2
@@ -393,22 +315,3 @@ def _workdir(options: ChaosOptions) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="stepledger-chaos-") as tmp:
         yield Path(tmp)
-
-
-@contextlib.contextmanager
-def _broker(options: ChaosOptions, workdir: Path) -> Iterator[tuple[str, LocalBroker | None]]:
-    if options.bootstrap:
-        yield options.bootstrap, None
-        return
-    if not options.durable_broker:
-        with LocalBroker(log_path=workdir / "broker.log") as memory:
-            yield memory.bootstrap, None
-        return
-    storage = S3Storage().start()
-    broker = LocalBroker(storage=storage, log_path=workdir / "broker.log")
-    try:
-        broker.start()
-        yield broker.bootstrap, broker
-    finally:
-        broker.stop()
-        storage.stop()

@@ -1,0 +1,316 @@
+"""A local stack: a broker, the example tool services, the projector and the recovery daemon.
+
+What ``stepledger demo`` and the chaos harness both run.  Everything is a real process on
+loopback: the broker (a local Tansu on memory storage, on loopback S3 storage with
+``durable_broker``, or none when ``bootstrap`` names yours), the payments, bookings and
+email services, ``stepledger project`` and ``stepledger recover`` as supervised
+subprocesses, and any agent processes spawned through :meth:`LocalStack.spawn`.  Every
+process the stack starts is tracked, and :meth:`LocalStack.stop` stops all of them (also
+when the caller is interrupted), so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import duckdb
+
+from stepledger.broker import LocalBroker, S3Storage
+from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
+from stepledger.config import Settings
+from stepledger.examples.clients import RunningService, ServiceKind, start_service
+from stepledger.kafka import ensure_topics
+from stepledger.projector.snapshot import latest_snapshot
+
+SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
+TOOLS = "stepledger.examples.tools:registry"
+# The directory holding the `stepledger` package: children import it even when it is only
+# on this process's path (tests run with PYTHONPATH=src).
+_IMPORT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What the stack starts and how its children are configured."""
+
+    bootstrap: str | None = None
+    """Your broker (HOST:PORT); None starts a local one on loopback."""
+    durable_broker: bool = False
+    """Run the local broker on loopback S3 storage, so it survives graceful restarts."""
+    topic_prefix: str = "stepledger"
+    """Topic names are this prefix plus a unique suffix (a shared cluster stays clean)."""
+    fleet_id: str = "default"
+    """The fleet every child process tags its events with."""
+    partitions: int = 3
+    """Partitions of the step-log and dead-letter topics."""
+    tool_timeout_s: float = 1.0
+    """The example tools' timeout, so an intent's deadline comes soon after a crash."""
+    max_attempts: int = 3
+    """Workflow and recovery attempt limits of the children."""
+    recovery_grace: str = "500ms"
+    """How long recovery waits past an intent's deadline before resolving it."""
+    recovery_session_timeout: str = "6s"
+    """The recovery daemon's consumer-group session timeout (shorter joins faster)."""
+    projector_session_timeout_s: float = 6.0
+    """The projector's consumer-group session timeout in seconds."""
+    snapshot_interval_s: float = 1.0
+    """Seconds between the projector's read-only snapshots."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment for every child process."""
+
+
+@dataclass
+class LocalStack:
+    """The running stack; use it as a context manager or call ``start`` and ``stop``."""
+
+    workdir: Path
+    options: StackOptions = field(default_factory=StackOptions)
+    base: Settings = field(default_factory=Settings)
+    settings: Settings = field(init=False)
+    broker: LocalBroker | None = None
+    storage: S3Storage | None = None
+    services: dict[str, RunningService] = field(default_factory=dict)
+    procs: dict[str, Proc] = field(default_factory=dict)
+    spawned: list[subprocess.Popen[Any]] = field(default_factory=list)
+    _started: list[tuple[str, subprocess.Popen[Any]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.settings = self.base
+
+    @property
+    def db(self) -> Path:
+        """The projector's live DuckDB file (read its snapshot, never the file)."""
+        return self.workdir / "ledger.duckdb"
+
+    # -- starting -------------------------------------------------------------------------
+
+    def start(self) -> LocalStack:
+        """Start the broker (unless given one), create unique topics, start the services."""
+        try:
+            self._start_broker()
+            suffix = uuid.uuid4().hex[:8]
+            prefix = self.options.topic_prefix
+            self.settings = self.base.model_copy(
+                update={
+                    "bootstrap": self.options.bootstrap or self._local_bootstrap(),
+                    "topic": f"{prefix}-{suffix}",
+                    "dlq_topic": f"{prefix}-dlq-{suffix}",
+                    "fleet_id": self.options.fleet_id,
+                }
+            )
+            topics = [self.settings.topic, self.settings.dlq_topic]
+            ensure_topics(self.settings, topics, partitions=self.options.partitions)
+            self._start_services()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_broker(self) -> None:
+        if self.options.bootstrap:
+            return
+        if self.options.durable_broker:
+            self.storage = S3Storage()
+            try:
+                self.storage.start()
+            finally:
+                self._track("storage", self.storage.process)
+        self.broker = LocalBroker(storage=self.storage, log_path=self.workdir / "broker.log")
+        try:
+            self.broker.start()
+        finally:
+            self._track("broker", self.broker.process)
+
+    def _local_bootstrap(self) -> str:
+        assert self.broker is not None
+        return self.broker.bootstrap
+
+    def _start_services(self) -> None:
+        # Started side by side: each waits for its child to answer a health check.
+        with ThreadPoolExecutor(len(SERVICES)) as pool:
+            futures = {
+                kind: pool.submit(start_service, kind, self.workdir / f"{kind}.sqlite")
+                for kind in SERVICES
+            }
+        failure: BaseException | None = None
+        for kind, future in futures.items():
+            try:
+                self.services[kind] = future.result()
+                self._track(kind, self.services[kind].process)
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def start_daemons(self) -> None:
+        """Start the projector and the recovery daemon as supervised subprocesses."""
+        env = self.child_env()
+        self.procs["projector"] = Proc(
+            "projector", self._projector_argv(), env, self.workdir / "projector.log"
+        ).start()
+        self._track("projector", self.procs["projector"].process)
+        self.procs["recovery"] = Proc(
+            "recovery", self._recovery_argv(), env, self.workdir / "recovery.log"
+        ).start()
+        self._track("recovery", self.procs["recovery"].process)
+
+    def _projector_argv(self) -> list[str]:
+        return [
+            *STEPLEDGER,
+            "project",
+            "--db",
+            str(self.db),
+            "--snapshot-interval",
+            f"{self.options.snapshot_interval_s:g}",
+            "--session-timeout",
+            f"{self.options.projector_session_timeout_s:g}",
+            "--log-level",
+            "WARNING",
+        ]
+
+    def _recovery_argv(self) -> list[str]:
+        return [
+            *STEPLEDGER,
+            "recover",
+            "--tools",
+            TOOLS,
+            "--state-dir",
+            str(self.workdir / "recovery"),
+            "--grace",
+            self.options.recovery_grace,
+            "--session-timeout",
+            self.options.recovery_session_timeout,
+            "--log-level",
+            "WARNING",
+        ]
+
+    def child_env(self, **extra: str) -> dict[str, str]:
+        """The environment every child process gets: settings, service URLs, tool limits."""
+        inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        path = [str(_IMPORT_ROOT), *filter(None, inherited)]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
+            "PYTHONUNBUFFERED": "1",
+            "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
+            "STEPLEDGER_TOPIC": self.settings.topic,
+            "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
+            "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
+            "STEPLEDGER_TOOL_TIMEOUT_S": str(self.options.tool_timeout_s),
+            "STEPLEDGER_MAX_ATTEMPTS": str(self.options.max_attempts),
+            **{f"STEPLEDGER_{k.upper()}_URL": s.url for k, s in self.services.items()},
+            **_kafka_env(self.settings.kafka),
+            **dict(self.options.env),
+        }
+        env.update(extra)
+        return env
+
+    def spawn(
+        self, argv: list[str], *, env: dict[str, str] | None = None, stderr: Path | None = None
+    ) -> subprocess.Popen[str]:
+        """Start a tracked child (an agent), its stdout piped as text; it stops with the stack."""
+        err: IO[bytes] | int = subprocess.DEVNULL
+        if stderr is not None:
+            err = open(stderr, "ab")  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=self.child_env() if env is None else env,
+            )
+        finally:
+            if not isinstance(err, int):
+                err.close()
+        self.spawned.append(proc)
+        self._track("agent", proc)
+        return proc
+
+    # -- reading what the projector published ----------------------------------------------
+
+    def snapshot_events(self) -> int | None:
+        """How many events the projector's latest snapshot holds (None: none readable yet)."""
+        snap = latest_snapshot(self.db)
+        if snap is None:
+            return None
+        try:
+            con = duckdb.connect(str(snap), read_only=True)
+        except duckdb.Error:  # a snapshot being replaced: ask again
+            return None
+        try:
+            row = con.execute("SELECT count(*) FROM events").fetchone()
+        except duckdb.Error:
+            return None
+        finally:
+            con.close()
+        return None if row is None else int(row[0])
+
+    def wait_snapshot(self, events: int, timeout: float) -> bool:
+        """Wait until the snapshot holds at least ``events`` events; False on timeout."""
+        return wait_until(lambda: (self.snapshot_events() or 0) >= events, timeout, 0.2)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop every process the stack started: agents, daemons, services, broker, storage."""
+        for proc in self.spawned:
+            if proc.poll() is None:
+                proc.kill()
+            _reap(proc)
+        for daemon in self.procs.values():
+            daemon.stop(grace=grace)
+        for service in self.services.values():
+            service.stop()
+        if self.broker is not None:
+            self.broker.stop()
+        if self.storage is not None:
+            self.storage.stop()
+
+    def alive(self) -> list[tuple[str, int]]:
+        """Every process the stack started that still runs, as (role, pid)."""
+        current = [(name, d.process) for name, d in self.procs.items() if d.process is not None]
+        running = {
+            (role, proc.pid) for role, proc in [*self._started, *current] if proc.poll() is None
+        }
+        return sorted(running)
+
+    def started(self) -> int:
+        """How many processes the stack started, restarts by callers included."""
+        return len(self._started) + sum(max(0, d.starts - 1) for d in self.procs.values())
+
+    def _track(self, role: str, proc: subprocess.Popen[Any] | None) -> None:
+        if proc is not None:
+            self._started.append((role, proc))
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _kafka_env(kafka: dict[str, str]) -> dict[str, str]:
+    # The inverse of config's STEPLEDGER_KAFKA_<KEY> mapping: children get -X settings too.
+    return {f"STEPLEDGER_KAFKA_{k.upper().replace('.', '_')}": v for k, v in kafka.items()}
+
+
+def _reap(proc: subprocess.Popen[Any]) -> None:
+    # Drain what is left of a piped stdout (unless the caller already read it) and wait.
+    if proc.stdout is not None and not proc.stdout.closed:
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
+            proc.communicate(timeout=10)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import logging
 import signal
 import sys
@@ -45,9 +46,14 @@ def configure_logging(*, json_logs: bool, level: str = "INFO") -> None:
 
 
 def serve_metrics(registry: CollectorRegistry, port: int | None) -> None:
-    """Serve the registry's metrics on 127.0.0.1:PORT (nothing when port is None)."""
+    """Serve the registry's metrics on 127.0.0.1:PORT (nothing when port is None).
+
+    ``STEPLEDGER_METRICS_HOST`` overrides the address, for containers whose published port
+    is itself bound to the host's loopback (see docker-compose.yml).
+    """
     if port is not None:
-        start_http_server(port, addr="127.0.0.1", registry=registry)
+        host = os.environ.get("STEPLEDGER_METRICS_HOST", "127.0.0.1")
+        start_http_server(port, addr=host, registry=registry)
 
 
 class Shutdown:

@@ -333,6 +333,7 @@ class RecoveryDaemon:
         self._last_health = time.monotonic()
         open_count = self.tracker.open_count()
         self.metrics.open_intents.set(open_count)
+        self.metrics.oldest_overdue.set(self.tracker.oldest_overdue_s(self.clock()))
         self.metrics.tracked_steps.set(len(self.tracker.steps))
         self.metrics.escalated_steps.set(self.tracker.escalated_count())
         self.metrics.last_loop.set_to_current_time()

@@ -21,6 +21,11 @@ class RecoveryMetrics:
         self.open_intents = Gauge(
             "stepledger_recovery_open_intents", "Tracked steps with no outcome yet.", registry=r
         )
+        self.oldest_overdue = Gauge(
+            "stepledger_recovery_oldest_overdue_intent_seconds",
+            "How long the most overdue in-doubt step is past its deadline (alert on it).",
+            registry=r,
+        )
         self.tracked_steps = Gauge(
             "stepledger_recovery_tracked_steps", "Steps held in memory.", registry=r
         )

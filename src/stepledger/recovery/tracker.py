@@ -188,6 +188,15 @@ class Tracker:
         """Steps with an intent or a compensation and no outcome."""
         return sum(1 for t in self.steps.values() if t.step.status in ACTIONABLE)
 
+    def oldest_overdue_s(self, now: datetime) -> float:
+        """Seconds the most overdue open step is past its deadline (0 when none is)."""
+        late = [
+            (now - t.step.deadline).total_seconds()
+            for t in self.steps.values()
+            if t.step.status in ACTIONABLE and t.step.deadline is not None
+        ]
+        return max([0.0, *late])
+
     def escalated_count(self) -> int:
         """Tracked steps waiting for a human."""
         return sum(1 for t in self.steps.values() if _escalated(t.step))

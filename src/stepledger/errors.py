@@ -23,8 +23,9 @@
     │   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
     │   ├── ToolRegistryError            a tool registry could not be loaded or lacks a tool
     │   └── UnknownEscalationError       no open escalation has the given id
-    └── ViewStoreError                   the DuckDB view store failed or refused a statement
-        └── ReadOnlyQueryError           a write statement was sent to the read-only query path
+    ├── ViewStoreError                   the DuckDB view store failed or refused a statement
+    │   └── ReadOnlyQueryError           a write statement was sent to the read-only query path
+    └── DemoError                        ``stepledger demo`` did not go as its script says
 """
 
 from __future__ import annotations
@@ -189,3 +190,7 @@ class ViewStoreError(StepLedgerError):
 
 class ReadOnlyQueryError(ViewStoreError):
     """A statement that writes was sent to the read-only query path."""
+
+
+class DemoError(StepLedgerError):
+    """``stepledger demo`` did not go as its script says (a wait timed out, an effect repeated)."""

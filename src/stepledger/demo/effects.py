@@ -1,0 +1,83 @@
+"""What the services really did, per workflow, and the check that nothing ran twice.
+
+The services count their own effects (``/effects`` and their records), independently of
+the ledger.  Charges and emails are counted per workflow from the services' records
+(the customer / the recipient), so even a repeat under a fresh key would show; bookings
+and cancellations are counted per idempotency key and mapped to workflows through the
+keys the ledger recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stepledger.chaos.evidence import email_workflow, records_by
+from stepledger.examples.clients import BookingsClient, RunningService
+from stepledger.examples.tools import BOOKINGS
+
+KINDS: tuple[str, ...] = ("charge", "booking", "cancel", "email")
+#: Effects a workflow may cause at most once (a cancellation undoes its one booking).
+ONCE: tuple[str, ...] = ("charge", "booking", "cancel", "email")
+UNKNOWN = "(not in the ledger)"
+
+
+@dataclass(frozen=True)
+class EffectCounts:
+    """Real effects per workflow and kind, as the services counted them."""
+
+    per_workflow: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def total(self, kind: str) -> int:
+        """How many effects of one kind happened in all."""
+        return sum(counts.get(kind, 0) for counts in self.per_workflow.values())
+
+    def ran_twice(self) -> list[str]:
+        """Every workflow and kind with more effects than allowed, in words (empty: none)."""
+        problems = [
+            f"{wf}: {n} x {kind}"
+            for wf, counts in sorted(self.per_workflow.items())
+            if wf != UNKNOWN
+            for kind in ONCE
+            if (n := counts.get(kind, 0)) > 1
+        ]
+        unknown = self.per_workflow.get(UNKNOWN, {})
+        problems += [
+            f"{n} x {kind} under keys the ledger never recorded" for kind, n in unknown.items() if n
+        ]
+        return problems
+
+
+def count_effects(
+    services: Mapping[str, RunningService], booking_keys: Mapping[str, str]
+) -> EffectCounts:
+    """Ask the services what they did (``booking_keys``: the ledger's booking key -> workflow)."""
+    per: dict[str, dict[str, int]] = {}
+
+    def add(workflow: str, kind: str, n: int) -> None:
+        counts = per.setdefault(workflow, dict.fromkeys(KINDS, 0))
+        counts[kind] = counts.get(kind, 0) + n
+
+    for wf, n in _records(services["payments"].state_path, "charge", "customer").items():
+        add(wf, "charge", n)
+    for wf, n in _records(services["email"].state_path, "email", "to").items():
+        add(email_workflow(wf), "email", n)
+    by_kind = BookingsClient(services["bookings"].url).effects()["by_kind"]
+    for kind in ("booking", "cancel"):
+        for key, n in by_kind.get(kind, {}).items():
+            add(booking_keys.get(key, UNKNOWN), kind, int(n))
+    return EffectCounts(per)
+
+
+def booking_keys(rows: list[dict[str, object]]) -> dict[str, str]:
+    """Booking idempotency key -> workflow, from projected ``steps`` rows."""
+    return {
+        str(r["idempotency_key"]): str(r["workflow_id"])
+        for r in rows
+        if r.get("tool") == BOOKINGS and r.get("idempotency_key")
+    }
+
+
+def _records(state: Path, kind: str, by: str) -> dict[str, int]:
+    return records_by(state, kind, by) if state.exists() else {}

@@ -1,0 +1,312 @@
+"""The demo's script: start the stack, crash an agent mid-step, watch recovery, show the end.
+
+Acts: (1) a local stack (broker unless ``--bootstrap``, the example services, projector
+and recovery daemon); (2) one agent process runs four trips and SIGKILLs itself once three
+of them reached their crash points; (3) recovery's decisions are printed as they reach the
+log; (4) the killed trips are resumed; (5) the projector's ``steps`` table, the effects the
+services counted (checked: nothing ran twice) and the escalation waiting for a human.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+
+from stepledger.config import Settings
+from stepledger.demo import show
+from stepledger.demo.effects import EffectCounts, booking_keys, count_effects
+from stepledger.demo.script import TRIPS, killed
+from stepledger.demo.watch import LogWatcher, reached, settled
+from stepledger.domain.events import Event
+from stepledger.domain.state import RunStatus, WorkflowState
+from stepledger.errors import DemoError
+from stepledger.examples.tools import EMAIL
+from stepledger.log import codec_for
+from stepledger.projector.query import QueryResult, run_query, to_records
+from stepledger.projector.snapshot import latest_snapshot
+from stepledger.recovery.escalations import Escalation, read_queue
+from stepledger.stack import LocalStack, StackOptions
+
+AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
+STEPS_SQL = f"SELECT {', '.join(show.STEP_COLUMNS)} FROM steps ORDER BY workflow_id, sequence"
+KEYS_SQL = "SELECT workflow_id, tool, idempotency_key FROM steps"
+AGENT_TIMEOUT_S = 60.0
+WAIT_S = 45.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """Where the demo runs and what it keeps."""
+
+    bootstrap: str | None = None
+    """Your broker (HOST:PORT); None starts a local one on loopback."""
+    keep: Path | None = None
+    """Keep logs, service state and the DuckDB files here (default: a removed temp dir)."""
+
+
+@dataclass
+class DemoResult:
+    """What the demo found."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    effects: EffectCounts = field(default_factory=EffectCounts)
+    escalations: list[Escalation] = field(default_factory=list)
+    ran_twice: list[str] = field(default_factory=list)
+    left_running: list[tuple[str, int]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class _Narrator:
+    """Prints lines and tables; after the crash, also the log's decisions as they arrive."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live_since: float | None = None
+
+    def say(self, text: str = "") -> None:
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def heading(self, text: str) -> None:
+        self.console.print()
+        self.console.print(f"== {text}", style="bold", markup=False, highlight=False)
+
+    def on_event(self, event: Event) -> None:
+        line = show.decision(event)
+        if self.live_since is not None and line is not None:
+            self.say(f"  +{time.monotonic() - self.live_since:5.1f}s  {line}")
+
+
+def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
+    """Run the whole demo; every process it started is stopped before it returns or raises."""
+    began = time.monotonic()
+    out = _Narrator(console)
+    result = DemoResult()
+    with _sigterm_interrupts(), _workdir(options.keep) as workdir:
+        stack = LocalStack(workdir, _stack_options(options), base=settings)
+        try:
+            _act_one(stack, out)
+            _play(stack, out, result)
+        finally:
+            stack.stop()
+            result.left_running = stack.alive()
+            _cleanup_line(stack, out, result, options.keep)
+    result.seconds = time.monotonic() - began
+    out.say(f"demo finished in {result.seconds:.1f}s")
+    return result
+
+
+def _stack_options(options: DemoOptions) -> StackOptions:
+    return StackOptions(
+        bootstrap=options.bootstrap,
+        topic_prefix="stepledger-demo",
+        fleet_id="demo",
+        tool_timeout_s=1.0,
+        max_attempts=3,
+        recovery_grace="500ms",
+        # Short sessions: both daemons join their consumer groups in about a second.
+        recovery_session_timeout="2s",
+        projector_session_timeout_s=2.0,
+        snapshot_interval_s=0.5,
+    )
+
+
+def _act_one(stack: LocalStack, out: _Narrator) -> None:
+    out.heading("1. A local stack, every part a real process on loopback")
+    stack.start()
+    where = "your broker" if stack.broker is None else "local broker (Tansu, memory storage)"
+    out.say(f"{where} on {stack.settings.bootstrap}, topic {stack.settings.topic}")
+    for kind, service in stack.services.items():
+        out.say(f"{kind:8} service pid {service.process.pid:>7} at {service.url}")
+    stack.start_daemons()
+    for name, proc in stack.procs.items():
+        pid = proc.process.pid if proc.process else 0
+        out.say(f"{name:8} daemon  pid {pid:>7} ({' '.join(proc.argv[3:5])} ...)")
+
+
+def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
+    watcher = LogWatcher(stack.settings, out.on_event).start()
+    try:
+        _crash(stack, out, watcher, result)
+        _recover(out, watcher)
+        _resume(stack, out, watcher, result)
+        rows = _steps(stack, out, watcher)
+        _effects(stack, out, rows, result)
+        _escalations(stack, out, result)
+    finally:
+        watcher.stop()
+
+
+def _crash(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> None:
+    out.heading("2. One agent process runs four trips (quote -> charge -> book -> email)")
+    for trip in TRIPS:
+        out.say(f"{trip.workflow_id}: {trip.story}")
+    pid, code, reports = _run_agent(stack, [t.target for t in TRIPS])
+    result.statuses.update(reports)
+    if code != -signal.SIGKILL:
+        raise DemoError(f"the agent was to die of SIGKILL, it exited {code}: {_tail(stack)}")
+    stuck = killed()
+    for wf, status in sorted(reports.items()):
+        out.say(f"{wf}: {status} before the crash")
+    out.say(f"agent process {pid} died of SIGKILL with {len(stuck)} trips mid-step")
+    if not watcher.wait(reached(stuck), WAIT_S):
+        raise DemoError(f"the crashed trips' intents did not reach the log within {WAIT_S:g}s")
+    out.console.print(show.crash_table(TRIPS, watcher.snapshot()))
+
+
+def _recover(out: _Narrator, watcher: LogWatcher) -> None:
+    out.heading("3. The recovery daemon resolves each in-doubt step, as it happens")
+    out.say("an intent's deadline is its tool's 1s timeout; recovery waits 500ms past it")
+    out.say("(times are seconds since the crash)")
+    out.live_since = time.monotonic()
+    stuck = list(killed())
+    if not watcher.wait(settled(stuck), WAIT_S):
+        raise DemoError(f"recovery did not decide every in-doubt step within {WAIT_S:g}s")
+
+
+def _resume(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> None:
+    out.heading("4. A new agent process resumes the crashed trips")
+    stuck = list(killed())
+    _, _, reports = _run_agent(stack, stuck)
+    result.statuses.update(reports)
+    finished = [wf for wf in stuck if reports.get(wf) in ("completed", "compensated")]
+    watcher.wait(lambda states: all(_ended(states, wf) for wf in finished), WAIT_S)
+    for wf in stuck:
+        out.say(f"{wf}: {reports.get(wf, 'no report (see agents.log)')}")
+
+
+def _steps(stack: LocalStack, out: _Narrator, watcher: LogWatcher) -> list[dict[str, Any]]:
+    out.heading("5. What the projector made of the log: the steps table")
+    steps, keys = _query_fresh(stack, watcher)
+    out.console.print(show.steps_table(steps))
+    return to_records(keys)
+
+
+def _query_fresh(stack: LocalStack, watcher: LogWatcher) -> tuple[QueryResult, QueryResult]:
+    # The snapshot is fresh once it holds every event the watcher saw (and no more arrived).
+    for _ in range(10):
+        seen = watcher.events
+        if not stack.wait_snapshot(seen, WAIT_S):
+            raise DemoError(f"the projector's snapshot did not catch up within {WAIT_S:g}s")
+        if watcher.events == seen:
+            break
+    snap = latest_snapshot(stack.db)
+    assert snap is not None
+    steps, keys = run_query(snap, f"{STEPS_SQL}; {KEYS_SQL}")
+    return steps, keys
+
+
+def _effects(
+    stack: LocalStack, out: _Narrator, rows: list[dict[str, Any]], result: DemoResult
+) -> None:
+    result.effects = count_effects(stack.services, booking_keys(rows))
+    out.console.print(show.effects_table(result.effects))
+    result.ran_twice = result.effects.ran_twice()
+    if result.ran_twice:
+        out.say(f"SOMETHING RAN TWICE: {'; '.join(result.ran_twice)}")
+        return
+    counts = result.effects
+    out.say(
+        f"nothing ran twice: at most one charge, booking, cancellation and email per workflow "
+        f"({counts.total('charge')} charges, {counts.total('booking')} bookings, "
+        f"{counts.total('cancel')} cancellation, {counts.total('email')} emails in all)"
+    )
+
+
+def _escalations(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
+    out.heading("6. Waiting for a human")
+    result.escalations = read_queue(stack.settings, codec_for(stack.settings), max_time=30).open()
+    if not result.escalations:
+        out.say("no open escalations")
+    connect = f" --bootstrap {stack.settings.bootstrap} --topic {stack.settings.topic}"
+    for item in result.escalations:
+        flag = "--happened"
+        if item.tool == EMAIL:
+            sent = result.effects.per_workflow.get(item.workflow_id, {}).get("email", 0)
+            flag = "--happened" if sent else "--not-happened"
+            out.say(
+                f"the email service holds {sent} email(s) to {item.workflow_id}: "
+                f"the answer is {flag}"
+            )
+        for line in show.escalation_lines(item, flag, connect):
+            out.say(line)
+    if stack.broker is not None and result.escalations:
+        out.say("(the local broker stops with the demo; use --bootstrap to keep the log)")
+
+
+def _cleanup_line(stack: LocalStack, out: _Narrator, result: DemoResult, keep: Path | None) -> None:
+    out.heading("Cleanup")
+    if result.left_running:
+        left = ", ".join(f"{role} pid {pid}" for role, pid in result.left_running)
+        out.say(f"STILL RUNNING: {left}")
+    else:
+        out.say(f"stopped all {stack.started()} processes the demo started; none left running")
+    if keep is not None:
+        out.say(f"logs, service state and DuckDB files kept in {keep}")
+
+
+def _run_agent(stack: LocalStack, targets: list[str]) -> tuple[int, int, dict[str, str]]:
+    proc = stack.spawn(
+        [*AGENT, *targets, "--db", str(stack.db), "--grace", "0.5"],
+        stderr=stack.workdir / "agents.log",
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=AGENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        raise DemoError(f"the agent did not finish within {AGENT_TIMEOUT_S:g}s") from exc
+    reports: dict[str, str] = {}
+    for line in stdout.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            report = json.loads(line)
+            reports[str(report["workflow"])] = str(report["status"])
+    return proc.pid, proc.returncode, reports
+
+
+def _ended(states: dict[str, WorkflowState], workflow_id: str) -> bool:
+    state = states.get(workflow_id)
+    return state is not None and state.status is not RunStatus.RUNNING
+
+
+def _tail(stack: LocalStack) -> str:
+    path = stack.workdir / "agents.log"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return " | ".join(lines[-5:]) or "(agents.log is empty)"
+
+
+@contextlib.contextmanager
+def _workdir(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="stepledger-demo-") as tmp:
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    # SIGTERM would end the process without running `finally`: treat it like Ctrl-C.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

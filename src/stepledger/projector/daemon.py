@@ -33,7 +33,6 @@ from stepledger.projector.engine import (
 )
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
@@ -117,20 +116,23 @@ def run_projector(
             cache_workflows=options.cache_workflows,
         )
         consumer = Consumer(settings.client_config(**_consumer_config(options)))
-        pipeline = Pipeline(projector)
+        pipeline = Pipeline(
+            projector, on_snapshot=lambda _: metrics.snapshot_time.set_to_current_time()
+        )
         loop = _Loop(consumer, pipeline, options, metrics, on_batch)
         pipeline.on_commit = lambda report: _committed(loop, report)
         _publish(loop)
+        pipeline.drain()
         consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
         log.info("projecting %s into %s as group %s", topics, options.db_path, options.group)
         try:
             while not shutdown.requested:
                 _step(loop)
+            _publish(loop)
             pipeline.close()
         finally:
             pipeline.stop()
             consumer.close()
-        _publish(loop)
         log.info("projector stopped cleanly")
     finally:
         gc.set_threshold(*thresholds)
@@ -218,11 +220,9 @@ def _commit_to_kafka(loop: _Loop) -> None:
 
 
 def _publish(loop: _Loop) -> None:
-    loop.pipeline.drain()
-    publish_snapshot(loop.projector.store.con, loop.options.db_path)
+    loop.pipeline.publish(loop.options.db_path)
     loop.last_snapshot = time.monotonic()
     loop.dirty = False
-    loop.metrics.snapshot_time.set_to_current_time()
 
 
 def _refresh_lag(loop: _Loop) -> None:

@@ -58,6 +58,11 @@ def read_events(settings: Settings, topic: str | None = None) -> list[Event]:
     return [r.event for r in records if r.event is not None]
 
 
+def group_of(settings: Settings) -> str:
+    """The recovery consumer group a test's daemons share (unique to the test's topic)."""
+    return f"recovery-{settings.topic}"
+
+
 class LogWatcher:
     """Follows a topic with one assigned consumer and keeps its fold up to date (cheap polls)."""
 
@@ -164,6 +169,10 @@ class Stack:
             "2s",
             "--log-format",
             "json",
+            # One group per test topic: tests share the broker, and a group that spans tests
+            # would wait on other tests' (possibly SIGKILLed) members at every rebalance.
+            "--group",
+            group_of(settings),
         ]
         out = open(log or state_dir.with_suffix(".log"), "ab")  # noqa: SIM115 - child owns it
         process = subprocess.Popen(
@@ -171,7 +180,7 @@ class Stack:
         )
         out.close()
         self.daemons.append(process)
-        health = state_dir / "health-stepledger-recovery.json"
+        health = state_dir / f"health-{group_of(settings)}.json"
 
         def ready() -> bool:
             if process.poll() is not None:

@@ -187,6 +187,8 @@ def test_daemon_serves_metrics_and_health_and_stops_cleanly_on_sigterm(
             str(port),
             "--session-timeout",
             "2s",
+            "--group",
+            f"recovery-{settings.topic}",
         ],
         env=env,
         stdout=log,
@@ -215,7 +217,14 @@ def test_daemon_serves_metrics_and_health_and_stops_cleanly_on_sigterm(
         body = wait_for(scraped, 30, "the open intent to show in the metrics")
         assert "stepledger_recovery_assigned_partitions 3.0" in body
         assert "stepledger_recovery_oldest_overdue_intent_seconds" in body
-        healthy = run_cli(dict(os.environ), "recover-health", "--state-dir", str(state))
+        healthy = run_cli(
+            dict(os.environ),
+            "recover-health",
+            "--state-dir",
+            str(state),
+            "--group",
+            f"recovery-{settings.topic}",
+        )
         assert healthy.returncode == 0 and json.loads(healthy.stdout)["open_intents"] == 1
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=20) == 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import pyarrow as pa
 from confluent_kafka import Message
 
 from stepledger.codec import Codec
@@ -30,12 +31,11 @@ from stepledger.errors import (
 from stepledger.kafka import DurableProducer, Headers, Position
 from stepledger.projector.fold import (
     BatchFold,
-    Columns,
     Coordinates,
     WorkflowCache,
     WorkflowProjection,
 )
-from stepledger.projector.store import Offsets, ProjectionStore
+from stepledger.projector.store import Offsets, ProjectionStore, stage
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class PreparedBatch:
     """A folded batch whose dead letters are durable; its rows wait to be committed."""
 
     report: BatchReport
-    tables: dict[str, Columns]
+    staged: dict[str, pa.Table]
     replaced: list[str]
     reached: Offsets
     touched: frozenset[str]
@@ -197,7 +197,11 @@ class Projector:
         folded.update(reached)
         _summarise(report, fold, decoded)
         return PreparedBatch(
-            report, fold.tables(), fold.replaced_workflows(), reached, frozenset(fold.touched)
+            report,
+            stage(fold.tables(), reached),
+            fold.replaced_workflows(),
+            reached,
+            frozenset(fold.touched),
         )
 
     def commit(self, batch: PreparedBatch) -> None:
@@ -205,7 +209,7 @@ class Projector:
         if not batch.reached:
             return
         try:
-            self.store.write(batch.tables, batch.reached, batch.replaced)
+            self.store.write(batch.staged, batch.replaced)
         except ViewStoreError:
             # The fold states hold uncommitted events: forget them so nothing diverges.
             self.cache.clear()
@@ -266,7 +270,7 @@ def _summarise(
     report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Coordinates, bytes]]
 ) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
-    report.anomalies = len(fold.anomalies["event_id"])
+    report.anomalies = len(fold.anomalies)
     if decoded:
         times = [event.occurred_at for event, _, _ in decoded]
         report.oldest_at, report.newest_at = min(times), max(times)

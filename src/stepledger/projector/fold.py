@@ -157,7 +157,7 @@ class BatchFold:
 
     def __init__(self) -> None:
         self.new: list[tuple[ev.Event, Coordinates, bytes]] = []
-        self.anomalies: Columns = _columns(ANOMALY_COLUMNS)
+        self.anomalies: list[tuple[Any, ...]] = []
         self.touched: dict[str, _Touched] = {}
         self.duplicates = 0
 
@@ -180,7 +180,7 @@ class BatchFold:
             touched.steps.add(event.step_id)
         self.new.append((event, at, value))
         if anomaly is not None:
-            _append_anomaly(self.anomalies, anomaly, event, at)
+            self.anomalies.append(anomaly_row(anomaly, event, at))
 
     @property
     def projected(self) -> int:
@@ -193,24 +193,23 @@ class BatchFold:
 
     def tables(self) -> dict[str, Columns]:
         """The rows of every table this batch changes (offsets excluded)."""
-        steps, workflows, escalations = (
-            _columns(STEP_COLUMNS),
-            _columns(WORKFLOW_COLUMNS),
-            _columns(ESCALATION_COLUMNS),
-        )
+        steps: list[tuple[Any, ...]] = []
+        workflows: list[tuple[Any, ...]] = []
+        escalations: list[tuple[Any, ...]] = []
         for touched in self.touched.values():
-            state = touched.projection.state
-            for step in _changed_steps(state, touched):
-                _append_row(steps, step_row(state, step))
-            _append_row(workflows, workflow_row(touched.projection))
-            for esc in touched.projection.escalations.values():
-                _append_row(escalations, escalation_row(touched.projection, esc))
+            projection = touched.projection
+            state = projection.state
+            steps.extend(step_row(state, step) for step in _changed_steps(state, touched))
+            workflows.append(workflow_row(projection))
+            escalations.extend(
+                escalation_row(projection, e) for e in projection.escalations.values()
+            )
         return {
             "events": _event_columns(self.new),
-            "steps": steps,
-            "workflows": workflows,
-            "escalations": escalations,
-            "anomalies": self.anomalies,
+            "steps": _transpose(STEP_COLUMNS, steps),
+            "workflows": _transpose(WORKFLOW_COLUMNS, workflows),
+            "escalations": _transpose(ESCALATION_COLUMNS, escalations),
+            "anomalies": _transpose(ANOMALY_COLUMNS, self.anomalies),
         }
 
 
@@ -312,13 +311,11 @@ ESCALATION_COLUMNS = (
 )
 
 
-def _columns(names: tuple[str, ...]) -> Columns:
-    return {name: [] for name in names}
-
-
-def _append_row(columns: Columns, row: tuple[Any, ...]) -> None:
-    for values, value in zip(columns.values(), row, strict=True):
-        values.append(value)
+def _transpose(names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Columns:
+    # zip(*rows) turns rows into columns in C, far cheaper than appending value by value.
+    if not rows:
+        return {name: [] for name in names}
+    return dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
 
 
 def _event_columns(new: list[tuple[ev.Event, Coordinates, bytes]]) -> Columns:
@@ -339,10 +336,11 @@ def _event_columns(new: list[tuple[ev.Event, Coordinates, bytes]]) -> Columns:
     }
 
 
-def _append_anomaly(columns: Columns, anomaly: Anomaly, event: ev.Event, at: Coordinates) -> None:
+def anomaly_row(anomaly: Anomaly, event: ev.Event, at: Coordinates) -> tuple[Any, ...]:
+    """The ``anomalies`` row of one anomaly, in ANOMALY_COLUMNS order."""
     body = event.body
     detected_by = body.source.value if isinstance(body, ev.AnomalyObserved) else "projector"
-    row = (
+    return (
         anomaly.event_id,
         anomaly.workflow_id,
         anomaly.step_id,
@@ -354,7 +352,6 @@ def _append_anomaly(columns: Columns, anomaly: Anomaly, event: ev.Event, at: Coo
         event.occurred_at,
         *at,
     )
-    _append_row(columns, row)
 
 
 def _enum_value(value: Any) -> str | None:

@@ -65,13 +65,8 @@ class ProjectionStore:
         )
         return [(str(w), bytes(v)) for w, v in self._query(sql, [workflow_ids], self._reader)]
 
-    def write(
-        self, tables: Mapping[str, Columns], offsets: Offsets, replaced_workflows: list[str]
-    ) -> None:
-        """Write one batch's rows and offsets in a single transaction."""
-        staged = {name: _arrow(name, cols) for name, cols in tables.items() if _has_rows(cols)}
-        if offsets:
-            staged["offsets"] = _arrow("offsets", _offset_columns(offsets))
+    def write(self, staged: Mapping[str, pa.Table], replaced_workflows: list[str]) -> None:
+        """Write one batch's staged rows (offsets included) in a single transaction."""
         try:
             self.con.execute("BEGIN TRANSACTION")
             if replaced_workflows:
@@ -137,6 +132,18 @@ class ProjectionStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stage(tables: Mapping[str, Columns], offsets: Offsets) -> dict[str, pa.Table]:
+    """A batch's rows and the offsets they reach as Arrow tables, ready for ``write``.
+
+    Converting Python values holds the GIL, so the thread that built the rows does it and
+    the writer thread only runs DuckDB, which does not.
+    """
+    staged = {name: _arrow(name, cols) for name, cols in tables.items() if _has_rows(cols)}
+    if offsets:
+        staged["offsets"] = _arrow("offsets", _offset_columns(offsets))
+    return staged
 
 
 def _has_rows(columns: Columns) -> bool:

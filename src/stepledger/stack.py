@@ -12,10 +12,12 @@ when the caller is interrupted), so nothing is left behind.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -135,20 +137,25 @@ class LocalStack:
 
     def _start_services(self) -> None:
         # Started side by side: each waits for its child to answer a health check.
-        with ThreadPoolExecutor(len(SERVICES)) as pool:
-            futures = {
-                kind: pool.submit(start_service, kind, self.workdir / f"{kind}.sqlite")
-                for kind in SERVICES
-            }
-        failure: BaseException | None = None
-        for kind, future in futures.items():
-            try:
-                self.services[kind] = future.result()
-                self._track(kind, self.services[kind].process)
-            except BaseException as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        pool = ThreadPoolExecutor(len(SERVICES))
+        futures = {
+            kind: pool.submit(start_service, kind, self.workdir / f"{kind}.sqlite")
+            for kind in SERVICES
+        }
+        try:
+            wait(futures.values())
+        finally:
+            # Also when interrupted: every start finishes, so every started service is known
+            # (and stopped by `stop`).
+            pool.shutdown(wait=True)
+            for kind, future in futures.items():
+                if future.exception() is None:
+                    self.services[kind] = future.result()
+                    self._track(kind, self.services[kind].process)
+        for future in futures.values():
+            failure = future.exception()
+            if failure is not None:
+                raise failure
 
     def start_daemons(self) -> None:
         """Start the projector and the recovery daemon as supervised subprocesses."""
@@ -262,25 +269,41 @@ class LocalStack:
     # -- stopping -------------------------------------------------------------------------
 
     def stop(self, grace: float = 10.0) -> None:
-        """Stop every process the stack started: agents, daemons, services, broker, storage."""
+        """Stop every process the stack started: agents, daemons, services, broker, storage.
+
+        An interrupt (a second Ctrl-C) during one stop kills that process and the rest are
+        still stopped before the interrupt is raised again.
+        """
+        steps: list[tuple[Callable[[], object], Callable[[], object]]] = []
         for proc in self.spawned:
-            if proc.poll() is None:
-                proc.kill()
-            _reap(proc)
+            steps.append((functools.partial(_reap, proc), proc.kill))
         for daemon in self.procs.values():
-            daemon.stop(grace=grace)
+            steps.append((functools.partial(daemon.stop, grace=grace), daemon.kill))
         for service in self.services.values():
-            service.stop()
-        if self.broker is not None:
-            self.broker.stop()
-        if self.storage is not None:
-            self.storage.stop()
+            steps.append((service.stop, service.kill))
+        for holder in (self.broker, self.storage):  # the current process, after restarts too
+            if holder is not None:
+                steps.append((holder.stop, functools.partial(_kill_current, holder)))
+        pending: BaseException | None = None
+        for stop, kill in steps:
+            try:
+                stop()
+            except BaseException as exc:
+                pending = pending or exc
+                with contextlib.suppress(Exception):
+                    kill()
+        if pending is not None:
+            raise pending
 
     def alive(self) -> list[tuple[str, int]]:
         """Every process the stack started that still runs, as (role, pid)."""
-        current = [(name, d.process) for name, d in self.procs.items() if d.process is not None]
+        current = [(name, d.process) for name, d in self.procs.items()]
+        current += [("broker", self.broker.process if self.broker else None)]
+        current += [("storage", self.storage.process if self.storage else None)]
         running = {
-            (role, proc.pid) for role, proc in [*self._started, *current] if proc.poll() is None
+            (role, proc.pid)
+            for role, proc in [*self._started, *current]
+            if proc is not None and proc.poll() is None
         }
         return sorted(running)
 
@@ -307,10 +330,17 @@ def _kafka_env(kafka: dict[str, str]) -> dict[str, str]:
 
 
 def _reap(proc: subprocess.Popen[Any]) -> None:
-    # Drain what is left of a piped stdout (unless the caller already read it) and wait.
+    # An agent still running when the stack stops is killed; its piped stdout is drained
+    # (unless the caller already read it) so the pipe closes and the process is waited for.
+    if proc.poll() is None:
+        proc.kill()
     if proc.stdout is not None and not proc.stdout.closed:
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
             proc.communicate(timeout=10)
-    if proc.poll() is None:
-        proc.kill()
     proc.wait(10)
+
+
+def _kill_current(holder: LocalBroker | S3Storage) -> None:
+    if holder.process is not None and holder.process.poll() is None:
+        holder.process.kill()
+        holder.process.wait(10)

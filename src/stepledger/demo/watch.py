@@ -57,13 +57,15 @@ class LogWatcher:
             self.error = exc
 
     def _fold(self, event: Event) -> None:
+        # Handed on under the lock: whoever waits on a condition sees the event only after
+        # ``on_event`` dealt with it (the demo's lines then come out in the log's order).
         with self._lock:
             state = self.states.setdefault(event.workflow_id, WorkflowState(event.workflow_id))
             if event.event_id in state.seen:
                 return
             state.apply(event)
             self.events += 1
-        self.on_event(event)
+            self.on_event(event)
 
     def snapshot(self) -> dict[str, WorkflowState]:
         """The workflows as folded so far (shared objects: read, do not change)."""

@@ -15,7 +15,7 @@ import pytest
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.state import replay
-from stepledger.projector.fold import step_row
+from stepledger.projector.rows import step_row
 from stepledger.projector.snapshot import latest_snapshot
 from tests.integration.projector_helpers import (
     cli,

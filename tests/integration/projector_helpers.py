@@ -112,6 +112,8 @@ class ProjectorThread:
 @contextmanager
 def projecting(settings: Settings, db: Path, **options: Any) -> Iterator[ProjectorThread]:
     """Run a projector thread on the settings' topic into db for the block."""
+    # One group per test topic: tests share the broker and must not share group members.
+    options.setdefault("group", f"projector-{settings.topic}")
     thread = ProjectorThread(settings, ProjectorOptions(db_path=db, **options))
     thread._thread.start()
     try:
@@ -136,6 +138,8 @@ def spawn_projector(
             settings.dlq_topic,
             "--db",
             str(db),
+            "--group",
+            f"projector-{settings.topic}",
             *extra,
         ],
         stdout=subprocess.PIPE,

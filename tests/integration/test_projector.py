@@ -18,7 +18,7 @@ from stepledger.domain.state import replay
 from stepledger.errors import ViewStoreError
 from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
-from stepledger.projector.fold import step_row
+from stepledger.projector.rows import step_row
 from stepledger.projector.store import ProjectionStore
 from tests.integration.projector_helpers import (
     produce_events,
@@ -210,5 +210,7 @@ def test_a_fatal_duckdb_error_stops_the_daemon_with_the_error(
     produce_events(settings, saga_log()[:2])
     with pytest.raises(ViewStoreError, match="disk full"):
         run_projector(
-            settings, ProjectorOptions(db_path=tmp_path / "p.duckdb"), shutdown=Shutdown()
+            settings,
+            ProjectorOptions(db_path=tmp_path / "p.duckdb", group=f"projector-{settings.topic}"),
+            shutdown=Shutdown(),
         )

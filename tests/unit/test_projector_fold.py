@@ -11,7 +11,7 @@ import pytest
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, Verdict
 from stepledger.domain.state import replay
-from stepledger.projector.fold import (
+from stepledger.projector.rows import (
     ANOMALY_COLUMNS,
     ESCALATION_COLUMNS,
     EVENT_COLUMNS,

@@ -29,12 +29,8 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.projector.fold import (
-    BatchFold,
-    Coordinates,
-    WorkflowCache,
-    WorkflowProjection,
-)
+from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
+from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 
 log = logging.getLogger(__name__)
@@ -169,6 +165,27 @@ class Projector:
     def prepare(self, records: Sequence[Message]) -> PreparedBatch:
         """Skip what is projected, decode, fold, and make the dead letters durable."""
         report = BatchReport(received=len(records))
+        fresh, reached = self._fresh(records, report)
+        decoded, letters = self._decode(fresh)
+        fold = self._fold(decoded)
+        if letters:
+            self.dead_letters.publish(letters)
+            for letter in letters:
+                report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
+        self._folded.update(reached)
+        _summarise(report, fold, decoded)
+        return PreparedBatch(
+            report,
+            stage(fold.tables(), reached),
+            fold.replaced_workflows(),
+            reached,
+            frozenset(fold.touched),
+        )
+
+    def _fresh(
+        self, records: Sequence[Message], report: BatchReport
+    ) -> tuple[list[tuple[Message, Coordinates]], Offsets]:
+        """The records not projected yet, and the next offset each partition reaches."""
         reached: Offsets = {}
         fresh: list[tuple[Message, Coordinates]] = []
         folded = self._folded
@@ -180,6 +197,11 @@ class Projector:
                 continue
             reached[where] = offset + 1
             fresh.append((record, (*where, offset)))
+        return fresh, reached
+
+    def _decode(
+        self, fresh: list[tuple[Message, Coordinates]]
+    ) -> tuple[list[tuple[Event, Coordinates, bytes]], list[DeadLetter]]:
         decoded: list[tuple[Event, Coordinates, bytes]] = []
         letters: list[DeadLetter] = []
         decode = self.codec.decode
@@ -189,20 +211,7 @@ class Projector:
                 decoded.append((decode(value), at, value or b""))
             except StepLedgerError as exc:
                 letters.append(self._letter(record, exc))
-        fold = self._fold(decoded)
-        if letters:
-            self.dead_letters.publish(letters)
-            for letter in letters:
-                report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
-        folded.update(reached)
-        _summarise(report, fold, decoded)
-        return PreparedBatch(
-            report,
-            stage(fold.tables(), reached),
-            fold.replaced_workflows(),
-            reached,
-            frozenset(fold.touched),
-        )
+        return decoded, letters
 
     def commit(self, batch: PreparedBatch) -> None:
         """Write the batch's rows and offsets in one transaction (safe in a writer thread)."""

@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from stepledger.errors import ViewStoreError
-from stepledger.projector.fold import Columns
+from stepledger.projector.rows import Columns
 from stepledger.projector.schema import ARROW, KEYS, TABLES, create_schema
 
 log = logging.getLogger(__name__)

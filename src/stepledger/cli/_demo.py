@@ -20,7 +20,14 @@ from stepledger.config import DEFAULT_BOOTSTRAP, Settings
     help="Keep logs, service state and DuckDB files in this directory.",
 )
 def demo(settings: Settings, keep: Path | None) -> None:
-    """Crash an agent mid-step and watch nothing run twice (local broker unless --bootstrap)."""
+    """Crash an agent mid-step and watch nothing run twice.
+
+    Starts a local broker (or uses --bootstrap), the example payments, bookings and email
+    services, the projector and the recovery daemon; runs four trip workflows in an agent
+    process that SIGKILLs itself mid-step; prints recovery's decisions as they happen, the
+    steps table, the effects each service counted and the escalation waiting for a human.
+    Topics get fresh unique names; every process the demo starts is stopped at its end.
+    """
     from rich.console import Console
 
     from stepledger.demo import DemoOptions, run_demo

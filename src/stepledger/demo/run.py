@@ -31,7 +31,6 @@ from stepledger.demo.effects import EffectCounts, booking_keys, count_effects
 from stepledger.demo.script import TRIPS, killed
 from stepledger.demo.watch import LogWatcher, reached, settled
 from stepledger.domain.events import Event
-from stepledger.domain.state import RunStatus, WorkflowState
 from stepledger.errors import DemoError
 from stepledger.examples.tools import EMAIL
 from stepledger.log import codec_for
@@ -70,11 +69,13 @@ class DemoResult:
 
 
 class _Narrator:
-    """Prints lines and tables; after the crash, also the log's decisions as they arrive."""
+    """Prints lines and tables; once the crash is told, the log's decisions as they arrive."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.live_since: float | None = None
+        self.crashed_at: float | None = None
+        self._held: list[Event] = []
+        self._lock = threading.Lock()
 
     def say(self, text: str = "") -> None:
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -84,9 +85,25 @@ class _Narrator:
         self.console.print(f"== {text}", style="bold", markup=False, highlight=False)
 
     def on_event(self, event: Event) -> None:
+        with self._lock:
+            if self.crashed_at is not None:
+                self._line(event, f"+{time.monotonic() - self.crashed_at:.1f}s")
+            elif show.by_recovery(event):
+                # A slow machine may decide before the crash is told: shown then, not lost.
+                self._held.append(event)
+
+    def go_live(self, crashed_at: float) -> None:
+        """From now on print decisions as they arrive, after any that came early."""
+        with self._lock:
+            self.crashed_at = crashed_at
+            for event in self._held:
+                self._line(event, "early")
+            self._held.clear()
+
+    def _line(self, event: Event, when: str) -> None:
         line = show.decision(event)
-        if self.live_since is not None and line is not None:
-            self.say(f"  +{time.monotonic() - self.live_since:5.1f}s  {line}")
+        if line is not None:
+            self.say(f"  {when:>6}  {line}")
 
 
 def run_demo(settings: Settings, options: DemoOptions, console: Console) -> DemoResult:
@@ -124,7 +141,7 @@ def _stack_options(options: DemoOptions) -> StackOptions:
 
 
 def _act_one(stack: LocalStack, out: _Narrator) -> None:
-    out.heading("1. A local stack, every part a real process on loopback")
+    out.heading("1. The stack: every part a real process")
     stack.start()
     where = "your broker" if stack.broker is None else "local broker (Tansu, memory storage)"
     out.say(f"{where} on {stack.settings.bootstrap}, topic {stack.settings.topic}")
@@ -139,8 +156,8 @@ def _act_one(stack: LocalStack, out: _Narrator) -> None:
 def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
     watcher = LogWatcher(stack.settings, out.on_event).start()
     try:
-        _crash(stack, out, watcher, result)
-        _recover(out, watcher)
+        crashed_at = _crash(stack, out, watcher, result)
+        _recover(out, watcher, crashed_at)
         _resume(stack, out, watcher, result)
         rows = _steps(stack, out, watcher)
         _effects(stack, out, rows, result)
@@ -149,28 +166,29 @@ def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
         watcher.stop()
 
 
-def _crash(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> None:
+def _crash(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> float:
     out.heading("2. One agent process runs four trips (quote -> charge -> book -> email)")
     for trip in TRIPS:
         out.say(f"{trip.workflow_id}: {trip.story}")
-    pid, code, reports = _run_agent(stack, [t.target for t in TRIPS])
-    result.statuses.update(reports)
-    if code != -signal.SIGKILL:
-        raise DemoError(f"the agent was to die of SIGKILL, it exited {code}: {_tail(stack)}")
+    run = _run_agent(stack, [t.target for t in TRIPS], "first")
+    crashed_at = time.monotonic()
+    result.statuses.update(run.reports)
+    if run.code != -signal.SIGKILL:
+        raise DemoError(f"the agent was to die of SIGKILL, it exited {run.code}: {_tail(stack)}")
     stuck = killed()
-    for wf, status in sorted(reports.items()):
-        out.say(f"{wf}: {status} before the crash")
-    out.say(f"agent process {pid} died of SIGKILL with {len(stuck)} trips mid-step")
-    if not watcher.wait(reached(stuck), WAIT_S):
-        raise DemoError(f"the crashed trips' intents did not reach the log within {WAIT_S:g}s")
+    out.say(f"agent process {run.pid} died of SIGKILL with {len(stuck)} trips mid-step")
+    # Wait for everything the broker acknowledged to the agent before it died.
+    if not watcher.wait_seen(run.acked, WAIT_S) or not watcher.wait(reached(stuck), 0):
+        raise DemoError(f"the agent's acknowledged events were not all read in {WAIT_S:g}s")
     out.console.print(show.crash_table(TRIPS, watcher.snapshot()))
+    return crashed_at
 
 
-def _recover(out: _Narrator, watcher: LogWatcher) -> None:
+def _recover(out: _Narrator, watcher: LogWatcher, crashed_at: float) -> None:
     out.heading("3. The recovery daemon resolves each in-doubt step, as it happens")
     out.say("an intent's deadline is its tool's 1s timeout; recovery waits 500ms past it")
-    out.say("(times are seconds since the crash)")
-    out.live_since = time.monotonic()
+    out.say("(seconds since the crash, as each decision reaches the log)")
+    out.go_live(crashed_at)
     stuck = list(killed())
     if not watcher.wait(settled(stuck), WAIT_S):
         raise DemoError(f"recovery did not decide every in-doubt step within {WAIT_S:g}s")
@@ -179,12 +197,12 @@ def _recover(out: _Narrator, watcher: LogWatcher) -> None:
 def _resume(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> None:
     out.heading("4. A new agent process resumes the crashed trips")
     stuck = list(killed())
-    _, _, reports = _run_agent(stack, stuck)
-    result.statuses.update(reports)
-    finished = [wf for wf in stuck if reports.get(wf) in ("completed", "compensated")]
-    watcher.wait(lambda states: all(_ended(states, wf) for wf in finished), WAIT_S)
+    run = _run_agent(stack, stuck, "resume")
+    result.statuses.update(run.reports)
+    if not watcher.wait_seen(run.acked, WAIT_S):
+        raise DemoError(f"the resumed trips' events were not all read in {WAIT_S:g}s")
     for wf in stuck:
-        out.say(f"{wf}: {reports.get(wf, 'no report (see agents.log)')}")
+        out.say(f"{wf}: {run.reports.get(wf, 'no report (see agents.log)')}")
 
 
 def _steps(stack: LocalStack, out: _Narrator, watcher: LogWatcher) -> list[dict[str, Any]]:
@@ -252,14 +270,30 @@ def _cleanup_line(stack: LocalStack, out: _Narrator, result: DemoResult, keep: P
         left = ", ".join(f"{role} pid {pid}" for role, pid in result.left_running)
         out.say(f"STILL RUNNING: {left}")
     else:
-        out.say(f"stopped all {stack.started()} processes the demo started; none left running")
+        count = stack.started()
+        out.say(
+            f"stopped all {count} processes the demo started; none left running"
+            if count
+            else "the demo started no processes"
+        )
     if keep is not None:
         out.say(f"logs, service state and DuckDB files kept in {keep}")
 
 
-def _run_agent(stack: LocalStack, targets: list[str]) -> tuple[int, int, dict[str, str]]:
+@dataclass(frozen=True)
+class _AgentRun:
+    pid: int
+    code: int
+    reports: dict[str, str]
+    acked: set[str]
+    """Every event id the broker acknowledged to the agent (its ack journal)."""
+
+
+def _run_agent(stack: LocalStack, targets: list[str], name: str) -> _AgentRun:
+    journal = stack.workdir / f"acks-{name}.txt"
     proc = stack.spawn(
         [*AGENT, *targets, "--db", str(stack.db), "--grace", "0.5"],
+        env=stack.child_env(STEPLEDGER_ACK_JOURNAL=str(journal)),
         stderr=stack.workdir / "agents.log",
     )
     try:
@@ -271,12 +305,8 @@ def _run_agent(stack: LocalStack, targets: list[str]) -> tuple[int, int, dict[st
         with contextlib.suppress(ValueError, KeyError, TypeError):
             report = json.loads(line)
             reports[str(report["workflow"])] = str(report["status"])
-    return proc.pid, proc.returncode, reports
-
-
-def _ended(states: dict[str, WorkflowState], workflow_id: str) -> bool:
-    state = states.get(workflow_id)
-    return state is not None and state.status is not RunStatus.RUNNING
+    acked = set(journal.read_text().split()) if journal.exists() else set()
+    return _AgentRun(proc.pid, proc.returncode, reports, acked)
 
 
 def _tail(stack: LocalStack) -> str:

@@ -58,6 +58,12 @@ def decision(event: ev.Event) -> str | None:
     return f"{where:15} {text}"
 
 
+def by_recovery(event: ev.Event) -> bool:
+    """True for a decision recovery, a human or a reconciliation made (not an agent)."""
+    source = getattr(event.body, "source", None)
+    return source is not None and source is not Source.AGENT
+
+
 def crash_table(trips: tuple[Trip, ...], states: Mapping[str, WorkflowState]) -> Table:
     """Where each trip stood when its agent process died, as the log tells it."""
     table = Table(title="What the crash left in the log", title_justify="left")

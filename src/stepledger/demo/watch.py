@@ -27,6 +27,7 @@ class LogWatcher:
         self.settings, self.on_event, self.max_time = settings, on_event, max_time
         self.states: dict[str, WorkflowState] = {}
         self.events = 0
+        self._seen: set[str] = set()
         self.error: StepLedgerError | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -64,6 +65,7 @@ class LogWatcher:
             if event.event_id in state.seen:
                 return
             state.apply(event)
+            self._seen.add(event.event_id)
             self.events += 1
             self.on_event(event)
 
@@ -82,6 +84,10 @@ class LogWatcher:
             if time.monotonic() >= deadline or self.error is not None:
                 return False
             time.sleep(_POLL_S)
+
+    def wait_seen(self, event_ids: set[str], timeout: float) -> bool:
+        """Wait until every one of these events was folded in; False on timeout."""
+        return self.wait(lambda _: event_ids <= self._seen, timeout)
 
 
 def settled(workflow_ids: list[str]) -> Callable[[dict[str, WorkflowState]], bool]:

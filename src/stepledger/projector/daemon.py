@@ -116,29 +116,31 @@ def run_projector(
             cache_workflows=options.cache_workflows,
         )
         consumer = Consumer(settings.client_config(**_consumer_config(options)))
-        pipeline = Pipeline(
-            projector, on_snapshot=lambda _: metrics.snapshot_time.set_to_current_time()
-        )
-        loop = _Loop(consumer, pipeline, options, metrics, on_batch)
-        pipeline.on_commit = lambda report: _committed(loop, report)
-        _publish(loop)
-        pipeline.drain()
-        consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
-        log.info("projecting %s into %s as group %s", topics, options.db_path, options.group)
-        try:
-            while not shutdown.requested:
-                _step(loop)
-            _publish(loop)
-            pipeline.close()
-        finally:
-            pipeline.stop()
-            consumer.close()
-        log.info("projector stopped cleanly")
+        _serve(_Loop(consumer, Pipeline(projector), options, metrics, on_batch), topics, shutdown)
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
         store.close()
         dead_letters.close()
+
+
+def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
+    pipeline, metrics = loop.pipeline, loop.metrics
+    pipeline.on_commit = lambda report: _committed(loop, report)
+    pipeline.on_snapshot = lambda _: metrics.snapshot_time.set_to_current_time()
+    _publish(loop)
+    pipeline.drain()
+    loop.consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
+    log.info("projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group)
+    try:
+        while not shutdown.requested:
+            _step(loop)
+        _publish(loop)
+        pipeline.close()
+    finally:
+        pipeline.stop()
+        loop.consumer.close()
+    log.info("projector stopped cleanly")
 
 
 def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:

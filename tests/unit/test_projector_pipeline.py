@@ -1,0 +1,105 @@
+"""The fold cache's eviction rules and the writer pipeline's ordering (real DuckDB files)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from stepledger.errors import ViewStoreError
+from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.fold import WorkflowCache, WorkflowProjection
+from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.snapshot import latest_snapshot
+from stepledger.projector.store import ProjectionStore
+from tests.unit.projector_harness import CODEC, batches, table_contents, to_messages
+from tests.unit.projector_logs import random_log
+
+
+def query_one(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def cache_of(*ids: str, capacity: int) -> WorkflowCache:
+    cache = WorkflowCache(capacity)
+    for workflow_id in ids:
+        cache.put(WorkflowProjection(workflow_id))
+    return cache
+
+
+def test_the_cache_evicts_least_recently_used_but_never_a_workflow_in_flight() -> None:
+    cache = cache_of("a", "b", "c", "d", capacity=2)
+    cache.get("a")  # now the most recent
+    cache.trim(keep=frozenset({"b"}))
+    assert "a" in cache and "b" in cache and len(cache) == 2
+    assert cache.missing(["a", "c", "c", "e"]) == ["c", "e"]
+    cache.trim()
+    assert len(cache) == 2
+
+
+def test_pipelined_batches_build_the_same_tables_and_snapshots_hold_what_came_before(
+    tmp_path: Path,
+) -> None:
+    messages = to_messages(random_log(seed=12, workflows=30))
+    direct, piped = tmp_path / "direct.duckdb", tmp_path / "piped.duckdb"
+    with ProjectionStore(direct) as store:
+        projector = Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=4)
+        for batch in batches(messages, random.Random(3), 40):
+            projector.process(batch)
+    committed: list[int] = []
+    with ProjectionStore(piped) as store:
+        pipeline = Pipeline(
+            Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=4),
+            on_commit=lambda report: committed.append(report.received),
+        )
+        parts = list(batches(messages, random.Random(3), 40))
+        for part in parts[: len(parts) // 2]:
+            pipeline.feed(part)
+        pipeline.publish(piped)
+        half = sum(len(p) for p in parts[: len(parts) // 2])
+        for part in parts[len(parts) // 2 :]:
+            pipeline.feed(part)
+        pipeline.close()
+    assert sum(committed) == len(messages)
+    assert table_contents(piped) == table_contents(direct)
+    snapshot = latest_snapshot(piped)
+    assert snapshot is not None
+    assert query_one(snapshot, "SELECT sum(next_offset) FROM offsets") == [(half,)]
+
+
+class BrokenStore(ProjectionStore):
+    """A store whose second write fails."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writes = 0
+
+    def write(self, *args: object, **kwargs: object) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            raise ViewStoreError("projection write failed: IO Error: disk full")
+        super().write(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_failed_commit_surfaces_at_the_next_drain_and_nothing_half_written_remains(
+    tmp_path: Path,
+) -> None:
+    messages = to_messages(random_log(seed=13, workflows=5))
+    db = tmp_path / "p.duckdb"
+    with BrokenStore(db) as store:
+        pipeline = Pipeline(Projector(store, CODEC, MemoryDeadLetters()))
+        pipeline.feed(messages[:10])
+        pipeline.feed(messages[10:20])
+        with pytest.raises(ViewStoreError, match="disk full"):
+            pipeline.drain()
+        pipeline.stop()
+    assert query_one(db, "SELECT sum(next_offset) FROM offsets") == [(10,)]
+    first = {CODEC.decode(m.value()).event_id for m in messages[:10]}
+    assert query_one(db, "SELECT count(*) FROM events") == [(len(first),)]

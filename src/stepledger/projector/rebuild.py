@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
@@ -133,26 +133,34 @@ def _read_all(
         expected = _expected(consumer, partitions, cached=False)
         at_end: set[tuple[str, int]] = set()
         while len(at_end) < len(partitions):
-            records = []
-            for msg in consumer.consume(batch_size, 0.5):
-                err = msg.error()
-                where = (str(msg.topic()), int(msg.partition() or 0))
-                if err is None:
-                    at_end.discard(where)
-                    records.append(msg)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(where)
-                elif err.fatal():
-                    raise BrokerError(f"consume failed: {err.str()}", retryable=False)
+            records = _next_batch(consumer, batch_size, at_end)
             if records:
                 pipeline.feed(records)
             if progress is not None:
                 expected = max(expected, _expected(consumer, partitions, cached=True))
                 progress(report.records, max(expected, report.records))
         pipeline.close()
+        if progress is not None:
+            progress(report.records, report.records)
     finally:
         pipeline.stop()
         consumer.close()
+
+
+def _next_batch(consumer: Consumer, size: int, at_end: set[tuple[str, int]]) -> list[Message]:
+    """Up to size records; partitions that reported their end are noted in at_end."""
+    records = []
+    for msg in consumer.consume(size, 0.5):
+        err = msg.error()
+        where = (str(msg.topic()), int(msg.partition() or 0))
+        if err is None:
+            at_end.discard(where)
+            records.append(msg)
+        elif err.code() == KafkaError._PARTITION_EOF:
+            at_end.add(where)
+        elif err.fatal():
+            raise BrokerError(f"consume failed: {err.str()}", retryable=False)
+    return records
 
 
 def _count(report: RebuildReport, batch: BatchReport) -> None:

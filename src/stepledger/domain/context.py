@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import StepStatus, WorkflowState
 
 
@@ -57,7 +58,7 @@ def step_summaries(state: WorkflowState) -> list[StepSummary]:
             tool=s.tool,
             status=s.status,
             arguments=_object(s.arguments_json) if s.attempt > 0 else None,
-            result=_loads(s.result_json),
+            result=loads_or_text(s.result_json),
             error=s.error,
             attempt=s.attempt,
         )
@@ -126,17 +127,8 @@ def render(summaries: Sequence[StepSummary]) -> str:
     return "\n".join(lines)
 
 
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def _object(text: str) -> dict[str, Any]:
-    loaded = _loads(text)
+    loaded = loads_or_text(text)
     return loaded if isinstance(loaded, dict) else {"value": loaded}
 
 

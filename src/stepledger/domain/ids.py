@@ -20,6 +20,16 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def loads_or_text(text: str | None) -> Any:
+    """Parse recorded JSON for display; text that is not JSON is returned as it is."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def event_id(workflow_id: str, step_id: str | None, kind: str, *qualifiers: object) -> str:
     """Return the id of an event, derived from what the event is rather than drawn at random."""
     return digest(workflow_id, step_id or "", kind, *qualifiers)[:32]

@@ -22,9 +22,9 @@ from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import resume
 from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader, WorkflowReader
-from stepledger.producer.resume import ResumeDeadLetters, ResumeOptions, WorkflowSpec
+from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters
+from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
 from stepledger.recovery.registry import ToolRegistry
 
 
@@ -70,7 +70,9 @@ class Ledger:
             else:
                 from stepledger.log import codec_for
 
-                self._dead_letters = ResumeDeadLetters(self.settings, codec_for(self.settings))
+                self._dead_letters = KafkaDeadLetters(
+                    self.settings, codec_for(self.settings), stage=STAGE
+                )
         return self._dead_letters
 
     def workflow(

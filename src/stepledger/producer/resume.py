@@ -20,9 +20,6 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from stepledger.codec import Codec
-from stepledger.config import Settings
-from stepledger.deadletter import DeadLetter, publish_dead_letter
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -31,8 +28,6 @@ from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
-from stepledger.kafka import DurableProducer
-from stepledger.log import event_headers
 from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.resolver import Resolver
 
@@ -210,36 +205,6 @@ def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLe
         escalation_id=escalation,
         workflow_id=wf,
     )
-
-
-class ResumeDeadLetters:
-    """Dead letters of the SDK on the settings' dead-letter topic (stage ``resume``)."""
-
-    def __init__(
-        self, settings: Settings, codec: Codec, *, producer: DurableProducer | None = None
-    ) -> None:
-        self.settings = settings
-        self.codec = codec
-        self._producer = producer
-
-    def publish(self, event: ev.Event, *, reason: str) -> None:
-        """Append the event to the dead-letter topic with ``dlq_*`` headers, durably."""
-        if self._producer is None:
-            self._producer = DurableProducer(self.settings)
-        letter = DeadLetter(
-            key=event.workflow_id.encode(),
-            value=self.codec.encode(event),
-            headers=event_headers(event),
-            origin=None,
-            stage=STAGE,
-            error=reason,
-        )
-        publish_dead_letter(self._producer, self.settings, letter)
-
-    def close(self) -> None:
-        """Flush and close the producer, if one was made."""
-        if self._producer is not None:
-            self._producer.close()
 
 
 def _started(

@@ -25,7 +25,11 @@ class DeadLetterSink(Protocol):
 
 
 class KafkaDeadLetters:
-    """Dead letters on the settings' dead-letter topic: the abandonment, encoded as on the log."""
+    """Dead letters on the settings' dead-letter topic: the event, encoded as on the log.
+
+    ``stage`` names who gave up (``recovery`` for an exhausted step, ``resume`` for a
+    workflow past its resumption limit).
+    """
 
     def __init__(
         self,
@@ -34,28 +38,34 @@ class KafkaDeadLetters:
         *,
         producer: DurableProducer | None = None,
         group: str = "",
+        stage: str = STAGE,
     ) -> None:
         self.settings = settings
         self.codec = codec
         self.group = group
-        self._producer = producer or DurableProducer(settings)
+        self.stage = stage
+        # Made on first use: most processes never dead-letter anything.
+        self._producer = producer
 
     def publish(self, event: Event, *, reason: str) -> None:
-        """Append the abandonment to the dead-letter topic with ``dlq_*`` headers."""
+        """Append the event to the dead-letter topic with ``dlq_*`` headers, durably."""
+        if self._producer is None:
+            self._producer = DurableProducer(self.settings)
         letter = DeadLetter(
             key=event.workflow_id.encode(),
             value=self.codec.encode(event),
             headers=event_headers(event),
             origin=None,
-            stage=STAGE,
+            stage=self.stage,
             error=reason,
             group=self.group,
         )
         publish_dead_letter(self._producer, self.settings, letter)
 
     def close(self) -> None:
-        """Flush and close the producer."""
-        self._producer.close()
+        """Flush and close the producer, if one was made."""
+        if self._producer is not None:
+            self._producer.close()
 
 
 @dataclass(frozen=True)

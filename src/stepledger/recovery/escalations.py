@@ -21,6 +21,7 @@ from stepledger.consume import read_topic
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, WorkflowState
 from stepledger.errors import LedgerStateError, UnknownEscalationError
 from stepledger.log import EventLog
@@ -118,17 +119,21 @@ class EscalationQueue:
                 {
                     "policy": body.policy.value,
                     "attempt": body.attempt,
-                    "answer": _loads(body.answer_json),
+                    "answer": loads_or_text(body.answer_json),
                     "error": body.error,
                     "at": event.occurred_at.isoformat(),
                 }
             )
         elif isinstance(body, ev.StepAbandoned | ev.WorkflowDeadLettered):
             notes.reason, notes.opened_at = body.reason, event.occurred_at
-            notes.evidence = _loads(getattr(body, "evidence_json", None))
+            notes.evidence = loads_or_text(getattr(body, "evidence_json", None))
         elif isinstance(body, ev.AnomalyObserved):
             notes.anomalies.append(
-                {"kind": body.kind, "detail": _loads(body.detail), "source": body.source.value}
+                {
+                    "kind": body.kind,
+                    "detail": loads_or_text(body.detail),
+                    "source": body.source.value,
+                }
             )
 
     def open(self) -> list[Escalation]:
@@ -175,7 +180,7 @@ class EscalationQueue:
             opened_at=notes.opened_at,
             status=step.status.value,
             idempotency_key=step.idempotency_key,
-            arguments=_loads(step.arguments_json),
+            arguments=loads_or_text(step.arguments_json),
             evidence=notes.evidence,
             probes=tuple(notes.probes),
             anomalies=tuple(notes.anomalies),
@@ -241,12 +246,3 @@ def answer(
     event = factory.envelope(escalation.workflow_id, escalation.step_id, body)
     log.append(event)
     return event
-
-
-def _loads(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

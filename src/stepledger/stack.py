@@ -67,6 +67,8 @@ class StackOptions:
     """Seconds between the projector's read-only snapshots."""
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every child process."""
+    daemon_log_level: str = "WARNING"
+    """Log level of the projector and the recovery daemon (their logs go to files)."""
 
 
 @dataclass
@@ -180,7 +182,7 @@ class LocalStack:
             "--session-timeout",
             f"{self.options.projector_session_timeout_s:g}",
             "--log-level",
-            "WARNING",
+            self.options.daemon_log_level,
         ]
 
     def _recovery_argv(self) -> list[str]:
@@ -196,7 +198,7 @@ class LocalStack:
             "--session-timeout",
             self.options.recovery_session_timeout,
             "--log-level",
-            "WARNING",
+            self.options.daemon_log_level,
         ]
 
     def child_env(self, **extra: str) -> dict[str, str]:

@@ -133,10 +133,9 @@ def _stack_options(options: DemoOptions) -> StackOptions:
         tool_timeout_s=1.0,
         max_attempts=3,
         recovery_grace="500ms",
-        # Short sessions: both daemons join their consumer groups in about a second.
-        recovery_session_timeout="2s",
-        projector_session_timeout_s=2.0,
         snapshot_interval_s=0.5,
+        # Their logs are files in the work directory (kept with --keep, quoted on failure).
+        daemon_log_level="INFO",
     )
 
 
@@ -157,7 +156,7 @@ def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
     watcher = LogWatcher(stack.settings, out.on_event).start()
     try:
         crashed_at = _crash(stack, out, watcher, result)
-        _recover(out, watcher, crashed_at)
+        _recover(stack, out, watcher, crashed_at)
         _resume(stack, out, watcher, result)
         rows = _steps(stack, out, watcher)
         _effects(stack, out, rows, result)
@@ -184,14 +183,17 @@ def _crash(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoR
     return crashed_at
 
 
-def _recover(out: _Narrator, watcher: LogWatcher, crashed_at: float) -> None:
+def _recover(stack: LocalStack, out: _Narrator, watcher: LogWatcher, crashed_at: float) -> None:
     out.heading("3. The recovery daemon resolves each in-doubt step, as it happens")
     out.say("an intent's deadline is its tool's 1s timeout; recovery waits 500ms past it")
     out.say("(seconds since the crash, as each decision reaches the log)")
     out.go_live(crashed_at)
     stuck = list(killed())
     if not watcher.wait(settled(stuck), WAIT_S):
-        raise DemoError(f"recovery did not decide every in-doubt step within {WAIT_S:g}s")
+        raise DemoError(
+            f"recovery did not decide every in-doubt step within {WAIT_S:g}s; "
+            f"{_daemon_state(stack, 'recovery')}"
+        )
 
 
 def _resume(stack: LocalStack, out: _Narrator, watcher: LogWatcher, result: DemoResult) -> None:
@@ -217,7 +219,10 @@ def _query_fresh(stack: LocalStack, watcher: LogWatcher) -> tuple[QueryResult, Q
     for _ in range(10):
         seen = watcher.events
         if not stack.wait_snapshot(seen, WAIT_S):
-            raise DemoError(f"the projector's snapshot did not catch up within {WAIT_S:g}s")
+            raise DemoError(
+                f"the projector's snapshot did not catch up within {WAIT_S:g}s; "
+                f"{_daemon_state(stack, 'projector')}"
+            )
         if watcher.events == seen:
             break
     snap = latest_snapshot(stack.db)
@@ -307,6 +312,14 @@ def _run_agent(stack: LocalStack, targets: list[str], name: str) -> _AgentRun:
             reports[str(report["workflow"])] = str(report["status"])
     acked = set(journal.read_text().split()) if journal.exists() else set()
     return _AgentRun(proc.pid, proc.returncode, reports, acked)
+
+
+def _daemon_state(stack: LocalStack, name: str) -> str:
+    proc = stack.procs[name]
+    state = (
+        "running" if proc.alive else f"exited {proc.process.returncode if proc.process else '-'}"
+    )
+    return f"the {name} daemon is {state}; its log ends: {proc.log_tail(8)}"
 
 
 def _tail(stack: LocalStack) -> str:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
+from stepledger.cli import cli
 from stepledger.errors import ConfigError, ReadOnlyQueryError, ViewStoreError
 from stepledger.kafka import Position
 from stepledger.projector.dlq import StoredLetter, parse_position, select_letters
@@ -184,3 +186,23 @@ def test_dead_letters_are_picked_by_position_stage_or_all() -> None:
     assert select_letters(letters, stage="decode") == [letters[0], letters[2]]
     assert select_letters(letters, everything=True) == letters
     assert select_letters(letters, positions=[(0, 1)], stage="decode") == []
+
+
+def test_the_query_command_reads_files_formats_and_refuses_writes(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE t AS SELECT 1 AS a")
+    con.close()
+    sql_file = tmp_path / "q.sql"
+    sql_file.write_text("-- a comment\nSELECT a, a + 1 AS b FROM t;\n")
+    runner = CliRunner()
+    csv = runner.invoke(cli, ["query", "--db", str(db), "--file", str(sql_file), "--format", "csv"])
+    assert csv.exit_code == 0 and csv.output == "a,b\n1,2\n"
+    as_json = runner.invoke(cli, ["query", "--db", str(db), "--format", "json", "FROM t"])
+    assert as_json.output.strip() == '[{"a": 1}]'
+    for statement in ("INSERT INTO t VALUES (2)", "ATTACH 'x.db'", "SELECT 1; DROP TABLE t"):
+        refused = runner.invoke(cli, ["query", "--db", str(db), statement])
+        assert isinstance(refused.exception, ReadOnlyQueryError), statement
+    both = runner.invoke(cli, ["query", "--db", str(db), "--file", str(sql_file), "SELECT 1"])
+    assert both.exit_code == 2 and "not both" in both.output
+    assert run_query(db, "SELECT count(*) FROM t")[0].rows == [(1,)]

@@ -70,7 +70,13 @@ def register(group: click.Group) -> None:
 @_DB
 @_EXTRA_TOPICS
 @click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group id.")
-@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--batch-size",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Most records per batch (one DuckDB transaction).",
+)
 @click.option(
     "--batch-timeout",
     default=0.03,
@@ -86,7 +92,11 @@ def register(group: click.Group) -> None:
     help="Seconds between read-only snapshots for analysts (0: only at start and stop).",
 )
 @click.option(
-    "--cache-workflows", default=DEFAULT_CACHE_WORKFLOWS, show_default=True, type=click.IntRange(1)
+    "--cache-workflows",
+    default=DEFAULT_CACHE_WORKFLOWS,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Workflow states kept in memory (others are rebuilt from stored events).",
 )
 @click.option(
     "--session-timeout",
@@ -95,9 +105,13 @@ def register(group: click.Group) -> None:
     type=click.FloatRange(1.0),
     help="Consumer-group session timeout in seconds (how soon a killed member expires).",
 )
-@click.option("--metrics-port", type=click.IntRange(1, 65535), help="Serve Prometheus metrics.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    help="Serve Prometheus metrics on 127.0.0.1:PORT.",
+)
 @click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True, help="DEBUG logs every batch.")
 def project(settings: Settings, **opts: Any) -> None:
     """Project the step log into DuckDB until SIGTERM/SIGINT."""
 
@@ -209,7 +223,13 @@ def _summary(step: dict[str, Any], width: int = 60) -> str:
     is_flag=True,
     help="Dead-letter bad records again (the running projector already did).",
 )
-@click.option("--batch-size", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--batch-size",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Most records per transaction.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def rebuild_command(settings: Settings, **opts: Any) -> None:
     """Rebuild a fresh projection file from offset 0, with a progress bar."""

@@ -158,9 +158,17 @@ class Projector:
     def process(self, records: Sequence[Message]) -> BatchReport:
         """Project one batch: dead letters acknowledged first, then rows and offsets committed."""
         batch = self.prepare(records)
-        self.commit(batch)
+        try:
+            self.commit(batch)
+        except ViewStoreError:
+            self.forget()
+            raise
         self.cache.trim()
         return batch.report
+
+    def forget(self) -> None:
+        """Drop the fold states after a failed commit: they hold events the store lacks."""
+        self.cache.clear()
 
     def prepare(self, records: Sequence[Message]) -> PreparedBatch:
         """Skip what is projected, decode, fold, and make the dead letters durable."""
@@ -214,15 +222,13 @@ class Projector:
         return decoded, letters
 
     def commit(self, batch: PreparedBatch) -> None:
-        """Write the batch's rows and offsets in one transaction (safe in a writer thread)."""
+        """Write the batch's rows and offsets in one transaction (safe in a writer thread).
+
+        On failure the caller must ``forget`` before preparing anything else.
+        """
         if not batch.reached:
             return
-        try:
-            self.store.write(batch.staged, batch.replaced)
-        except ViewStoreError:
-            # The fold states hold uncommitted events: forget them so nothing diverges.
-            self.cache.clear()
-            raise
+        self.store.write(batch.staged, batch.replaced)
         self.committed.update(batch.reached)
 
     def _fold(self, decoded: list[tuple[Event, Coordinates, bytes]]) -> BatchFold:

@@ -64,7 +64,13 @@ class Pipeline:
         """Wait for every queued commit and snapshot; re-raise the first failure."""
         while self._tasks:
             future, done = self._tasks.popleft()
-            done(future.result())
+            try:
+                result = future.result()
+            except BaseException:
+                # Cleared here, in the thread that uses the cache, not in the writer.
+                self.projector.forget()
+                raise
+            done(result)
 
     def close(self) -> None:
         """Finish what is queued and stop the writer."""

@@ -130,7 +130,11 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
     pipeline.on_snapshot = lambda _: metrics.snapshot_time.set_to_current_time()
     _publish(loop)
     pipeline.drain()
-    loop.consumer.subscribe(topics, on_assign=lambda c, ps: _on_assign(loop, ps))
+    loop.consumer.subscribe(
+        topics,
+        on_assign=lambda c, ps: _on_assign(loop, ps),
+        on_revoke=lambda c, ps: _on_revoke(loop, ps),
+    )
     log.info("projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group)
     try:
         while not shutdown.requested:
@@ -165,6 +169,18 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
     )
+
+
+def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+    # Commit what was read from them while they are still ours (for lag tools only).
+    loop.pipeline.drain()
+    gone = {(tp.topic, tp.partition) for tp in partitions}
+    loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in gone]
+    for topic, partition in gone:
+        try:
+            loop.metrics.lag.remove(topic, str(partition))
+        except KeyError:
+            continue
 
 
 def _step(loop: _Loop) -> None:

@@ -48,7 +48,8 @@ class Incarnation:
             "0.5",
             "--session-timeout",
             "2",
-            "--json-logs",
+            "--log-format",
+            "json",
             "--log-level",
             "DEBUG",
         )

@@ -51,7 +51,8 @@ def test_query_works_while_project_runs_and_is_at_most_the_interval_stale(
         str(INTERVAL),
         "--metrics-port",
         str(port),
-        "--json-logs",
+        "--log-format",
+        "json",
     )
     try:
         wait_for(lambda: latest_snapshot(db), 30, "the first snapshot")

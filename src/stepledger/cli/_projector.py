@@ -110,12 +110,18 @@ def register(group: click.Group) -> None:
     type=click.IntRange(1, 65535),
     help="Serve Prometheus metrics on 127.0.0.1:PORT.",
 )
-@click.option("--json-logs", is_flag=True, help="Log JSON lines to stderr.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    default="text",
+    show_default=True,
+    help="Log lines on stderr as JSON or plain text (the same option as `recover`).",
+)
 @click.option("--log-level", default="INFO", show_default=True, help="DEBUG logs every batch.")
 def project(settings: Settings, **opts: Any) -> None:
     """Project the step log into DuckDB until SIGTERM/SIGINT."""
 
-    configure_logging(json_logs=opts["json_logs"], level=opts["log_level"])
+    configure_logging(json_logs=opts["log_format"] == "json", level=opts["log_level"])
     options = ProjectorOptions(
         db_path=opts["db_path"],
         topics=(settings.topic, *opts["extra_topics"]),

@@ -6,7 +6,7 @@ import contextlib
 import platform
 import statistics
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -62,6 +62,37 @@ def fresh_settings(bootstrap: str, partitions: int = 3, **overrides: Any) -> Set
     )
     ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
     return settings
+
+
+def produce_bulk(
+    settings: Settings, records: list[tuple[bytes, bytes]], timeout: float = 120
+) -> None:
+    """Produce pre-encoded (key, value) records as fast as the broker takes them (setup only)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        settings.client_config(**{"linger.ms": 20, "batch.size": 1_000_000, "acks": "all"})
+    )
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(settings.topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(timeout)
+
+
+def cli(run: Callable[..., list[Row]], description: str | None) -> None:
+    """The ``python -m bench.NAME`` entry point every bench shares."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--bootstrap", help="use this broker instead of a local one")
+    args = parser.parse_args()
+    print(table(run(quick=args.quick, bootstrap=args.bootstrap)))
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -8,14 +8,13 @@
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from typing import Any
 
 from confluent_kafka import Producer
 
-from bench.common import Row, broker, fresh_settings, percentile, table
+from bench.common import Row, broker, cli, fresh_settings, percentile
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.factory import EventFactory
@@ -187,8 +186,4 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--bootstrap")
-    args = parser.parse_args()
-    print(table(run(args.quick, args.bootstrap)))
+    cli(run, __doc__)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import io
 import json
@@ -33,7 +32,7 @@ import fastavro
 import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.common import Row, broker, fresh_settings, percentile, table
+from bench.common import Row, broker, cli, fresh_settings, percentile, produce_bulk
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
@@ -97,22 +96,6 @@ def _event(factory: EventFactory, wf: str, phase: int) -> ev.Event:
     return factory.outcome(
         wf, f"s{step}", attempt=1, status=OutcomeStatus.SUCCEEDED, result={"ok": step}
     )
-
-
-def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
-    """Produce pre-encoded records as fast as the broker takes them."""
-    producer = Producer(
-        settings.client_config(**{"linger.ms": 20, "batch.size": 1_000_000, "acks": "all"})
-    )
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(settings.topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(60)
 
 
 def raw_pipeline(settings: Settings, db: Path, n: int) -> float:
@@ -309,7 +292,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         settings = fresh_settings(servers)
         records = workload(n)
-        produce(settings, records)
+        produce_bulk(settings, records)
         del records
         # The raw baseline runs before and after, so load that changes during the run
         # weighs on both sides of the ratio.
@@ -370,8 +353,4 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--bootstrap")
-    args = parser.parse_args()
-    print(table(run(args.quick, args.bootstrap)))
+    cli(run, __doc__)

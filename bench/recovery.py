@@ -15,7 +15,6 @@ Run: ``python -m bench.recovery [--quick]`` (or ``python -m bench --only recover
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import tempfile
@@ -26,9 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
-from bench.common import Row, broker, fresh_settings, percentile, table
+from bench.common import Row, broker, cli, fresh_settings, percentile, produce_bulk
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import resolution as rs
@@ -63,22 +60,6 @@ def bench_tool(timeout_s: float) -> Tool:
         query=_found,
         timeout_s=timeout_s,
     )
-
-
-def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> None:
-    """Produce pre-encoded records in large batches."""
-    producer = Producer(
-        settings.client_config(**{"linger.ms": 20, "batch.size": 1_000_000, "acks": "all"})
-    )
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(settings.topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(120)
 
 
 def settled_history(n: int, prefix: str) -> list[tuple[bytes, bytes]]:
@@ -150,12 +131,12 @@ def restart_cost(servers: str, n: int, tmp: Path) -> dict[str, float]:
     settings = fresh_settings(servers)
     tools = ToolRegistry([bench_tool(3600)])
     far = [datetime.now(UTC) + timedelta(hours=1)] * 1000
-    produce(settings, settled_history(n, "old") + open_intents(1000, far, bench_tool(3600)))
+    produce_bulk(settings, settled_history(n, "old") + open_intents(1000, far, bench_tool(3600)))
     first = Running(settings, tmp / "restart", tools)
     join, full = first.caught_up_after()
     first.stop()
     new = settled_history(max(3000, n // 100), "new")
-    produce(settings, new)
+    produce_bulk(settings, new)
     second = Running(settings, tmp / "restart", tools)
     rejoin, restart = second.caught_up_after()
     read = second.daemon.events_read
@@ -186,13 +167,13 @@ def resolution_latency(
     daemon = Running(settings, tmp / f"latency-{rate}", ToolRegistry([tool]))
     daemon.caught_up_after()
     # One resolution first, so the daemon's producer is connected before the clock runs.
-    produce(settings, open_intents(1, [datetime.now(UTC)], tool, prefix="warm"))
+    produce_bulk(settings, open_intents(1, [datetime.now(UTC)], tool, prefix="warm"))
     _wait_resolved(daemon.daemon.tracker, 1, time.monotonic() + 30)
     far = [datetime.now(UTC) + timedelta(hours=1)] * (opened - due_n)
     lead = 2.0 + opened / 10_000  # time to write the intents before the first falls due
     base = datetime.now(UTC) + timedelta(seconds=lead)
     due = [base + timedelta(seconds=0 if rate is None else i / rate) for i in range(due_n)]
-    produce(
+    produce_bulk(
         settings,
         open_intents(opened - due_n, far, tool, prefix="far") + open_intents(due_n, due, tool),
     )
@@ -370,8 +351,4 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--bootstrap")
-    opts = parser.parse_args()
-    print(table(run(quick=opts.quick, bootstrap=opts.bootstrap)))
+    cli(run, __doc__)

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -28,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from bench.common import Row, broker, fresh_settings, table
+from bench.common import Row, broker, cli, fresh_settings
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
@@ -269,8 +268,4 @@ def rows(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--bootstrap")
-    args = parser.parse_args()
-    print(table(run(args.quick, args.bootstrap)))
+    cli(run, __doc__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -88,6 +89,10 @@ class LocalStack:
 
     def __post_init__(self) -> None:
         self.settings = self.base
+        # Every child inherits this mark (through os.environ), so stop() can find one an
+        # interrupt caught between its fork and its registration, and stop it too.
+        self.mark = uuid.uuid4().hex
+        os.environ[STACK_MARK_ENV] = self.mark
 
     @property
     def db(self) -> Path:
@@ -286,6 +291,7 @@ class LocalStack:
         for holder in (self.broker, self.storage):  # the current process, after restarts too
             if holder is not None:
                 steps.append((holder.stop, functools.partial(_kill_current, holder)))
+        steps.append((functools.partial(kill_marked, self.mark), lambda: None))
         pending: BaseException | None = None
         for stop, kill in steps:
             try:
@@ -324,6 +330,26 @@ class LocalStack:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+STACK_MARK_ENV = "STEPLEDGER_STACK_MARK"
+
+
+def kill_marked(mark: str) -> list[int]:
+    """SIGKILL every process whose environment carries this stack's mark (Linux /proc)."""
+    needle = f"{STACK_MARK_ENV}={mark}".encode()
+    killed = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        except (OSError, ValueError):
+            continue  # gone, or not ours to read
+    return killed
 
 
 def _kafka_env(kafka: dict[str, str]) -> dict[str, str]:

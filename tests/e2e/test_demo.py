@@ -132,7 +132,8 @@ def test_ctrl_c_on_your_broker_stops_every_process(
     assert agent and len(running) >= 6, running
     assert left == [], f"processes left behind: {left}"
     assert proc.returncode == 130, seen + rest
-    assert "stopped all 6 processes the demo started; none left running" in rest
+    # The agent may already have died at its kill points when the interrupt lands.
+    assert re.search(r"stopped all \d+ processes the demo started; none left running", rest), rest
     assert (keep / "payments.sqlite").exists()
 
 

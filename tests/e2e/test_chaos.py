@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,12 @@ from pathlib import Path
 import pytest
 
 CHAOS = [sys.executable, "-m", "stepledger", "chaos"]
+
+
+def external(*args: str) -> list[str]:
+    """Run against STEPLEDGER_TEST_BOOTSTRAP's broker when one is given (e.g. Apache Kafka)."""
+    bootstrap = os.environ.get("STEPLEDGER_TEST_BOOTSTRAP")
+    return [*args, "--bootstrap", bootstrap] if bootstrap else list(args)
 
 
 def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, str]:
@@ -27,7 +34,7 @@ def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dic
 @pytest.mark.e2e
 def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, src_env: dict[str, str]) -> None:
     code, report, output = run_chaos(
-        tmp_path, src_env, "--workflows", "30", "--seed", "1", "--duration", "300"
+        tmp_path, src_env, *external("--workflows", "30", "--seed", "1", "--duration", "300")
     )
     assert code == 0, output
     assert report["passed"] and report["violations"] == []
@@ -44,12 +51,7 @@ def test_a_broken_build_fails_with_the_violation_named(
     code, report, output = run_chaos(
         tmp_path,
         src_env,
-        "--workflows",
-        "30",
-        "--seed",
-        "1",
-        "--duration",
-        "300",
+        *external("--workflows", "30", "--seed", "1", "--duration", "300"),
         "--break",
         "redrive-ignores-key",
     )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from types import FrameType
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -54,6 +57,27 @@ def serve_metrics(registry: CollectorRegistry, port: int | None) -> None:
     if port is not None:
         host = os.environ.get("STEPLEDGER_METRICS_HOST", "127.0.0.1")
         start_http_server(port, addr=host, registry=registry)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt like Ctrl-C, so cleanup still runs.
+
+    Without it SIGTERM ends a Python process at once, skipping every ``finally``: a
+    command that supervises children would leave them behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Shutdown:

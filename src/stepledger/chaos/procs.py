@@ -69,6 +69,8 @@ class Proc:
         if self.process is None:
             return None
         if self.process.poll() is None:
+            # A process paused by SIGSTOP would not act on SIGTERM until continued.
+            self.process.send_signal(signal.SIGCONT)
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(grace)

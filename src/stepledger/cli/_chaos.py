@@ -66,7 +66,10 @@ def chaos(**opts: object) -> None:
         parallel=int(opts["parallel"]),  # type: ignore[call-overload]
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
-    result = run_chaos(options, echo=click.echo)
+    from stepledger.ops import sigterm_interrupts
+
+    with sigterm_interrupts():  # a SIGTERM still stops every process the run started
+        result = run_chaos(options, echo=click.echo)
     click.echo(report.table(result))
     path = opts["report_path"]
     assert isinstance(path, Path)

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +33,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import DemoError
 from stepledger.examples.tools import EMAIL
 from stepledger.log import codec_for
+from stepledger.ops import sigterm_interrupts
 from stepledger.projector.query import QueryResult, run_query, to_records
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.recovery.escalations import Escalation, read_queue
@@ -111,7 +111,7 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     began = time.monotonic()
     out = _Narrator(console)
     result = DemoResult()
-    with _sigterm_interrupts(), _workdir(options.keep) as workdir:
+    with sigterm_interrupts(), _workdir(options.keep) as workdir:
         stack = LocalStack(workdir, _stack_options(options), base=settings)
         try:
             _act_one(stack, out)
@@ -336,20 +336,3 @@ def _workdir(keep: Path | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="stepledger-demo-") as tmp:
         yield Path(tmp)
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    # SIGTERM would end the process without running `finally`: treat it like Ctrl-C.
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

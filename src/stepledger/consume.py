@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
@@ -78,11 +78,13 @@ def read_topic(
         consumer.close()
 
 
-def _record(msg: object, codec: Codec) -> Record:
-    value = msg.value()  # type: ignore[attr-defined]
+def _record(msg: Message, codec: Codec) -> Record:
+    value, key = msg.value(), msg.key()
     try:
         event, error = codec.decode(value), None
     except StepLedgerError as exc:
         event, error = None, exc
-    headers = [(k, bytes(v or b"")) for k, v in (msg.headers() or [])]  # type: ignore[attr-defined]
-    return Record(position_of(msg), msg.key(), value, headers, event, error)  # type: ignore[arg-type,attr-defined]
+    raw = msg.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    headers = [(k, v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]
+    return Record(position_of(msg), key, value, headers, event, error)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +55,6 @@ class ChaosOptions:
     duration_s: float = 600.0
     bootstrap: str | None = None
     workdir: Path | None = None
-    broker_restarts: bool = False
     break_mode: str | None = None
     batch: int = 25
     parallel: int = 2
@@ -231,15 +230,14 @@ class Run:
         )
 
 
-def run_chaos(options: ChaosOptions, echo: object = print) -> RunResult:
+def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> RunResult:
     """Run the whole harness and return its result (the caller prints and exits)."""
-    say = echo if callable(echo) else print
     plan = make_plan(
         options.workflows,
         options.seed,
         steps=len(STEP_IDS),
         max_attempts=options.max_attempts,
-        broker_restarts=options.broker_restarts and not options.bootstrap,
+        broker_restarts=options.durable_broker and not options.bootstrap,
     )
     stack_options = StackOptions(
         bootstrap=options.bootstrap,
@@ -251,11 +249,10 @@ def run_chaos(options: ChaosOptions, echo: object = print) -> RunResult:
         env=((BREAK_ENV, options.break_mode),) if options.break_mode else (),
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
-        return _execute(Run(options, stack), plan, say)
+        return _execute(Run(options, stack), plan, echo)
 
 
-def _execute(run: Run, plan: ChaosPlan, say: object) -> RunResult:
-    echo = say if callable(say) else print
+def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:
     run.stack.start_daemons()
     status: dict[str, str] = {}
     faults = list(plan.infra)

@@ -49,21 +49,30 @@ import click
     type=click.Choice(["redrive-ignores-key"]),
     help="Test-only: run a deliberately broken build that the harness must catch.",
 )
-def chaos(**opts: object) -> None:
+def chaos(
+    workflows: int,
+    seed: int,
+    duration: float,
+    bootstrap: str | None,
+    report_path: Path,
+    workdir: Path | None,
+    durable_broker: bool,
+    parallel: int,
+    break_mode: str | None,
+) -> None:
     """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
     from stepledger.chaos import report
     from stepledger.chaos.harness import ChaosOptions, run_chaos
 
     options = ChaosOptions(
-        workflows=int(opts["workflows"]),  # type: ignore[call-overload]
-        seed=int(opts["seed"]),  # type: ignore[call-overload]
-        duration_s=float(opts["duration"]),  # type: ignore[arg-type]
-        bootstrap=opts["bootstrap"] or None,  # type: ignore[arg-type]
-        workdir=opts["workdir"],  # type: ignore[arg-type]
-        broker_restarts=bool(opts["durable_broker"]),
-        durable_broker=bool(opts["durable_broker"]),
-        break_mode=opts["break_mode"],  # type: ignore[arg-type]
-        parallel=int(opts["parallel"]),  # type: ignore[call-overload]
+        workflows=workflows,
+        seed=seed,
+        duration_s=duration,
+        bootstrap=bootstrap or None,
+        workdir=workdir,
+        durable_broker=durable_broker,
+        break_mode=break_mode,
+        parallel=parallel,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts
@@ -71,8 +80,7 @@ def chaos(**opts: object) -> None:
     with sigterm_interrupts():  # a SIGTERM still stops every process the run started
         result = run_chaos(options, echo=click.echo)
     click.echo(report.table(result))
-    path = opts["report_path"]
-    assert isinstance(path, Path)
+    path = report_path
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))
     for violation in result.violations[:20]:

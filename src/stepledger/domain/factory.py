@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -10,7 +9,7 @@ from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
-from stepledger.domain.ids import canonical_json, event_id, idempotency_key
+from stepledger.domain.ids import canonical_digest, canonical_json, event_id, idempotency_key
 from stepledger.domain.tools import Tool
 
 Clock = Callable[[], datetime]
@@ -85,7 +84,7 @@ class EventFactory:
             policy=tool.resolution,
             idempotency_key=key,
             arguments_json=recorded,
-            arguments_digest=hashlib.sha256(full.encode()).hexdigest(),
+            arguments_digest=canonical_digest(full),
             deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             attempt=attempt,
             requires_approval=tool.requires_approval,

@@ -57,4 +57,9 @@ def escalation_id(workflow_id: str, step_id: str | None, reason_kind: str, attem
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
     """Return the SHA-256 of the full canonical arguments (secrets included, never in clear)."""
-    return hashlib.sha256(canonical_json(arguments).encode()).hexdigest()
+    return canonical_digest(canonical_json(arguments))
+
+
+def canonical_digest(canonical: str) -> str:
+    """Return the arguments digest from arguments already in canonical JSON (no second dump)."""
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -96,8 +96,6 @@ class BatchReport:
     anomalies: int = 0
     oldest_at: datetime | None = None
     """Earliest ``occurred_at`` among the batch's events (for lag measurements)."""
-    newest_at: datetime | None = None
-    """Latest ``occurred_at`` among the batch's events."""
     seconds: float = 0.0
     """From the start of preparing the batch to its commit."""
     lag_s: float | None = None
@@ -288,7 +286,7 @@ def _summarise(
     report.anomalies = len(fold.anomalies)
     if decoded:
         times = [event.occurred_at for event, _, _ in decoded]
-        report.oldest_at, report.newest_at = min(times), max(times)
+        report.oldest_at = min(times)
 
 
 def _headers(record: Message) -> Headers:

@@ -16,6 +16,7 @@
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
     │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
+│   ├── StepCompensatedError         the log's first decision for a step undid its effect
     │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
@@ -118,6 +119,24 @@ class StepInDoubtError(LedgerStateError):
     def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.escalation_id = escalation_id
+
+
+class StepCompensatedError(LedgerStateError):
+    """The log's first decision for a step is a compensation: its effect is (being) undone.
+
+    Raised when an agent asks for a step that recovery (or an earlier run) compensated, also
+    when the agent's own call ended after that decision was recorded.  The step does not run
+    again; the agent goes on without its effect, typically by compensating the workflow.
+    """
+
+    def __init__(
+        self, message: str, *, decision: str = "", decided_by: str | None = None, **kw: object
+    ) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.decision = decision
+        """The step's status in the log: compensating, compensated or compensation_failed."""
+        self.decided_by = decided_by
+        """Who decided the compensation (an event source: recovery_compensate, agent, human)."""
 
 
 class WorkflowDeadLetteredError(LedgerStateError):

@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from stepledger.domain import events as ev
@@ -128,7 +129,9 @@ class Workflow:
                 raise self._left_in_doubt(step_id, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        self.record(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        self.record(outcome)
+        self._ensure_outcome_stands(call, outcome)
         return result
 
     async def astep(
@@ -161,8 +164,41 @@ class Workflow:
                 raise self._left_in_doubt(step_id, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        await self.arecord(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        await self.arecord(outcome)
+        if self._past_deadline(call):
+            await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
         return result
+
+    def _past_deadline(self, call: _PendingCall) -> bool:
+        """True when recovery may have decided the step while the call ran."""
+        return call.deadline is not None and self.ledger.clock() > call.deadline
+
+    def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
+        """After a call that outlived its deadline, go by the log's first decision.
+
+        Recovery never decides a step before its deadline, so a call that ended in time has
+        no competitor and costs no read.  Past it, the log is read back: if another decision
+        came first (recovery compensated or answered the step), ours is a late outcome and
+        the agent must not go on as if its effect stood.
+        """
+        if not self._past_deadline(call):
+            return
+        self.reload()
+        step = self.state.steps.get(call.step_id)
+        if step is None or step.status is StepStatus.SUCCEEDED:
+            return  # ours stands, or recovery found the same effect first
+        move = Move(MoveKind.UNDONE, step)
+        if step.status in (StepStatus.COMPENSATING, StepStatus.COMPENSATED):
+            raise refusal(self.workflow_id, move, call.step_id)
+        raise StepInDoubtError(
+            f"step {call.step_id!r}: the log decided it {step.status.value} "
+            f"({step.resolved_by.value if step.resolved_by else 'unknown'}) before this run's "
+            "outcome arrived; the conflict goes to a human (`stepledger escalations list`)",
+            workflow_id=self.workflow_id,
+            step_id=call.step_id,
+            tool=step.tool,
+        )
 
     def _left_in_doubt(self, step_id: str, tool: Tool, exc: BaseException) -> StepInDoubtError:
         # Recording "failed" here would let a retry repeat an effect that may have happened:
@@ -287,12 +323,13 @@ class Workflow:
             # A read-only call in doubt runs again under its recorded intent and key.
             step = move.step
             assert step is not None
-            return _PendingCall(None, step_id, step.idempotency_key, args, step.attempt)
+            return _PendingCall(None, step_id, step.idempotency_key, args, step.attempt, None)
         event = self.ledger.events.intent(
             self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
         )
-        assert isinstance(event.body, ev.StepIntended)
-        return _PendingCall(event, step_id, event.body.idempotency_key, args, move.attempt)
+        body = event.body
+        assert isinstance(body, ev.StepIntended)
+        return _PendingCall(event, step_id, body.idempotency_key, args, move.attempt, body.deadline)
 
     def _outcome(
         self,
@@ -325,6 +362,7 @@ class _PendingCall:
     key: str
     arguments: dict[str, Any]
     attempt: int
+    deadline: datetime | None
 
 
 def _last_position(state: WorkflowState) -> int:

@@ -4,7 +4,10 @@ One loop on the main thread reads events, folds them into the tracked steps (log
 decides), checkpoints, and hands due steps to a small pool of workers that run the
 :class:`~stepledger.recovery.resolver.Resolver` on a copy of the step.  A worker's events
 reach the daemon's state only when they are read back from the log, and the step is not
-judged again before then, so a decision is never taken twice from a stale state.
+judged again before then, so a decision is never taken twice from a stale state.  A
+compensation (the one decision whose hook has an effect) is carried out only after the loop
+read its claim back and the fold took it as the step's first decision: a daemon that lost
+the partition, was paused, or raced a resuming agent runs no hook (see ``claims``).
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the
@@ -40,6 +43,7 @@ from stepledger.kafka import FAST_CONSUMER
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
+from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
@@ -79,6 +83,7 @@ class RecoveryDaemon:
         )
         self.metrics = metrics or RecoveryMetrics()
         self.shutdown = shutdown or Shutdown()
+        self._claims = ClaimBoard(options.claim_timeout_s)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(
             self.log,
@@ -89,6 +94,7 @@ class RecoveryDaemon:
             grace=grace,
             retry_base_s=options.retry_base_s,
             observer=self.metrics.observe,
+            confirm=self._claims.wait,
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.assigned: set[int] = set()
@@ -180,6 +186,10 @@ class RecoveryDaemon:
         late = self.tracker.apply(event, partition, offset)
         if late is not None:
             self.pending_late[late.event.event_id] = late
+        if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
+            # A claim read back in log order: the fold says whether it was the first decision.
+            tracked = self.tracker.steps.get((event.workflow_id, event.step_id))
+            self._claims.post(event.event_id, None if tracked is None else tracked.snapshot())
 
     # -- dispatching work --------------------------------------------------------------
 

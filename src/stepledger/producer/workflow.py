@@ -188,9 +188,11 @@ class Workflow:
         step = self.state.steps.get(call.step_id)
         if step is None or step.status is StepStatus.SUCCEEDED:
             return  # ours stands, or recovery found the same effect first
-        move = Move(MoveKind.UNDONE, step)
-        if step.status in (StepStatus.COMPENSATING, StepStatus.COMPENSATED):
-            raise refusal(self.workflow_id, move, call.step_id)
+        if step.status is StepStatus.COMPENSATING:
+            # Recovery's compensation is under way: see it through before going on.
+            step = resume.settle(self, call.step_id, self.tool(step.tool))
+        if step.status in (StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED):
+            raise refusal(self.workflow_id, Move(MoveKind.UNDONE, step), call.step_id)
         raise StepInDoubtError(
             f"step {call.step_id!r}: the log decided it {step.status.value} "
             f"({step.resolved_by.value if step.resolved_by else 'unknown'}) before this run's "

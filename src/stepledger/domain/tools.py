@@ -56,6 +56,7 @@ _DEFAULT_POLICY = {
     EffectClass.IRREVERSIBLE: ResolutionPolicy.ESCALATE,
 }
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_NOTHING_TO_SCRUB = secrets.Scrubber(())
 
 
 class Tool(BaseModel):
@@ -147,6 +148,8 @@ class Tool(BaseModel):
 
     def scrubber(self, arguments: Mapping[str, Any]) -> secrets.Scrubber:
         """What removes this call's secret values from its error text and result."""
+        if not self.secret_args:
+            return _NOTHING_TO_SCRUB
         return secrets.Scrubber(secrets.secret_values(arguments, self.secret_args))
 
 

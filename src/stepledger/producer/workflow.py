@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.ids import arguments_digest
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step
+from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
@@ -126,7 +126,7 @@ class Workflow:
             result = _runner(tool, fn)(call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
-                raise self._left_in_doubt(step_id, tool, exc) from exc
+                raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
@@ -161,7 +161,7 @@ class Workflow:
                 result = await asyncio.to_thread(run, call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
-                raise self._left_in_doubt(step_id, tool, exc) from exc
+                raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
@@ -202,13 +202,16 @@ class Workflow:
             tool=step.tool,
         )
 
-    def _left_in_doubt(self, step_id: str, tool: Tool, exc: BaseException) -> StepInDoubtError:
+    def _left_in_doubt(
+        self, call: _PendingCall, tool: Tool, exc: BaseException
+    ) -> StepInDoubtError:
         # Recording "failed" here would let a retry repeat an effect that may have happened:
         # the intent stays open and the tool's policy decides (recovery daemon or resume).
+        step_id = call.step_id
         return StepInDoubtError(
             f"step {step_id!r} ({tool.name}): the call's effect is unknown after "
-            f"{type(exc).__name__}: {exc}; it stays in doubt until its {tool.resolution.value} "
-            "policy resolves it",
+            f"{type(exc).__name__}: {call.scrub.text(str(exc))}; it stays in doubt until its "
+            f"{tool.resolution.value} policy resolves it",
             workflow_id=self.workflow_id,
             step_id=step_id,
             tool=tool.name,
@@ -292,7 +295,7 @@ class Workflow:
         position = self._next_position
         # Only steps recorded before this run can disagree with it: a live run skips the check.
         if position <= self._recorded_until or step_id in self.state.steps:
-            digest = arguments_digest(args)
+            digest = tool.arguments_digest(args)
             problem = mismatch(self.state, step_id, tool.name, digest, position)
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
@@ -325,13 +328,18 @@ class Workflow:
             # A read-only call in doubt runs again under its recorded intent and key.
             step = move.step
             assert step is not None
-            return _PendingCall(None, step_id, step.idempotency_key, args, step.attempt, None)
+            scrub = tool.scrubber(args)
+            return _PendingCall(
+                None, step_id, step.idempotency_key, args, step.attempt, scrub, None
+            )
         event = self.ledger.events.intent(
             self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
         )
         body = event.body
         assert isinstance(body, ev.StepIntended)
-        return _PendingCall(event, step_id, body.idempotency_key, args, move.attempt, body.deadline)
+        scrub = tool.scrubber(args)
+        key = body.idempotency_key
+        return _PendingCall(event, step_id, key, args, move.attempt, scrub, body.deadline)
 
     def _outcome(
         self,
@@ -348,6 +356,7 @@ class Workflow:
             status=status,
             result=result,
             error=error,
+            scrub=call.scrub,
         )
 
     def _folded(self, event: ev.Event, position: Position) -> None:
@@ -364,7 +373,10 @@ class _PendingCall:
     key: str
     arguments: dict[str, Any]
     attempt: int
+    scrub: Scrubber
+    """Removes this call's secret values from what its outcome records."""
     deadline: datetime | None
+    """The intent's deadline (None for a read-only re-run): recovery never acts before it."""
 
 
 def _last_position(state: WorkflowState) -> int:

@@ -9,7 +9,7 @@ for their acknowledgements, then commit rows and offsets together.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "stepledger-projector"
 DEFAULT_CACHE_WORKFLOWS = 20_000
+#: The dead-letter stage of an event that decodes but whose rows cannot be staged.
+PROJECT_STAGE = "project"
+#: What turning rows into Arrow raises for a value its column cannot hold.
+_STAGING_ERRORS = (pa.ArrowException, OverflowError, ValueError, TypeError)
+
+Decoded = tuple[Event, Coordinates, bytes]
+
+
+def _nothing() -> None:
+    return None
 
 
 class DeadLetterSink(Protocol):
@@ -168,12 +178,28 @@ class Projector:
         """Drop the fold states after a failed commit: they hold events the store lacks."""
         self.cache.clear()
 
-    def prepare(self, records: Sequence[Message]) -> PreparedBatch:
-        """Skip what is projected, decode, fold, and make the dead letters durable."""
+    def prepare(
+        self, records: Sequence[Message], settle: Callable[[], None] = _nothing
+    ) -> PreparedBatch:
+        """Skip what is projected, decode, fold, and make the dead letters durable.
+
+        An event whose rows cannot be staged (a value past its column's type, however it
+        got there) is dead-lettered like an undecodable one and the rest of the batch
+        projects.  Finding it refolds the batch, so ``settle`` is called first: it must
+        wait until any batch still being committed is in the store.
+        """
         report = BatchReport(received=len(records))
         fresh, reached = self._fresh(records, report)
         decoded, letters = self._decode(fresh)
-        fold = self._fold(decoded)
+        try:
+            fold = self._fold(decoded)
+            staged = stage(fold.tables(), reached)
+        except _STAGING_ERRORS:
+            settle()
+            decoded, refused = self._isolate(decoded, {at: record for record, at in fresh})
+            letters.extend(refused)
+            fold = self._fold(decoded)
+            staged = stage(fold.tables(), reached)
         if letters:
             self.dead_letters.publish(letters)
             for letter in letters:
@@ -181,12 +207,45 @@ class Projector:
         self._folded.update(reached)
         _summarise(report, fold, decoded)
         return PreparedBatch(
-            report,
-            stage(fold.tables(), reached),
-            fold.replaced_workflows(),
-            reached,
-            frozenset(fold.touched),
+            report, staged, fold.replaced_workflows(), reached, frozenset(fold.touched)
         )
+
+    def _isolate(
+        self, decoded: list[Decoded], records: dict[Coordinates, Message]
+    ) -> tuple[list[Decoded], list[DeadLetter]]:
+        """Split a batch into the events whose rows stage and dead letters for the others.
+
+        Each event is folded alone and the rows it changes are staged; one that fails is
+        refused and its workflow refolded without it.  The fold states are dropped at the
+        end, so the caller folds the kept events again from the store.
+        """
+        self.forget()
+        kept: list[Decoded] = []
+        refused: list[DeadLetter] = []
+        for item in decoded:
+            workflow_id = item[0].workflow_id
+            self._load([workflow_id])
+            trial = BatchFold()
+            try:
+                trial.add(self.cache.get(workflow_id), *item)
+                stage(trial.tables(), {})
+            except _STAGING_ERRORS as exc:
+                error = f"its rows cannot be projected: {type(exc).__name__}: {exc}"
+                refused.append(self._letter(records[item[1]], PROJECT_STAGE, error))
+                self._refold(workflow_id, kept)
+                continue
+            kept.append(item)
+        self.forget()
+        return kept, refused
+
+    def _refold(self, workflow_id: str, kept: list[Decoded]) -> None:
+        """Rebuild one workflow's fold state from the store and the batch's kept events."""
+        self.cache.discard([workflow_id])
+        self._load([workflow_id])
+        projection = self.cache.get(workflow_id)
+        for event, _, _ in kept:
+            if event.workflow_id == workflow_id and not projection.is_duplicate(event):
+                projection.apply(event)
 
     def _fresh(
         self, records: Sequence[Message], report: BatchReport
@@ -216,7 +275,7 @@ class Projector:
             try:
                 decoded.append((decode(value), at, value or b""))
             except StepLedgerError as exc:
-                letters.append(self._letter(record, exc))
+                letters.append(self._letter(record, stage_of(exc), exc.message))
         return decoded, letters
 
     def commit(self, batch: PreparedBatch) -> None:
@@ -259,24 +318,21 @@ class Projector:
             if not projection.is_duplicate(event):
                 projection.apply(event)
 
-    def _letter(self, record: Message, error: StepLedgerError) -> DeadLetter:
+    def _letter(self, record: Message, stage: str, error: str) -> DeadLetter:
         origin = Position(
             str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
         )
         headers = _headers(record)
-        stage = stage_of(error)
         log.warning(
             "dead-lettering %s:%d@%d (%s): %s",
             origin.topic,
             origin.partition,
             origin.offset,
             stage,
-            error.message,
+            error,
             extra={"stage": stage, "topic": origin.topic, "offset": origin.offset},
         )
-        return DeadLetter(
-            record.key(), record.value(), headers, origin, stage, error.message, self.group
-        )
+        return DeadLetter(record.key(), record.value(), headers, origin, stage, error, self.group)
 
 
 def _summarise(

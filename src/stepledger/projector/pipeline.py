@@ -49,7 +49,7 @@ class Pipeline:
         """Prepare a batch here, then hand it to the writer once the previous one committed."""
         log.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()
-        batch = self.projector.prepare(records)
+        batch = self.projector.prepare(records, settle=self.drain)
         self.drain()
         self.projector.cache.trim(keep=batch.touched)
         future = self._writer.submit(self._commit, batch)

@@ -55,9 +55,9 @@ class Pipeline:
         future = self._writer.submit(self._commit, batch)
         self._tasks.append((future, lambda _: self._committed(batch, began)))
 
-    def publish(self, db_path: Path) -> None:
+    def publish(self) -> None:
         """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
-        future = self._writer.submit(publish_snapshot, self.projector.store.con, db_path)
+        future = self._writer.submit(publish_snapshot, self.projector.store)
         self._tasks.append((future, self._published))
 
     def drain(self) -> None:

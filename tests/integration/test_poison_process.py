@@ -59,3 +59,31 @@ def test_values_past_their_columns_are_dead_lettered_and_the_projector_lives(
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+
+
+def test_a_record_too_large_to_dead_letter_whole_is_cut_to_fit_and_the_projector_lives(
+    make_settings: object, tmp_path: Path, src_env: dict[str, str]
+) -> None:
+    settings = make_settings(partitions=1)  # type: ignore[operator]
+    f = factory()
+    good = [f.workflow_started("ok", name="", attempt=1, read_only=False, max_attempts=2)]
+    # Just under the producer's limit as it is; over it once the dlq_* headers are added.
+    junk = b"\x07" * 999_400
+    produce_raw(settings, [(b"junk", junk, [("h", b"x" * 500)])])
+    produce_events(settings, good)
+    db = tmp_path / "ledger.duckdb"
+    proc = spawn_projector(settings, db, src_env, "--snapshot-interval", "0.2")
+    try:
+        wait_for(lambda: proc.poll() is not None or snapshot_count(db) == 1, 60, "the good event")
+        assert proc.poll() is None, proc.communicate()[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    letters = list(read_topic(settings, Codec(), topic=settings.dlq_topic, idle_timeout=0.3))
+    assert len(letters) == 1
+    info = dead_letter_info(letters[0].headers)
+    assert info["offset"] == "0" and info["topic"] == settings.topic and info["stage"] == "decode"
+    assert "999400" in info["truncated"] and len(info["value_sha256"]) == 64
+    value = letters[0].value or b""
+    assert 900_000 < len(value) < len(junk) and junk.startswith(value)

@@ -19,7 +19,8 @@ from confluent_kafka import Message
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.deadletter import DeadLetter, publish_dead_letter
+from stepledger.consume import message_headers
+from stepledger.deadletter import DeadLetter, send_dead_letters
 from stepledger.domain.events import Event
 from stepledger.errors import (
     CodecError,
@@ -28,7 +29,7 @@ from stepledger.errors import (
     UnknownSchemaError,
     ViewStoreError,
 )
-from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.kafka import DurableProducer, Position
 from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
@@ -65,18 +66,8 @@ class KafkaDeadLetters:
         self._producer = producer or DurableProducer(settings)
 
     def publish(self, letters: Sequence[DeadLetter]) -> None:
-        """Send every letter, then wait for each one's own acknowledgement."""
-        if len(letters) == 1:
-            publish_dead_letter(self._producer, self._settings, letters[0])
-            return
-        futures = [
-            self._producer.send(
-                self._settings.dlq_topic, x.key or b"", x.value or b"", x.all_headers()
-            )
-            for x in letters
-        ]
-        for future in futures:
-            self._producer.wait(future)
+        """Send every letter (cut to fit if needed), then wait for each one's acknowledgement."""
+        send_dead_letters(self._producer, self._settings, letters)
 
     def close(self) -> None:
         """Flush and close the producer."""
@@ -322,7 +313,7 @@ class Projector:
         origin = Position(
             str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
         )
-        headers = _headers(record)
+        headers = message_headers(record)
         log.warning(
             "dead-lettering %s:%d@%d (%s): %s",
             origin.topic,
@@ -343,9 +334,3 @@ def _summarise(
     if decoded:
         times = [event.occurred_at for event, _, _ in decoded]
         report.oldest_at = min(times)
-
-
-def _headers(record: Message) -> Headers:
-    raw = record.headers() or []
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return [(k, v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]

@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, DurabilityError
 
-Headers = list[tuple[str, bytes]]
+#: Record headers; a header may carry no value (None), which stays None end to end.
+Headers = list[tuple[str, bytes | None]]
 
 #: Durability first: every record is acknowledged by all in-sync replicas, never duplicated
 #: by an internal retry, and never held back by a linger meant for throughput.
@@ -126,7 +127,7 @@ class DurableProducer:
         return None
 
     def send(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Future[Position]:
         """Queue one record and return a future resolved by its own delivery report."""
         future: Future[Position] = Future()
@@ -134,7 +135,7 @@ class DurableProducer:
         return future
 
     def send_async(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> asyncio.Future[Position]:
         """Queue one record and return an asyncio future resolved by its delivery report."""
         self._start_background_poller()
@@ -150,7 +151,7 @@ class DurableProducer:
         return future
 
     def append(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Position:
         """Produce one record and block until the broker acknowledged it."""
         return self.wait(self.send(topic, key, value, headers))
@@ -158,8 +159,8 @@ class DurableProducer:
     def _produce(
         self,
         topic: str,
-        key: bytes,
-        value: bytes,
+        key: bytes | None,
+        value: bytes | None,
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
     ) -> None:

@@ -33,7 +33,7 @@ from stepledger.projector.engine import (
 )
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.store import ProjectionStore
+from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ class ProjectorOptions:
     """How often the consumer-lag gauge is refreshed."""
     session_timeout_s: float = 6.0
     """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+    """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -101,7 +103,7 @@ def run_projector(
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
-    store = ProjectionStore(options.db_path)
+    store = ProjectionStore(options.db_path, memory_limit=options.memory_limit)
     thresholds = gc.get_threshold()
     # Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
     # the default thresholds ran full collections over the cache several times a batch.
@@ -238,7 +240,7 @@ def _commit_to_kafka(loop: _Loop) -> None:
 
 
 def _publish(loop: _Loop) -> None:
-    loop.pipeline.publish(loop.options.db_path)
+    loop.pipeline.publish()
     loop.last_snapshot = time.monotonic()
     loop.dirty = False
 

@@ -216,7 +216,9 @@ class Scrubber:
 
 def _forms(value: Any) -> set[str]:
     """The string forms a value takes when printed, quoted or serialised."""
-    if value is None or isinstance(value, Mapping | list | tuple):
+    if value is None or isinstance(value, bool):
+        return set()  # true/false cannot be hidden in a text; the marker hides it in the intent
+    if isinstance(value, Mapping | list | tuple):
         return {_canonical(value)} if value else set()
     text = str(value)
     forms = {text, repr(value), json.dumps(value, default=str)}

@@ -21,7 +21,8 @@
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
     ├── RecoveryError                    recovery could not do what was asked
-    │   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
+    │   ├── OwnershipLostError           the partition may have moved: no decision is appended
+│   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
     │   ├── ToolRegistryError            a tool registry could not be loaded or lacks a tool
     │   └── UnknownEscalationError       no open escalation has the given id
     ├── ViewStoreError                   the DuckDB view store failed or refused a statement
@@ -187,6 +188,12 @@ def effect_unknown(exc: BaseException) -> bool:
 
 class RecoveryError(StepLedgerError):
     """The recovery of an in-doubt step could not do what was asked."""
+
+
+class OwnershipLostError(RecoveryError):
+    """A daemon may no longer own the step's partition: it appends no decision for it."""
+
+    retryable = True
 
 
 class HookTimeoutError(RecoveryError):

@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
@@ -204,6 +204,25 @@ class DurableProducer:
         self._producer = None
         if remaining:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
+
+
+def cooperative(config: Mapping[str, Any]) -> bool:
+    """True when a group consumer with this config rebalances incrementally.
+
+    With ``partition.assignment.strategy=cooperative-sticky`` (any broker) or the KIP-848
+    protocol (``group.protocol=consumer``, Apache Kafka 4.x) an assignment callback receives
+    only the partitions that move, and must add them with ``incremental_assign``.
+    """
+    strategy = str(config.get("partition.assignment.strategy", ""))
+    return str(config.get("group.protocol", "")) == "consumer" or "cooperative" in strategy
+
+
+def take_assigned(consumer: Consumer, partitions: list[TopicPartition], incremental: bool) -> None:
+    """Start consuming partitions handed over in an on_assign callback (either protocol)."""
+    if incremental:
+        consumer.incremental_assign(partitions)
+    else:
+        consumer.assign(partitions)
 
 
 def position_of(msg: Message) -> Position:

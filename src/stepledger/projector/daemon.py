@@ -21,7 +21,13 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
-from stepledger.kafka import FAST_CONSUMER, ensure_topics, topic_partitions
+from stepledger.kafka import (
+    FAST_CONSUMER,
+    cooperative,
+    ensure_topics,
+    take_assigned,
+    topic_partitions,
+)
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
@@ -82,6 +88,8 @@ class _Loop:
     dirty: bool = True
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
+    incremental: bool = False
+    """The group rebalances incrementally (cooperative-sticky or KIP-848)."""
 
     @property
     def projector(self) -> Projector:
@@ -117,8 +125,10 @@ def run_projector(
             group=options.group,
             cache_workflows=options.cache_workflows,
         )
-        consumer = Consumer(settings.client_config(**_consumer_config(options)))
-        _serve(_Loop(consumer, Pipeline(projector), options, metrics, on_batch), topics, shutdown)
+        config = settings.client_config(**_consumer_config(options))
+        loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch)
+        loop.incremental = cooperative(config)
+        _serve(loop, topics, shutdown)
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
@@ -164,13 +174,19 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     stored = loop.projector.reload_offsets()
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
-    loop.consumer.assign(partitions)
-    loop.assigned = list(partitions)
+    take_assigned(loop.consumer, partitions, loop.incremental)
+    # Eager: a revocation of everything came first; cooperative: only these partitions move.
+    kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in _keys(partitions)]
+    loop.assigned = kept + list(partitions)
     log.info(
         "assigned %s",
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
     )
+
+
+def _keys(partitions: list[KafkaPartition]) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in partitions}
 
 
 def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:

@@ -36,7 +36,7 @@ from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import RecoveryError
+from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
 from stepledger.kafka import Position
 from stepledger.log import EventLog
 from stepledger.recovery.deadletters import DeadLetterSink
@@ -191,7 +191,7 @@ class Resolver:
             # A failed hook is already recorded as an attempt; the step stays in doubt.
             # A lost claim leaves the decision to whoever came first in the log.
             with contextlib.suppress(_HookFailed, _ClaimLost):
-                self._carry_out(run)
+                self._carry_out_counted(run)
         resolution = run.result()
         if self.observer is not None and run.events:
             self.observer(resolution, run.tool)
@@ -226,6 +226,29 @@ class Resolver:
         return run.result()
 
     # -- carrying out one action -------------------------------------------------------
+
+    def _carry_out_counted(self, run: _Attempt) -> None:
+        """Carry the action out; whatever raises (but the log) counts as a failed attempt.
+
+        A poison intent (arguments that are not JSON, a hook that cannot be called with
+        them) fails the same way on every attempt: counting each one is what ends it in an
+        abandonment, an escalation and a dead letter at the tool's ``max_attempts``.  A log
+        that refuses appends is not the step's fault and is not counted (it could not be
+        recorded anyway): the caller retries later.
+        """
+        try:
+            self._carry_out(run)
+        except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError):
+            raise
+        except Exception as exc:
+            run.error = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("resolution failed", extra={**_where(run), "error": run.error})
+            policy = _POLICY_OF.get(run.action.kind, ResolutionPolicy.ESCALATE)
+            failed = ev.ResolutionAttempted(
+                policy=policy, attempt=max(1, run.action.attempt), error=run.error
+            )
+            qualifiers = (run.step.attempt, run.action.attempt, policy.value, "failed")
+            self._append(run, failed, *qualifiers)
 
     def _carry_out(self, run: _Attempt) -> None:
         kind, tool = run.action.kind, run.tool
@@ -395,6 +418,13 @@ class Resolver:
     def _escalation_id(run: _Attempt) -> str:
         kind = (run.action.escalation or rs.EscalationKind.POLICY).value
         return ids.escalation_id(run.state.workflow_id, run.step.step_id, kind, run.step.attempt)
+
+
+_POLICY_OF = {
+    rs.ActionKind.QUERY: ResolutionPolicy.QUERY,
+    rs.ActionKind.REDRIVE: ResolutionPolicy.REDRIVE,
+    rs.ActionKind.COMPENSATE: ResolutionPolicy.COMPENSATE,
+}
 
 
 def late_detail(

@@ -246,3 +246,14 @@ def test_recover_without_a_broker_or_topic_fails_in_one_line(
     lines = [line for line in proc.stderr.splitlines() if line.startswith("Error")]
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_recovery_group_on_the_same_topic_is_warned_about_loudly(
+    stack: Stack, make_settings: Factory, tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=1)
+    stack.start_daemon(settings, tmp_path / "a")
+    log = tmp_path / "b.log"
+    other = stack.start_daemon(settings, tmp_path / "b", log=log, group=f"other-{settings.topic}")
+    assert other.poll() is None
+    assert "other recovery groups follow this topic" in log.read_text()

@@ -47,7 +47,13 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
 from stepledger.errors import BrokerError, OwnershipLostError, StepLedgerError
-from stepledger.kafka import FAST_CONSUMER, cooperative, take_assigned, topic_partitions
+from stepledger.kafka import (
+    FAST_CONSUMER,
+    admin,
+    cooperative,
+    take_assigned,
+    topic_partitions,
+)
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
@@ -61,6 +67,8 @@ from stepledger.recovery.resolver import Resolution, Resolver
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 
 logger = logging.getLogger("stepledger.recovery.daemon")
+CLIENT_ID = "stepledger-recovery"
+"""The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 
 class RecoveryDaemon:
@@ -134,8 +142,14 @@ class RecoveryDaemon:
         # Fail at once, in one line, on an unreachable broker or a missing topic (as the
         # projector does) instead of logging connection errors forever while "healthy".
         topic_partitions(self.settings, self.settings.topic)
+        warn_other_groups(self.settings, self.options.group)
         config = self.settings.client_config(
-            **{**FAST_CONSUMER, "group.id": self.options.group, **self.options.consumer}
+            **{
+                **FAST_CONSUMER,
+                "group.id": self.options.group,
+                "client.id": CLIENT_ID,
+                **self.options.consumer,
+            }
         )
         self._incremental = cooperative(config)
         config["error_cb"] = self.watch.on_error
@@ -483,6 +497,46 @@ class RecoveryDaemon:
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
+
+
+def warn_other_groups(settings: Settings, group: str) -> list[str]:
+    """Warn loudly when recovery daemons of another group follow the same topic.
+
+    Daemons split partitions only within one consumer group: two groups each own every
+    partition, so each in-doubt step has two deciders (their claims are ordered by the log,
+    but hooks are tried twice and every decision is contested).  Run one group per topic.
+    Returns the other groups found (none where the broker cannot describe groups).
+    """
+    try:
+        client = admin(settings)
+        listed = client.list_consumer_groups(request_timeout=5).result(timeout=10)
+        ids = [g.group_id for g in listed.valid if g.group_id != group]
+        if not ids:
+            return []
+        described = client.describe_consumer_groups(ids, request_timeout=5)
+        others = []
+        for group_id, future in described.items():
+            members = future.result(timeout=10).members
+            if any(_recovery_on(m, settings.topic) for m in members):
+                others.append(group_id)
+    except Exception as exc:  # a broker that cannot list groups (the dev broker): no check
+        logger.debug("consumer groups not checked", extra={"error": str(exc)})
+        return []
+    if others:
+        logger.error(
+            "other recovery groups follow this topic: each group decides every step again; "
+            "run one recovery group per topic",
+            extra={"topic": settings.topic, "groups": sorted(others), "group": group},
+        )
+    return others
+
+
+def _recovery_on(member: Any, topic: str) -> bool:
+    if not str(member.client_id or "").startswith(CLIENT_ID):
+        return False
+    assignment = getattr(member, "assignment", None)
+    partitions = getattr(assignment, "topic_partitions", None) or []
+    return any(tp.topic == topic for tp in partitions)
 
 
 def write_health(path: Path, payload: dict[str, Any]) -> None:

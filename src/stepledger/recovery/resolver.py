@@ -385,7 +385,12 @@ class Resolver:
             result=result,
             evidence=evidence,
         )
-        self._record(run, event)
+        # One id per decided attempt, whichever path (query or re-drive) decided it: two
+        # resolvers answering the same step write one event, never two competing ones.
+        decision = ids.event_id(
+            run.state.workflow_id, run.step.step_id, event.type, run.step.attempt, "recovery"
+        )
+        self._record(run, event.model_copy(update={"event_id": decision}))
 
     def _abandon(self, run: _Attempt, reason: str, escalation: str, evidence: Any) -> ev.Event:
         body = ev.StepAbandoned(

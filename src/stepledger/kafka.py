@@ -31,6 +31,8 @@ from stepledger.errors import BrokerError, DurabilityError
 Headers = list[tuple[str, bytes | None]]
 
 _log = logging.getLogger(__name__)
+#: Consecutive records timed out before the client is taken for stuck and replaced.
+_STUCK_AFTER_TIMEOUTS = 2
 
 #: Durability first: every record is acknowledged by all in-sync replicas, never duplicated
 #: by an internal retry, and never held back by a linger meant for throughput.
@@ -73,6 +75,7 @@ class DurableProducer:
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
         self._fatal: KafkaError | None = None
+        self._timeouts = 0
 
     def _client(self) -> Producer:
         if self._fatal is not None:
@@ -112,8 +115,13 @@ class DurableProducer:
         _log.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
 
     def _note(self, err: KafkaError) -> None:
-        if err.fatal():
-            self._fatal = err
+        # Besides fatal errors: a client whose records keep timing out can be stuck for good
+        # (measured: after the dev broker restarted empty, librdkafka bumped its idempotent
+        # epoch forever on "unknown producer id"); a new client starts clean.
+        if err.code() == KafkaError._MSG_TIMED_OUT:
+            self._timeouts += 1
+        if err.fatal() or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
+            self._fatal, self._timeouts = err, 0
 
     def connect(self) -> None:
         """Create the client now and return at once: its connection and idempotent producer
@@ -201,6 +209,7 @@ class DurableProducer:
                 self._note(err)
                 settle(DurabilityError(f"record not acknowledged: {err.str()}"))
             else:
+                self._timeouts = 0
                 settle(position_of(msg))
 
         while True:

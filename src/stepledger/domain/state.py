@@ -210,8 +210,7 @@ def _on_workflow_cleared(wf: WorkflowState, body: ev.EscalationResolved) -> Prob
         return ("unknown_escalation", f"workflow has no open escalation {body.escalation_id}")
     wf.status, wf.escalation_id = RunStatus.RUNNING, None
     # Clearing grants a fresh budget of attempts, counted from the one that was dead-lettered.
-    # Bounded like the Avro int it came from, however many times a workflow is cleared.
-    wf.max_attempts = min(wf.attempt + wf.max_attempts, 2**31 - 1)
+    wf.max_attempts = wf.attempt + wf.max_attempts
     return None
 
 

@@ -33,7 +33,8 @@ SECURITY_HEADERS = {
     ),
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # not no-referrer: a browser then sends "Origin: null" with our own forms.
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 

@@ -9,6 +9,7 @@ threadpool, never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,7 +81,18 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
         Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)),
         Middleware(TokenGate, token=config.token, cookie=cookie),
     ]
-    return Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.pages = pages
+    return app
+
+
+def warm(app: Starlette) -> None:
+    """Compile the templates and open the snapshot before the first person asks."""
+    pages: _Pages = app.state.pages
+    for name in ("queue.html", "_rows.html", "case.html", "missing.html"):
+        pages.templates.get_template(name)
+    with contextlib.suppress(ViewStoreError):  # no projection yet: the page says so
+        pages.source.page(q.QueueFilter())
 
 
 class _Pages:
@@ -90,6 +102,7 @@ class _Pages:
         self.config = config
         self.answerer = answerer
         self.templates = templates
+        self.source = q.QueueSource(config.db_path, config.page_size)
 
     async def health(self, request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -112,9 +125,7 @@ class _Pages:
     def _queue_context(self, wanted: q.QueueFilter, problem: str | None) -> dict[str, Any]:
         version = q.snapshot_version(self.config.db_path)
         try:
-            page: q.QueuePage | None = q.read_page(
-                self.config.db_path, wanted, self.config.page_size
-            )
+            page: q.QueuePage | None = self.source.page(wanted)
         except ViewStoreError as exc:
             page, problem = None, problem or f"no projection to read yet: {exc.message}"
         return {
@@ -152,7 +163,7 @@ class _Pages:
 
     def _workflow_of(self, escalation_id: str) -> str | None:
         try:
-            return q.escalation_workflow(self.config.db_path, escalation_id)
+            return self.source.workflow_of(escalation_id)
         except ViewStoreError:
             return None
 

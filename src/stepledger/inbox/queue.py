@@ -8,8 +8,11 @@ A new connection per read sees the newest snapshot; one read is one consistent c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -147,35 +150,99 @@ def snapshot_version(db_path: str | Path) -> str:
 
 def read_page(db_path: str | Path, wanted: QueueFilter, page_size: int = PAGE_SIZE) -> QueuePage:
     """One page of open cases from the newest snapshot, with totals and per-facet counts."""
-    source = readable_source(db_path)
-    con = connect_read_only(source)
+    return QueueSource(db_path, page_size).page(wanted)
+
+
+class QueueSource:
+    """Reads the queue from the newest snapshot, one connection per published snapshot.
+
+    Opening a DuckDB file costs more than reading a page of it, so a connection to a
+    snapshot is kept until a newer one is published (it keeps reading the version it
+    opened; each read takes its own cursor, so threads do not share one).  The per-fleet,
+    per-tool and per-kind counts depend on the snapshot only and are kept with it.  The
+    projection file itself (no snapshot yet) is opened and closed on every read: a
+    connection left open would keep a projector from starting on it.
+    """
+
+    def __init__(self, db_path: str | Path, page_size: int = PAGE_SIZE) -> None:
+        self.db_path = Path(db_path)
+        self.page_size = page_size
+        self._lock = threading.Lock()
+        self._held: tuple[str, duckdb.DuckDBPyConnection, list[tuple[Any, ...]]] | None = None
+
+    def page(self, wanted: QueueFilter) -> QueuePage:
+        """One page of open cases, with totals and per-facet counts."""
+        with self._cursor() as (cur, facets, source):
+            try:
+                return _read(cur, facets, wanted, self.page_size, source)
+            except duckdb.Error as exc:
+                raise ViewStoreError(f"cannot read the queue from {source}: {exc}") from exc
+
+    def workflow_of(self, escalation_id: str) -> str | None:
+        """The workflow an escalation belongs to (None if it is not in the projection yet)."""
+        with self._cursor() as (cur, _, source):
+            try:
+                row = cur.execute(
+                    "SELECT workflow_id FROM escalations WHERE escalation_id = ?", [escalation_id]
+                ).fetchone()
+            except duckdb.Error as exc:
+                raise ViewStoreError(f"cannot read escalations from {source}: {exc}") from exc
+        return None if row is None else str(row[0])
+
+    @contextlib.contextmanager
+    def _cursor(
+        self,
+    ) -> Iterator[tuple[duckdb.DuckDBPyConnection, list[tuple[Any, ...]], str]]:
+        snap = latest_snapshot(self.db_path)
+        if snap is None:
+            source = readable_source(self.db_path)
+            con = connect_read_only(source)
+            try:
+                yield con, _facets(con, str(source)), str(source)
+            finally:
+                con.close()
+            return
+        version = snapshot_version(self.db_path)
+        with self._lock:
+            if self._held is None or self._held[0] != version:
+                # The old connection is dropped, not closed: a reader may still use it.
+                con = connect_read_only(snap)
+                self._held = (version, con, _facets(con, str(snap)))
+            _, con, facets = self._held
+            cur = con.cursor()
+        try:
+            yield cur, facets, str(snap)
+        finally:
+            cur.close()
+
+
+def _facets(con: duckdb.DuckDBPyConnection, source: str) -> list[tuple[Any, ...]]:
     try:
-        return _read(con, wanted, page_size, str(source))
+        return con.execute(
+            f"SELECT kind, fleet_id, tool, count(*) FROM ({_CASES}) GROUP BY ALL"
+        ).fetchall()
     except duckdb.Error as exc:
         raise ViewStoreError(f"cannot read the queue from {source}: {exc}") from exc
-    finally:
-        con.close()
 
 
 def _read(
-    con: duckdb.DuckDBPyConnection, wanted: QueueFilter, page_size: int, source: str
+    con: duckdb.DuckDBPyConnection,
+    facets: list[tuple[Any, ...]],
+    wanted: QueueFilter,
+    page_size: int,
+    source: str,
 ) -> QueuePage:
     where, params = wanted.where()
-    facets = con.execute(
-        f"SELECT kind, fleet_id, tool, count(*) FROM ({_CASES}) GROUP BY ALL"
-    ).fetchall()
-    matching = int(
-        con.execute(f"SELECT count(*) FROM ({_CASES}) WHERE {where}", params).fetchone()[0]  # type: ignore[index]
-    )
-    pages = max(1, -(-matching // page_size))
-    page = min(max(1, wanted.page), pages, MAX_PAGE)
     direction = "DESC" if wanted.order is Order.NEWEST else "ASC"
-    rows = con.execute(
-        f"SELECT kind, scope, case_id, workflow_id, step_id, fleet_id, tool, reason, opened_at "
-        f"FROM ({_CASES}) WHERE {where} "
-        f"ORDER BY opened_at {direction} NULLS LAST, workflow_id, step_id LIMIT ? OFFSET ?",
-        [*params, page_size, (page - 1) * page_size],
-    ).fetchall()
+    page = min(max(1, wanted.page), MAX_PAGE)
+    found = _page_rows(con, where, params, direction, page, page_size)
+    if not found and page > 1:  # past the last page: show the last one
+        matching = _count(con, where, params)
+        page = max(1, -(-matching // page_size))
+        found = _page_rows(con, where, params, direction, page, page_size)
+    matching = int(found[0][-1]) if found else 0
+    rows = [row[:-1] for row in found]
+    pages = max(1, -(-matching // page_size))
     return QueuePage(
         rows=tuple(QueueRow(*row) for row in rows),
         matching=matching,
@@ -189,24 +256,31 @@ def _read(
     )
 
 
+def _page_rows(
+    con: duckdb.DuckDBPyConnection,
+    where: str,
+    params: list[Any],
+    direction: str,
+    page: int,
+    page_size: int,
+) -> list[tuple[Any, ...]]:
+    # One pass: the page's rows, each carrying the number of cases that match.
+    return con.execute(
+        f"SELECT kind, scope, case_id, workflow_id, step_id, fleet_id, tool, reason, opened_at, "
+        f"count(*) OVER () FROM ({_CASES}) WHERE {where} "
+        f"ORDER BY opened_at {direction} NULLS LAST, workflow_id, step_id LIMIT ? OFFSET ?",
+        [*params, page_size, (page - 1) * page_size],
+    ).fetchall()
+
+
+def _count(con: duckdb.DuckDBPyConnection, where: str, params: list[Any]) -> int:
+    row = con.execute(f"SELECT count(*) FROM ({_CASES}) WHERE {where}", params).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def _tally(facets: list[tuple[Any, ...]], column: int) -> dict[str, int]:
     counts: dict[str, int] = {}
     for row in facets:
         key = str(row[column] or "")
         counts[key] = counts.get(key, 0) + int(row[-1])
     return dict(sorted(counts.items()))
-
-
-def escalation_workflow(db_path: str | Path, escalation_id: str) -> str | None:
-    """The workflow an escalation belongs to, from the projection (None if not in it yet)."""
-    source = readable_source(db_path)
-    con = connect_read_only(source)
-    try:
-        row = con.execute(
-            "SELECT workflow_id FROM escalations WHERE escalation_id = ?", [escalation_id]
-        ).fetchone()
-    except duckdb.Error as exc:
-        raise ViewStoreError(f"cannot read escalations from {source}: {exc}") from exc
-    finally:
-        con.close()
-    return None if row is None else str(row[0])

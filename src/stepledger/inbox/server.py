@@ -103,7 +103,7 @@ def serve(
     """Serve the inbox until SIGINT/SIGTERM; ``announce`` receives the URL to open."""
     import uvicorn
 
-    from stepledger.inbox.app import InboxConfig, create_app
+    from stepledger.inbox.app import InboxConfig, create_app, warm
 
     token = check_token(options.token)
     sock = bind(options.host, options.port)
@@ -112,6 +112,7 @@ def serve(
     config = InboxConfig(db_path=options.db_path, token=token, port=port, allowed_hosts=hosts)
     answerer = answerer_for(settings, options)
     app = create_app(config, answerer)
+    warm(app)
     shown = f"[{options.host}]" if ":" in options.host else options.host
     if not is_loopback(options.host):
         logger.warning(

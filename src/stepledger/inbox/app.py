@@ -203,9 +203,9 @@ class _Pages:
             return PlainTextResponse(
                 f"503: the answer was not recorded: {exc.message}", status_code=503
             )
-        response = RedirectResponse(
-            _case_url(receipt.case) + "&answered=" + receipt.event.event_id, status_code=303
-        )
+        target = _case_url(receipt.case)
+        target += ("&" if "?" in target else "?") + "answered=" + receipt.event.event_id
+        response = RedirectResponse(target, status_code=303)
         response.set_cookie(NAME_COOKIE, fields["by"].strip(), samesite="strict", httponly=True)
         return response
 
@@ -304,7 +304,7 @@ def case_url(kind: str, case_id: str | None, workflow_id: str, step_id: str | No
     """Where a case's page is (escalations by id; approvals by workflow and step)."""
     if kind == "approval" or case_id is None:
         return "/approval?" + urlencode({"workflow": workflow_id, "step": step_id or ""})
-    return f"/escalations/{case_id}?"
+    return f"/escalations/{case_id}"
 
 
 def _case_url(case: Case) -> str:

@@ -29,6 +29,8 @@ from stepledger.producer.reader import KafkaScanReader
 from tests.integration import inbox_helpers as h
 from tests.integration.projector_helpers import snapshot_count, spawn_projector, wait_for
 
+pytestmark = pytest.mark.e2e
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

@@ -6,7 +6,9 @@ an in-memory log here and to the real broker in the last test.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import csrf_token
 from stepledger.log import InMemoryEventLog, KafkaEventLog
 from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader
+from stepledger.projector.snapshot import snapshot_path
 from stepledger.recovery import escalations
 from tests.integration import inbox_helpers as h
 from tests.unit.projector_harness import project, to_messages
@@ -112,6 +115,26 @@ def test_queue_lists_every_open_case_with_filters_counts_and_order(inbox: Inbox)
     html = inbox.client().get("/?fleet=fleet-b").text
     assert "pay-new" in html and "trip-old" not in html
     assert re.search(r'<strong id="matching">2</strong> of <span id="total">4</span>', html)
+
+
+def test_a_kept_connection_sees_the_next_published_snapshot(inbox: Inbox) -> None:
+    # DuckDB shares one instance per path in a process: reopening the replaced snapshot
+    # while the old connection lived returned the old file (caught by the browser test).
+    snapshot = snapshot_path(inbox.db)
+    shutil.copyfile(inbox.db, snapshot)
+    source = q.QueueSource(inbox.db)
+    try:
+        assert source.page(q.QueueFilter()).total == 4
+        for event in h.pending_approval(h.factory(), "trip-more"):
+            inbox.log.append(event)
+        inbox.reproject()
+        partial = snapshot.with_name(snapshot.name + ".partial")
+        shutil.copyfile(inbox.db, partial)
+        os.replace(partial, snapshot)
+        assert source.page(q.QueueFilter()).total == 5
+        assert source.workflow_of("esc-old") == "trip-old"
+    finally:
+        source.close()
 
 
 def test_every_request_needs_the_token(inbox: Inbox) -> None:

@@ -150,18 +150,23 @@ def snapshot_version(db_path: str | Path) -> str:
 
 def read_page(db_path: str | Path, wanted: QueueFilter, page_size: int = PAGE_SIZE) -> QueuePage:
     """One page of open cases from the newest snapshot, with totals and per-facet counts."""
-    return QueueSource(db_path, page_size).page(wanted)
+    source = QueueSource(db_path, page_size)
+    try:
+        return source.page(wanted)
+    finally:
+        source.close()
 
 
 class QueueSource:
     """Reads the queue from the newest snapshot, one connection per published snapshot.
 
     Opening a DuckDB file costs more than reading a page of it, so a connection to a
-    snapshot is kept until a newer one is published (it keeps reading the version it
-    opened; each read takes its own cursor, so threads do not share one).  The per-fleet,
-    per-tool and per-kind counts depend on the snapshot only and are kept with it.  The
-    projection file itself (no snapshot yet) is opened and closed on every read: a
-    connection left open would keep a projector from starting on it.
+    snapshot is kept until a newer one is published; the per-fleet, per-tool and per-kind
+    counts depend on the snapshot only and are kept with it.  Reads are serialised: DuckDB
+    shares one database instance per path within a process, so the old connection must be
+    closed (no cursor of it left) before the path is opened again, or the new connection
+    would get the old file.  The projection file itself (no snapshot yet) is opened and
+    closed on every read: a connection left open would keep a projector from starting.
     """
 
     def __init__(self, db_path: str | Path, page_size: int = PAGE_SIZE) -> None:
@@ -172,48 +177,58 @@ class QueueSource:
 
     def page(self, wanted: QueueFilter) -> QueuePage:
         """One page of open cases, with totals and per-facet counts."""
-        with self._cursor() as (cur, facets, source):
+        with self._connection() as (con, facets, source):
             try:
-                return _read(cur, facets, wanted, self.page_size, source)
+                return _read(con, facets, wanted, self.page_size, source)
             except duckdb.Error as exc:
                 raise ViewStoreError(f"cannot read the queue from {source}: {exc}") from exc
 
     def workflow_of(self, escalation_id: str) -> str | None:
         """The workflow an escalation belongs to (None if it is not in the projection yet)."""
-        with self._cursor() as (cur, _, source):
+        with self._connection() as (con, _, source):
             try:
-                row = cur.execute(
+                row = con.execute(
                     "SELECT workflow_id FROM escalations WHERE escalation_id = ?", [escalation_id]
                 ).fetchone()
             except duckdb.Error as exc:
                 raise ViewStoreError(f"cannot read escalations from {source}: {exc}") from exc
         return None if row is None else str(row[0])
 
+    def close(self) -> None:
+        """Close the kept connection."""
+        with self._lock:
+            self._drop()
+
     @contextlib.contextmanager
-    def _cursor(
+    def _connection(
         self,
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, list[tuple[Any, ...]], str]]:
-        snap = latest_snapshot(self.db_path)
-        if snap is None:
-            source = readable_source(self.db_path)
-            con = connect_read_only(source)
-            try:
-                yield con, _facets(con, str(source)), str(source)
-            finally:
-                con.close()
-            return
-        version = snapshot_version(self.db_path)
         with self._lock:
+            snap = latest_snapshot(self.db_path)
+            if snap is None:
+                self._drop()
+                source = readable_source(self.db_path)
+                con = connect_read_only(source)
+                try:
+                    yield con, _facets(con, str(source)), str(source)
+                finally:
+                    con.close()
+                return
+            version = snapshot_version(self.db_path)
             if self._held is None or self._held[0] != version:
-                # The old connection is dropped, not closed: a reader may still use it.
+                self._drop()
                 con = connect_read_only(snap)
-                self._held = (version, con, _facets(con, str(snap)))
-            _, con, facets = self._held
-            cur = con.cursor()
-        try:
-            yield cur, facets, str(snap)
-        finally:
-            cur.close()
+                try:
+                    self._held = (version, con, _facets(con, str(snap)))
+                except ViewStoreError:
+                    con.close()
+                    raise
+            yield self._held[1], self._held[2], str(snap)
+
+    def _drop(self) -> None:
+        if self._held is not None:
+            self._held[1].close()
+            self._held = None
 
 
 def _facets(con: duckdb.DuckDBPyConnection, source: str) -> list[tuple[Any, ...]]:

@@ -130,4 +130,5 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        app.state.pages.source.close()
         answerer.log.close()

@@ -25,13 +25,20 @@ from typing import Any
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
-from stepledger.errors import AlreadyAnsweredError, InvalidAnswerError, UnknownEscalationError
+from stepledger.errors import (
+    AlreadyAnsweredError,
+    InvalidAnswerError,
+    LedgerStateError,
+    UnknownEscalationError,
+)
 from stepledger.inbox.cases import Answer, Case, Decision, Redactor, approval_case, escalation_case
 from stepledger.log import EventLog
 from stepledger.producer import approval
 from stepledger.producer.reader import WorkflowReader
 from stepledger.recovery import escalations
 
+CLI_NOTE = "answered from the command line"
+"""The comment a command-line answer records when none is given."""
 MAX_NAME = 120
 MAX_NOTE = 4000
 MAX_RESULT = 64_000
@@ -140,6 +147,13 @@ class Answerer:
         by, note = validate(by, note)
         with self._lock(f"{workflow_id}\x1f{step_id}"):
             case = self.approval_case(workflow_id, step_id)
+            if case is None:
+                raise LedgerStateError(
+                    f"workflow {workflow_id!r} step {step_id!r} awaits no approval "
+                    "(no approval was requested)",
+                    workflow_id=workflow_id,
+                    step_id=step_id,
+                )
             _ensure_open(case, f"{workflow_id}/{step_id}")
             event = approval.decide(
                 self.log,
@@ -162,6 +176,22 @@ class Answerer:
     def _lock(self, key: str) -> threading.Lock:
         with self._guard:
             return self._locks.setdefault(key, threading.Lock())
+
+
+def ensure_counted(receipt: Receipt) -> None:
+    """Raise AlreadyAnsweredError when someone else's answer came first in the log."""
+    decision = receipt.decision
+    if receipt.counted or decision is None:
+        return
+    raise AlreadyAnsweredError(
+        f"already answered by {decision.by} at {decision.at.isoformat(timespec='seconds')}: "
+        f"{decision.answer.value} (yours came second and does not count)",
+        by=decision.by,
+        at=decision.at,
+        answer=decision.answer.value,
+        workflow_id=receipt.event.workflow_id,
+        step_id=receipt.event.step_id,
+    )
 
 
 def _ensure_open(case: Case | None, name: str) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,9 +24,9 @@ from stepledger.config import Settings
 from stepledger.consume import read_topic
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
-from stepledger.examples.clients import RunningService
+from stepledger.examples.clients import RunningService, start_service
 from stepledger.kafka import FAST_CONSUMER, topic_partitions
-from stepledger.log import codec_for
+from stepledger.log import KafkaEventLog, codec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # The recovery commands in a group of their own, run through the CLI's error boundary, so
@@ -275,3 +276,29 @@ def run_cli(env: dict[str, str], *args: str) -> CliResult:
         finally:
             sys.argv = argv
     return CliResult(code, out.getvalue().decode(), err.getvalue().decode())
+
+
+def append_events(settings: Settings, events: list[Event]) -> None:
+    """Append events durably, one after the other, as agents would."""
+    log = KafkaEventLog(settings)
+    try:
+        for event in events:
+            log.append(event)
+    finally:
+        log.close()
+
+
+@contextlib.contextmanager
+def services_stack(base: Path) -> Iterator[Stack]:
+    """The three example services in ``base`` and a Stack over them; all stopped after."""
+    services = {
+        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
+        for kind in ("payments", "bookings", "email")
+    }
+    stack = Stack(services, dict(os.environ))
+    try:
+        yield stack
+    finally:
+        stack.stop_daemons()
+        for service in services.values():
+            service.stop()

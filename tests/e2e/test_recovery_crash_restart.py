@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -19,12 +18,12 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus
-from stepledger.examples.clients import _JsonClient, start_service
+from stepledger.examples.clients import _JsonClient
 from stepledger.examples.tools import BOOKINGS, PAYMENTS, payments_tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory
-from tests.e2e.recovery_helpers import LogWatcher, Stack, stop, wait_for
+from tests.e2e.recovery_helpers import LogWatcher, Stack, services_stack, stop, wait_for
 
 pytestmark = pytest.mark.e2e
 CHARGE = {"amount": 700, "currency": "EUR", "customer": "cus_2"}
@@ -33,18 +32,8 @@ BOOKING = {"hotel": "Hotel Porto", "nights": 1}
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    base = tmp_path_factory.mktemp("recovery-restart")
-    services = {
-        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
-        for kind in ("payments", "bookings", "email")
-    }
-    stack = Stack(services, dict(os.environ))
-    try:
+    with services_stack(tmp_path_factory.mktemp("recovery-restart")) as stack:
         yield stack
-    finally:
-        stack.stop_daemons()
-        for service in services.values():
-            service.stop()
 
 
 def health(state_dir: Path) -> dict[str, object]:

@@ -8,7 +8,6 @@ pointed at no broker or no topic fails in one line.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -28,12 +27,20 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState, StepStatus
-from stepledger.examples.clients import start_service
 from stepledger.examples.tools import payments_tool
 from stepledger.kafka import ensure_topics
-from stepledger.log import KafkaEventLog, codec_for
+from stepledger.log import codec_for
 from tests.conftest import Factory
-from tests.e2e.recovery_helpers import CLI, LogWatcher, Stack, group_of, stop, wait_for
+from tests.e2e.recovery_helpers import (
+    CLI,
+    LogWatcher,
+    Stack,
+    append_events,
+    group_of,
+    services_stack,
+    stop,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 CHARGE = {"amount": 300, "currency": "EUR", "customer": "cus_h"}
@@ -42,18 +49,8 @@ FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    base = tmp_path_factory.mktemp("recovery-hostile")
-    services = {
-        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
-        for kind in ("payments", "bookings", "email")
-    }
-    stack = Stack(services, dict(os.environ))
-    try:
+    with services_stack(tmp_path_factory.mktemp("recovery-hostile")) as stack:
         yield stack
-    finally:
-        stack.stop_daemons()
-        for service in services.values():
-            service.stop()
 
 
 def _intent(stack: Stack, factory: EventFactory, workflow: str, **changes: object) -> ev.Event:
@@ -61,15 +58,6 @@ def _intent(stack: Stack, factory: EventFactory, workflow: str, **changes: objec
     intent = factory.intent(workflow, "s", tool, CHARGE, sequence=0)
     body = intent.body.model_copy(update=changes)
     return intent.model_copy(update={"body": body})
-
-
-def _append(settings: Settings, events: list[ev.Event]) -> None:
-    log = KafkaEventLog(settings)
-    try:
-        for event in events:
-            log.append(event)
-    finally:
-        log.close()
 
 
 def test_poison_events_never_stop_the_daemon_or_its_checkpoint(
@@ -85,7 +73,7 @@ def test_poison_events_never_stop_the_daemon_or_its_checkpoint(
     ).model_copy(update={"step_id": "s"})
     garbage = _intent(stack, factory, f"garbage-{run}", arguments_json="{not json")
     good = _intent(stack, factory, f"good-{run}")
-    _append(settings, [far, restarted, restart, garbage, good])
+    append_events(settings, [far, restarted, restart, garbage, good])
     state_dir = tmp_path / "state"
     daemon = stack.start_daemon(settings, state_dir)
     watcher = LogWatcher(settings)
@@ -109,7 +97,7 @@ def test_poison_events_never_stop_the_daemon_or_its_checkpoint(
         stack.daemons.remove(daemon)
         again = stack.start_daemon(settings, state_dir)
         later = _intent(stack, factory, f"later-{run}")
-        _append(settings, [later])
+        append_events(settings, [later])
         wait_for(
             lambda: (s := watcher.step(f"later-{run}")) and s.status is StepStatus.SUCCEEDED,
             30,
@@ -143,7 +131,7 @@ def test_cooperative_sticky_assignment_works(
     )
     factory = EventFactory(settings.fleet_id, "agent")
     workflows = [f"coop-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
-    _append(settings, [_intent(stack, factory, wf) for wf in workflows])
+    append_events(settings, [_intent(stack, factory, wf) for wf in workflows])
     watcher = LogWatcher(settings)
     try:
         _wait_succeeded(watcher, workflows, 30)
@@ -162,7 +150,7 @@ def test_a_daemon_paused_past_its_session_appends_nothing_for_partitions_it_lost
     )
     factory = EventFactory(settings.fleet_id, "agent")
     workflows = [f"paused-{i}-{uuid.uuid4().hex[:6]}" for i in range(8)]
-    _append(settings, [_intent(stack, factory, wf) for wf in workflows])
+    append_events(settings, [_intent(stack, factory, wf) for wf in workflows])
     watcher = LogWatcher(settings)
     try:
         # Work is queued and running in the first daemon (one worker, a 1 s re-drive each).

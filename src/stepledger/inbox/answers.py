@@ -183,14 +183,20 @@ def ensure_counted(receipt: Receipt) -> None:
     decision = receipt.decision
     if receipt.counted or decision is None:
         return
-    raise AlreadyAnsweredError(
+    case = receipt.case
+    raise already_answered(decision, case, " (yours came second and does not count)")
+
+
+def already_answered(decision: Decision, case: Case, tail: str = "") -> AlreadyAnsweredError:
+    """The refusal naming who answered a case first, and when."""
+    return AlreadyAnsweredError(
         f"already answered by {decision.by} at {decision.at.isoformat(timespec='seconds')}: "
-        f"{decision.answer.value} (yours came second and does not count)",
+        f"{decision.answer.value}{tail}",
         by=decision.by,
         at=decision.at,
         answer=decision.answer.value,
-        workflow_id=receipt.event.workflow_id,
-        step_id=receipt.event.step_id,
+        workflow_id=case.workflow_id,
+        step_id=case.step_id,
     )
 
 
@@ -209,15 +215,7 @@ def _ensure_open(case: Case | None, name: str) -> None:
             workflow_id=case.workflow_id,
             step_id=case.step_id,
         )
-    raise AlreadyAnsweredError(
-        f"already answered by {decision.by} at {decision.at.isoformat(timespec='seconds')}: "
-        f"{decision.answer.value}",
-        by=decision.by,
-        at=decision.at,
-        answer=decision.answer.value,
-        workflow_id=case.workflow_id,
-        step_id=case.step_id,
-    )
+    raise already_answered(decision, case)
 
 
 def _unknown(name: str) -> UnknownEscalationError:

@@ -75,14 +75,19 @@ class EventFactory:
         *,
         sequence: int,
         attempt: int = 1,
+        after_pivot: bool = False,
     ) -> ev.Event:
-        """The intent of one call: key derived, secrets redacted, deadline from the timeout."""
+        """The intent of one call: key derived, secrets redacted, deadline from the timeout.
+
+        ``after_pivot``: a pivot of the workflow may have happened before this call, so
+        recovery must never compensate it (see :mod:`stepledger.domain.saga`).
+        """
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
         recorded = tool.redact(arguments, key, self.redaction_key)
         body = ev.StepIntended(
             sequence=sequence,
             tool=tool.name,
-            effect=tool.effect,
+            effect=tool.effect_class,
             policy=tool.resolution,
             idempotency_key=key,
             arguments_json=canonical_json(recorded),
@@ -90,6 +95,9 @@ class EventFactory:
             deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             attempt=attempt,
             requires_approval=tool.requires_approval,
+            repeatable=tool.repeatable,
+            undoable=tool.undoable,
+            after_pivot=after_pivot,
         )
         return self.envelope(workflow_id, step_id, body, attempt)
 

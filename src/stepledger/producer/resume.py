@@ -235,7 +235,7 @@ def _forward(state: WorkflowState, step: StepState, tool: Tool) -> WorkflowState
     """The state the resolver judges: a queryable compensatable intent is queried instead."""
     if step.policy is not ResolutionPolicy.COMPENSATE or tool.query is None:
         return state
-    if step.effect is not EffectClass.COMPENSATABLE or step.status is not StepStatus.INTENDED:
+    if not step.undoable or step.status is not StepStatus.INTENDED:
         return state
     shadow = _copy(state)
     shadow.steps[step.step_id] = replace(step, policy=ResolutionPolicy.QUERY)

@@ -21,9 +21,16 @@ from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
-from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step
+from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_passed
 from stepledger.domain.secrets import Scrubber
-from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
+from stepledger.domain.state import (
+    ENDED,
+    RunStatus,
+    StepState,
+    StepStatus,
+    WorkflowState,
+    replay,
+)
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
@@ -69,7 +76,7 @@ class Workflow:
     @property
     def finished(self) -> bool:
         """True once the workflow ended (completed, failed, compensated)."""
-        return self.state.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.COMPENSATED)
+        return self.state.status in ENDED
 
     def record(self, event: ev.Event) -> Position:
         """Append an event durably, then fold it into the local state."""
@@ -99,6 +106,10 @@ class Workflow:
     def tool(self, name: str) -> Tool:
         """A tool this workflow used, or one of the ledger's registry."""
         return self._tools.get(name) or self.ledger.tools.require(name)
+
+    def known_tool(self, name: str) -> Tool | None:
+        """A tool this workflow used or the ledger knows, or None."""
+        return self._tools.get(name) or self.ledger.tools.get(name)
 
     def step(
         self,
@@ -230,16 +241,25 @@ class Workflow:
             return build_context(self.state, hook)
 
     def compensate(self, reason: str = "workflow compensated", *, finish: bool = True) -> list[str]:
-        """Undo completed compensatable steps, newest first, each as its own intent/outcome.
+        """Undo every effect that happened and can be undone, newest first.
 
-        Raises StepInDoubtError (nothing undone) while an effectful step's outcome is
-        unknown.  Returns the compensated step ids; with ``finish`` the workflow then ends
-        as compensated.
+        Each undo is its own intent/outcome.  Raises StepInDoubtError (nothing undone) while
+        an effectful step's outcome is unknown.  Returns the compensated step ids.  With
+        ``finish`` the workflow then ends ``compensated`` if nothing that happened is left
+        standing, otherwise ``compensation_incomplete`` with an escalation listing each
+        effect left standing and the forward action a human might take
+        (:attr:`left_standing`).
         """
         done = compensation.compensate(self, reason)
         if finish:
-            self.finish(WorkflowStatus.COMPENSATED, reason)
+            compensation.finish(self, reason)
         return done
+
+    @property
+    def left_standing(self) -> list[StepState]:
+        """Effects of this workflow that happened and were not undone."""
+        with self._lock:
+            return compensation.standing(self.state)
 
     def finish(
         self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
@@ -332,8 +352,16 @@ class Workflow:
             return _PendingCall(
                 None, step_id, step.idempotency_key, args, step.attempt, scrub, None
             )
+        with self._lock:
+            after_pivot = tool.effectful and bool(pivot_passed(self.state, step_id))
         event = self.ledger.events.intent(
-            self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
+            self.workflow_id,
+            step_id,
+            tool,
+            args,
+            sequence=move.sequence,
+            attempt=move.attempt,
+            after_pivot=after_pivot,
         )
         body = event.body
         assert isinstance(body, ev.StepIntended)

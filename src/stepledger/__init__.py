@@ -25,7 +25,7 @@ from stepledger.errors import (
 )
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import Ledger, ResumeOptions, Workflow
-from stepledger.recovery import Resolver, ToolRegistry
+from stepledger.resolution import Resolver, ToolRegistry
 
 __all__ = [
     "ApprovalPendingError",

@@ -150,7 +150,7 @@ def test_a_resume_through_the_snapshot_reader_replays_without_calls(
 
 def test_a_pivot_first_plan_is_refused_before_anything_is_recorded(settings: Settings) -> None:
     with Ledger(settings) as ledger:
-        with pytest.raises(SagaViolationError, match="irreversible_before_compensatable"):
+        with pytest.raises(SagaViolationError, match="undoable_after_pivot"):
             ledger.workflow("wf-p", plan=[("mail", EMAIL), ("book", BOOK)])
         wf = ledger.workflow("wf-q")
         wf.step("mail", EMAIL, {}, lambda a, k: "sent")

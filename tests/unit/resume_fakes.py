@@ -11,7 +11,7 @@ from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.recovery.deadletters import InMemoryDeadLetters
+from stepledger.resolution.deadletters import InMemoryDeadLetters
 
 
 class Crash(BaseException):
@@ -50,7 +50,7 @@ class Services:
             timeout_s=1,
             run=self._charge,
             redrive=self._charge,
-            query=lambda key, args: _found(self.charges.get(key)),
+            query=lambda args, key: _found(self.charges.get(key)),
             compensate=self._refund,
         )
         self.book = Tool(
@@ -59,7 +59,7 @@ class Services:
             keyed=True,
             timeout_s=1,
             run=self._book,
-            query=lambda key, args: _found(self.bookings.get(key)),
+            query=lambda args, key: _found(self.bookings.get(key)),
             compensate=self._cancel,
         )
         self.email = Tool(

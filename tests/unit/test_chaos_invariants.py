@@ -15,7 +15,7 @@ CHARGE = Tool(
     effect="idempotent",
     keyed=True,
     policy="query",
-    query=lambda k, a: Found(),
+    query=lambda a, k: Found(),
 )
 EMAIL = Tool(name="email.send", effect="irreversible")
 

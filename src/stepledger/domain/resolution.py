@@ -2,7 +2,7 @@
 
 Given a step as the log tells it, its tool and the time, :func:`decide` says whether to
 wait, query, re-drive, compensate, escalate or give up.  Nothing here does I/O; the
-resolver (``stepledger.recovery.resolver``) carries the decisions out and records them.
+resolver (``stepledger.resolution.resolver``) carries the decisions out and records them.
 """
 
 from __future__ import annotations

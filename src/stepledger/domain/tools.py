@@ -15,10 +15,11 @@ older ``effect=`` classes map onto the pair (``idempotent`` -> idempotent, ``com
 always the class the pair implies (undoable -> compensatable, else repeatable -> idempotent,
 else irreversible), which is what intents record for older readers.
 
-Hooks (all optional except where the policy needs one):
+Hooks (all optional except where the policy needs one) take their arguments in one order,
+the call's arguments first and its idempotency key second:
 
 - ``run(args, idempotency_key) -> result``: the call itself.
-- ``query(idempotency_key, args) -> Found | NotFound``: look the effect up.
+- ``query(args, idempotency_key) -> Found | NotFound``: look the effect up.
 - ``redrive(args, idempotency_key) -> result``: call again with the same key (defaults to ``run``).
 - ``compensate(args, idempotency_key, known_result) -> result``: forward correcting action that
   tolerates "nothing to undo".
@@ -60,7 +61,7 @@ class NotFound:
 
 QueryAnswer = Found | NotFound
 RunHook = Callable[[dict[str, Any], str], Any]
-QueryHook = Callable[[str, dict[str, Any]], QueryAnswer]
+QueryHook = Callable[[dict[str, Any], str], QueryAnswer]
 RedriveHook = Callable[[dict[str, Any], str], Any]
 CompensateHook = Callable[[dict[str, Any], str, Any], Any]
 
@@ -106,7 +107,7 @@ class Tool(BaseModel):
     run: RunHook | None = Field(default=None, exclude=True, repr=False)
     """The call itself: ``run(args, idempotency_key)``."""
     query: QueryHook | None = Field(default=None, exclude=True, repr=False)
-    """Look the effect up by key: ``query(idempotency_key, args) -> Found | NotFound``."""
+    """Look the effect up by key: ``query(args, idempotency_key) -> Found | NotFound``."""
     redrive: RedriveHook | None = Field(default=None, exclude=True, repr=False)
     """Call again with the same key; ``run`` is used when absent."""
     compensate: CompensateHook | None = Field(default=None, exclude=True, repr=False)

@@ -33,7 +33,7 @@ from stepledger.examples.clients import (
     PaymentsClient,
     ServiceError,
 )
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 
 PAYMENTS = "payments.charge"
 BOOKINGS = "bookings.book"
@@ -110,7 +110,7 @@ def payments_tool(
             ),
         )
 
-    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(args: dict[str, Any], key: str) -> Found | NotFound:
         charge = service_call(PAYMENTS, lambda: client.find_charge(key))
         return NotFound(f"no charge under {key}") if charge is None else Found(charge)
 
@@ -147,7 +147,7 @@ def bookings_tool(
             lambda: client.book(key, str(args["hotel"]), int(args["nights"]), fault=fault),
         )
 
-    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(args: dict[str, Any], key: str) -> Found | NotFound:
         booking = service_call(BOOKINGS, lambda: client.find_booking(key))
         return NotFound(f"no booking under {key}") if booking is None else Found(booking)
 

@@ -25,7 +25,7 @@ from stepledger.domain.saga import compensation_plan, left_standing
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import StepInDoubtError
-from stepledger.recovery.hooks import intent_arguments, known_result
+from stepledger.resolution.hooks import intent_arguments, known_result
 
 if TYPE_CHECKING:
     from stepledger.producer.workflow import Workflow

@@ -25,8 +25,8 @@ from stepledger.producer import resume
 from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader, WorkflowReader
 from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
+from stepledger.resolution.registry import ToolRegistry
 
 
 class Ledger:

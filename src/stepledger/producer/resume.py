@@ -29,8 +29,8 @@ from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver, reader_check
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver, reader_check
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +175,29 @@ def test_compensation_incomplete_is_recorded_projected_and_answered(
     with Ledger(settings) as ledger:
         answer(ledger.log, ledger.events, item, Verdict.COMPENSATED, by="ana", note="emailed")
     assert replay("wf-unwind", events_of(settings, "wf-unwind")).status is RunStatus.COMPENSATED
+
+
+@dataclass(frozen=True)
+class Receipt:
+    charge_id: str
+    amount: Decimal
+    at: datetime
+
+
+def test_a_typed_result_comes_back_from_the_broker_as_it_went_in(settings: Settings) -> None:
+    receipt = Receipt("ch_1", Decimal("12.50"), datetime(2026, 1, 1, 12, 0, tzinfo=UTC))
+
+    def charge(args: dict[str, Any], key: str) -> Receipt:
+        return receipt
+
+    tool = Tool(name="charge", keyed=True, run=charge)
+    with Ledger(settings) as ledger:
+        assert (
+            ledger.workflow("wf-typed").step("charge", tool, {"day": date(2026, 1, 1)}) is receipt
+        )
+    with Ledger(settings) as ledger:
+        replayed = ledger.workflow("wf-typed").step(
+            "charge", tool, {"day": date(2026, 1, 1)}, lambda a, k: "called again!"
+        )
+    assert replayed == receipt and type(replayed) is Receipt
+    assert type(replayed.amount) is Decimal and type(replayed.at) is datetime

@@ -112,6 +112,7 @@ class StepOutcome(_Frozen):
     source: Source
     evidence_json: str | None = None
     attempt: AvroInt = 1
+    result_type: str | None = None
 
 
 class CompensationIntended(_Frozen):

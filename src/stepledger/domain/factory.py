@@ -113,10 +113,13 @@ class EventFactory:
         error: BaseException | str | None = None,
         evidence: Any = None,
         scrub: Scrubber | None = None,
+        result_type: str | None = None,
     ) -> ev.Event:
         """The outcome of one intent attempt, from whoever decided it.
 
-        ``scrub`` removes the call's secret values from the result and the error text.
+        ``scrub`` removes the call's secret values from the result and the error text;
+        ``result`` is JSON-ready (see :class:`~stepledger.domain.results.ResultCodec`) and
+        ``result_type`` names the codec that made it so.
         """
         text = None if error is None else str(error)
         if scrub:
@@ -130,5 +133,6 @@ class EventFactory:
             source=source,
             evidence_json=None if evidence is None else canonical_json(evidence),
             attempt=attempt,
+            result_type=None if result is None else result_type,
         )
         return self.envelope(workflow_id, step_id, body, attempt, source.value)

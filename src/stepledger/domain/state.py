@@ -105,6 +105,8 @@ class StepState:
     attempt: int = 0
     recovery_attempts: int = 0
     result_json: str | None = None
+    result_type: str | None = None
+    """Which codec wrote ``result_json`` (see :mod:`stepledger.domain.results`)."""
     error: str | None = None
     resolved_by: Source | None = None
     escalation_id: str | None = None
@@ -330,6 +332,7 @@ def _on_intent(
         intended_at=at,
         recovery_attempts=0,
         result_json=None,
+        result_type=None,
         error=None,
         resolved_by=None,
         resolved_at=None,
@@ -366,6 +369,7 @@ def _on_outcome(
         step,
         status=status,
         result_json=body.result_json,
+        result_type=body.result_type,
         error=body.error,
         resolved_by=body.source,
         resolved_at=at,

@@ -37,11 +37,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from stepledger.domain import secrets
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
-from stepledger.domain.ids import canonical_digest, canonical_json
+from stepledger.domain.ids import canonical_digest, typed_canonical_json
+from stepledger.domain.results import ResultCodec, result_codec
 from stepledger.errors import ToolDefinitionError
 
 
@@ -112,6 +113,9 @@ class Tool(BaseModel):
     """Call again with the same key; ``run`` is used when absent."""
     compensate: CompensateHook | None = Field(default=None, exclude=True, repr=False)
     """Undo it: ``compensate(args, idempotency_key, known_result)``, a forward action."""
+    result_type: Any = Field(default=None, exclude=True, repr=False)
+    """What ``run`` returns (default: its return annotation); replays return that type."""
+    _results: ResultCodec = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -141,7 +145,13 @@ class Tool(BaseModel):
         problems = _combination_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+        self._results = result_codec(self.result_type, self.run, tool=self.name)
         return self
+
+    @property
+    def results(self) -> ResultCodec:
+        """How this tool's results are recorded and replayed (same value, same type)."""
+        return self._results
 
     @property
     def effect_class(self) -> EffectClass:
@@ -196,9 +206,9 @@ class Tool(BaseModel):
     def arguments_digest(self, arguments: Mapping[str, Any]) -> str:
         """The digest an intent records to detect a changed plan; secret values take no part."""
         if not self.secret_args:
-            return canonical_digest(canonical_json(arguments))
+            return canonical_digest(typed_canonical_json(arguments))
         redacted = secrets.redact(arguments, self.secret_args, secrets.fixed_mark)
-        return canonical_digest(canonical_json(redacted))
+        return canonical_digest(typed_canonical_json(redacted))
 
     def scrubber(self, arguments: Mapping[str, Any]) -> secrets.Scrubber:
         """What removes this call's secret values from its error text and result."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
+from stepledger.domain.results import Encoded
 from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_passed
 from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
@@ -36,6 +36,7 @@ from stepledger.errors import (
     ApprovalPendingError,
     LedgerStateError,
     PlanMismatchError,
+    ResultTypeError,
     StepInDoubtError,
     ToolDefinitionError,
     effect_unknown,
@@ -129,7 +130,7 @@ class Workflow:
         args = dict(arguments or {})
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
-            return _recorded_result(move.step)
+            return _recorded_result(tool, move.step)
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             self.record(call.event)
@@ -140,9 +141,11 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        encoded = tool.results.encode(result)
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         self.record(outcome)
         self._ensure_outcome_stands(call, outcome)
+        _ensure_replayable(tool, step_id, encoded)
         return result
 
     async def astep(
@@ -160,7 +163,7 @@ class Workflow:
         else:
             move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
-            return _recorded_result(move.step)
+            return _recorded_result(tool, move.step)
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             await self.arecord(call.event)
@@ -175,10 +178,12 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        encoded = tool.results.encode(result)
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         await self.arecord(outcome)
         if self._past_deadline(call):
             await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
+        _ensure_replayable(tool, step_id, encoded)
         return result
 
     def _past_deadline(self, call: _PendingCall) -> bool:
@@ -374,7 +379,7 @@ class Workflow:
         call: _PendingCall,
         status: OutcomeStatus,
         *,
-        result: Any = None,
+        result: Encoded | None = None,
         error: BaseException | None = None,
     ) -> ev.Event:
         return self.ledger.events.outcome(
@@ -382,7 +387,8 @@ class Workflow:
             call.step_id,
             attempt=call.attempt,
             status=status,
-            result=result,
+            result=None if result is None else result.value,
+            result_type=None if result is None else result.result_type,
             error=error,
             scrub=call.scrub,
         )
@@ -415,10 +421,26 @@ def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:
     return step if isinstance(step, PlanStep) else PlanStep(*step)
 
 
-def _recorded_result(step: StepState | None) -> Any:
+def _recorded_result(tool: Tool, step: StepState | None) -> Any:
     if step is None or step.result_json is None:
         return None
-    return json.loads(step.result_json)
+    try:
+        return tool.results.decode(step.result_json, step.result_type)
+    except ResultTypeError as exc:
+        exc.step_id = step.step_id
+        raise
+
+
+def _ensure_replayable(tool: Tool, step_id: str, encoded: Encoded) -> None:
+    """Raise once the outcome is recorded if the result would not replay as it was returned."""
+    if encoded.problem is not None:
+        raise ResultTypeError(
+            f"step {step_id!r} ({tool.name}): the result was recorded, but a replay could not "
+            f"return it as it is: {encoded.problem}; declare result_type (or annotate the "
+            "tool's function) with a type the SDK can round-trip",
+            step_id=step_id,
+            tool=tool.name,
+        )
 
 
 def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:

@@ -376,13 +376,15 @@ class Resolver:
     def _outcome(
         self, run: _Attempt, status: OutcomeStatus, source: Source, result: Any, evidence: Any
     ) -> None:
+        encoded = run.tool.results.encode(result) if run.tool is not None else None
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,
             attempt=run.step.attempt,
             status=status,
             source=source,
-            result=result,
+            result=result if encoded is None else encoded.value,
+            result_type=None if encoded is None else encoded.result_type,
             evidence=evidence,
         )
         # One id per decided attempt, whichever path (query or re-drive) decided it: two

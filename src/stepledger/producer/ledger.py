@@ -22,7 +22,11 @@ from stepledger.domain.tools import Tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import resume
-from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader, WorkflowReader
+from stepledger.producer.reader import (
+    InMemoryWorkflowReader,
+    KafkaPartitionReader,
+    WorkflowReader,
+)
 from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
 from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
@@ -56,12 +60,12 @@ class Ledger:
 
     @property
     def reader(self) -> WorkflowReader:
-        """How workflows are read back (a topic scan unless a snapshot reader was given)."""
+        """How workflows are read back: their own partition, unless another reader was given."""
         if self._reader is None:
             if isinstance(self.log, InMemoryEventLog):
                 self._reader = InMemoryWorkflowReader(self.log)
             else:
-                self._reader = KafkaScanReader(self.settings)
+                self._reader = KafkaPartitionReader(self.settings)
         return self._reader
 
     @property

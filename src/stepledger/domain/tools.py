@@ -116,6 +116,7 @@ class Tool(BaseModel):
     result_type: Any = Field(default=None, exclude=True, repr=False)
     """What ``run`` returns (default: its return annotation); replays return that type."""
     _results: ResultCodec = PrivateAttr()
+    _function: Callable[..., Any] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -147,6 +148,16 @@ class Tool(BaseModel):
             raise ValueError("; ".join(problems))
         self._results = result_codec(self.result_type, self.run, tool=self.name)
         return self
+
+    def bind_function(self, fn: Callable[..., Any]) -> None:
+        """Remember the plain function a decorated tool was made of (calling the tool calls it)."""
+        self._function = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function a decorated tool was made of, directly (no intent, no outcome)."""
+        if self._function is None:
+            raise TypeError(f"tool {self.name!r} was not made from a function; use wf.step")
+        return self._function(*args, **kwargs)
 
     @property
     def results(self) -> ResultCodec:

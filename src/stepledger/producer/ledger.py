@@ -25,6 +25,7 @@ from stepledger.producer import resume
 from stepledger.producer.reader import (
     InMemoryWorkflowReader,
     KafkaPartitionReader,
+    SnapshotTailReader,
     WorkflowReader,
 )
 from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
@@ -64,7 +65,11 @@ class Ledger:
         if self._reader is None:
             if isinstance(self.log, InMemoryEventLog):
                 self._reader = InMemoryWorkflowReader(self.log)
+            elif self.settings.projection:
+                # O(the workflow): its rows in the snapshot, then its partition's tail.
+                self._reader = SnapshotTailReader(self.settings, self.settings.projection)
             else:
+                # O(its partition): no projection to look the workflow up in.
                 self._reader = KafkaPartitionReader(self.settings)
         return self._reader
 

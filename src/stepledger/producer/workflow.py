@@ -118,8 +118,12 @@ class Workflow:
         tool: Tool,
         arguments: Mapping[str, Any] | None = None,
         fn: ToolFn | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run one tool call bracketed by a durable intent and a durable outcome.
+
+        The call's arguments are ``arguments`` and/or keywords (``wf.step("charge", charge,
+        amount=1250)``); an argument named ``arguments`` or ``fn`` goes in the mapping.
 
         ``fn(arguments, idempotency_key)`` (or ``tool.run``) is called only after the intent
         is acknowledged; if that fails, a DurabilityError is raised and nothing is called.
@@ -127,7 +131,7 @@ class Workflow:
         already settled returns its recorded result (or raises its recorded failure as a
         ToolCallError) without calling the tool.
         """
-        args = dict(arguments or {})
+        args = {**(arguments or {}), **kwargs}
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
             return _recorded_result(tool, move.step)
@@ -154,9 +158,10 @@ class Workflow:
         tool: Tool,
         arguments: Mapping[str, Any] | None = None,
         fn: Callable[[dict[str, Any], str], Any | Awaitable[Any]] | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
-        args = dict(arguments or {})
+        args = {**(arguments or {}), **kwargs}
         if step_id in self.state.steps:
             # Settling or waiting for an approval blocks: keep it off the event loop.
             move = await asyncio.to_thread(self._prepare, step_id, tool, args)

@@ -145,3 +145,19 @@ def test_the_testing_module_resumes_a_crashed_agent_without_a_broker() -> None:
     wf = ledger_over(log, tools=[book], clock=clock).workflow("trip")
     assert wf.step("b", book, hotel="h") == "booked h"
     assert calls[0] == calls[1], "the re-drive reused the key"
+
+
+def test_the_sdk_imports_neither_the_daemons_package_nor_the_projectors() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, stepledger, stepledger.producer, stepledger.testing\n"
+        "from stepledger.producer import reader\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('stepledger.recovery', "
+        "'stepledger.projector')))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""

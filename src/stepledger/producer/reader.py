@@ -201,7 +201,7 @@ class SnapshotTailReader(KafkaPartitionReader):
 
     def read(self, workflow_id: str) -> list[Event]:
         """The workflow's events: snapshot lookup, then the tail after the snapshot."""
-        from stepledger.projector.snapshot import latest_snapshot, workflow_events_from_snapshot
+        from stepledger.snapshots import latest_snapshot, workflow_events_from_snapshot
 
         began = time.perf_counter()
         path = latest_snapshot(self.projection)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.common import Row, machine, table
 
-BENCHES = ("producer", "projector", "recovery", "resume", "inbox")
+BENCHES = ("producer", "projector", "recovery", "resume", "open", "inbox")
 
 
 def main() -> None:

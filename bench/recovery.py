@@ -35,10 +35,10 @@ from stepledger.domain.state import StepState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import KafkaEventLog
 from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.deadletters import InMemoryDeadLetters
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.tracker import Tracker
+from stepledger.resolution.deadletters import InMemoryDeadLetters
+from stepledger.resolution.registry import ToolRegistry
 
 ARGS = {"amount": 1250, "currency": "EUR", "customer": "cus_0001", "memo": "x" * 120}
 #: Intents falling due per second in the latency measurement.
@@ -46,7 +46,7 @@ RATE = 100
 FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 200, "fetch.wait.max.ms": 10}
 
 
-def _found(key: str, args: dict[str, Any]) -> Found | NotFound:
+def _found(args: dict[str, Any], key: str) -> Found | NotFound:
     return Found({"charge": key})
 
 

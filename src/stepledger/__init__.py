@@ -1,58 +1,82 @@
 """stepledger: a durable step log that lets fleets of AI agents survive crashes.
 
-The public API: define tools (:class:`Tool`), open workflows through a :class:`Ledger`
-(start or resume), and run steps with :meth:`Workflow.step`; every effectful call is
-bracketed by a durable intent and outcome on Kafka.  Subpackages hold the rest:
-``stepledger.projector`` (DuckDB views), ``stepledger.recovery`` (in-doubt resolution),
-``stepledger.domain`` (the pure core).
+``import stepledger as sl`` is the front door::
+
+    @sl.tool(keyed=True, compensate=refund)       # a repeat is safe; a refund undoes it
+    def charge(amount: int, currency: str, *, idempotency_key: str) -> Receipt: ...
+
+    with sl.Ledger(sl.load_settings()) as ledger:
+        wf = ledger.workflow("order-42")           # starts it, or resumes it after a crash
+        receipt = wf.step("charge", charge, amount=1250, currency="EUR")
+        wf.finish()
+
+Every effectful call is bracketed by a durable intent and outcome on Kafka.
+``stepledger.testing`` has the in-memory log and clock for unit tests.  The subpackages
+(``projector``, ``recovery``, ``resolution``, ``domain``) are for operators and
+contributors; an agent needs nothing from them.
 """
 
 from stepledger.config import Settings, load_settings
-from stepledger.domain.enums import EffectClass, ResolutionPolicy
-from stepledger.domain.events import Event
-from stepledger.domain.saga import PlanStep, check_plan
+from stepledger.domain.context import StepSummary, keep_last, render
+from stepledger.domain.decorator import tool
+from stepledger.domain.enums import EffectClass, ResolutionPolicy, WorkflowStatus
+from stepledger.domain.saga import PlanRules, PlanStep, Violation, check_plan
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import (
+    ApprovalDeniedError,
     ApprovalPendingError,
+    BrokerError,
     DurabilityError,
+    LedgerStateError,
     PlanMismatchError,
+    ResultTypeError,
     SagaViolationError,
     StepCompensatedError,
     StepInDoubtError,
     StepLedgerError,
+    ToolCallError,
     ToolDefinitionError,
+    ToolServiceError,
     WorkflowDeadLetteredError,
 )
-from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
-from stepledger.producer import Ledger, ResumeOptions, Workflow
-from stepledger.recovery import Resolver, ToolRegistry
+from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
+from stepledger.resolution import ToolRegistry
 
 __all__ = [
+    "ApprovalDeniedError",
     "ApprovalPendingError",
+    "BrokerError",
     "DurabilityError",
     "EffectClass",
-    "Event",
-    "EventLog",
     "Found",
-    "InMemoryEventLog",
-    "KafkaEventLog",
     "Ledger",
+    "LedgerStateError",
     "NotFound",
     "PlanMismatchError",
+    "PlanRules",
     "PlanStep",
     "ResolutionPolicy",
-    "Resolver",
+    "ResultTypeError",
     "ResumeOptions",
     "SagaViolationError",
     "Settings",
+    "SnapshotTailReader",
     "StepCompensatedError",
     "StepInDoubtError",
     "StepLedgerError",
+    "StepSummary",
     "Tool",
+    "ToolCallError",
     "ToolDefinitionError",
     "ToolRegistry",
+    "ToolServiceError",
+    "Violation",
     "Workflow",
     "WorkflowDeadLetteredError",
+    "WorkflowStatus",
     "check_plan",
+    "keep_last",
     "load_settings",
+    "render",
+    "tool",
 ]

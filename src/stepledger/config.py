@@ -50,6 +50,8 @@ class Settings(BaseModel):
     """A file to which the id of every acknowledged event is appended (for verification)."""
     redaction_key: SecretStr | None = Field(default=None, min_length=MIN_KEY_LENGTH)
     """Keys the HMAC recorded for secret arguments; unset, they are a fixed marker only."""
+    projection: str | None = None
+    """The projector's DuckDB file: the SDK opens workflows from its snapshot plus a tail."""
 
     @field_validator("bootstrap")
     @classmethod

@@ -5,6 +5,7 @@
     StepLedgerError                      root; ``retryable`` says whether trying again can help
     ├── ConfigError                      bad settings, flags, config file or environment
     ├── ToolDefinitionError              an invalid Tool spec, refused at definition time
+    │   └── ResultTypeError              a result that would not replay as it was returned
     ├── CodecError                       bytes that are not a valid event
     │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
     ├── EventValidationError             a decoded or JSON event that breaks the model
@@ -66,6 +67,15 @@ class ConfigError(StepLedgerError):
 
 class ToolDefinitionError(StepLedgerError):
     """A Tool spec combines settings that cannot work together."""
+
+
+class ResultTypeError(ToolDefinitionError):
+    """A tool's result would not come back from the log equal and of the same type.
+
+    Raised when a tool is defined with a result type the SDK cannot record and replay,
+    when a call returns a value its tool cannot round-trip (the outcome is recorded, marked
+    not replayable), and when a replay meets such a result or one recorded as another type.
+    """
 
 
 class CodecError(StepLedgerError):

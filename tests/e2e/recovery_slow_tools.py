@@ -8,7 +8,7 @@ from typing import Any
 
 from stepledger.domain.tools import NotFound
 from stepledger.examples.tools import bookings_tool, payments_tool
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 
 STALL_S = 20.0
 

@@ -95,8 +95,12 @@ def test_demo_tells_the_whole_story_fast_and_leaves_nothing_running(
     assert re.search(
         r"trip-4\s+│ email\s+│ email.send\s+│ abandoned\s+│ recovery\s+│ 0\s+│ True", out
     )
+    assert "nothing ran twice: " in out
+    assert "(4 charges, 1 refunds, 4 bookings, 1 cancellations, 2 emails in all)" in out
+    # trip-3 ends compensated, and the services' own counts say nothing is left standing.
     assert (
-        "nothing ran twice: " in out and "(4 charges, 4 bookings, 1 cancellation, 2 emails" in out
+        "trip-3 ended compensated and nothing is left standing: charge 1, refund 1, "
+        "booking 1, cancel 1" in out
     )
     assert re.search(
         r"stepledger escalations resolve esc-[0-9a-f]+ --not-happened --by YOUR_NAME", out
@@ -179,3 +183,14 @@ def test_effect_counts_name_what_ran_twice() -> None:
         "1 x booking under keys the ledger never recorded",
     ]
     assert EffectCounts({"trip-1": {"charge": 1, "email": 1}}).ran_twice() == []
+
+
+def test_a_compensated_workflow_with_an_effect_left_standing_is_named() -> None:
+    counts = EffectCounts(
+        {
+            "trip-3": {"charge": 1, "refund": 0, "booking": 1, "cancel": 1},
+            "trip-5": {"charge": 1, "refund": 1, "booking": 1, "cancel": 1},
+        }
+    )
+    statuses = {"trip-3": "compensated", "trip-5": "compensated"}
+    assert counts.left_standing(statuses) == ["trip-3: charged 1, refunded 0"]

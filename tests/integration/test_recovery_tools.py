@@ -13,7 +13,7 @@ from stepledger.domain.tools import Found, NotFound
 from stepledger.errors import ToolRegistryError, ToolServiceError
 from stepledger.examples import tools as ex
 from stepledger.examples.clients import RunningService, _JsonClient, start_service
-from stepledger.recovery.registry import ToolRegistry, load_registries, load_registry
+from stepledger.resolution.registry import ToolRegistry, load_registries, load_registry
 
 CHARGE = {"amount": 300, "currency": "EUR", "customer": "cus_9"}
 
@@ -40,9 +40,9 @@ def test_payments_query_finds_the_charge_by_key(registry: ToolRegistry) -> None:
     tool = registry.require(ex.PAYMENTS)
     assert tool.query is not None and tool.run is not None and tool.redrive is not None
     key = ids.idempotency_key("wf-tools", "charge", ex.PAYMENTS)
-    assert isinstance(tool.query(key, CHARGE), NotFound)
+    assert isinstance(tool.query(CHARGE, key), NotFound)
     charged = tool.run(CHARGE, key)
-    found = tool.query(key, CHARGE)
+    found = tool.query(CHARGE, key)
     assert isinstance(found, Found) and found.result["charge_id"] == charged["charge_id"]
     replay = tool.redrive(CHARGE, key)
     assert replay["replayed"] is True and replay["charge_id"] == charged["charge_id"]
@@ -73,7 +73,7 @@ def test_service_errors_become_tool_service_errors(registry: ToolRegistry) -> No
     dead = ex.payments_tool(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
     assert dead.query is not None
     with pytest.raises(ToolServiceError) as unreachable:
-        dead.query(key, CHARGE)
+        dead.query(CHARGE, key)
     assert unreachable.value.retryable and unreachable.value.status is None
 
 

@@ -49,7 +49,7 @@ def raw(record: Record) -> bytes:
 def run_workflow(settings: Settings) -> dict[str, Any]:
     seen: list[dict[str, Any]] = []
 
-    def query(key: str, args: dict[str, Any]) -> NotFound:
+    def query(args: dict[str, Any], key: str) -> NotFound:
         seen.append(args)
         raise RuntimeError(f"lookup failed for {args}")
 

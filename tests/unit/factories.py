@@ -28,7 +28,7 @@ def factory() -> EventFactory:
 
 
 def pay_tool(**kw: Any) -> Tool:
-    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(args: dict[str, Any], key: str) -> Found | NotFound:
         return NotFound()
 
     return Tool(name="pay", effect="idempotent", keyed=True, policy="query", query=query, **kw)

@@ -11,7 +11,7 @@ from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.recovery.deadletters import InMemoryDeadLetters
+from stepledger.resolution.deadletters import InMemoryDeadLetters
 
 
 class Crash(BaseException):
@@ -33,7 +33,7 @@ class MovableClock:
 
 
 class Services:
-    """Charges (keyed), bookings (keyed, cancellable), emails (unkeyed) and a read, counted."""
+    """Charges (keyed, refunded), bookings (keyed, cancelled), emails (unkeyed), a read, counted."""
 
     def __init__(self) -> None:
         self.charges: dict[str, dict[str, Any]] = {}
@@ -50,7 +50,8 @@ class Services:
             timeout_s=1,
             run=self._charge,
             redrive=self._charge,
-            query=lambda key, args: _found(self.charges.get(key)),
+            query=lambda args, key: _found(self.charges.get(key)),
+            compensate=self._refund,
         )
         self.book = Tool(
             name="book",
@@ -58,7 +59,7 @@ class Services:
             keyed=True,
             timeout_s=1,
             run=self._book,
-            query=lambda key, args: _found(self.bookings.get(key)),
+            query=lambda args, key: _found(self.bookings.get(key)),
             compensate=self._cancel,
         )
         self.email = Tool(
@@ -78,6 +79,15 @@ class Services:
             self.effects["charge"] += 1
             self.charges[key] = {"charge": key, "amount": args["amount"]}
         return self.charges[key]
+
+    def _refund(self, args: dict[str, Any], key: str, known: Any) -> Any:
+        charge = self.charges.get(key)
+        if charge is None:
+            return NotFound("nothing to undo")
+        if charge.get("status") != "refunded":
+            self.effects["refund"] += 1
+            charge["status"] = "refunded"
+        return {"refunded": key}
 
     def _book(self, args: dict[str, Any], key: str) -> dict[str, Any]:
         self.calls["book"] += 1

@@ -15,7 +15,7 @@ CHARGE = Tool(
     effect="idempotent",
     keyed=True,
     policy="query",
-    query=lambda k, a: Found(),
+    query=lambda a, k: Found(),
 )
 EMAIL = Tool(name="email.send", effect="irreversible")
 
@@ -111,3 +111,19 @@ def test_plans_are_reproducible_from_the_seed() -> None:
     assert any(f.point is CrashPoint.BROKER_RESTART for f in a.infra)
     loops = [w for w in a.workflows if w.label is CrashPoint.CRASH_LOOP]
     assert all(len(w.kills) == 4 for w in loops)
+
+
+def test_a_workflow_ended_compensated_with_an_effect_left_standing_is_flagged() -> None:
+    log = charge_log("w", OutcomeStatus.SUCCEEDED)
+    key = key_of(log)
+    log.append(F.envelope("w", None, ev.WorkflowFinished(status="compensated")))
+    charged = {"charge": {key: 1}}
+    standing = Evidence(log, effects=charged, charges_by_workflow={"w": 1})
+    standing.captured_by_workflow = {"w": 1}
+    assert kinds(standing) == {"compensated_leaves_nothing_standing"}
+    refunded = Evidence(log, effects=charged, charges_by_workflow={"w": 1})
+    assert "compensated_leaves_nothing_standing" not in kinds(refunded)
+    emailed = Evidence(
+        log, effects=charged, charges_by_workflow={"w": 1}, emails_by_workflow={"w": 1}
+    )
+    assert "compensated_leaves_nothing_standing" in kinds(emailed)

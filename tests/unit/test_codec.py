@@ -115,3 +115,22 @@ def test_unknown_older_writer_is_refused_without_its_schema() -> None:
     writer = Codec(older_schema())
     with pytest.raises(UnknownSchemaError):
         Codec().decode(writer.encode(sample_events()[1]))
+
+
+def test_the_0_2_0_fields_round_trip() -> None:
+    f = factory()
+    finished = ev.WorkflowFinished(
+        status="compensation_incomplete",
+        detail="left standing: email",
+        escalation_id="esc-1",
+        left_standing_json='[{"step_id":"email"}]',
+    )
+    events = [
+        f.intent("wf", "s2", pay_tool(), {"amount": 3}, sequence=1, after_pivot=True),
+        f.envelope("wf", None, finished),
+    ]
+    codec = Codec()
+    for event in events:
+        assert codec.decode(codec.encode(event)) == event
+    body = events[0].body
+    assert isinstance(body, ev.StepIntended) and body.after_pivot and body.repeatable

@@ -19,8 +19,8 @@ from stepledger.errors import StepCompensatedError
 from stepledger.kafka import Position
 from stepledger.producer import Ledger
 from stepledger.recovery.claims import ClaimBoard
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver, reader_check
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver, reader_check
 from tests.unit.factories import comp_key
 from tests.unit.resume_fakes import World
 from tests.unit.test_resume import ARGS, run_crashing, trip
@@ -47,13 +47,13 @@ def test_a_decision_the_daemon_recorded_first_is_the_one_the_resumed_agent_follo
     query = book.query
     raced = []
 
-    def query_after_the_daemon(key: str, args: dict[str, Any]) -> Any:
+    def query_after_the_daemon(args: dict[str, Any], key: str) -> Any:
         if not raced:
             raced.append(True)
             state = replay("wf", world.log.workflow_events("wf"))
             decided = daemon(world, ledger).resolve(state, "book")
             assert decided.status is StepStatus.COMPENSATED
-        return query(key, args)  # finds the cancelled booking
+        return query(args, key)  # finds the cancelled booking
 
     object.__setattr__(book, "query", query_after_the_daemon)
     with pytest.raises(StepCompensatedError) as caught:

@@ -16,9 +16,9 @@ from stepledger.domain.times import LATEST, later, seconds
 from stepledger.errors import OwnershipLostError
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.fence import Fence, FencedLog
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver
 from stepledger.recovery.tracker import Tracker
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver
 from tests.unit.factories import T0, factory, pay_tool
 
 FAR = datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stepledger.errors import ToolRegistryError
-from stepledger.recovery.registry import load_registry
+from stepledger.resolution.registry import load_registry
 
 MODULE = """
 from stepledger.domain.tools import Tool

@@ -18,7 +18,7 @@ from tests.unit.factories import T0, comp_key, factory
 F = factory()
 
 
-def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+def query(args: dict[str, Any], key: str) -> Found | NotFound:
     return NotFound()
 
 

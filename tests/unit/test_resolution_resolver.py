@@ -17,9 +17,9 @@ from stepledger.domain.state import StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import HookTimeoutError, RecoveryError
 from stepledger.log import InMemoryEventLog
-from stepledger.recovery import InMemoryDeadLetters, Resolver, ToolRegistry
 from stepledger.recovery.escalations import EscalationQueue, answer
-from stepledger.recovery.hooks import HookPool
+from stepledger.resolution import InMemoryDeadLetters, Resolver, ToolRegistry
+from stepledger.resolution.hooks import HookPool
 from tests.unit.factories import Clock
 
 ARGS = {"amount": 5, "customer": "c"}
@@ -37,7 +37,7 @@ class Service:
         self.effects[key] = self.effects.get(key, 0) or 1
         return {"charged": key}
 
-    def query(self, key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(self, args: dict[str, Any], key: str) -> Found | NotFound:
         self.calls.append("query")
         return Found({"charged": key}) if key in self.effects else NotFound("none")
 
@@ -164,7 +164,7 @@ def test_escalate_abandons_into_the_queue_with_probe_evidence() -> None:
 
 
 def test_failing_hook_counts_attempts_then_gives_up_and_dead_letters() -> None:
-    def broken(key: str, args: dict[str, Any]) -> Found:
+    def broken(args: dict[str, Any], key: str) -> Found:
         raise ConnectionError("service down")
 
     tool = Tool(
@@ -195,7 +195,7 @@ def test_failing_hook_counts_attempts_then_gives_up_and_dead_letters() -> None:
 
 
 def test_a_hung_hook_is_bounded_by_the_tool_timeout() -> None:
-    def hang(key: str, args: dict[str, Any]) -> Found:
+    def hang(args: dict[str, Any], key: str) -> Found:
         time.sleep(5)
         return Found()
 

@@ -19,8 +19,8 @@ from stepledger.errors import (
     WorkflowDeadLetteredError,
 )
 from stepledger.producer import Ledger, Workflow
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver
 from tests.unit.resume_fakes import Crash, World, crash_after
 
 ARGS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -15,6 +16,7 @@ from stepledger.domain.saga import (
     ViolationKind,
     check_plan,
     compensation_plan,
+    left_standing,
     step_violations,
 )
 from stepledger.domain.state import RunStatus, StepStatus, replay
@@ -33,22 +35,55 @@ from tests.unit.resume_fakes import Crash, World, crash_after
 
 READ = Tool(name="read", effect="read_only")
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
+REFUND = lambda a, k, r: {"refunded": k}  # noqa: E731
+PAY_R = Tool(name="pay_r", keyed=True, compensate=REFUND)
 BOOK = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: {"undone": k})
 CAR = Tool(name="car", effect="compensatable", compensate=lambda a, k, r: {"undone": k})
-EMAIL = Tool(name="email", effect="irreversible")
+EMAIL = Tool(name="email", effect="irreversible", correction="send a correction email")
 GATED = Tool(name="wire", effect="irreversible", requires_approval=True)
+KEYED_FOLLOW_UP = Tool(name="notify", keyed=True)
 F = factory()
 
 
 def test_a_plan_in_saga_order_has_no_violation() -> None:
-    plan = [("read", READ), ("pay", PAY), ("book", BOOK), ("car", CAR), ("email", EMAIL)]
+    plan = [("read", READ), ("pay", PAY_R), ("book", BOOK), ("car", CAR), ("email", EMAIL)]
     assert check_plan(plan) == []
+    assert check_plan([("book", BOOK), ("pay", PAY), ("notify", KEYED_FOLLOW_UP)]) == []
 
 
-def test_an_irreversible_step_first_is_reported_with_every_later_compensatable_step() -> None:
+def test_a_keyed_charge_with_a_refund_is_both_repeatable_and_undoable() -> None:
+    assert PAY_R.repeatable and PAY_R.undoable and not PAY_R.pivot
+    assert PAY_R.effect is EffectClass.COMPENSATABLE and PAY_R.resolution.value == "redrive"
+    assert PAY.pivot and PAY.repeatable and not PAY.undoable
+    assert EMAIL.pivot and not EMAIL.repeatable and EMAIL.resolution.value == "escalate"
+    legacy = Tool(name="old", effect="idempotent", keyed=True, compensate=REFUND)
+    assert legacy.undoable and legacy.effect is EffectClass.COMPENSATABLE
+
+
+def test_an_idempotent_charge_without_refund_is_the_pivot() -> None:
+    found = check_plan([("pay", PAY), ("book", BOOK), ("email", EMAIL)])
+    assert [(v.kind, v.step_id, v.outstanding) for v in found] == [
+        (ViolationKind.UNDOABLE_AFTER_PIVOT, "pay", ("book",)),
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, "pay", ("book", "email")),
+    ]
+    assert check_plan([("pay", PAY_R), ("book", BOOK), ("email", EMAIL)]) == []
+
+
+def test_the_pivot_first_is_reported_with_every_later_undoable_step() -> None:
     found = check_plan([("email", EMAIL), ("book", BOOK), ("read", READ), ("car", CAR)])
-    assert [v.kind for v in found] == [ViolationKind.IRREVERSIBLE_BEFORE_COMPENSATABLE]
-    assert found[0].step_id == "email" and found[0].outstanding == ("book", "car")
+    assert [(v.kind, v.outstanding) for v in found] == [
+        (ViolationKind.UNDOABLE_AFTER_PIVOT, ("book", "car")),
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("book", "car")),
+    ]
+    assert found[0].step_id == "email"
+
+
+def test_every_step_after_the_pivot_must_be_repeatable() -> None:
+    plan = [("book", BOOK), ("email", EMAIL), ("notify", KEYED_FOLLOW_UP), ("again", EMAIL)]
+    found = check_plan(plan)
+    assert [(v.kind, v.outstanding) for v in found] == [
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("again",))
+    ]
 
 
 def test_check_plan_reports_every_violation_at_once() -> None:
@@ -58,15 +93,19 @@ def test_check_plan_reports_every_violation_at_once() -> None:
         PlanStep("wire", GATED),
         PlanStep("book", BOOK),
     ]
-    found = check_plan(plan, PlanRules(irreversible_needs_approval=True))
+    found = check_plan(plan, PlanRules(pivot_needs_approval=True))
     kinds = sorted(v.kind.value for v in found)
     assert kinds == [
         "duplicate_step",
-        "irreversible_before_compensatable",
-        "irreversible_before_compensatable",
         "missing_approval",
+        "undoable_after_pivot",
+        "unrepeatable_after_pivot",
     ]
     assert all(str(v).startswith(v.kind.value) for v in found)
+    gated_first = check_plan(
+        [("book", BOOK), ("wire", GATED)], PlanRules(pivot_needs_approval=True)
+    )
+    assert gated_first == [], "the approval is required at the pivot"
 
 
 def test_a_read_only_plan_refuses_effectful_tools() -> None:
@@ -84,19 +123,29 @@ def _done(step: str, tool: Tool, seq: int) -> list[ev.Event]:
     return [intent, F.outcome("wf", step, attempt=1, status=OutcomeStatus.SUCCEEDED, result=1)]
 
 
-def test_the_pivot_waits_for_compensatable_steps_in_doubt() -> None:
+def test_the_pivot_waits_for_undoable_steps_in_doubt() -> None:
     state = _state(*_done("car", CAR, 0), F.intent("wf", "book", BOOK, {}, sequence=1))
     found = step_violations(state, "email", EMAIL)
     assert [(v.kind, v.outstanding) for v in found] == [
         (ViolationKind.UNRESOLVED_BEFORE_PIVOT, ("book",))
     ]
-    assert step_violations(state, "pay", PAY) == []
+    assert [v.kind for v in step_violations(state, "pay", PAY)] == [
+        ViolationKind.UNRESOLVED_BEFORE_PIVOT
+    ], "a charge without a refund is a pivot too"
+    assert step_violations(state, "pay", PAY_R) == []
 
 
-def test_a_compensatable_step_after_the_pivot_is_refused() -> None:
+def test_after_the_pivot_undoable_and_unrepeatable_steps_are_refused() -> None:
     state = _state(*_done("email", EMAIL, 0))
     found = step_violations(state, "book", BOOK)
-    assert [(v.kind, v.outstanding) for v in found] == [(ViolationKind.PIVOT_PASSED, ("email",))]
+    assert [(v.kind, v.outstanding) for v in found] == [
+        (ViolationKind.PIVOT_PASSED, ("email",)),
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("email",)),
+    ]
+    assert [v.kind for v in step_violations(state, "again", EMAIL)] == [
+        ViolationKind.UNREPEATABLE_AFTER_PIVOT
+    ]
+    assert step_violations(state, "notify", KEYED_FOLLOW_UP) == []
     failed = _state(
         F.intent("wf", "email", EMAIL, {}, sequence=0),
         F.outcome("wf", "email", attempt=1, status=OutcomeStatus.FAILED, error="smtp down"),
@@ -105,11 +154,17 @@ def test_a_compensatable_step_after_the_pivot_is_refused() -> None:
 
 
 def test_compensation_plan_is_newest_first_and_blocked_by_unknown_outcomes() -> None:
-    state = _state(*_done("book", BOOK, 0), *_done("pay", PAY, 1), *_done("car", CAR, 2))
+    state = _state(*_done("book", BOOK, 0), *_done("pay", PAY_R, 1), *_done("car", CAR, 2))
     undo, blockers = compensation_plan(state)
-    assert [s.step_id for s in undo] == ["car", "book"] and blockers == []
+    assert [s.step_id for s in undo] == ["car", "pay", "book"] and blockers == []
     state.apply(F.intent("wf", "email", EMAIL, {}, sequence=3))
     assert [s.step_id for s in compensation_plan(state)[1]] == ["email"]
+
+
+def test_what_cannot_be_undone_is_left_standing() -> None:
+    state = _state(*_done("book", BOOK, 0), *_done("pay", PAY, 1))
+    assert [s.step_id for s in compensation_plan(state)[0]] == ["book"]
+    assert [s.step_id for s in left_standing(state)] == ["book", "pay"]
 
 
 # -- the SDK enforcing them ---------------------------------------------------------------
@@ -211,18 +266,16 @@ def test_compensate_undoes_completed_steps_newest_first() -> None:
     undone: list[str] = []
     book = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: undone.append(r))
     wf = world.ledger().workflow("wf")
-    wf.step("pay", PAY, {}, lambda a, k: "paid")
+    wf.step("pay", PAY_R, {}, lambda a, k: "paid")
     wf.step("hotel", book, {"h": 1}, lambda a, k: "hotel-1")
     wf.step("flight", book, {"f": 2}, lambda a, k: "flight-2")
-    assert wf.compensate("customer cancelled") == ["flight", "hotel"]
+    assert wf.compensate("customer cancelled") == ["flight", "hotel", "pay"]
     assert undone == ["flight-2", "hotel-1"]
     steps = wf.state.steps
-    assert (
-        steps["flight"].status is StepStatus.COMPENSATED
-        and steps["pay"].status.value == "succeeded"
-    )
+    assert steps["flight"].status is StepStatus.COMPENSATED
+    assert steps["pay"].status is StepStatus.COMPENSATED, "the keyed charge is refunded too"
     pairs = [e.type for e in world.log.workflow_events("wf") if e.type.startswith("compensation")]
-    assert pairs == ["compensation_intended", "compensation_outcome"] * 2
+    assert pairs == ["compensation_intended", "compensation_outcome"] * 3
     assert wf.state.status is RunStatus.COMPENSATED
 
 
@@ -249,3 +302,83 @@ def test_finish_refuses_to_complete_with_effects_in_doubt_and_is_idempotent() ->
     wf.finish(WorkflowStatus.FAILED, "gave up")
     assert world.types("wf").count("workflow_finished") == 1
     assert wf.state.steps["pay"].effect is EffectClass.IDEMPOTENT
+
+
+def test_an_effect_that_cannot_be_undone_ends_the_workflow_compensation_incomplete() -> None:
+    world = World()
+    svc = world.services
+    wf = world.ledger().workflow("wf")
+    wf.step("charge", svc.charge, {"amount": 5})
+    wf.step("book", svc.book, {"hotel": "h"})
+    wf.step("email", EMAIL, {"to": "x"}, lambda a, k: "sent")
+    assert wf.compensate("customer cancelled") == ["book", "charge"]
+    assert svc.effects["refund"] == 1 and svc.effects["cancel"] == 1
+    assert wf.state.status is RunStatus.COMPENSATION_INCOMPLETE and wf.finished
+    finished = [e for e in world.log.workflow_events("wf") if e.type == "workflow_finished"]
+    body = finished[-1].body
+    assert isinstance(body, ev.WorkflowFinished)
+    assert body.escalation_id is not None and wf.state.escalation_id == body.escalation_id
+    standing = json.loads(body.left_standing_json or "[]")
+    assert [(s["step_id"], s["forward_action"]) for s in standing] == [
+        ("email", "send a correction email")
+    ]
+    assert [s.step_id for s in wf.left_standing] == ["email"]
+
+
+def test_a_failed_undo_is_left_standing_and_the_others_still_run() -> None:
+    world = World()
+
+    def broken(a: Any, k: str, r: Any) -> Any:
+        raise RuntimeError("refunds are down")
+
+    pay = Tool(name="pay_broken", keyed=True, compensate=broken)
+    wf = world.ledger().workflow("wf")
+    wf.step("pay", pay, {}, lambda a, k: "paid")
+    wf.step("car", CAR, {}, lambda a, k: "car-1")
+    assert wf.compensate("cancelled") == ["car"]
+    assert wf.state.steps["pay"].status is StepStatus.COMPENSATION_FAILED
+    assert wf.state.status is RunStatus.COMPENSATION_INCOMPLETE
+
+
+def test_a_human_who_took_the_forward_action_makes_the_workflow_compensated() -> None:
+    world = World()
+    wf = world.ledger().workflow("wf")
+    wf.step("email", EMAIL, {"to": "x"}, lambda a, k: "sent")
+    wf.compensate("cancelled")
+    escalation = wf.state.escalation_id
+    assert escalation is not None
+    answer = ev.EscalationResolved(escalation_id=escalation, verdict="compensated", by="ana")
+    wf.record(F.envelope("wf", None, answer))
+    assert wf.state.status is RunStatus.COMPENSATED and wf.state.escalation_id is None
+
+
+def test_intents_after_a_pivot_say_so() -> None:
+    world = World()
+    svc = world.services
+    wf = world.ledger().workflow("wf")
+    wf.step("book", svc.book, {"hotel": "h"})
+    wf.step("email", EMAIL, {"to": "x"}, lambda a, k: "sent")
+    wf.step("notify", KEYED_FOLLOW_UP, {}, lambda a, k: "ok")
+    steps = wf.state.steps
+    assert not steps["book"].after_pivot and not steps["email"].after_pivot
+    assert steps["notify"].after_pivot
+
+
+def test_recovery_never_compensates_a_step_after_a_pivot_that_happened() -> None:
+    from datetime import timedelta
+
+    from stepledger.domain import resolution as rs
+
+    booked = Tool(
+        name="book2", keyed=True, compensate=REFUND, policy="compensate", run=lambda a, k: 1
+    )
+    unkeyed = Tool(name="book3", compensate=REFUND)
+    for tool, expected in ((booked, rs.ActionKind.REDRIVE), (unkeyed, rs.ActionKind.ESCALATE)):
+        assert tool.resolution.value == "compensate"
+        intent = F.intent("wf", "late", tool, {}, sequence=1, after_pivot=True)
+        step = _state(*_done("email", EMAIL, 0), intent).steps["late"]
+        assert step.after_pivot
+        later = (step.deadline or F.clock()) + timedelta(hours=1)
+        assert rs.decide(step, tool, now=later).kind is expected
+        before = _state(F.intent("wf", "late", tool, {}, sequence=0)).steps["late"]
+        assert rs.decide(before, tool, now=later).kind is rs.ActionKind.COMPENSATE

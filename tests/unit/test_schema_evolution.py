@@ -18,6 +18,7 @@ from stepledger.codec import (
     single_object_fingerprint,
     to_record,
 )
+from stepledger.domain.events import Event, StepIntended
 from tests.unit.test_codec import sample_events
 
 ROOT = Path(__file__).resolve().parents[2] / "schemas"
@@ -77,7 +78,31 @@ def test_events_written_with_a_released_schema_decode(release: Path) -> None:
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, old, to_record(event))
         data = SINGLE_OBJECT_MAGIC + single_object_fingerprint(old) + buf.getvalue()
-        assert codec.decode(data) == event
+        assert codec.decode(data) == as_written_by(release, event)
+
+
+def as_written_by(release: Path, event: Event) -> Event:
+    """The event as a producer on ``release`` wrote it: fields added since take their defaults."""
+    body = event.body
+    name = f"stepledger.{type(body).__name__}"
+    known = {f["name"] for f in named_types(release)[name]["fields"]}
+    added = {
+        field: info.default
+        for field, info in type(body).model_fields.items()
+        if field != "type" and field not in known
+    }
+    return event.model_copy(update={"body": body.model_copy(update=added)})
+
+
+def test_an_intent_written_before_the_two_properties_is_judged_by_its_class() -> None:
+    """0.1.0 intents carry no repeatable/undoable: the fold derives them from effect and policy."""
+    from stepledger.domain.state import replay
+
+    intent = sample_events()[1]
+    old = as_written_by(RELEASED[0], intent)
+    assert isinstance(old.body, StepIntended) and old.body.repeatable is None
+    step = replay("wf", [old]).steps["s1"]
+    assert step.repeatable and not step.undoable and not step.after_pivot
 
 
 def test_the_check_catches_an_incompatible_change() -> None:

@@ -22,9 +22,9 @@ from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import ConfigError, PlanMismatchError, StepInDoubtError, ToolDefinitionError
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger
-from stepledger.recovery.deadletters import InMemoryDeadLetters
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver
+from stepledger.resolution.deadletters import InMemoryDeadLetters
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver
 from tests.unit.factories import Clock, factory
 from tests.unit.resume_fakes import MovableClock
 from tests.unit.secret_leaks import (
@@ -251,7 +251,7 @@ def test_the_sdk_and_recovery_record_no_secret_anywhere(caplog: pytest.LogCaptur
     caplog.set_level(logging.DEBUG)
     seen: list[dict[str, Any]] = []
 
-    def query(key: str, args: dict[str, Any]) -> NotFound:
+    def query(args: dict[str, Any], key: str) -> NotFound:
         seen.append(args)
         raise RuntimeError(f"lookup of {args} failed")
 

@@ -17,9 +17,11 @@ from tests.unit.factories import factory, pay_tool
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        ({"effect": "irreversible", "policy": "redrive"}, "needs an idempotent or keyed"),
+        ({"effect": "irreversible", "policy": "redrive"}, "whose repeat is safe"),
         ({"effect": "compensatable", "policy": "compensate"}, "needs a compensate hook"),
-        ({"effect": "idempotent", "policy": "compensate"}, "needs effect 'compensatable'"),
+        ({"effect": "idempotent", "policy": "compensate"}, "needs a compensate hook"),
+        ({"effect": "irreversible", "compensate": lambda a, k, r: 1}, "contradicts"),
+        ({"read_only": True, "compensate": lambda a, k, r: 1}, "nothing to undo"),
         ({"effect": "idempotent", "policy": "query"}, "needs a query hook"),
         ({"effect": "read_only", "requires_approval": True}, "cannot require approval"),
         ({"effect": "idempotent", "timeout_s": 0}, "timeout_s"),
@@ -34,8 +36,19 @@ def test_invalid_tools_are_refused_with_a_clear_message(kwargs: dict, message: s
 
 def test_all_problems_are_reported_at_once() -> None:
     with pytest.raises(ToolDefinitionError) as info:
-        Tool(name="t", effect="irreversible", policy="compensate")
-    assert "compensatable" in str(info.value)
+        Tool(name="t", policy="compensate", requires_approval=True, read_only=True)
+    assert "compensate hook" in str(info.value) and "approval" in str(info.value)
+
+
+def test_policies_default_from_the_two_properties() -> None:
+    assert Tool(name="a").resolution is ResolutionPolicy.ESCALATE
+    assert Tool(name="b", keyed=True).resolution is ResolutionPolicy.REDRIVE
+    assert Tool(name="c", idempotent=True).resolution is ResolutionPolicy.REDRIVE
+    undo = Tool(name="d", compensate=lambda a, k, r: 1)
+    assert undo.resolution is ResolutionPolicy.COMPENSATE and undo.effect == "compensatable"
+    both = Tool(name="e", keyed=True, compensate=lambda a, k, r: 1)
+    assert both.resolution is ResolutionPolicy.REDRIVE and both.repeatable and both.undoable
+    assert Tool(name="f", read_only=True).effect == "read_only"
 
 
 def test_policies_default_from_effect() -> None:

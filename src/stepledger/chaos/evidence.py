@@ -55,6 +55,25 @@ def records_by(state: Path, kind: str, field: str, transform: Any = str) -> dict
     return dict(Counter(transform(json.loads(body)[field]) for (body,) in rows))
 
 
+def standing_records(state: Path, kind: str, field: str, status: str) -> dict[str, int]:
+    """Records of a kind still in an effect's live status (a charge "captured", not refunded)."""
+    with _sqlite(state) as con:
+        rows = con.execute("SELECT body FROM records WHERE kind = ?", (kind,)).fetchall()
+    bodies = [json.loads(body) for (body,) in rows]
+    return dict(Counter(str(b[field]) for b in bodies if b.get("status") == status))
+
+
+def refunds_by_customer(state: Path) -> dict[str, int]:
+    """Refunds per customer of the charge they undid (a refund records the charge's key)."""
+    with _sqlite(state) as con:
+        rows = con.execute(
+            "SELECT kind, body FROM records WHERE kind IN ('charge', 'refund')"
+        ).fetchall()
+    bodies = [(kind, json.loads(body)) for kind, body in rows]
+    customer = {b["idempotency_key"]: str(b["customer"]) for k, b in bodies if k == "charge"}
+    return dict(Counter(customer.get(b["charge_key"], "?") for k, b in bodies if k == "refund"))
+
+
 def email_workflow(address: str) -> str:
     """The workflow an example email went to (``WORKFLOW@example.test``)."""
     return address.rsplit("@", 1)[0]

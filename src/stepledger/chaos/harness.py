@@ -237,6 +237,12 @@ class Run:
             emails_by_workflow=gather.records_by(
                 self.services["email"].state_path, "email", "to", gather.email_workflow
             ),
+            captured_by_workflow=gather.standing_records(
+                self.services["payments"].state_path, "charge", "customer", "captured"
+            ),
+            confirmed_bookings=gather.standing_records(
+                self.services["bookings"].state_path, "booking", "idempotency_key", "confirmed"
+            ),
             projection_diff=gather.projection_diff(self.db, rebuilt),
             undecodable=bad,
         )

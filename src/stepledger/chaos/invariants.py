@@ -7,11 +7,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stepledger.domain.events import Event, StepIntended
+from stepledger.domain.ids import compensation_key
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
 
 #: The service effect kind each example tool's call produces, and its compensation's.
 EFFECT_KIND = {"payments.charge": "charge", "bookings.book": "booking"}
-COMPENSATION_KIND = {"bookings.book": "cancel"}
+COMPENSATION_KIND = {"bookings.book": "cancel", "payments.charge": "refund"}
+#: Compensations the service counts under their own key (a refund is its own transaction).
+OWN_KEY_COMPENSATIONS = {"payments.charge"}
 UNKEYED_TOOLS = {"email.send"}
 
 
@@ -33,6 +36,10 @@ class Evidence:
     effects: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     charges_by_workflow: Mapping[str, int] = field(default_factory=dict)
     emails_by_workflow: Mapping[str, int] = field(default_factory=dict)
+    captured_by_workflow: Mapping[str, int] = field(default_factory=dict)
+    """Charges still captured (not refunded) per customer, from the payments service."""
+    confirmed_bookings: Mapping[str, int] = field(default_factory=dict)
+    """Bookings still confirmed (not cancelled) per booking key, from the bookings service."""
     projection_diff: list[str] = field(default_factory=list)
     undecodable: int = 0
 
@@ -59,6 +66,7 @@ def check_all(evidence: Evidence) -> list[Violation]:
             violations += compensation_effects(wf.workflow_id, step, keys, evidence.effects)
         violations += unkeyed_effects(wf, evidence.emails_by_workflow)
         violations += charges_per_workflow(wf, evidence.charges_by_workflow)
+        violations += compensated_leaves_nothing_standing(wf, evidence, keys_by_step)
     violations += [
         Violation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
@@ -151,7 +159,8 @@ def compensation_effects(
     kind = COMPENSATION_KIND.get(step.tool)
     if kind is None:
         return []
-    done, undone = effects.get(EFFECT_KIND[step.tool], {}), effects.get(kind, {})
+    done, by_undo_key = effects.get(EFFECT_KIND[step.tool], {}), effects.get(kind, {})
+    undone = {key: by_undo_key.get(_undo_key(step.tool, key), 0) for key in keys}
     found = []
     for key in keys:
         if undone.get(key, 0) > 1:
@@ -232,6 +241,34 @@ def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[
                 )
             )
     return found
+
+
+def compensated_leaves_nothing_standing(
+    wf: WorkflowState, evidence: Evidence, keys_by_step: Mapping[tuple[str, str], list[str]]
+) -> list[Violation]:
+    """A workflow that ended ``compensated`` has no effect left standing, by the services' state.
+
+    A charge still captured (not refunded), a booking still confirmed (not cancelled) under
+    any key the workflow used, or an email sent (it cannot be undone) all contradict it.
+    """
+    if wf.status is not RunStatus.COMPENSATED:
+        return []
+    standing = []
+    if n := evidence.captured_by_workflow.get(wf.workflow_id, 0):
+        standing.append(f"{n} charge(s) captured, not refunded")
+    for step in wf.steps.values():
+        keys = keys_by_step.get((wf.workflow_id, step.step_id), [])
+        if step.tool == "bookings.book" and any(evidence.confirmed_bookings.get(k) for k in keys):
+            standing.append(f"booking of step {step.step_id} still confirmed")
+    if n := evidence.emails_by_workflow.get(wf.workflow_id, 0):
+        standing.append(f"{n} email(s) sent")
+    return [
+        Violation("compensated_leaves_nothing_standing", wf.workflow_id, what) for what in standing
+    ]
+
+
+def _undo_key(tool: str, key: str) -> str:
+    return compensation_key(key) if tool in OWN_KEY_COMPENSATIONS else key
 
 
 def _keys_by_step(events: Iterable[Event]) -> dict[tuple[str, str], list[str]]:

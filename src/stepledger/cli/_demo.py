@@ -38,6 +38,9 @@ def demo(settings: Settings, keep: Path | None) -> None:
     result = run_demo(settings, options, console)
     if result.ran_twice:
         raise click.ClickException(f"an effect ran twice: {'; '.join(result.ran_twice)}")
+    if result.left_standing:
+        standing = "; ".join(result.left_standing)
+        raise click.ClickException(f"compensated workflows left effects standing: {standing}")
     if result.left_running:
         raise click.ClickException(f"processes left running: {result.left_running}")
 

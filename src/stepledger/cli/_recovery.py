@@ -27,7 +27,7 @@ from stepledger.recovery.escalations import read_queue, select
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DEFAULT_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
-from stepledger.recovery.registry import ToolRegistry, load_registries
+from stepledger.resolution.registry import ToolRegistry, load_registries
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -2,7 +2,8 @@
 
 The services count their own effects (``/effects`` and their records), independently of
 the ledger.  Charges and emails are counted per workflow from the services' records
-(the customer / the recipient), so even a repeat under a fresh key would show; bookings
+(the customer / the recipient), so even a repeat under a fresh key would show; refunds
+through the charge they undid; bookings
 and cancellations are counted per idempotency key and mapped to workflows through the
 keys the ledger recorded.
 """
@@ -13,13 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepledger.chaos.evidence import email_workflow, records_by
+from stepledger.chaos.evidence import email_workflow, records_by, refunds_by_customer
 from stepledger.examples.clients import BookingsClient, RunningService
 from stepledger.examples.tools import BOOKINGS
 
-KINDS: tuple[str, ...] = ("charge", "booking", "cancel", "email")
-#: Effects a workflow may cause at most once (a cancellation undoes its one booking).
-ONCE: tuple[str, ...] = ("charge", "booking", "cancel", "email")
+KINDS: tuple[str, ...] = ("charge", "refund", "booking", "cancel", "email")
+#: Effects a workflow may cause at most once (a refund or cancellation undoes its one effect).
+ONCE: tuple[str, ...] = ("charge", "refund", "booking", "cancel", "email")
 UNKNOWN = "(not in the ledger)"
 
 
@@ -48,6 +49,29 @@ class EffectCounts:
         ]
         return problems
 
+    def left_standing(self, statuses: Mapping[str, str]) -> list[str]:
+        """Every workflow that says ``compensated`` yet has an effect the services still hold.
+
+        A charge not refunded, a booking not cancelled, an email sent: computed from the
+        services' own counts, in words (empty: every compensated workflow is clean).
+        """
+        problems = []
+        for wf, status in sorted(statuses.items()):
+            if status != "compensated":
+                continue
+            c = self.per_workflow.get(wf, {})
+            if c.get("charge", 0) > c.get("refund", 0):
+                problems.append(
+                    f"{wf}: charged {c.get('charge', 0)}, refunded {c.get('refund', 0)}"
+                )
+            if c.get("booking", 0) > c.get("cancel", 0):
+                problems.append(
+                    f"{wf}: booked {c.get('booking', 0)}, cancelled {c.get('cancel', 0)}"
+                )
+            if c.get("email", 0):
+                problems.append(f"{wf}: {c['email']} email(s) sent")
+        return problems
+
 
 def count_effects(
     services: Mapping[str, RunningService], booking_keys: Mapping[str, str]
@@ -59,8 +83,12 @@ def count_effects(
         counts = per.setdefault(workflow, dict.fromkeys(KINDS, 0))
         counts[kind] = counts.get(kind, 0) + n
 
-    for wf, n in _records(services["payments"].state_path, "charge", "customer").items():
+    payments = services["payments"].state_path
+    for wf, n in _records(payments, "charge", "customer").items():
         add(wf, "charge", n)
+    if payments.exists():
+        for wf, n in refunds_by_customer(payments).items():
+            add(wf, "refund", n)
     for wf, n in _records(services["email"].state_path, "email", "to").items():
         add(email_workflow(wf), "email", n)
     by_kind = BookingsClient(services["bookings"].url).effects()["by_kind"]

@@ -65,6 +65,8 @@ class DemoResult:
     effects: EffectCounts = field(default_factory=EffectCounts)
     escalations: list[Escalation] = field(default_factory=list)
     ran_twice: list[str] = field(default_factory=list)
+    left_standing: list[str] = field(default_factory=list)
+    """Workflows that ended compensated with an effect the services still hold."""
     left_running: list[tuple[str, int]] = field(default_factory=list)
     seconds: float = 0.0
     keep: bool = False
@@ -247,10 +249,23 @@ def _effects(
         return
     counts = result.effects
     out.say(
-        f"nothing ran twice: at most one charge, booking, cancellation and email per workflow "
-        f"({counts.total('charge')} charges, {counts.total('booking')} bookings, "
-        f"{counts.total('cancel')} cancellation, {counts.total('email')} emails in all)"
+        f"nothing ran twice: at most one charge, refund, booking, cancellation and email per "
+        f"workflow ({counts.total('charge')} charges, {counts.total('refund')} refunds, "
+        f"{counts.total('booking')} bookings, {counts.total('cancel')} cancellations, "
+        f"{counts.total('email')} emails in all)"
     )
+    result.left_standing = counts.left_standing(result.statuses)
+    if result.left_standing:
+        out.say(f"COMPENSATED BUT LEFT STANDING: {'; '.join(result.left_standing)}")
+        return
+    for wf, status in sorted(result.statuses.items()):
+        if status == "compensated":
+            c = counts.per_workflow.get(wf, {})
+            out.say(
+                f"{wf} ended compensated and nothing is left standing: charge "
+                f"{c.get('charge', 0)}, refund {c.get('refund', 0)}, booking "
+                f"{c.get('booking', 0)}, cancel {c.get('cancel', 0)} (the services' own counts)"
+            )
 
 
 def _escalations(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:

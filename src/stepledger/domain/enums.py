@@ -66,3 +66,5 @@ class WorkflowStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     COMPENSATED = "compensated"
+    COMPENSATION_INCOMPLETE = "compensation_incomplete"
+    """It unwound what could be undone; effects that happened are left standing."""

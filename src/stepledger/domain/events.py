@@ -67,6 +67,8 @@ class WorkflowFinished(_Frozen):
     type: Literal["workflow_finished"] = "workflow_finished"
     status: WorkflowStatus
     detail: str | None = None
+    escalation_id: str | None = None
+    left_standing_json: str | None = None
 
 
 class WorkflowDeadLettered(_Frozen):
@@ -92,6 +94,9 @@ class StepIntended(_Frozen):
     deadline: datetime
     attempt: Positive
     requires_approval: bool = False
+    repeatable: bool | None = None
+    undoable: bool | None = None
+    after_pivot: bool = False
 
     _deadline = field_validator("deadline")(_utc_millis)
 
@@ -107,6 +112,7 @@ class StepOutcome(_Frozen):
     source: Source
     evidence_json: str | None = None
     attempt: AvroInt = 1
+    result_type: str | None = None
 
 
 class CompensationIntended(_Frozen):

@@ -75,14 +75,19 @@ class EventFactory:
         *,
         sequence: int,
         attempt: int = 1,
+        after_pivot: bool = False,
     ) -> ev.Event:
-        """The intent of one call: key derived, secrets redacted, deadline from the timeout."""
+        """The intent of one call: key derived, secrets redacted, deadline from the timeout.
+
+        ``after_pivot``: a pivot of the workflow may have happened before this call, so
+        recovery must never compensate it (see :mod:`stepledger.domain.saga`).
+        """
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
         recorded = tool.redact(arguments, key, self.redaction_key)
         body = ev.StepIntended(
             sequence=sequence,
             tool=tool.name,
-            effect=tool.effect,
+            effect=tool.effect_class,
             policy=tool.resolution,
             idempotency_key=key,
             arguments_json=canonical_json(recorded),
@@ -90,6 +95,9 @@ class EventFactory:
             deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             attempt=attempt,
             requires_approval=tool.requires_approval,
+            repeatable=tool.repeatable,
+            undoable=tool.undoable,
+            after_pivot=after_pivot,
         )
         return self.envelope(workflow_id, step_id, body, attempt)
 
@@ -105,10 +113,13 @@ class EventFactory:
         error: BaseException | str | None = None,
         evidence: Any = None,
         scrub: Scrubber | None = None,
+        result_type: str | None = None,
     ) -> ev.Event:
         """The outcome of one intent attempt, from whoever decided it.
 
-        ``scrub`` removes the call's secret values from the result and the error text.
+        ``scrub`` removes the call's secret values from the result and the error text;
+        ``result`` is JSON-ready (see :class:`~stepledger.domain.results.ResultCodec`) and
+        ``result_type`` names the codec that made it so.
         """
         text = None if error is None else str(error)
         if scrub:
@@ -122,5 +133,6 @@ class EventFactory:
             source=source,
             evidence_json=None if evidence is None else canonical_json(evidence),
             attempt=attempt,
+            result_type=None if result is None else result_type,
         )
         return self.envelope(workflow_id, step_id, body, attempt, source.value)

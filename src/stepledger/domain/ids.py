@@ -19,6 +19,37 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def typed_canonical_json(value: Any) -> str:
+    """Canonical JSON in which a value that is not JSON keeps its type.
+
+    ``canonical_json`` writes ``date(2026, 1, 1)`` as ``"2026-01-01"``, the same text as the
+    string: a digest of it could not tell them apart.  Here every value that is not a JSON
+    value is written as ``{"\u0000type": "module.Name", "value": str(value)}``; JSON values
+    are written exactly as ``canonical_json`` writes them, so their digests do not change.
+    """
+    return json.dumps(
+        _tagged(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
+
+
+_TYPE_TAG = "\u0000type"
+
+
+def _tagged(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list):
+        return [_tagged(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _tagged(v) for k, v in value.items()}
+    kind = type(value)
+    inner = [_tagged(v) for v in value] if isinstance(value, tuple | set | frozenset) else None
+    if isinstance(value, set | frozenset):
+        inner = sorted(inner or [], key=lambda v: json.dumps(v, sort_keys=True, default=str))
+    shown = inner if inner is not None else str(value)
+    return {_TYPE_TAG: f"{kind.__module__}.{kind.__qualname__}", "value": shown}
+
+
 def loads_or_text(text: str | None) -> Any:
     """Parse recorded JSON for display; text that is not JSON is returned as it is."""
     if text is None:

@@ -2,7 +2,7 @@
 
 Given a step as the log tells it, its tool and the time, :func:`decide` says whether to
 wait, query, re-drive, compensate, escalate or give up.  Nothing here does I/O; the
-resolver (``stepledger.recovery.resolver``) carries the decisions out and records them.
+resolver (``stepledger.resolution.resolver``) carries the decisions out and records them.
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ def _by_policy(step: StepState, tool: Tool, attempt: int, due: datetime) -> Acti
         # A compensation that began (by an agent or an earlier attempt) is carried through.
         return _needs(tool.compensate is not None, ActionKind.COMPENSATE, step, attempt, due)
     policy = step.policy or tool.resolution
+    if policy is ResolutionPolicy.COMPENSATE and step.after_pivot:
+        return _forward_after_pivot(step, tool, attempt, due)
     if policy is ResolutionPolicy.QUERY:
         return _needs(tool.query is not None, ActionKind.QUERY, step, attempt, due)
     if policy is ResolutionPolicy.REDRIVE:
@@ -145,10 +147,32 @@ def _by_policy(step: StepState, tool: Tool, attempt: int, due: datetime) -> Acti
     return Action(
         ActionKind.ESCALATE,
         attempt,
-        f"tool {tool.name!r} is {step.effect or tool.effect}: policy escalate",
+        f"tool {tool.name!r} is {(step.effect or tool.effect_class).value}: policy escalate",
         due,
         EscalationKind.POLICY,
         probe=tool.query is not None,
+    )
+
+
+def _forward_after_pivot(step: StepState, tool: Tool, attempt: int, due: datetime) -> Action:
+    """A step after a pivot that may have happened is never compensated: forward or a human.
+
+    Undoing it would not unwind the saga (the pivot stands), so it is re-driven with its key
+    when a repeat is safe, looked up when it can only be queried, and escalated otherwise.
+    The intent says whether it came after a pivot (``after_pivot``): the SDK knew the
+    workflow when it wrote it, recovery sees only this step's events.
+    """
+    if redrive_allowed(tool):
+        return Action(ActionKind.REDRIVE, attempt, due_at=due)
+    if tool.query is not None:
+        return Action(ActionKind.QUERY, attempt, due_at=due)
+    return Action(
+        ActionKind.ESCALATE,
+        attempt,
+        f"step {step.step_id!r} ({tool.name}) came after the pivot: it is not compensated, "
+        "and it cannot be re-driven safely",
+        due,
+        EscalationKind.POLICY,
     )
 
 
@@ -173,8 +197,7 @@ def _give_up(
 
 def redrive_allowed(tool: Tool) -> bool:
     """True when calling again cannot repeat the effect: the tool is keyed or idempotent."""
-    safe = tool.keyed or tool.effect in (EffectClass.IDEMPOTENT, EffectClass.READ_ONLY)
-    return safe and tool.redrive_hook is not None
+    return tool.repeatable and tool.redrive_hook is not None
 
 
 def redrive_after_not_found(tool: Tool) -> bool:

@@ -1,15 +1,19 @@
 """Saga ordering, pure: the pivot rules, checked on a plan before it runs and on each step.
 
-A saga runs its compensatable steps first, then its pivot (an irreversible step: once it
-happened nothing undoes it), then steps that can only go forward.  So:
+A tool's effect has two properties: whether a repeat is safe (keyed, idempotent) and
+whether it can be undone (a compensate hook).  The **pivot** of a saga is its first
+effectful step that cannot be undone: once it happened, the saga can only go forward.  So:
 
-- an irreversible step must not come before a compensatable one (``check_plan``), and at
-  run time a compensatable step is refused once an irreversible one may have happened;
-- an irreversible step is refused while a compensatable step's outcome is unknown or a
-  compensation is running: if that step turns out to need undoing, the pivot already
-  committed the workflow to it;
-- ``compensation_plan`` lists what ``compensate()`` undoes (completed compensatable steps,
-  newest first) and refuses while any effectful step's outcome is unknown.
+- every undoable step comes before the pivot, and every step after the pivot is safely
+  repeatable (it is retried until it succeeds, never undone) (``check_plan``; at run time
+  an undoable or unrepeatable step is refused once a pivot may have happened);
+- a pivot is refused while an undoable step's outcome is unknown or a compensation is
+  running: if that step turns out to need undoing, the pivot already committed to it;
+- an approval can be required at the pivot (``PlanRules(pivot_needs_approval=True)``);
+- ``compensation_plan`` lists what ``compensate()`` undoes (every undoable effect that
+  happened, newest first) and refuses while any effectful step's outcome is unknown;
+  ``left_standing`` lists what happened and was not undone, so a workflow ends
+  ``compensated`` only when that list is empty.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stepledger.domain.enums import EffectClass
 from stepledger.domain.state import StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
@@ -27,14 +30,16 @@ from stepledger.errors import SagaViolationError
 class ViolationKind(StrEnum):
     """Why a plan or a step breaks the saga rules."""
 
-    IRREVERSIBLE_BEFORE_COMPENSATABLE = "irreversible_before_compensatable"
-    """An irreversible step comes before compensatable ones."""
+    UNDOABLE_AFTER_PIVOT = "undoable_after_pivot"
+    """An undoable step comes after the pivot (in a plan)."""
+    UNREPEATABLE_AFTER_PIVOT = "unrepeatable_after_pivot"
+    """A step after the pivot cannot be repeated safely, so it cannot be retried to success."""
     PIVOT_PASSED = "pivot_passed"
-    """A compensatable step after an irreversible step that may have happened."""
+    """An undoable step after a pivot that may have happened (at run time)."""
     UNRESOLVED_BEFORE_PIVOT = "unresolved_before_pivot"
-    """An irreversible step while a compensatable step is in doubt or being compensated."""
+    """A pivot while an undoable step is in doubt or being compensated."""
     MISSING_APPROVAL = "missing_approval"
-    """An irreversible tool without the approval the rules require."""
+    """The pivot has no approval gate though the rules require one."""
     DUPLICATE_STEP = "duplicate_step"
     """The same step id twice in one plan."""
     EFFECT_IN_READ_ONLY = "effect_in_read_only"
@@ -57,7 +62,7 @@ class Violation:
     step_id: str
     detail: str
     outstanding: tuple[str, ...] = ()
-    """The other steps involved (e.g. the compensatable steps still in doubt)."""
+    """The other steps involved (e.g. the undoable steps still in doubt)."""
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.detail}"
@@ -67,13 +72,20 @@ class Violation:
 class PlanRules:
     """What ``check_plan`` enforces besides the pivot order."""
 
-    irreversible_needs_approval: bool = False
-    """Every irreversible tool in the plan must be declared ``requires_approval``."""
+    pivot_needs_approval: bool = False
+    """The plan's pivot (its first effect that cannot be undone) must require approval."""
     read_only: bool = False
     """The workflow is declared read-only: every tool must be read-only."""
+    irreversible_needs_approval: bool = False
+    """Older name of ``pivot_needs_approval`` (either one turns the rule on)."""
+
+    @property
+    def approval_at_pivot(self) -> bool:
+        """True when the pivot must carry an approval gate."""
+        return self.pivot_needs_approval or self.irreversible_needs_approval
 
 
-#: Compensatable steps in these states block a pivot: their effect is unknown or being undone.
+#: Undoable steps in these states block a pivot: their effect is unknown or being undone.
 UNRESOLVED = frozenset(
     {
         StepStatus.INTENDED,
@@ -82,8 +94,7 @@ UNRESOLVED = frozenset(
         StepStatus.COMPENSATION_FAILED,
     }
 )
-_SAGA_EFFECTS = frozenset({EffectClass.IRREVERSIBLE, EffectClass.COMPENSATABLE})
-#: An irreversible step in these states may have happened: the pivot is passed.
+#: A pivot step in these states may have happened: the saga can only go forward.
 MAY_HAVE_HAPPENED = frozenset({StepStatus.INTENDED, StepStatus.SUCCEEDED, StepStatus.ABANDONED})
 
 
@@ -94,8 +105,11 @@ def check_plan(
     plan = [s if isinstance(s, PlanStep) else PlanStep(*s) for s in steps]
     rules = rules or PlanRules()
     found = _duplicates(plan)
-    for index, step in enumerate(plan):
-        found.extend(_step_rules(step, plan[index + 1 :], rules))
+    if rules.read_only:
+        found.extend(_effects_in_read_only(plan))
+    pivot = next((i for i, s in enumerate(plan) if s.tool.pivot), None)
+    if pivot is not None:
+        found.extend(_pivot_rules(plan[pivot], plan[pivot + 1 :], rules))
     return found
 
 
@@ -109,27 +123,43 @@ def ensure_plan(
     raise_violations(check_plan(steps, rules), workflow_id=workflow_id)
 
 
+def pivot_passed(state: WorkflowState, step_id: str | None = None) -> list[StepState]:
+    """The pivot steps (other than ``step_id``) that may have happened: the saga goes forward."""
+    return [
+        s
+        for s in state.ordered_steps()
+        if s.step_id != step_id and s.pivot and s.status in MAY_HAVE_HAPPENED
+    ]
+
+
 def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Violation]:
     """The violations running ``tool`` as ``step_id`` now would commit, given the log."""
     found: list[Violation] = []
-    if tool.effect not in _SAGA_EFFECTS and not state.read_only:
+    if tool.read_only:
         return found  # the common case, kept free of a pass over every step
-    others = [s for s in state.ordered_steps() if s.step_id != step_id]
-    if state.read_only and not tool.read_only:
-        detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect.value}"
+    if state.read_only:
+        detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect_class.value}"
         found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step_id, detail))
-    if tool.effect is EffectClass.IRREVERSIBLE:
-        blocking = [s for s in others if _compensatable(s) and _unresolved(s)]
+    others = [s for s in state.ordered_steps() if s.step_id != step_id]
+    if tool.pivot:
+        blocking = [s for s in others if s.undoable and _unresolved(s)]
         if blocking:
             names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blocking)
-            detail = f"irreversible {tool.name!r} refused while unresolved: {names}"
+            detail = f"{tool.name!r} cannot be undone; refused while unresolved: {names}"
             found.append(_with(ViolationKind.UNRESOLVED_BEFORE_PIVOT, step_id, detail, blocking))
-    if tool.effect is EffectClass.COMPENSATABLE:
-        pivots = [s for s in others if _irreversible(s) and s.status in MAY_HAVE_HAPPENED]
-        if pivots:
-            names = ", ".join(s.step_id for s in pivots)
-            detail = f"compensatable {tool.name!r} after the irreversible step(s) {names}"
-            found.append(_with(ViolationKind.PIVOT_PASSED, step_id, detail, pivots))
+    pivots = [s for s in others if s.pivot and s.status in MAY_HAVE_HAPPENED]
+    if not pivots:
+        return found
+    names = ", ".join(s.step_id for s in pivots)
+    if tool.undoable:
+        detail = f"undoable {tool.name!r} after the pivot {names}: it could not be unwound"
+        found.append(_with(ViolationKind.PIVOT_PASSED, step_id, detail, pivots))
+    if not tool.repeatable:
+        detail = (
+            f"{tool.name!r} after the pivot {names} cannot be repeated safely (neither keyed "
+            "nor idempotent): after a pivot every step must be retriable until it succeeds"
+        )
+        found.append(_with(ViolationKind.UNREPEATABLE_AFTER_PIVOT, step_id, detail, pivots))
     return found
 
 
@@ -141,18 +171,28 @@ def ensure_step(state: WorkflowState, step_id: str, tool: Tool) -> None:
 def compensation_plan(state: WorkflowState) -> tuple[list[StepState], list[StepState]]:
     """What compensate() undoes, newest first, and the steps whose unknown outcome blocks it.
 
-    A compensation already running is carried through; an effectful step in doubt, in the
-    human queue or whose compensation failed blocks everything, because whether to undo
-    around it depends on it.
+    Every undoable effect that happened is undone (a compensation already running is
+    carried through); an effectful step in doubt or in the human queue blocks everything,
+    because whether to undo around it depends on it.
     """
     steps = state.ordered_steps()
-    blockers = [s for s in steps if s.effect is not EffectClass.READ_ONLY and _unknown(s)]
+    blockers = [s for s in steps if s.effectful and _unknown(s)]
     undo = [
         s
         for s in reversed(steps)
-        if _compensatable(s) and s.status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATING)
+        if s.undoable and s.status in (StepStatus.SUCCEEDED, StepStatus.COMPENSATING)
     ]
     return undo, blockers
+
+
+def left_standing(state: WorkflowState) -> list[StepState]:
+    """Effects that happened and were not undone (cannot be, or their undo failed)."""
+    return [
+        s
+        for s in state.ordered_steps()
+        if s.effectful
+        and (s.status is StepStatus.SUCCEEDED or s.status is StepStatus.COMPENSATION_FAILED)
+    ]
 
 
 def raise_violations(found: Sequence[Violation], *, workflow_id: str | None = None) -> None:
@@ -166,25 +206,40 @@ def raise_violations(found: Sequence[Violation], *, workflow_id: str | None = No
     )
 
 
-def _step_rules(step: PlanStep, later: list[PlanStep], rules: PlanRules) -> list[Violation]:
-    tool, found = step.tool, []
-    if rules.read_only and not tool.read_only:
-        detail = f"{step.step_id}: tool {tool.name!r} is {tool.effect.value} in a read-only plan"
-        found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step.step_id, detail))
-    if tool.effect is not EffectClass.IRREVERSIBLE:
-        return found
-    after = tuple(s.step_id for s in later if s.tool.effect is EffectClass.COMPENSATABLE)
-    if after:
+def _effects_in_read_only(plan: list[PlanStep]) -> list[Violation]:
+    return [
+        Violation(
+            ViolationKind.EFFECT_IN_READ_ONLY,
+            s.step_id,
+            f"{s.step_id}: tool {s.tool.name!r} is {s.tool.effect_class.value} in a read-only plan",
+        )
+        for s in plan
+        if not s.tool.read_only
+    ]
+
+
+def _pivot_rules(pivot: PlanStep, later: list[PlanStep], rules: PlanRules) -> list[Violation]:
+    found = []
+    where = f"{pivot.step_id} ({pivot.tool.name})"
+    undoable = tuple(s.step_id for s in later if s.tool.undoable)
+    if undoable:
         detail = (
-            f"irreversible {step.step_id} ({tool.name}) comes before compensatable "
-            f"{', '.join(after)}: move it after them"
+            f"the pivot {where} cannot be undone and comes before undoable "
+            f"{', '.join(undoable)}: move them before it"
+        )
+        found.append(Violation(ViolationKind.UNDOABLE_AFTER_PIVOT, pivot.step_id, detail, undoable))
+    unsafe = tuple(s.step_id for s in later if not s.tool.repeatable)
+    if unsafe:
+        detail = (
+            f"after the pivot {where} every step must be safely repeatable (keyed or "
+            f"idempotent), but {', '.join(unsafe)} is not"
         )
         found.append(
-            Violation(ViolationKind.IRREVERSIBLE_BEFORE_COMPENSATABLE, step.step_id, detail, after)
+            Violation(ViolationKind.UNREPEATABLE_AFTER_PIVOT, pivot.step_id, detail, unsafe)
         )
-    if rules.irreversible_needs_approval and not tool.requires_approval:
-        detail = f"irreversible {step.step_id} ({tool.name}) has no approval gate"
-        found.append(Violation(ViolationKind.MISSING_APPROVAL, step.step_id, detail))
+    if rules.approval_at_pivot and not pivot.tool.requires_approval:
+        detail = f"the pivot {where} has no approval gate"
+        found.append(Violation(ViolationKind.MISSING_APPROVAL, pivot.step_id, detail))
     return found
 
 
@@ -203,19 +258,11 @@ def _with(kind: ViolationKind, step_id: str, detail: str, steps: list[StepState]
     return Violation(kind, step_id, detail, tuple(s.step_id for s in steps))
 
 
-def _compensatable(step: StepState) -> bool:
-    return step.effect is EffectClass.COMPENSATABLE
-
-
-def _irreversible(step: StepState) -> bool:
-    return step.effect is EffectClass.IRREVERSIBLE
-
-
 def _unresolved(step: StepState) -> bool:
     return step.status in UNRESOLVED or step.escalation_open
 
 
 def _unknown(step: StepState) -> bool:
-    # A failed compensation is for a human too: the fold takes no second compensation.
-    unknown = {StepStatus.INTENDED, StepStatus.ABANDONED, StepStatus.COMPENSATION_FAILED}
+    # A failed compensation is known: its effect stands (see left_standing) and goes to a human.
+    unknown = {StepStatus.INTENDED, StepStatus.ABANDONED}
     return step.status in unknown or step.escalation_open

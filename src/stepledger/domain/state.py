@@ -45,7 +45,20 @@ class RunStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     COMPENSATED = "compensated"
+    COMPENSATION_INCOMPLETE = "compensation_incomplete"
+    """Unwound as far as it could be: effects that happened are left standing (escalated)."""
     DEAD_LETTERED = "dead_lettered"
+
+
+#: How a workflow may end (it runs nothing new afterwards).
+ENDED = frozenset(
+    {
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.COMPENSATED,
+        RunStatus.COMPENSATION_INCOMPLETE,
+    }
+)
 
 
 #: Statuses from which a new intent for the same step is legitimate (a retry).
@@ -79,6 +92,12 @@ class StepState:
     tool: str = ""
     effect: EffectClass | None = None
     policy: ResolutionPolicy | None = None
+    repeatable: bool = False
+    """A repeat of the call is safe (keyed, idempotent or read-only)."""
+    undoable: bool = False
+    """The effect can be undone (the tool has a compensate hook)."""
+    after_pivot: bool = False
+    """A pivot of the workflow may have happened before this step's intent."""
     idempotency_key: str = ""
     arguments_json: str = "{}"
     arguments_digest: str = ""
@@ -86,6 +105,8 @@ class StepState:
     attempt: int = 0
     recovery_attempts: int = 0
     result_json: str | None = None
+    result_type: str | None = None
+    """Which codec wrote ``result_json`` (see :mod:`stepledger.domain.results`)."""
     error: str | None = None
     resolved_by: Source | None = None
     escalation_id: str | None = None
@@ -100,6 +121,16 @@ class StepState:
     def in_doubt(self) -> bool:
         """True when an intent has no outcome: the effect may or may not have happened."""
         return self.status is StepStatus.INTENDED
+
+    @property
+    def effectful(self) -> bool:
+        """True when the step's tool changes something (not read-only)."""
+        return self.effect is not EffectClass.READ_ONLY
+
+    @property
+    def pivot(self) -> bool:
+        """True when the step's effect cannot be undone."""
+        return self.effect is not None and self.effectful and not self.undoable
 
 
 _STEP_FIELDS = frozenset(f.name for f in fields(StepState))
@@ -178,6 +209,8 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):
         wf.status = RunStatus(body.status.value)
+        if body.escalation_id is not None:
+            wf.escalation_id = body.escalation_id
         return None
     if isinstance(body, ev.WorkflowDeadLettered):
         wf.status, wf.escalation_id = RunStatus.DEAD_LETTERED, body.escalation_id
@@ -206,11 +239,30 @@ def _on_workflow_run(
 
 
 def _on_workflow_cleared(wf: WorkflowState, body: ev.EscalationResolved) -> Problem | None:
-    if wf.status is not RunStatus.DEAD_LETTERED or body.escalation_id != wf.escalation_id:
+    if wf.escalation_id is None or body.escalation_id != wf.escalation_id:
+        return ("unknown_escalation", f"workflow has no open escalation {body.escalation_id}")
+    if wf.status is RunStatus.COMPENSATION_INCOMPLETE:
+        return _on_standing_resolved(wf, body)
+    if wf.status is not RunStatus.DEAD_LETTERED:
         return ("unknown_escalation", f"workflow has no open escalation {body.escalation_id}")
     wf.status, wf.escalation_id = RunStatus.RUNNING, None
     # Clearing grants a fresh budget of attempts, counted from the one that was dead-lettered.
     wf.max_attempts = wf.attempt + wf.max_attempts
+    return None
+
+
+def _on_standing_resolved(wf: WorkflowState, body: ev.EscalationResolved) -> Problem | None:
+    """A human answered the effects a compensation left standing.
+
+    ``compensated``: they took the forward actions, nothing is left standing, the workflow
+    is compensated.  ``cleared``: the effects stand and that is accepted (the escalation is
+    closed, the workflow stays ``compensation_incomplete``).
+    """
+    if body.verdict is Verdict.COMPENSATED:
+        wf.status = RunStatus.COMPENSATED
+    elif body.verdict is not Verdict.CLEARED:
+        return ("bad_verdict", f"{body.verdict.value} does not answer effects left standing")
+    wf.escalation_id = None
     return None
 
 
@@ -269,6 +321,9 @@ def _on_intent(
         tool=body.tool,
         effect=body.effect,
         policy=body.policy,
+        repeatable=_repeatable(body),
+        undoable=body.undoable if body.undoable is not None else _legacy_undoable(body),
+        after_pivot=body.after_pivot,
         idempotency_key=body.idempotency_key,
         arguments_json=body.arguments_json,
         arguments_digest=body.arguments_digest,
@@ -277,10 +332,23 @@ def _on_intent(
         intended_at=at,
         recovery_attempts=0,
         result_json=None,
+        result_type=None,
         error=None,
         resolved_by=None,
         resolved_at=None,
     ), None
+
+
+def _repeatable(body: ev.StepIntended) -> bool:
+    if body.repeatable is not None:
+        return body.repeatable
+    # Written before 0.2.0: only the class and the policy tell (a re-drive was validated safe).
+    legacy = (EffectClass.READ_ONLY, EffectClass.IDEMPOTENT)
+    return body.effect in legacy or body.policy is ResolutionPolicy.REDRIVE
+
+
+def _legacy_undoable(body: ev.StepIntended) -> bool:
+    return body.effect is EffectClass.COMPENSATABLE
 
 
 def _on_outcome(
@@ -301,6 +369,7 @@ def _on_outcome(
         step,
         status=status,
         result_json=body.result_json,
+        result_type=body.result_type,
         error=body.error,
         resolved_by=body.source,
         resolved_at=at,

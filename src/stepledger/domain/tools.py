@@ -1,9 +1,25 @@
-"""The Tool spec: a tool's effect class, resolution policy, limits, secrets and hooks.
+"""The Tool spec: a tool's two effect properties, resolution policy, limits, secrets and hooks.
 
-Hooks (all optional except where the policy needs one):
+A tool's effect has two independent properties (DESIGN invariant 12):
+
+- **may it be repeated safely?** ``keyed`` (the service de-duplicates by the idempotency key)
+  or ``idempotent`` (calling twice is calling once);
+- **can it be undone?** it has a ``compensate`` hook: a forward action (a refund, a
+  cancellation) with its own key, tolerant of "nothing to undo".
+
+``read_only`` is its own case (nothing changes anywhere).  Every combination is allowed: a
+keyed charge with a refund is both.  The recovery policy defaults follow from the pair
+(``read_only``/repeatable: re-drive; only undoable: compensate; neither: escalate).  The
+older ``effect=`` classes map onto the pair (``idempotent`` -> idempotent, ``compensatable``
+-> needs a compensate hook, ``irreversible`` -> no compensate hook), and ``Tool.effect`` is
+always the class the pair implies (undoable -> compensatable, else repeatable -> idempotent,
+else irreversible), which is what intents record for older readers.
+
+Hooks (all optional except where the policy needs one) take their arguments in one order,
+the call's arguments first and its idempotency key second:
 
 - ``run(args, idempotency_key) -> result``: the call itself.
-- ``query(idempotency_key, args) -> Found | NotFound``: look the effect up.
+- ``query(args, idempotency_key) -> Found | NotFound``: look the effect up.
 - ``redrive(args, idempotency_key) -> result``: call again with the same key (defaults to ``run``).
 - ``compensate(args, idempotency_key, known_result) -> result``: forward correcting action that
   tolerates "nothing to undo".
@@ -21,11 +37,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from stepledger.domain import secrets
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
-from stepledger.domain.ids import canonical_digest, canonical_json
+from stepledger.domain.ids import canonical_digest, typed_canonical_json
+from stepledger.domain.results import ResultCodec, result_codec
 from stepledger.errors import ToolDefinitionError
 
 
@@ -45,11 +62,11 @@ class NotFound:
 
 QueryAnswer = Found | NotFound
 RunHook = Callable[[dict[str, Any], str], Any]
-QueryHook = Callable[[str, dict[str, Any]], QueryAnswer]
+QueryHook = Callable[[dict[str, Any], str], QueryAnswer]
 RedriveHook = Callable[[dict[str, Any], str], Any]
 CompensateHook = Callable[[dict[str, Any], str, Any], Any]
 
-_DEFAULT_POLICY = {
+_LEGACY_POLICY = {
     EffectClass.READ_ONLY: ResolutionPolicy.REDRIVE,
     EffectClass.IDEMPOTENT: ResolutionPolicy.REDRIVE,
     EffectClass.COMPENSATABLE: ResolutionPolicy.COMPENSATE,
@@ -66,12 +83,18 @@ class Tool(BaseModel):
 
     name: str
     """Unique tool name, recorded in every intent."""
-    effect: EffectClass
-    """What the effect is: read_only, idempotent, compensatable or irreversible."""
-    policy: ResolutionPolicy | None = None
-    """How an intent with no outcome is resolved; defaults from the effect class."""
+    effect: EffectClass | None = None
+    """Older spelling of the two properties; once built, the class the pair implies."""
+    read_only: bool = False
+    """Calling the tool changes nothing anywhere (a search, a quote)."""
+    idempotent: bool = False
+    """Calling it twice with the same arguments is calling it once (an upsert)."""
     keyed: bool = False
     """The service de-duplicates calls by the idempotency key it is handed."""
+    policy: ResolutionPolicy | None = None
+    """How an intent with no outcome is resolved; defaults from the two properties."""
+    correction: str = ""
+    """For an effect that cannot be undone: the forward action a human might take instead."""
     timeout_s: float = Field(default=30.0, gt=0, le=86_400)
     """Call timeout; it sets the intent's deadline and bounds every recovery hook."""
     max_attempts: int = Field(default=3, ge=1, le=100)
@@ -85,11 +108,15 @@ class Tool(BaseModel):
     run: RunHook | None = Field(default=None, exclude=True, repr=False)
     """The call itself: ``run(args, idempotency_key)``."""
     query: QueryHook | None = Field(default=None, exclude=True, repr=False)
-    """Look the effect up by key: ``query(idempotency_key, args) -> Found | NotFound``."""
+    """Look the effect up by key: ``query(args, idempotency_key) -> Found | NotFound``."""
     redrive: RedriveHook | None = Field(default=None, exclude=True, repr=False)
     """Call again with the same key; ``run`` is used when absent."""
     compensate: CompensateHook | None = Field(default=None, exclude=True, repr=False)
-    """Forward correction: ``compensate(args, idempotency_key, known_result)``."""
+    """Undo it: ``compensate(args, idempotency_key, known_result)``, a forward action."""
+    result_type: Any = Field(default=None, exclude=True, repr=False)
+    """What ``run`` returns (default: its return annotation); replays return that type."""
+    _results: ResultCodec = PrivateAttr()
+    _function: Callable[..., Any] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -103,12 +130,45 @@ class Tool(BaseModel):
     def _check(self) -> Tool:
         if not _NAME.match(self.name):
             raise ValueError("name must be 1-100 letters, digits, '.', '_' or '-'")
+        problems = _legacy_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.policy is None and self.effect is not None:
+            # An older declaration keeps the default policy its class always had.
+            object.__setattr__(self, "policy", _LEGACY_POLICY[self.effect])
+        if self.effect is EffectClass.READ_ONLY:
+            object.__setattr__(self, "read_only", True)
+        elif self.effect is EffectClass.IDEMPOTENT:
+            object.__setattr__(self, "idempotent", True)
+        object.__setattr__(self, "effect", _implied_class(self))
         if self.policy is None:
-            object.__setattr__(self, "policy", _DEFAULT_POLICY[self.effect])
+            object.__setattr__(self, "policy", _default_policy(self))
         problems = _combination_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+        self._results = result_codec(self.result_type, self.run, tool=self.name)
         return self
+
+    def bind_function(self, fn: Callable[..., Any]) -> None:
+        """Remember the plain function a decorated tool was made of (calling the tool calls it)."""
+        self._function = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function a decorated tool was made of, directly (no intent, no outcome)."""
+        if self._function is None:
+            raise TypeError(f"tool {self.name!r} was not made from a function; use wf.step")
+        return self._function(*args, **kwargs)
+
+    @property
+    def results(self) -> ResultCodec:
+        """How this tool's results are recorded and replayed (same value, same type)."""
+        return self._results
+
+    @property
+    def effect_class(self) -> EffectClass:
+        """The effect class the two properties imply (never None once built)."""
+        assert self.effect is not None
+        return self.effect
 
     @property
     def resolution(self) -> ResolutionPolicy:
@@ -117,9 +177,24 @@ class Tool(BaseModel):
         return self.policy
 
     @property
-    def read_only(self) -> bool:
-        """True when calling the tool changes nothing anywhere."""
-        return self.effect is EffectClass.READ_ONLY
+    def effectful(self) -> bool:
+        """True when calling the tool changes something outside stepledger."""
+        return not self.read_only
+
+    @property
+    def repeatable(self) -> bool:
+        """True when a repeat is safe: read-only, idempotent or keyed."""
+        return self.read_only or self.idempotent or self.keyed
+
+    @property
+    def undoable(self) -> bool:
+        """True when the effect can be undone: the tool has a compensate hook."""
+        return self.compensate is not None
+
+    @property
+    def pivot(self) -> bool:
+        """True when the tool's effect cannot be undone: a step of it is a saga's pivot."""
+        return self.effectful and not self.undoable
 
     @property
     def redrive_hook(self) -> RedriveHook | None:
@@ -142,9 +217,9 @@ class Tool(BaseModel):
     def arguments_digest(self, arguments: Mapping[str, Any]) -> str:
         """The digest an intent records to detect a changed plan; secret values take no part."""
         if not self.secret_args:
-            return canonical_digest(canonical_json(arguments))
+            return canonical_digest(typed_canonical_json(arguments))
         redacted = secrets.redact(arguments, self.secret_args, secrets.fixed_mark)
-        return canonical_digest(canonical_json(redacted))
+        return canonical_digest(typed_canonical_json(redacted))
 
     def scrubber(self, arguments: Mapping[str, Any]) -> secrets.Scrubber:
         """What removes this call's secret values from its error text and result."""
@@ -153,23 +228,50 @@ class Tool(BaseModel):
         return secrets.Scrubber(secrets.secret_values(arguments, self.secret_args))
 
 
-def _combination_problems(tool: Tool) -> list[str]:
-    policy, effect = tool.policy, tool.effect
-    problems: list[str] = []
-    if policy is ResolutionPolicy.REDRIVE and not (
-        tool.keyed or effect in (EffectClass.IDEMPOTENT, EffectClass.READ_ONLY)
-    ):
-        problems.append(
-            f"policy 'redrive' needs an idempotent or keyed tool, but it is {effect.value} "
-            "and not keyed: a re-drive could repeat the effect"
-        )
-    if policy is ResolutionPolicy.COMPENSATE and effect is not EffectClass.COMPENSATABLE:
-        problems.append(f"policy 'compensate' needs effect 'compensatable', not {effect.value}")
-    if policy is ResolutionPolicy.QUERY and tool.query is None:
-        problems.append("policy 'query' needs a query hook")
+def _legacy_problems(tool: Tool) -> list[str]:
+    """Contradictions between an ``effect=`` class and the properties given beside it."""
+    effect, problems = tool.effect, list[str]()
+    if effect is None:
+        return problems
     if effect is EffectClass.COMPENSATABLE and tool.compensate is None:
         problems.append("effect 'compensatable' needs a compensate hook")
-    if tool.requires_approval and effect is EffectClass.READ_ONLY:
+    if effect is EffectClass.IRREVERSIBLE and tool.compensate is not None:
+        problems.append("effect 'irreversible' contradicts its compensate hook: drop effect=")
+    if effect is not EffectClass.READ_ONLY and tool.read_only:
+        problems.append(f"effect {effect.value!r} contradicts read_only=True")
+    return problems
+
+
+def _implied_class(tool: Tool) -> EffectClass:
+    if tool.read_only:
+        return EffectClass.READ_ONLY
+    if tool.undoable:
+        return EffectClass.COMPENSATABLE
+    return EffectClass.IDEMPOTENT if tool.repeatable else EffectClass.IRREVERSIBLE
+
+
+def _default_policy(tool: Tool) -> ResolutionPolicy:
+    # Going forward is the default wherever a repeat is safe; undoing only where it is not.
+    if tool.repeatable:
+        return ResolutionPolicy.REDRIVE
+    return ResolutionPolicy.COMPENSATE if tool.undoable else ResolutionPolicy.ESCALATE
+
+
+def _combination_problems(tool: Tool) -> list[str]:
+    policy = tool.policy
+    problems: list[str] = []
+    if policy is ResolutionPolicy.REDRIVE and not tool.repeatable:
+        problems.append(
+            "policy 'redrive' needs a tool whose repeat is safe (keyed or idempotent), but it "
+            "is neither: a re-drive could repeat the effect"
+        )
+    if policy is ResolutionPolicy.COMPENSATE and not tool.undoable:
+        problems.append("policy 'compensate' needs a compensate hook (an undo)")
+    if policy is ResolutionPolicy.QUERY and tool.query is None:
+        problems.append("policy 'query' needs a query hook")
+    if tool.read_only and tool.compensate is not None:
+        problems.append("a read-only tool has nothing to undo: drop its compensate hook")
+    if tool.requires_approval and tool.read_only:
         problems.append("a read-only tool cannot require approval: it is never a pivot")
     if tool.secret_args:
         problems.extend(secrets.path_problems(tool.secret_args))
@@ -181,7 +283,7 @@ def _secret_hook_problems(tool: Tool) -> list[str]:
     # Recovery and a resuming agent have only the redacted arguments: a hook handed them
     # would send the marker as the card.  Read-only steps are re-run by their agent with
     # the clear arguments, never from the log.
-    if tool.effect is EffectClass.READ_ONLY:
+    if tool.read_only:
         return []
     paths = ", ".join(sorted(map(repr, tool.secret_args)))
     problems = []

@@ -1,11 +1,13 @@
 """Tool definitions, with recovery hooks, for the example services.
 
-- ``payments.charge``: idempotent and keyed; policy query (look the charge up by key).  It
-  declares an explicit re-drive, so a query that finds nothing re-drives the charge under
+- ``payments.charge``: keyed (a repeat is safe) and undoable (a refund, its own transaction
+  under its own key, derived from the charge's); policy query (look the charge up by key).
+  It declares an explicit re-drive, so a query that finds nothing re-drives the charge under
   the same key instead of reporting not_happened: the service de-duplicates by key.
 - ``bookings.book``: compensatable and keyed; policy compensate (cancel by the booking's
   key; an unknown booking is "nothing to undo").
-- ``email.send``: irreversible, no key; policy escalate (a human decides).
+- ``email.send``: neither (no key, no undo): the trip's pivot; policy escalate (a human
+  decides); its ``correction`` names what a human can do instead (a correction email).
 
 Load it in the daemon with ``--tools stepledger.examples.tools:registry``; the service URLs
 come from ``STEPLEDGER_PAYMENTS_URL``, ``STEPLEDGER_BOOKINGS_URL`` and
@@ -20,7 +22,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from stepledger.domain.enums import EffectClass, ResolutionPolicy
+from stepledger.domain.enums import ResolutionPolicy
+from stepledger.domain.ids import compensation_key
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import ToolRegistryError, ToolServiceError
 from stepledger.examples.clients import (
@@ -30,7 +33,7 @@ from stepledger.examples.clients import (
     PaymentsClient,
     ServiceError,
 )
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 
 PAYMENTS = "payments.charge"
 BOOKINGS = "bookings.book"
@@ -107,19 +110,27 @@ def payments_tool(
             ),
         )
 
-    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(args: dict[str, Any], key: str) -> Found | NotFound:
         charge = service_call(PAYMENTS, lambda: client.find_charge(key))
         return NotFound(f"no charge under {key}") if charge is None else Found(charge)
 
+    def refund(args: dict[str, Any], key: str, known_result: Any) -> JsonObject | NotFound:
+        # The refund is its own transaction under its own key (derived from the charge's),
+        # so a repeated undo refunds once; an unknown charge is "nothing to undo".
+        answer = service_call(PAYMENTS, lambda: client.refund(compensation_key(key), key))
+        if answer.get("status") == "nothing_to_undo":
+            return NotFound(f"no charge under {key}: nothing to undo")
+        return answer
+
     return Tool(
         name=PAYMENTS,
-        effect=EffectClass.IDEMPOTENT,
-        policy=ResolutionPolicy.REDRIVE if broken_redrive else ResolutionPolicy.QUERY,
         keyed=True,
+        policy=ResolutionPolicy.REDRIVE if broken_redrive else ResolutionPolicy.QUERY,
         timeout_s=timeout_s,
         run=run,
         redrive=redrive,
         query=query,
+        compensate=refund,
         **kw,
     )
 
@@ -136,7 +147,7 @@ def bookings_tool(
             lambda: client.book(key, str(args["hotel"]), int(args["nights"]), fault=fault),
         )
 
-    def query(key: str, args: dict[str, Any]) -> Found | NotFound:
+    def query(args: dict[str, Any], key: str) -> Found | NotFound:
         booking = service_call(BOOKINGS, lambda: client.find_booking(key))
         return NotFound(f"no booking under {key}") if booking is None else Found(booking)
 
@@ -148,7 +159,6 @@ def bookings_tool(
 
     return Tool(
         name=BOOKINGS,
-        effect=EffectClass.COMPENSATABLE,
         policy=ResolutionPolicy.COMPENSATE,
         keyed=True,
         timeout_s=timeout_s,
@@ -178,8 +188,8 @@ def email_tool(
 
     return Tool(
         name=EMAIL,
-        effect=EffectClass.IRREVERSIBLE,
         policy=ResolutionPolicy.ESCALATE,
+        correction="send the recipient a correction email: the trip was cancelled and refunded",
         timeout_s=timeout_s,
         run=run,
         **kw,

@@ -44,7 +44,7 @@ from stepledger.errors import (
 from stepledger.examples.tools import BOOKINGS, DEFAULT_TIMEOUT_S, EMAIL, PAYMENTS, email_tool
 from stepledger.examples.tools import registry as example_registry
 from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 
 STEPS = ("quote", "charge", "book", "email")
 POINTS = ("before_intent", "after_intent", "after_effect", "after_outcome")

@@ -5,6 +5,7 @@ from stepledger.domain.saga import PlanRules, PlanStep, Violation, check_plan
 from stepledger.producer.ledger import Ledger, Workflow
 from stepledger.producer.reader import (
     InMemoryWorkflowReader,
+    KafkaPartitionReader,
     KafkaScanReader,
     SnapshotTailReader,
     WorkflowReader,
@@ -13,6 +14,7 @@ from stepledger.producer.resume import ResumeOptions
 
 __all__ = [
     "InMemoryWorkflowReader",
+    "KafkaPartitionReader",
     "KafkaScanReader",
     "Ledger",
     "PlanRules",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from stepledger.domain.enums import EffectClass
 from stepledger.domain.replay import Move, MoveKind
 from stepledger.domain.state import StepState, StepStatus, WorkflowState
 from stepledger.errors import (
@@ -60,7 +59,7 @@ def open_effects(state: WorkflowState) -> list[StepState]:
     return [
         s
         for s in state.ordered_steps()
-        if s.effect is not EffectClass.READ_ONLY
+        if s.effectful
         and (s.status in (StepStatus.INTENDED, StepStatus.COMPENSATING) or s.escalation_open)
     ]
 

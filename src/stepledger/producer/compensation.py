@@ -1,32 +1,44 @@
-"""Compensating a workflow: undo its completed compensatable steps, newest first.
+"""Compensating a workflow: undo every effect that happened and can be undone, newest first.
 
 Each compensation is its own durable intent/outcome pair (``compensation_intended`` before
 the hook is called, ``compensation_outcome`` after), so a crash in the middle leaves a
 compensation the resume (or the recovery daemon) carries through.  Nothing is undone
 while an effectful step's outcome is unknown: whether to undo around it depends on it.
+
+A workflow ends ``compensated`` only when nothing that happened is left standing.  An
+effect that cannot be undone (the pivot, an unkeyed email) or whose undo failed ends it
+``compensation_incomplete``, with an escalation that lists each effect left standing and
+the forward action a human might take (the tool's ``correction``).
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
-from stepledger.domain.enums import CompensationStatus, Source
-from stepledger.domain.saga import compensation_plan
-from stepledger.domain.state import StepState, StepStatus
+from stepledger.domain.enums import CompensationStatus, Source, WorkflowStatus
+from stepledger.domain.saga import compensation_plan, left_standing
+from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import NotFound, Tool
-from stepledger.errors import StepInDoubtError, ToolCallError
-from stepledger.recovery.hooks import intent_arguments, known_result
+from stepledger.errors import StepInDoubtError
+from stepledger.resolution.hooks import intent_arguments, known_result
 
 if TYPE_CHECKING:
     from stepledger.producer.workflow import Workflow
 
+logger = logging.getLogger("stepledger.producer")
+
 
 def compensate(workflow: Workflow, reason: str) -> list[str]:
-    """Compensate every completed compensatable step in reverse order; return their ids."""
+    """Undo every undoable effect that happened, newest first; return the undone step ids.
+
+    A failed undo is recorded (``compensation_outcome`` failed) and the others still run:
+    the effect it leaves standing is reported by :func:`finish`.
+    """
     undo, blockers = compensation_plan(workflow.state)
     if blockers:
         names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blockers)
@@ -37,12 +49,54 @@ def compensate(workflow: Workflow, reason: str) -> list[str]:
         )
     done = []
     for step in undo:
-        _compensate_one(workflow, step, workflow.tool(step.tool), reason)
-        done.append(step.step_id)
+        if _compensate_one(workflow, step, workflow.tool(step.tool), reason):
+            done.append(step.step_id)
     return done
 
 
-def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str) -> None:
+def standing(state: WorkflowState) -> list[StepState]:
+    """Effects that happened and were not undone (see :func:`saga.left_standing`)."""
+    return left_standing(state)
+
+
+def finish(workflow: Workflow, reason: str) -> None:
+    """End the workflow compensated, or compensation_incomplete with an escalation."""
+    if workflow.state.status is not RunStatus.RUNNING:
+        return
+    left = standing(workflow.state)
+    if not left:
+        workflow.finish(WorkflowStatus.COMPENSATED, reason)
+        return
+    wf = workflow.workflow_id
+    escalation = ids.escalation_id(wf, None, "left_standing", workflow.attempt)
+    entries = [_standing_entry(workflow, s) for s in left]
+    names = ", ".join(f"{e['step_id']} ({e['tool']})" for e in entries)
+    body = ev.WorkflowFinished(
+        status=WorkflowStatus.COMPENSATION_INCOMPLETE,
+        detail=f"{reason}; left standing: {names}",
+        escalation_id=escalation,
+        left_standing_json=ids.canonical_json(entries),
+    )
+    workflow.record(workflow.ledger.events.envelope(wf, None, body))
+
+
+def _standing_entry(workflow: Workflow, step: StepState) -> dict[str, Any]:
+    tool = workflow.known_tool(step.tool)
+    if step.status is StepStatus.COMPENSATION_FAILED:
+        why = f"its compensation failed: {step.error}"
+    else:
+        why = "it cannot be undone" if not step.undoable else "it was not undone"
+    action = tool.correction if tool is not None and tool.correction else ""
+    return {
+        "step_id": step.step_id,
+        "tool": step.tool,
+        "idempotency_key": step.idempotency_key,
+        "why": why,
+        "forward_action": action or f"undo the effect of {step.tool} by hand (no correction known)",
+    }
+
+
+def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str) -> bool:
     events = workflow.ledger.events
     wf = workflow.workflow_id
     if step.status is StepStatus.SUCCEEDED:
@@ -53,7 +107,7 @@ def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str
             deadline=events.clock() + timedelta(seconds=tool.timeout_s),
         )
         workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
-    assert tool.compensate is not None  # a compensatable tool always has the hook
+    assert tool.compensate is not None  # an undoable tool always has the hook
     try:
         # The hook gets the step's own key: it names the effect to undo.
         answer = tool.compensate(intent_arguments(step), step.idempotency_key, known_result(step))
@@ -64,13 +118,13 @@ def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str
             source=Source.AGENT,
         )
         workflow.record(events.envelope(wf, step.step_id, failed, step.attempt, "agent"))
-        raise ToolCallError(
-            f"compensation of {step.step_id!r} failed: {exc}",
-            workflow_id=wf,
-            step_id=step.step_id,
-            tool=tool.name,
-        ) from exc
+        logger.warning(
+            "compensation failed; the effect is left standing",
+            extra={"workflow_id": wf, "step_id": step.step_id, "error": failed.error},
+        )
+        return False
     workflow.record(events.envelope(wf, step.step_id, _outcome(answer), step.attempt, "agent"))
+    return True
 
 
 def _outcome(answer: Any) -> ev.CompensationOutcome:

@@ -22,11 +22,16 @@ from stepledger.domain.tools import Tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import resume
-from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader, WorkflowReader
+from stepledger.producer.reader import (
+    InMemoryWorkflowReader,
+    KafkaPartitionReader,
+    SnapshotTailReader,
+    WorkflowReader,
+)
 from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
+from stepledger.resolution.registry import ToolRegistry
 
 
 class Ledger:
@@ -56,12 +61,16 @@ class Ledger:
 
     @property
     def reader(self) -> WorkflowReader:
-        """How workflows are read back (a topic scan unless a snapshot reader was given)."""
+        """How workflows are read back: their own partition, unless another reader was given."""
         if self._reader is None:
             if isinstance(self.log, InMemoryEventLog):
                 self._reader = InMemoryWorkflowReader(self.log)
+            elif self.settings.projection:
+                # O(the workflow): its rows in the snapshot, then its partition's tail.
+                self._reader = SnapshotTailReader(self.settings, self.settings.projection)
             else:
-                self._reader = KafkaScanReader(self.settings)
+                # O(its partition): no projection to look the workflow up in.
+                self._reader = KafkaPartitionReader(self.settings)
         return self._reader
 
     @property

@@ -2,12 +2,17 @@
 
 Implementations:
 
+- :class:`KafkaPartitionReader` (the default): only the workflow's own partition, from its
+  beginning.  The partition is computed with the producers' partitioner
+  (:mod:`stepledger.partitioner`), so the cost is that partition's size (about the log
+  divided by the partition count), not the whole topic's.
 - :class:`SnapshotTailReader`: the projector's published DuckDB snapshot (an indexed point
-  lookup by workflow) plus each partition's tail after the offsets the snapshot was taken
-  at.  Its cost follows the workflow's size and the events since the snapshot, not the
-  size of the log (see docs/resume-design.md).
-- :class:`KafkaScanReader`: every partition from the beginning; the fallback when no
-  snapshot exists.  Its cost grows with the whole log.
+  lookup by workflow) plus the workflow's partition's tail after the offset the snapshot
+  was taken at.  Its cost follows the workflow's size and the events since the snapshot,
+  not the size of the log (see docs/resume-design.md).
+- :class:`KafkaScanReader`: every partition from the beginning.  Its cost grows with the
+  whole log; it is what a partition reader falls back to when the partitioner is not one
+  whose choice can be computed (``random``).
 - :class:`InMemoryWorkflowReader`: over an :class:`~stepledger.log.InMemoryEventLog`.
 
 ``follow`` waits for the workflow's next events after a known position (an approval, the
@@ -31,6 +36,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import FAST_CONSUMER, Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
+from stepledger.partitioner import configured, partition_of
 
 logger = logging.getLogger("stepledger.producer.reader")
 
@@ -149,9 +155,38 @@ class KafkaScanReader:
             self._known = [(topic, p) for p in topic_partitions(self.settings, topic)]
         return self._known
 
+    def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
+        """Every partition (a whole-topic scan reads them all)."""
+        return self._partitions()
 
-class SnapshotTailReader(KafkaScanReader):
-    """Reads a workflow from the projector's snapshot plus the partitions' tails after it.
+
+class KafkaPartitionReader(KafkaScanReader):
+    """Reads a workflow from its own partition only, computed as the producers' partitioner does.
+
+    The default reader of a :class:`~stepledger.producer.Ledger`: opening a workflow reads
+    one partition from its beginning, not the topic.  With a partitioner whose choice
+    cannot be computed (``-X partitioner=random``) it scans every partition.
+    """
+
+    def read(self, workflow_id: str) -> list[Event]:
+        """Every event of the workflow: a scan of its partition (cost: that partition's size)."""
+        began = time.perf_counter()
+        starts = dict.fromkeys(self._workflow_partitions(workflow_id), FIRST_OFFSET)
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
+        return events
+
+    def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
+        known = self._partitions()
+        partitioner = configured(self.settings.client_config())
+        chosen = partition_of(workflow_id.encode(), len(known), partitioner)
+        if chosen is None or (self.settings.topic, chosen) not in known:
+            return known
+        return [(self.settings.topic, chosen)]
+
+
+class SnapshotTailReader(KafkaPartitionReader):
+    """Reads a workflow from the projector's snapshot plus its partition's tail after it.
 
     ``projection`` is the projector's DuckDB file; its published snapshot is what is
     opened (read-only; the projector keeps writing its own file).  With no snapshot yet,
@@ -166,16 +201,17 @@ class SnapshotTailReader(KafkaScanReader):
 
     def read(self, workflow_id: str) -> list[Event]:
         """The workflow's events: snapshot lookup, then the tail after the snapshot."""
-        from stepledger.projector.snapshot import latest_snapshot, workflow_events_from_snapshot
+        from stepledger.snapshots import latest_snapshot, workflow_events_from_snapshot
 
         began = time.perf_counter()
         path = latest_snapshot(self.projection)
         if path is None:
-            logger.info("no snapshot of %s yet: scanning the topic", self.projection)
+            logger.info("no snapshot of %s yet: reading the partition", self.projection)
             return super().read(workflow_id)
         stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
         stored = [e for e in stored if e.workflow_id == workflow_id]
-        starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in self._partitions()}
+        mine = self._workflow_partitions(workflow_id)
+        starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in mine}
         tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         seen = {e.event_id for e in stored}
         events = stored + [e for e in tail if e.event_id not in seen]

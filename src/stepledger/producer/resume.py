@@ -29,8 +29,8 @@ from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver, reader_check
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolver, reader_check
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -236,7 +236,7 @@ def _forward(state: WorkflowState, step: StepState, tool: Tool) -> WorkflowState
     """The state the resolver judges: a queryable compensatable intent is queried instead."""
     if step.policy is not ResolutionPolicy.COMPENSATE or tool.query is None:
         return state
-    if step.effect is not EffectClass.COMPENSATABLE or step.status is not StepStatus.INTENDED:
+    if not step.undoable or step.status is not StepStatus.INTENDED:
         return state
     shadow = _copy(state)
     shadow.steps[step.step_id] = replace(step, policy=ResolutionPolicy.QUERY)

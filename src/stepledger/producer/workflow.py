@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +20,23 @@ from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
-from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step
+from stepledger.domain.results import Encoded
+from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_passed
 from stepledger.domain.secrets import Scrubber
-from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
+from stepledger.domain.state import (
+    ENDED,
+    RunStatus,
+    StepState,
+    StepStatus,
+    WorkflowState,
+    replay,
+)
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
     LedgerStateError,
     PlanMismatchError,
+    ResultTypeError,
     StepInDoubtError,
     ToolDefinitionError,
     effect_unknown,
@@ -69,7 +77,7 @@ class Workflow:
     @property
     def finished(self) -> bool:
         """True once the workflow ended (completed, failed, compensated)."""
-        return self.state.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.COMPENSATED)
+        return self.state.status in ENDED
 
     def record(self, event: ev.Event) -> Position:
         """Append an event durably, then fold it into the local state."""
@@ -100,14 +108,22 @@ class Workflow:
         """A tool this workflow used, or one of the ledger's registry."""
         return self._tools.get(name) or self.ledger.tools.require(name)
 
+    def known_tool(self, name: str) -> Tool | None:
+        """A tool this workflow used or the ledger knows, or None."""
+        return self._tools.get(name) or self.ledger.tools.get(name)
+
     def step(
         self,
         step_id: str,
         tool: Tool,
         arguments: Mapping[str, Any] | None = None,
         fn: ToolFn | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run one tool call bracketed by a durable intent and a durable outcome.
+
+        The call's arguments are ``arguments`` and/or keywords (``wf.step("charge", charge,
+        amount=1250)``); an argument named ``arguments`` or ``fn`` goes in the mapping.
 
         ``fn(arguments, idempotency_key)`` (or ``tool.run``) is called only after the intent
         is acknowledged; if that fails, a DurabilityError is raised and nothing is called.
@@ -115,10 +131,10 @@ class Workflow:
         already settled returns its recorded result (or raises its recorded failure as a
         ToolCallError) without calling the tool.
         """
-        args = dict(arguments or {})
+        args = {**(arguments or {}), **kwargs}
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
-            return _recorded_result(move.step)
+            return _recorded_result(tool, move.step)
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             self.record(call.event)
@@ -129,9 +145,11 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        encoded = tool.results.encode(result)
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         self.record(outcome)
         self._ensure_outcome_stands(call, outcome)
+        _ensure_replayable(tool, step_id, encoded)
         return result
 
     async def astep(
@@ -140,16 +158,17 @@ class Workflow:
         tool: Tool,
         arguments: Mapping[str, Any] | None = None,
         fn: Callable[[dict[str, Any], str], Any | Awaitable[Any]] | None = None,
+        **kwargs: Any,
     ) -> Any:
         """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
-        args = dict(arguments or {})
+        args = {**(arguments or {}), **kwargs}
         if step_id in self.state.steps:
             # Settling or waiting for an approval blocks: keep it off the event loop.
             move = await asyncio.to_thread(self._prepare, step_id, tool, args)
         else:
             move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
-            return _recorded_result(move.step)
+            return _recorded_result(tool, move.step)
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             await self.arecord(call.event)
@@ -164,10 +183,12 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        encoded = tool.results.encode(result)
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         await self.arecord(outcome)
         if self._past_deadline(call):
             await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
+        _ensure_replayable(tool, step_id, encoded)
         return result
 
     def _past_deadline(self, call: _PendingCall) -> bool:
@@ -230,16 +251,25 @@ class Workflow:
             return build_context(self.state, hook)
 
     def compensate(self, reason: str = "workflow compensated", *, finish: bool = True) -> list[str]:
-        """Undo completed compensatable steps, newest first, each as its own intent/outcome.
+        """Undo every effect that happened and can be undone, newest first.
 
-        Raises StepInDoubtError (nothing undone) while an effectful step's outcome is
-        unknown.  Returns the compensated step ids; with ``finish`` the workflow then ends
-        as compensated.
+        Each undo is its own intent/outcome.  Raises StepInDoubtError (nothing undone) while
+        an effectful step's outcome is unknown.  Returns the compensated step ids.  With
+        ``finish`` the workflow then ends ``compensated`` if nothing that happened is left
+        standing, otherwise ``compensation_incomplete`` with an escalation listing each
+        effect left standing and the forward action a human might take
+        (:attr:`left_standing`).
         """
         done = compensation.compensate(self, reason)
         if finish:
-            self.finish(WorkflowStatus.COMPENSATED, reason)
+            compensation.finish(self, reason)
         return done
+
+    @property
+    def left_standing(self) -> list[StepState]:
+        """Effects of this workflow that happened and were not undone."""
+        with self._lock:
+            return compensation.standing(self.state)
 
     def finish(
         self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
@@ -332,8 +362,16 @@ class Workflow:
             return _PendingCall(
                 None, step_id, step.idempotency_key, args, step.attempt, scrub, None
             )
+        with self._lock:
+            after_pivot = tool.effectful and bool(pivot_passed(self.state, step_id))
         event = self.ledger.events.intent(
-            self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
+            self.workflow_id,
+            step_id,
+            tool,
+            args,
+            sequence=move.sequence,
+            attempt=move.attempt,
+            after_pivot=after_pivot,
         )
         body = event.body
         assert isinstance(body, ev.StepIntended)
@@ -346,7 +384,7 @@ class Workflow:
         call: _PendingCall,
         status: OutcomeStatus,
         *,
-        result: Any = None,
+        result: Encoded | None = None,
         error: BaseException | None = None,
     ) -> ev.Event:
         return self.ledger.events.outcome(
@@ -354,7 +392,8 @@ class Workflow:
             call.step_id,
             attempt=call.attempt,
             status=status,
-            result=result,
+            result=None if result is None else result.value,
+            result_type=None if result is None else result.result_type,
             error=error,
             scrub=call.scrub,
         )
@@ -387,10 +426,26 @@ def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:
     return step if isinstance(step, PlanStep) else PlanStep(*step)
 
 
-def _recorded_result(step: StepState | None) -> Any:
+def _recorded_result(tool: Tool, step: StepState | None) -> Any:
     if step is None or step.result_json is None:
         return None
-    return json.loads(step.result_json)
+    try:
+        return tool.results.decode(step.result_json, step.result_type)
+    except ResultTypeError as exc:
+        exc.step_id = step.step_id
+        raise
+
+
+def _ensure_replayable(tool: Tool, step_id: str, encoded: Encoded) -> None:
+    """Raise once the outcome is recorded if the result would not replay as it was returned."""
+    if encoded.problem is not None:
+        raise ResultTypeError(
+            f"step {step_id!r} ({tool.name}): the result was recorded, but a replay could not "
+            f"return it as it is: {encoded.problem}; declare result_type (or annotate the "
+            "tool's function) with a type the SDK can round-trip",
+            step_id=step_id,
+            tool=tool.name,
+        )
 
 
 def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:

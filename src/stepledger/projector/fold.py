@@ -80,6 +80,12 @@ class WorkflowProjection:
             self.escalations[body.escalation_id] = Escalation(
                 body.escalation_id, "workflow", None, body.reason, at
             )
+        elif isinstance(body, ev.WorkflowFinished) and body.escalation_id is not None:
+            # compensation_incomplete: effects left standing wait for a human's forward action.
+            reason = body.left_standing_json or body.detail or ""
+            self.escalations[body.escalation_id] = Escalation(
+                body.escalation_id, "left_standing", None, reason, at
+            )
         elif isinstance(body, ev.EscalationResolved):
             known = self.escalations.get(body.escalation_id)
             if known is not None:
@@ -92,6 +98,11 @@ class WorkflowProjection:
         if esc.kind == "workflow":
             is_open = (
                 state.status is RunStatus.DEAD_LETTERED and state.escalation_id == esc.escalation_id
+            )
+        elif esc.kind == "left_standing":
+            is_open = (
+                state.status is RunStatus.COMPENSATION_INCOMPLETE
+                and state.escalation_id == esc.escalation_id
             )
         else:
             step = state.steps.get(esc.step_id or "")

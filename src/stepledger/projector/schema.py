@@ -183,6 +183,7 @@ _VIEW_SQL = {
                count(*) FILTER (w.status = 'completed') AS completed,
                count(*) FILTER (w.status = 'failed') AS failed,
                count(*) FILTER (w.status = 'compensated') AS compensated,
+               count(*) FILTER (w.status = 'compensation_incomplete') AS compensation_incomplete,
                count(*) FILTER (w.status = 'dead_lettered') AS dead_lettered,
                sum(w.steps) AS steps,
                sum(w.in_doubt) AS in_doubt,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from stepledger.recovery.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
-from stepledger.recovery.hooks import call_bounded
-from stepledger.recovery.registry import ToolRegistry, load_registries, load_registry
-from stepledger.recovery.resolver import Resolution, Resolver
+from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
+from stepledger.resolution.hooks import call_bounded
+from stepledger.resolution.registry import ToolRegistry, load_registries, load_registry
+from stepledger.resolution.resolver import Resolution, Resolver
 
 __all__ = [
     "DeadLetterSink",

@@ -3,7 +3,9 @@
 The queue is rebuilt by reading the whole topic and folding it (always correct, always
 available, O(log) per call: fine for a command a human runs).  A step escalation is a
 step with an open escalation (abandoned by recovery, or a conflict found after its
-decision); a workflow escalation is a dead-lettered workflow.  Answering appends an
+decision); a workflow escalation is a dead-lettered workflow, or one whose compensation
+left effects standing (``compensation_incomplete``: answered ``compensated`` once a human
+took the forward actions it lists, or ``cleared`` to accept them).  Answering appends an
 ``EscalationResolved`` event: the fold re-judges the step from it, nobody edits state.
 """
 
@@ -28,6 +30,8 @@ from stepledger.log import EventLog
 
 STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)
 WORKFLOW_VERDICTS = (Verdict.CLEARED,)
+#: Effects a compensation left standing: a human took the forward actions, or accepts them.
+STANDING_VERDICTS = (Verdict.COMPENSATED, Verdict.CLEARED)
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,9 @@ class EscalationQueue:
         elif isinstance(body, ev.StepAbandoned | ev.WorkflowDeadLettered):
             notes.reason, notes.opened_at = body.reason, event.occurred_at
             notes.evidence = loads_or_text(getattr(body, "evidence_json", None))
+        elif isinstance(body, ev.WorkflowFinished) and body.escalation_id is not None:
+            notes.reason, notes.opened_at = body.detail or "", event.occurred_at
+            notes.evidence = {"left_standing": loads_or_text(body.left_standing_json)}
         elif isinstance(body, ev.AnomalyObserved):
             notes.anomalies.append(
                 {
@@ -164,6 +171,22 @@ class EscalationQueue:
                     wf.status.value,
                     evidence=notes.evidence,
                     options=WORKFLOW_VERDICTS,
+                )
+            )
+        if wf.status is RunStatus.COMPENSATION_INCOMPLETE and wf.escalation_id:
+            notes = self._notes.get((wf.workflow_id, None), _StepNotes())
+            found.append(
+                Escalation(
+                    wf.escalation_id,
+                    wf.workflow_id,
+                    None,
+                    wf.fleet_id,
+                    "",
+                    notes.reason,
+                    notes.opened_at,
+                    wf.status.value,
+                    evidence=notes.evidence,
+                    options=STANDING_VERDICTS,
                 )
             )
         return found

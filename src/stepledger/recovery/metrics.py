@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.tools import Tool
-from stepledger.recovery.resolver import Resolution
+from stepledger.resolution.resolver import Resolution
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
 

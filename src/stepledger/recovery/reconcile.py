@@ -28,7 +28,7 @@ from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import ToolRegistryError
 from stepledger.log import EventLog
-from stepledger.recovery.hooks import call_bounded, checked_query
+from stepledger.resolution.hooks import call_bounded, checked_query
 
 #: Ledger statuses that say the effect did not happen (or is not known to have).
 _NOT_RECORDED = frozenset(
@@ -138,7 +138,7 @@ def reconcile_attempts(
             continue
         arguments = json.loads(record.arguments_json or "{}")
         try:
-            args = (record.idempotency_key, arguments)
+            args = (arguments, record.idempotency_key)
             answer = call_bounded(query, args, tool.timeout_s, f"{tool.name}.query")
         except Exception as exc:
             report.errors.append(

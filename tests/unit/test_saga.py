@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stepledger.domain import events as ev
-from stepledger.domain.enums import EffectClass, OutcomeStatus, WorkflowStatus
+from stepledger.domain.enums import EffectClass, OutcomeStatus, Verdict, WorkflowStatus
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
@@ -28,6 +28,7 @@ from stepledger.errors import (
     SagaViolationError,
     StepInDoubtError,
 )
+from stepledger.inbox.cases import escalation_case
 from stepledger.producer import approval
 from stepledger.producer.reader import InMemoryWorkflowReader
 from tests.unit.factories import factory
@@ -382,3 +383,20 @@ def test_recovery_never_compensates_a_step_after_a_pivot_that_happened() -> None
         assert rs.decide(step, tool, now=later).kind is expected
         before = _state(F.intent("wf", "late", tool, {}, sequence=0)).steps["late"]
         assert rs.decide(before, tool, now=later).kind is rs.ActionKind.COMPENSATE
+
+
+def test_the_inbox_shows_effects_left_standing_as_an_open_case_with_their_answers() -> None:
+    world = World()
+    wf = world.ledger().workflow("wf")
+    wf.step("email", EMAIL, {"to": "x"}, lambda a, k: "sent")
+    wf.compensate("cancelled")
+    escalation = wf.state.escalation_id
+    assert escalation is not None
+    case = escalation_case("wf", escalation, world.log.workflow_events("wf"))
+    assert case is not None and case.is_open and case.step_id is None
+    assert set(case.options) == {Verdict.COMPENSATED, Verdict.CLEARED}
+    assert case.evidence["left_standing"][0]["step_id"] == "email"
+    answer = ev.EscalationResolved(escalation_id=escalation, verdict="compensated", by="ana")
+    wf.record(F.envelope("wf", None, answer))
+    closed = escalation_case("wf", escalation, world.log.workflow_events("wf"))
+    assert closed is not None and not closed.is_open

@@ -20,7 +20,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
-from stepledger.recovery.escalations import STEP_VERDICTS, WORKFLOW_VERDICTS
+from stepledger.recovery.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
 
 #: Re-redacts recorded arguments with the tool's declared secrets (a registry was given).
 Redactor = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -205,6 +205,8 @@ class _Trace:
     evidence: Any = None
     step_id: str | None = None
     found: bool = False
+    standing: bool = False
+    """The escalation lists effects a compensation left standing."""
     probes: list[Probe] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
 
@@ -224,8 +226,11 @@ def escalation_case(
     if not trace.found:
         return None
     if trace.step_id is None:
-        is_open = state.status is RunStatus.DEAD_LETTERED and state.escalation_id == escalation_id
-        return _case(CaseKind.WORKFLOW, escalation_id, state, trace, is_open, WORKFLOW_VERDICTS)
+        waiting = state.status in (RunStatus.DEAD_LETTERED, RunStatus.COMPENSATION_INCOMPLETE)
+        is_open = waiting and state.escalation_id == escalation_id
+        standing = state.status is RunStatus.COMPENSATION_INCOMPLETE or trace.standing
+        options = STANDING_VERDICTS if standing else WORKFLOW_VERDICTS
+        return _case(CaseKind.WORKFLOW, escalation_id, state, trace, is_open, options)
     step = state.steps.get(trace.step_id)
     is_open = step is not None and step.escalation_open and step.escalation_id == escalation_id
     return _case(CaseKind.STEP, escalation_id, state, trace, is_open, STEP_VERDICTS, redactor)
@@ -269,7 +274,13 @@ def _trace_escalation(
     trace: _Trace, event: ev.Event, escalation_id: str, anomaly: object | None
 ) -> None:
     body = event.body
-    if isinstance(body, ev.StepAbandoned | ev.WorkflowDeadLettered):
+    if isinstance(body, ev.WorkflowFinished):
+        # A compensation that left effects standing: the escalation lists them.
+        if body.escalation_id == escalation_id and not trace.found:
+            trace.found, trace.step_id, trace.standing = True, None, True
+            trace.reason, trace.opened_at = body.detail or "", event.occurred_at
+            trace.evidence = {"left_standing": loads_or_text(body.left_standing_json)}
+    elif isinstance(body, ev.StepAbandoned | ev.WorkflowDeadLettered):
         if body.escalation_id == escalation_id and not trace.found:
             trace.found, trace.step_id = True, event.step_id
             trace.reason, trace.opened_at = body.reason, event.occurred_at

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from stepledger.apache_kafka import dist
+from stepledger.apache_kafka import KafkaBroker, dist
 from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, ensure_topics
 
@@ -193,3 +193,26 @@ def test_two_fetches_at_once_run_maven_once_and_see_a_complete_cache(
         "kafka-9.9.9",
         "kafka-9.9.9.lock",
     ]
+
+
+@needs_java
+def test_a_node_restarted_from_a_worker_thread_outlives_that_thread(tmp_path: Path) -> None:
+    # The kernel's parent-death signal follows the forking *thread*: a JVM armed with it and
+    # started by a fault-injecting thread died when that thread ended.
+    with KafkaBroker(log_dir=tmp_path) as kafka:
+        kafka.kill_node(1)
+        assert not kafka.running
+        worker = threading.Thread(target=kafka.restart_node, args=(1,))
+        worker.start()
+        worker.join(120)
+        process = kafka.node(1).process
+        assert process is not None
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(3)
+        kafka.wait_ready(60)
+        topic = f"restart-{uuid.uuid4().hex[:8]}"
+        settings = Settings(bootstrap=kafka.bootstrap, topic=topic, durable_timeout_s=20.0)
+        ensure_topics(settings, [topic], partitions=1)
+        producer = DurableProducer(settings)
+        assert producer.append(topic, b"k", b"v").offset == 0
+        producer.close()

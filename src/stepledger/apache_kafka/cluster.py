@@ -4,7 +4,8 @@ Each node is a JVM started from the cached jars (see ``dist``) with a small heap
 formatted in a private temporary directory that ``stop()`` removes.  Settings favour tests:
 no initial rebalance delay, replication and min ISR that fit the node count, short broker
 sessions so a killed node is fenced in seconds, and no topic auto-creation (stepledger
-creates its topics).  The JVMs are killed with their parent if it dies (Linux).
+creates its topics).  JVMs started from the main thread are killed with their parent if it
+dies (Linux).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
@@ -313,8 +315,15 @@ def _wait_brokers(bootstrap: str, expected: int, deadline: float, nodes: list[Ka
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A pre-exec hook that makes the kernel SIGKILL the JVM when this process dies."""
-    if not sys.platform.startswith("linux"):
+    """A pre-exec hook that makes the kernel SIGKILL the JVM when this process dies.
+
+    Linux delivers the signal when the *thread* that forked the child exits, so the hook is
+    armed only for JVMs started from the main thread: a node restarted from a worker thread
+    (a fault injector) must outlive that thread.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
         return None
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl

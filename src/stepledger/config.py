@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from stepledger.domain.secrets import MIN_KEY_LENGTH
 from stepledger.errors import ConfigError
 
 ENV_PREFIX = "STEPLEDGER_"
@@ -47,6 +48,8 @@ class Settings(BaseModel):
     """Extra librdkafka settings (SASL, TLS, ...), passed through untouched."""
     ack_journal: str | None = None
     """A file to which the id of every acknowledged event is appended (for verification)."""
+    redaction_key: SecretStr | None = Field(default=None, min_length=MIN_KEY_LENGTH)
+    """Keys the HMAC recorded for secret arguments; unset, they are a fixed marker only."""
 
     @field_validator("bootstrap")
     @classmethod

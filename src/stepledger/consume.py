@@ -12,7 +12,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka import FAST_CONSUMER, Position, position_of, topic_partitions
+from stepledger.kafka import FAST_CONSUMER, Headers, Position, position_of, topic_partitions
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Record:
     position: Position
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: Headers
     event: Event | None
     error: StepLedgerError | None
 
@@ -84,7 +84,13 @@ def _record(msg: Message, codec: Codec) -> Record:
         event, error = codec.decode(value), None
     except StepLedgerError as exc:
         event, error = None, exc
+    return Record(position_of(msg), key, value, message_headers(msg), event, error)
+
+
+def message_headers(msg: Message) -> Headers:
+    """A consumed record's headers as they were produced (a header without a value stays None)."""
     raw = msg.headers() or []
     pairs = raw.items() if isinstance(raw, dict) else raw
-    headers = [(k, v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]
-    return Record(position_of(msg), key, value, headers, event, error)
+    return [
+        (k, None if v is None else v.encode() if isinstance(v, str) else bytes(v)) for k, v in pairs
+    ]

@@ -16,11 +16,13 @@
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
     │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
+│   ├── StepCompensatedError         the log's first decision for a step undid its effect
     │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
     ├── RecoveryError                    recovery could not do what was asked
-    │   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
+    │   ├── OwnershipLostError           the partition may have moved: no decision is appended
+│   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
     │   ├── ToolRegistryError            a tool registry could not be loaded or lacks a tool
     │   └── UnknownEscalationError       no open escalation has the given id
     ├── ViewStoreError                   the DuckDB view store failed or refused a statement
@@ -120,6 +122,24 @@ class StepInDoubtError(LedgerStateError):
         self.escalation_id = escalation_id
 
 
+class StepCompensatedError(LedgerStateError):
+    """The log's first decision for a step is a compensation: its effect is (being) undone.
+
+    Raised when an agent asks for a step that recovery (or an earlier run) compensated, also
+    when the agent's own call ended after that decision was recorded.  The step does not run
+    again; the agent goes on without its effect, typically by compensating the workflow.
+    """
+
+    def __init__(
+        self, message: str, *, decision: str = "", decided_by: str | None = None, **kw: object
+    ) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.decision = decision
+        """The step's status in the log: compensating, compensated or compensation_failed."""
+        self.decided_by = decided_by
+        """Who decided the compensation (an event source: recovery_compensate, agent, human)."""
+
+
 class WorkflowDeadLetteredError(LedgerStateError):
     """The workflow passed its resumption limit and waits for a human."""
 
@@ -168,6 +188,12 @@ def effect_unknown(exc: BaseException) -> bool:
 
 class RecoveryError(StepLedgerError):
     """The recovery of an in-doubt step could not do what was asked."""
+
+
+class OwnershipLostError(RecoveryError):
+    """A daemon may no longer own the step's partition: it appends no decision for it."""
+
+    retryable = True
 
 
 class HookTimeoutError(RecoveryError):

@@ -15,18 +15,19 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, DurabilityError
 
-Headers = list[tuple[str, bytes]]
+#: Record headers; a header may carry no value (None), which stays None end to end.
+Headers = list[tuple[str, bytes | None]]
 
 #: Durability first: every record is acknowledged by all in-sync replicas, never duplicated
 #: by an internal retry, and never held back by a linger meant for throughput.
@@ -126,7 +127,7 @@ class DurableProducer:
         return None
 
     def send(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Future[Position]:
         """Queue one record and return a future resolved by its own delivery report."""
         future: Future[Position] = Future()
@@ -134,7 +135,7 @@ class DurableProducer:
         return future
 
     def send_async(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> asyncio.Future[Position]:
         """Queue one record and return an asyncio future resolved by its delivery report."""
         self._start_background_poller()
@@ -150,7 +151,7 @@ class DurableProducer:
         return future
 
     def append(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Position:
         """Produce one record and block until the broker acknowledged it."""
         return self.wait(self.send(topic, key, value, headers))
@@ -158,8 +159,8 @@ class DurableProducer:
     def _produce(
         self,
         topic: str,
-        key: bytes,
-        value: bytes,
+        key: bytes | None,
+        value: bytes | None,
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
     ) -> None:
@@ -203,6 +204,25 @@ class DurableProducer:
         self._producer = None
         if remaining:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
+
+
+def cooperative(config: Mapping[str, Any]) -> bool:
+    """True when a group consumer with this config rebalances incrementally.
+
+    With ``partition.assignment.strategy=cooperative-sticky`` (any broker) or the KIP-848
+    protocol (``group.protocol=consumer``, Apache Kafka 4.x) an assignment callback receives
+    only the partitions that move, and must add them with ``incremental_assign``.
+    """
+    strategy = str(config.get("partition.assignment.strategy", ""))
+    return str(config.get("group.protocol", "")) == "consumer" or "cooperative" in strategy
+
+
+def take_assigned(consumer: Consumer, partitions: list[TopicPartition], incremental: bool) -> None:
+    """Start consuming partitions handed over in an on_assign callback (either protocol)."""
+    if incremental:
+        consumer.incremental_assign(partitions)
+    else:
+        consumer.assign(partitions)
 
 
 def position_of(msg: Message) -> Position:

@@ -150,6 +150,7 @@ class Stack:
         *,
         tools: str = "stepledger.examples.tools:registry",
         log: Path | None = None,
+        group: str | None = None,
         **extra_env: str,
     ) -> subprocess.Popen[bytes]:
         """Start ``stepledger recover`` and wait until it owns partitions and caught up."""
@@ -172,7 +173,7 @@ class Stack:
             # One group per test topic: tests share the broker, and a group that spans tests
             # would wait on other tests' (possibly SIGKILLed) members at every rebalance.
             "--group",
-            group_of(settings),
+            group or group_of(settings),
         ]
         out = open(log or state_dir.with_suffix(".log"), "ab")  # noqa: SIM115 - child owns it
         process = subprocess.Popen(
@@ -180,7 +181,7 @@ class Stack:
         )
         out.close()
         self.daemons.append(process)
-        health = state_dir / f"health-{group_of(settings)}.json"
+        health = state_dir / f"health-{group or group_of(settings)}.json"
 
         def ready() -> bool:
             if process.poll() is not None:

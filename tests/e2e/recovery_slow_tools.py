@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from stepledger.domain.tools import NotFound
-from stepledger.examples.tools import bookings_tool
+from stepledger.examples.tools import bookings_tool, payments_tool
 from stepledger.recovery.registry import ToolRegistry
 
 STALL_S = 20.0
@@ -25,3 +25,19 @@ def registry() -> ToolRegistry:
         return answer
 
     return ToolRegistry([plain.model_copy(update={"compensate": stalling})])
+
+
+SLOW_REDRIVE_S = 1.0
+
+
+def slow_redrive_registry() -> ToolRegistry:
+    """The example payments tool whose re-drive takes a second: work queues up in a daemon."""
+    plain = payments_tool(os.environ["STEPLEDGER_PAYMENTS_URL"], timeout_s=10.0)
+    redrive = plain.redrive_hook
+    assert redrive is not None
+
+    def slow(args: dict[str, Any], key: str) -> Any:
+        time.sleep(SLOW_REDRIVE_S)
+        return redrive(args, key)
+
+    return ToolRegistry([plain.model_copy(update={"redrive": slow})])

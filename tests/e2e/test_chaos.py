@@ -48,6 +48,7 @@ def test_short_chaos_run_keeps_every_invariant(
     points = {row["point"] for row in report["crash_points"]}
     assert {"agent:after_intent", "agent:after_call", "projector:mid_batch"} <= points
     assert "recovery:mid_resolution" in points and "consumer:sigstop_sigcont" in points
+    assert "agent:resume_races_recovery" in points
     assert "replay with --seed 1" in output
 
 

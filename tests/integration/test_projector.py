@@ -26,7 +26,7 @@ from tests.integration.projector_helpers import (
     projecting,
     query_one,
 )
-from tests.unit.factories import T0, factory
+from tests.unit.factories import T0, comp_key, factory
 from tests.unit.projector_harness import table_contents
 from tests.unit.projector_logs import TOOLS, random_log
 
@@ -36,23 +36,27 @@ PAY, BOOK = TOOLS[0], TOOLS[1]
 def saga_log() -> list[ev.Event]:
     """One workflow with a step in each interesting status."""
     f = factory()
-    comp = ev.CompensationIntended(
-        idempotency_key="c", reason="undo", source=Source.AGENT, deadline=T0
-    )
+
+    def comp(step_id: str, source: Source) -> ev.CompensationIntended:
+        key = comp_key("trip", step_id, BOOK)
+        return ev.CompensationIntended(
+            idempotency_key=key, reason="undo", source=source, deadline=T0
+        )
+
     return [
         f.workflow_started("trip", name="trip", attempt=1, read_only=False, max_attempts=3),
         f.intent("trip", "charge", PAY, {"eur": 10}, sequence=0),
         f.outcome("trip", "charge", attempt=1, status=OutcomeStatus.SUCCEEDED, result={"id": 1}),
         f.intent("trip", "hotel", BOOK, {}, sequence=1),
         f.outcome("trip", "hotel", attempt=1, status=OutcomeStatus.SUCCEEDED),
-        f.envelope("trip", "hotel", comp),
+        f.envelope("trip", "hotel", comp("hotel", Source.AGENT)),
         f.envelope(
             "trip",
             "hotel",
             ev.CompensationOutcome(status=CompensationStatus.SUCCEEDED, source=Source.AGENT),
         ),
         f.intent("trip", "car", BOOK, {}, sequence=2),
-        f.envelope("trip", "car", comp),
+        f.envelope("trip", "car", comp("car", Source.RECOVERY_COMPENSATE)),
         f.intent("trip", "mail", PAY, {}, sequence=3),
         f.envelope(
             "trip",

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 
@@ -24,6 +25,7 @@ from tests.integration.projector_helpers import (
     cli,
     produce_events,
     produce_raw,
+    producer,
     projecting,
     query_one,
     snapshot_count,
@@ -234,3 +236,34 @@ def test_dlq_list_and_replay(settings: Settings, tmp_path: Path, src_env: dict[s
     assert (
         original_headers(copies[1].headers) == original_headers(copies[0].headers) == [("h", b"2")]
     )
+
+
+def test_dlq_replay_keeps_null_keys_values_and_valueless_headers(
+    make_settings: Any, tmp_path: Path, src_env: dict[str, str]
+) -> None:
+    settings = make_settings(partitions=1)
+    target = make_settings(partitions=1)
+    out = producer(settings)
+    out.produce(settings.topic, None, None, headers=[("empty", None), ("h", b"v")])
+    out.produce(settings.topic, b"\xff", None, headers=[("h", b"v")])
+    assert out.flush(30) == 0
+    with projecting(settings, tmp_path / "p.duckdb") as daemon:
+        daemon.wait_received(2)
+    kafka = ("--bootstrap", settings.bootstrap, "--topic", settings.topic)
+    replayed = cli(
+        src_env,
+        "dlq",
+        "replay",
+        *kafka,
+        "--dlq-topic",
+        settings.dlq_topic,
+        "--all",
+        "--to",
+        target.topic,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    again = list(read_topic(target, Codec(), idle_timeout=0.3))
+    assert [(r.key, r.value, r.headers) for r in again] == [
+        (None, None, [("empty", None), ("h", b"v")]),
+        (None, b"\xff", [("h", b"v")]),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from stepledger.domain import ids
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Found, NotFound, Tool
 
@@ -31,3 +32,8 @@ def pay_tool(**kw: Any) -> Tool:
         return NotFound()
 
     return Tool(name="pay", effect="idempotent", keyed=True, policy="query", query=query, **kw)
+
+
+def comp_key(workflow_id: str, step_id: str, tool: Tool, attempt: int = 1) -> str:
+    """The compensation key of a step's attempt, as the SDK and recovery derive it."""
+    return ids.compensation_key(ids.idempotency_key(workflow_id, step_id, tool.name, attempt))

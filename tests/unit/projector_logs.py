@@ -17,7 +17,7 @@ from stepledger.domain.enums import (
     WorkflowStatus,
 )
 from stepledger.domain.factory import EventFactory
-from stepledger.domain.ids import escalation_id
+from stepledger.domain.ids import compensation_key, escalation_id, idempotency_key
 from stepledger.domain.tools import Tool
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -94,7 +94,7 @@ class _Workflow:
                 )
             if status is OutcomeStatus.SUCCEEDED:
                 if tool.effect is EffectClass.COMPENSATABLE and rng.random() < 0.3:
-                    self.compensate(step_id, Source.AGENT)
+                    self.compensate(step_id, Source.AGENT, tool, attempt)
                 return
             if rng.random() < 0.4:
                 return  # the agent gives up: the step stays failed / not happened
@@ -123,7 +123,7 @@ class _Workflow:
         if roll < 0.5:
             self.outcome(step_id, attempt, OutcomeStatus.SUCCEEDED, Source.RECOVERY_QUERY)
         elif roll < 0.7 and policy is ResolutionPolicy.COMPENSATE:
-            self.compensate(step_id, Source.RECOVERY_COMPENSATE)
+            self.compensate(step_id, Source.RECOVERY_COMPENSATE, tool, attempt)
         else:
             esc = escalation_id(self.workflow_id, step_id, "hooks_exhausted", attempt)
             self.emit(
@@ -138,8 +138,9 @@ class _Workflow:
                     step_id, ev.EscalationResolved(escalation_id=esc, verdict=verdict, by="ann")
                 )
 
-    def compensate(self, step_id: str, source: Source) -> None:
-        key = f"slc-{self.workflow_id}-{step_id}"
+    def compensate(self, step_id: str, source: Source, tool: Tool, attempt: int) -> None:
+        step_key = idempotency_key(self.workflow_id, step_id, tool.name, attempt)
+        key = compensation_key(step_key)
         deadline = T0 + timedelta(days=1)
         self.emit(
             step_id,

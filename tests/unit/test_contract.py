@@ -15,10 +15,18 @@ from pydantic import BaseModel
 
 from stepledger.codec import schema_dir
 from stepledger.domain import enums
-from stepledger.domain.events import BODY_TYPES, Event
+from stepledger.domain.events import (
+    BODY_TYPES,
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    Event,
+)
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 AVRO_PRIMITIVE = {str: "string", int: "int", bool: "boolean", float: "double"}
+AVRO_RANGE = {"int": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}
 
 
 def avsc(name: str) -> dict[str, Any]:
@@ -80,10 +88,19 @@ def check_record(model: type[BaseModel], schema: dict[str, Any], skip: set[str])
         got, got_optional = avro_field_type(fields[name])
         assert got == want, f"{model.__name__}.{name}: model {want}, schema {got}"
         assert got_optional == want_optional, f"{model.__name__}.{name}: optionality differs"
+        if isinstance(got, str) and got in AVRO_RANGE:
+            check_bounds(model, name, *AVRO_RANGE[got])
         has_default = not info.is_required()
         assert ("default" in fields[name]) == has_default, f"{model.__name__}.{name}: default"
         if has_default and not isinstance(info.default, datetime):
             assert fields[name]["default"] == _plain(info.default), f"{name}: default value"
+
+
+def check_bounds(model: type[BaseModel], name: str, low: int, high: int) -> None:
+    """An integer field refuses what its Avro type cannot hold (fastavro would write it)."""
+    prop = model.model_json_schema()["properties"][name]
+    assert "minimum" in prop and "maximum" in prop, f"{model.__name__}.{name}: no Avro bounds"
+    assert low <= prop["minimum"] and prop["maximum"] <= high, f"{model.__name__}.{name}: bounds"
 
 
 def _plain(value: Any) -> Any:

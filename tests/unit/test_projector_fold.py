@@ -20,7 +20,7 @@ from stepledger.projector.rows import (
     step_row,
 )
 from stepledger.projector.schema import ARROW
-from tests.unit.factories import T0, factory
+from tests.unit.factories import T0, comp_key, factory
 from tests.unit.projector_harness import project, table_contents, to_messages
 from tests.unit.projector_logs import TOOLS, random_log
 
@@ -68,7 +68,10 @@ def test_intents_outcomes_compensations_and_abandonments_project_to_their_status
             "wf",
             "hotel",
             ev.CompensationIntended(
-                idempotency_key="c", reason="undo", source=Source.AGENT, deadline=T0
+                idempotency_key=comp_key("wf", "hotel", BOOK),
+                reason="undo",
+                source=Source.AGENT,
+                deadline=T0,
             ),
         ),
         f.envelope(
@@ -81,7 +84,10 @@ def test_intents_outcomes_compensations_and_abandonments_project_to_their_status
             "wf",
             "flight",
             ev.CompensationIntended(
-                idempotency_key="c2", reason="undo", source=Source.RECOVERY_COMPENSATE, deadline=T0
+                idempotency_key=comp_key("wf", "flight", BOOK),
+                reason="undo",
+                source=Source.RECOVERY_COMPENSATE,
+                deadline=T0,
             ),
         ),
         f.intent("wf", "mail", PAY, {}, sequence=3),

@@ -119,12 +119,12 @@ def test_snapshots_are_published_atomically_next_to_the_file(projection: Path) -
     assert latest_snapshot(projection) is None
     assert readable_source(projection) == projection
     with ProjectionStore(projection) as store:
-        target = publish_snapshot(store.con, projection)
+        target = publish_snapshot(store)
         assert target == snapshot_path(projection) == projection.with_name("ledger.snapshot.duckdb")
         reader = duckdb.connect(str(target), read_only=True)
         before = reader.execute("SELECT count(*) FROM events").fetchone()
         store.con.execute("DELETE FROM events")
-        publish_snapshot(store.con, projection)
+        publish_snapshot(store)
         # A reader keeps the version it opened; a new reader sees the new one.
         assert reader.execute("SELECT count(*) FROM events").fetchone() == before
         reader.close()
@@ -140,7 +140,7 @@ def test_a_workflow_is_read_back_from_a_snapshot_with_its_offsets(tmp_path: Path
     messages = to_messages(log)
     project(db, messages)
     with ProjectionStore(db) as store:
-        snap = publish_snapshot(store.con, db)
+        snap = publish_snapshot(store)
     workflow_id = log[0].workflow_id
     events, offsets = workflow_events_from_snapshot(snap, workflow_id)
     seen: set[str] = set()

@@ -13,7 +13,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus, replay
 from stepledger.domain.tools import Found, NotFound, Tool
-from tests.unit.factories import T0, factory
+from tests.unit.factories import T0, comp_key, factory
 
 F = factory()
 
@@ -107,7 +107,12 @@ def test_a_started_compensation_is_carried_through() -> None:
     comp = F.envelope(
         "wf",
         "s",
-        ev.CompensationIntended(idempotency_key="k", reason="r", source=Source.AGENT, deadline=T0),
+        ev.CompensationIntended(
+            idempotency_key=comp_key("wf", "s", BOOK),
+            reason="r",
+            source=Source.RECOVERY_COMPENSATE,
+            deadline=T0,
+        ),
     )
     step = step_of(BOOK, comp)
     assert step.status is StepStatus.COMPENSATING

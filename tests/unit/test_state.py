@@ -6,7 +6,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, Verdict
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
-from tests.unit.factories import factory, pay_tool
+from tests.unit.factories import comp_key, factory, pay_tool
 
 F = factory()
 PAY = pay_tool()
@@ -82,7 +82,10 @@ def test_compensation_path() -> None:
             "wf",
             "s",
             ev.CompensationIntended(
-                idempotency_key="c", reason="saga", source=Source.AGENT, deadline=F.clock()
+                idempotency_key=comp_key("wf", "s", BOOK),
+                reason="saga",
+                source=Source.AGENT,
+                deadline=F.clock(),
             ),
         ),
     ]

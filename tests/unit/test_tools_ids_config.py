@@ -69,9 +69,7 @@ def test_secrets_are_never_recorded_in_clear() -> None:
     intent = factory().intent("w", "s", tool, {"card": "4242424242424242"}, sequence=0)
     text = intent.model_dump_json()
     assert "4242424242424242" not in text
-    assert "redacted:sha256:" in text
-    other = factory().intent("w2", "s", tool, {"card": "4242424242424242"}, sequence=0)
-    assert other.body.arguments_json != intent.body.arguments_json  # type: ignore[union-attr]
+    assert intent.body.arguments_json == '{"card":"[redacted]"}'  # type: ignore[union-attr]
     assert NotFound().detail == ""
 
 

@@ -42,6 +42,7 @@ AGENT_POINT = {
     CrashPoint.AFTER_INTENT: "after_intent",
     CrashPoint.AFTER_CALL: "after_effect",
     CrashPoint.AFTER_OUTCOME: "after_outcome",
+    CrashPoint.RESUME_RACE: "after_effect",
 }
 TERMINAL = {"completed", "compensated", "escalated", "dead_lettered"}
 
@@ -114,19 +115,17 @@ class Run:
         self, round_no: int, targets: list[tuple[str, AgentKill | None]], faults: list[InfraFault]
     ) -> dict[str, str]:
         """Run one round of agent processes (in batches); return each workflow's status."""
-        batches = [
-            targets[i : i + self.options.batch] for i in range(0, len(targets), self.options.batch)
-        ]
         reports: dict[str, str] = {}
-        pending = list(enumerate(batches))
-        running: list[tuple[subprocess.Popen[str], list[str]]] = []
+        pending = list(enumerate(_batches(targets, self.options.batch)))
+        running: list[tuple[subprocess.Popen[str], list[str], float | None]] = []
         fault_threads = [self._fault_later(f) for f in faults]
         while pending or running:
             while pending and len(running) < self.options.parallel:
-                index, batch = pending.pop(0)
-                running.append(self._spawn_agent(round_no, index, batch))
+                index, (batch, race_grace) = pending.pop(0)
+                proc, ids = self._spawn_agent(round_no, index, batch)
+                running.append((proc, ids, race_grace))
             for item in list(running):
-                proc, ids = item
+                proc, ids, race_grace = item
                 if proc.poll() is None and self.left() > 0:
                     continue
                 if proc.poll() is None:
@@ -135,22 +134,35 @@ class Run:
                 with open(self.workdir / "agent-reports.jsonl", "a") as log:
                     log.write(out)
                 reports.update(_parse_reports(out))
+                running.remove(item)
+                if race_grace is not None and self.left() > 0:
+                    # Restarted at once: the resume and the daemon are due at about the same
+                    # moment, and the log must hold one decision whoever comes first.
+                    again: Batch = [(wf, None) for wf in ids]
+                    index = 1000 + len(self.acks)
+                    proc, ids = self._spawn_agent(round_no, index, again, grace=race_grace)
+                    running.append((proc, ids, None))
+                    continue
                 for wf in ids:
                     reports.setdefault(wf, "crashed")
-                running.remove(item)
             time.sleep(0.05)
         for thread in fault_threads:
             thread.join(60)
         return reports
 
     def _spawn_agent(
-        self, round_no: int, index: int, batch: list[tuple[str, AgentKill | None]]
+        self,
+        round_no: int,
+        index: int,
+        batch: list[tuple[str, AgentKill | None]],
+        *,
+        grace: float = 0.5,
     ) -> tuple[subprocess.Popen[str], list[str]]:
         journal = self.workdir / f"acks-r{round_no}-b{index}.txt"
         self.acks.append(journal)
         args = [_target(wf, kill) for wf, kill in batch]
         proc = self.stack.spawn(
-            [*AGENT, *args, "--db", str(self.db), "--grace", "0.5"],
+            [*AGENT, *args, "--db", str(self.db), "--grace", str(grace)],
             env=self.stack.child_env(STEPLEDGER_ACK_JOURNAL=str(journal)),
             stderr=self.workdir / "agents.log",
         )
@@ -287,6 +299,30 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         len(found.events),
         str(run.workdir),
     )
+
+
+Batch = list[tuple[str, AgentKill | None]]
+
+
+def _batches(targets: Batch, size: int) -> list[tuple[Batch, float | None]]:
+    """Agent batches; a resume race gets batches of its own, one grace each.
+
+    A batch dies with its first kill, so racing workflows are not mixed with others: the
+    whole batch is restarted at once with the race's grace.
+    """
+    races: dict[float, Batch] = {}
+    plain: Batch = []
+    for wf, kill in targets:
+        if kill is not None and kill.point is CrashPoint.RESUME_RACE:
+            races.setdefault(kill.grace_s, []).append((wf, kill))
+        else:
+            plain.append((wf, kill))
+    found: list[tuple[Batch, float | None]] = [
+        (plain[i : i + size], None) for i in range(0, len(plain), size)
+    ]
+    for grace, group in sorted(races.items()):
+        found += [(group[i : i + size], grace) for i in range(0, len(group), size)]
+    return found
 
 
 def _target(workflow_id: str, kill: AgentKill | None) -> str:

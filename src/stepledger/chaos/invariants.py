@@ -158,6 +158,16 @@ def compensation_effects(
             found.append(
                 _v("compensation_at_most_once", workflow_id, step, f"{undone[key]} {kind}s")
             )
+    if step.status is StepStatus.SUCCEEDED and undone.get(step.idempotency_key, 0):
+        # A compensation that lost the race to another decision must never have run.
+        found.append(
+            _v(
+                "effects_follow_the_first_decision",
+                workflow_id,
+                step,
+                f"ledger says succeeded, service has {undone[step.idempotency_key]} {kind}(s)",
+            )
+        )
     if step.status is StepStatus.COMPENSATED:
         key = step.idempotency_key
         if undone.get(key, 0) != done.get(key, 0):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -16,6 +17,7 @@ class CrashPoint(StrEnum):
     AFTER_CALL = "agent:after_call"
     AFTER_OUTCOME = "agent:after_outcome"
     CRASH_LOOP = "agent:crash_loop"
+    RESUME_RACE = "agent:resume_races_recovery"
     PROJECTOR_MID_BATCH = "projector:mid_batch"
     RECOVERY_MID_RESOLUTION = "recovery:mid_resolution"
     CONSUMER_STOP = "consumer:sigstop_sigcont"
@@ -37,12 +39,21 @@ INFRA_POINTS = (
 )
 
 
+#: How long a resuming agent waits past a deadline, against the daemon's 0.5 s: shorter,
+#: equal, longer, so either may decide first (the resume-races-recovery plan).
+RACE_GRACES = (0.1, 0.5, 2.0)
+#: The effectful steps a race kills after (charge: query; book: compensate).
+RACE_STEPS = (1, 2)
+
+
 @dataclass(frozen=True)
 class AgentKill:
     """Kill the agent at ``point`` of step ``step`` (0-based) on one attempt."""
 
     point: CrashPoint
     step: int
+    grace_s: float = 0.5
+    """For RESUME_RACE: the grace of the agent restarted at once after the kill."""
 
 
 @dataclass(frozen=True)
@@ -87,12 +98,27 @@ def make_plan(
     broker_restarts: bool,
     crash_loop_share: float = 0.05,
     clean_share: float = 0.15,
+    race_share: float = 0.2,
 ) -> ChaosPlan:
-    """Draw a plan: most workflows die once at some agent crash point, a few crash-loop."""
+    """Draw a plan: most workflows die once at some agent crash point, a few crash-loop.
+
+    A ``race_share`` of them die after an effect and are restarted at once, while the
+    recovery daemon is due to decide the same step (``RESUME_RACE``).
+    """
     rng = random.Random(seed)
+    races = round(workflows * race_share)
     plans = [
         _workflow(rng, f"chaos-{seed}-{i:04d}", steps, max_attempts, crash_loop_share, clean_share)
-        for i in range(workflows)
+        for i in range(workflows - races)
+    ]
+    # Drawn apart, so the other workflows of a seed keep the plan they always had.
+    race_rng = random.Random(f"race-{seed}")
+    plans += [
+        WorkflowPlan(
+            f"chaos-{seed}-race-{i:04d}",
+            (AgentKill(CrashPoint.RESUME_RACE, race_rng.choice(RACE_STEPS), grace), None),
+        )
+        for i, grace in zip(range(races), itertools.cycle(RACE_GRACES), strict=False)
     ]
     infra_points = [
         p for p in INFRA_POINTS if broker_restarts or p is not CrashPoint.BROKER_RESTART

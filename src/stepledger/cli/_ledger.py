@@ -10,10 +10,11 @@ import click
 from stepledger.cli._common import with_settings
 from stepledger.config import Settings
 from stepledger.consume import read_topic
+from stepledger.deadletter import max_message_bytes
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError
-from stepledger.jsonlines import parse_event_lines, render_event
-from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions
+from stepledger.errors import BrokerError, CodecError
+from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
+from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
 
 if TYPE_CHECKING:
@@ -94,35 +95,59 @@ def init(settings: Settings, partitions: int) -> None:
 
 
 @click.command()
-@click.argument("source", type=click.File("r"), default="-")
+@click.argument("source", type=click.File("rb"), default="-")
 @with_settings
-def append(settings: Settings, source: IO[str]) -> None:
-    """Validate events given as JSON lines (FILE or -), then produce all of them durably.
+def append(settings: Settings, source: IO[bytes]) -> None:
+    """Validate and encode events given as JSON lines (FILE or -), then produce all durably.
 
-    If any line is invalid, every bad line is reported and nothing is produced.
+    Every line is checked first (JSON, the event model, the Avro encoding and the producer's
+    size limit); if any fails, each bad line is reported and nothing is produced.
     """
-    events, errors = parse_event_lines(source)
+    lines, errors = parse_event_lines(source)
+    records, encode_errors = encode_lines(settings, lines)
+    errors = sorted([*errors, *encode_errors], key=lambda e: e.line)
     if errors:
         for error in errors:
             click.echo(f"line {error.line}: {error.reason}", err=True)
         raise click.ClickException(f"{len(errors)} invalid line(s); nothing was appended")
     topic_partitions(settings, settings.topic)
-    click.echo(f"appended {produce_all(settings, events)} events to {settings.topic}")
+    click.echo(f"appended {produce_all(settings, records)} events to {settings.topic}")
 
 
-def produce_all(settings: Settings, events: list[Event]) -> int:
-    """Produce events (keyed by workflow) and wait until every one is acknowledged."""
-    codec, producer = codec_for(settings), DurableProducer(settings, **{"linger.ms": 5})
+Encoded = tuple[bytes, bytes, Headers]
+
+
+def encode_lines(settings: Settings, lines: list[Line]) -> tuple[list[Encoded], list[LineError]]:
+    """Each event's key, value and headers, or why its line cannot be appended."""
+    codec, limit = codec_for(settings), max_message_bytes(settings)
+    records: list[Encoded] = []
+    errors: list[LineError] = []
+    for line in lines:
+        event = line.event
+        try:
+            value = codec.encode(event)
+        except CodecError as exc:
+            errors.append(LineError(line.line, exc.message))
+            continue
+        key, headers = event.workflow_id.encode(), event_headers(event)
+        size = len(key) + len(value) + sum(len(k) + len(v or b"") for k, v in headers)
+        if size > limit:
+            errors.append(LineError(line.line, f"{size} bytes encoded, over the {limit} limit"))
+            continue
+        records.append((key, value, headers))
+    return records, errors
+
+
+def produce_all(settings: Settings, records: list[Encoded]) -> int:
+    """Produce encoded events and wait until every one is acknowledged."""
+    producer = DurableProducer(settings, **{"linger.ms": 5})
     try:
-        futures = [
-            producer.send(settings.topic, e.workflow_id.encode(), codec.encode(e), event_headers(e))
-            for e in events
-        ]
+        futures = [producer.send(settings.topic, *record) for record in records]
         for future in futures:
             producer.wait(future)
     finally:
         producer.close()
-    return len(events)
+    return len(records)
 
 
 @click.command()

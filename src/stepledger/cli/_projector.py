@@ -40,6 +40,7 @@ from stepledger.projector.query import (
 )
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.snapshot import readable_source
+from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
 
 _DB = click.option(
     "--db",
@@ -106,6 +107,12 @@ def register(group: click.Group) -> None:
     help="Consumer-group session timeout in seconds (how soon a killed member expires).",
 )
 @click.option(
+    "--memory-limit",
+    default=DEFAULT_MEMORY_LIMIT,
+    show_default=True,
+    help="DuckDB memory limit for the projection, e.g. 512MB or 2GB.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
     help="Serve Prometheus metrics on 127.0.0.1:PORT.",
@@ -131,6 +138,7 @@ def project(settings: Settings, **opts: Any) -> None:
         snapshot_interval_s=opts["snapshot_interval"],
         cache_workflows=opts["cache_workflows"],
         session_timeout_s=opts["session_timeout"],
+        memory_limit=opts["memory_limit"],
     )
     metrics = ProjectorMetrics()
     serve_metrics(metrics.registry, opts["metrics_port"])

@@ -89,7 +89,13 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group.")
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
-@click.option("--workers", default=8, show_default=True, help="Resolutions at once.")
+@click.option(
+    "--workers",
+    envvar="STEPLEDGER_RECOVERY_WORKERS",
+    default=8,
+    show_default=True,
+    help="Resolutions at once.",
+)
 @click.option(
     "--retain",
     default="24h",
@@ -168,6 +174,9 @@ def health_command(state_dir: Path, group: str, max_age: str) -> None:
     click.echo(json.dumps({**beat, "age_s": round(age, 3)}))
     if age > parse_duration(max_age).total_seconds():
         raise click.ClickException(f"recovery heartbeat is {age:.1f}s old")
+    if beat.get("broker_up") is False:
+        down = float(beat.get("broker_down_s", 0.0))
+        raise click.ClickException(f"recovery cannot reach the broker (for {down:.1f}s)")
 
 
 @click.group("escalations")

@@ -21,6 +21,15 @@ from stepledger.domain.enums import (
     WorkflowStatus,
 )
 
+#: Avro's ``int`` is 32-bit and its ``long`` 64-bit, signed.  fastavro writes a Python int of
+#: any size into either unchecked, and the projector's Arrow columns then refuse it, so every
+#: integer field carries the bounds of its Avro type (the contract test checks each one).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+AvroInt = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+AvroLong = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Positive = Annotated[AvroInt, Field(ge=1)]
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -39,16 +48,16 @@ class WorkflowStarted(_Frozen):
 
     type: Literal["workflow_started"] = "workflow_started"
     name: str = ""
-    attempt: int = Field(ge=1)
+    attempt: Positive
     read_only: bool
-    max_attempts: int = Field(default=5, ge=1)
+    max_attempts: Positive = 5
 
 
 class WorkflowResumed(_Frozen):
     """A workflow was re-entered after a crash or an exit."""
 
     type: Literal["workflow_resumed"] = "workflow_resumed"
-    attempt: int = Field(ge=1)
+    attempt: Positive
     reason: str | None = None
 
 
@@ -64,7 +73,7 @@ class WorkflowDeadLettered(_Frozen):
     """A workflow passed its resumption limit and waits for a human."""
 
     type: Literal["workflow_dead_lettered"] = "workflow_dead_lettered"
-    attempt: int
+    attempt: AvroInt
     reason: str
     escalation_id: str
 
@@ -73,7 +82,7 @@ class StepIntended(_Frozen):
     """An effectful call is about to happen; acknowledged by Kafka before the call."""
 
     type: Literal["step_intended"] = "step_intended"
-    sequence: int = Field(ge=0)
+    sequence: Annotated[AvroInt, Field(ge=0)]
     tool: str
     effect: EffectClass
     policy: ResolutionPolicy
@@ -81,7 +90,7 @@ class StepIntended(_Frozen):
     arguments_json: str
     arguments_digest: str
     deadline: datetime
-    attempt: int = Field(ge=1)
+    attempt: Positive
     requires_approval: bool = False
 
     _deadline = field_validator("deadline")(_utc_millis)
@@ -97,7 +106,7 @@ class StepOutcome(_Frozen):
     error_type: str | None = None
     source: Source
     evidence_json: str | None = None
-    attempt: int = 1
+    attempt: AvroInt = 1
 
 
 class CompensationIntended(_Frozen):
@@ -137,7 +146,7 @@ class ResolutionAttempted(_Frozen):
 
     type: Literal["resolution_attempted"] = "resolution_attempted"
     policy: ResolutionPolicy
-    attempt: int = Field(ge=1)
+    attempt: Positive
     answer_json: str | None = None
     error: str | None = None
     source: Source = Source.RECOVERY

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
-from stepledger.domain.ids import canonical_digest, canonical_json, event_id, idempotency_key
+from stepledger.domain.ids import canonical_json, event_id, idempotency_key
+from stepledger.domain.secrets import RedactionKey, Scrubber
 from stepledger.domain.tools import Tool
 
 Clock = Callable[[], datetime]
@@ -33,6 +34,8 @@ class EventFactory:
     fleet_id: str
     producer_id: str
     clock: Clock = utc_now
+    redaction_key: RedactionKey | None = field(default=None, repr=False, compare=False)
+    """Keys the markers of secret arguments; without it they are a fixed marker."""
 
     def envelope(
         self, workflow_id: str, step_id: str | None, body: ev.Body, *qualifiers: object
@@ -75,16 +78,15 @@ class EventFactory:
     ) -> ev.Event:
         """The intent of one call: key derived, secrets redacted, deadline from the timeout."""
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
-        full = canonical_json(arguments)
-        recorded = canonical_json(tool.redact(arguments, salt=key)) if tool.secret_args else full
+        recorded = tool.redact(arguments, key, self.redaction_key)
         body = ev.StepIntended(
             sequence=sequence,
             tool=tool.name,
             effect=tool.effect,
             policy=tool.resolution,
             idempotency_key=key,
-            arguments_json=recorded,
-            arguments_digest=canonical_digest(full),
+            arguments_json=canonical_json(recorded),
+            arguments_digest=tool.arguments_digest(arguments),
             deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             attempt=attempt,
             requires_approval=tool.requires_approval,
@@ -102,12 +104,20 @@ class EventFactory:
         result: Any = None,
         error: BaseException | str | None = None,
         evidence: Any = None,
+        scrub: Scrubber | None = None,
     ) -> ev.Event:
-        """The outcome of one intent attempt, from whoever decided it."""
+        """The outcome of one intent attempt, from whoever decided it.
+
+        ``scrub`` removes the call's secret values from the result and the error text.
+        """
+        text = None if error is None else str(error)
+        if scrub:
+            result = scrub.value(result)
+            text = None if text is None else scrub.text(text)
         body = ev.StepOutcome(
             status=status,
             result_json=None if result is None else canonical_json(result),
-            error=None if error is None else str(error),
+            error=text,
             error_type=type(error).__name__ if isinstance(error, BaseException) else None,
             source=source,
             evidence_json=None if evidence is None else canonical_json(evidence),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
 
 _SEP = "\x1f"
@@ -55,11 +54,6 @@ def escalation_id(workflow_id: str, step_id: str | None, reason_kind: str, attem
     return "esc-" + digest(workflow_id, step_id or "", reason_kind, attempt)[:16]
 
 
-def arguments_digest(arguments: Mapping[str, Any]) -> str:
-    """Return the SHA-256 of the full canonical arguments (secrets included, never in clear)."""
-    return canonical_digest(canonical_json(arguments))
-
-
 def canonical_digest(canonical: str) -> str:
-    """Return the arguments digest from arguments already in canonical JSON (no second dump)."""
+    """Return the SHA-256 of arguments in canonical JSON (``Tool.arguments_digest`` uses it)."""
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -20,6 +20,7 @@ from stepledger.domain.enums import (
     ResolutionPolicy,
 )
 from stepledger.domain.state import StepState, StepStatus
+from stepledger.domain.times import later, seconds
 from stepledger.domain.tools import Found, NotFound, Tool
 
 
@@ -81,7 +82,8 @@ def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:
     if attempts <= 0:
         return timedelta(0)
     cap = tool.timeout_s if tool is not None else 60.0
-    return timedelta(seconds=min(cap, base_s * 2 ** (attempts - 1)))
+    # 2 ** attempts is exact in Python and any size: clamp before turning it into seconds.
+    return seconds(min(cap, base_s * 2.0 ** min(attempts - 1, 64)))
 
 
 def due_at(
@@ -92,15 +94,15 @@ def due_at(
         return None
     if step.status is StepStatus.COMPENSATING:
         # A compensation records no deadline in the state: give it the tool's timeout.
-        timeout = timedelta(seconds=tool.timeout_s if tool is not None else 0.0)
+        timeout = seconds(tool.timeout_s if tool is not None else 0.0)
         base = (step.last_at or step.intended_at or step.first_at) or step.deadline
-        start = None if base is None else base + timeout + grace
+        start = None if base is None else later(later(base, timeout), grace)
     else:
-        start = None if step.deadline is None else step.deadline + grace
+        start = None if step.deadline is None else later(step.deadline, grace)
     if start is None:
         return None
     if step.recovery_attempts > 0 and step.last_at is not None:
-        backoff = step.last_at + retry_delay(step.recovery_attempts, tool, retry_base_s)
+        backoff = later(step.last_at, retry_delay(step.recovery_attempts, tool, retry_base_s))
         start = max(start, backoff)
     return start
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from stepledger.domain import events as ev
+from stepledger.domain import ids
 from stepledger.domain.enums import (
     CompensationStatus,
     EffectClass,
@@ -234,14 +235,7 @@ def _transition(step: StepState, event: ev.Event) -> tuple[StepState | None, Pro
     if isinstance(body, ev.StepOutcome):
         return _on_outcome(step, body, at)
     if isinstance(body, ev.CompensationIntended):
-        if step.status not in (StepStatus.SUCCEEDED, StepStatus.INTENDED):
-            return None, ("bad_compensation", f"compensation of a step that is {step.status}")
-        return replace(
-            step,
-            status=StepStatus.COMPENSATING,
-            compensation_key=body.idempotency_key,
-            resolved_by=body.source,
-        ), None
+        return _on_compensation_intended(step, body)
     if isinstance(body, ev.CompensationOutcome):
         return _on_compensation_outcome(step, body, at)
     if isinstance(body, ev.StepAbandoned):
@@ -310,6 +304,34 @@ def _on_outcome(
         error=body.error,
         resolved_by=body.source,
         resolved_at=at,
+    ), None
+
+
+def _on_compensation_intended(
+    step: StepState, body: ev.CompensationIntended
+) -> tuple[StepState | None, Problem | None]:
+    """A compensation is a claim: only the first decision on the step's attempt may make it.
+
+    An agent undoes a step that succeeded (a saga unwinding); recovery undoes a step that is
+    still in doubt, at the attempt its key names.  A compensation that arrives after another
+    decision (an outcome found by a query, an earlier compensation, an abandonment) or for
+    an earlier attempt lost the race: it is recorded as an anomaly and its hook never runs.
+    """
+    if body.idempotency_key != ids.compensation_key(step.idempotency_key):
+        detail = f"compensation key is not the one of attempt {step.attempt}"
+        return None, ("stale_compensation", detail)
+    expected = StepStatus.SUCCEEDED if body.source is Source.AGENT else StepStatus.INTENDED
+    if step.status is not expected:
+        return None, (
+            "compensation_after_decision",
+            f"{body.source.value} compensation of a step that is {step.status}; "
+            "the first decision stands",
+        )
+    return replace(
+        step,
+        status=StepStatus.COMPENSATING,
+        compensation_key=body.idempotency_key,
+        resolved_by=body.source,
     ), None
 
 

@@ -7,11 +7,15 @@ Hooks (all optional except where the policy needs one):
 - ``redrive(args, idempotency_key) -> result``: call again with the same key (defaults to ``run``).
 - ``compensate(args, idempotency_key, known_result) -> result``: forward correcting action that
   tolerates "nothing to undo".
+
+Recovery hooks get the arguments as the intent recorded them, secrets redacted (see
+:mod:`stepledger.domain.secrets`): a tool with ``secret_args`` is re-driven or compensated
+from the log only if it says its hooks fetch the secrets themselves (``hooks_fetch_secrets``)
+and, for a re-drive, names a ``redrive`` hook (``run`` expects the clear arguments).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,7 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from stepledger.domain import secrets
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
+from stepledger.domain.ids import canonical_digest, canonical_json
 from stepledger.errors import ToolDefinitionError
 
 
@@ -50,6 +56,7 @@ _DEFAULT_POLICY = {
     EffectClass.IRREVERSIBLE: ResolutionPolicy.ESCALATE,
 }
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_NOTHING_TO_SCRUB = secrets.Scrubber(())
 
 
 class Tool(BaseModel):
@@ -70,7 +77,9 @@ class Tool(BaseModel):
     max_attempts: int = Field(default=3, ge=1, le=100)
     """Recovery attempts before the step is abandoned and escalated."""
     secret_args: frozenset[str] = frozenset()
-    """Argument fields recorded only as a salted hash, never in clear."""
+    """Secret argument paths (``card``, ``payment.card``, ``cards[].number``): never recorded."""
+    hooks_fetch_secrets: bool = False
+    """The redrive/compensate hooks fetch the secrets they need themselves (not from the log)."""
     requires_approval: bool = False
     """The step is a pivot: it runs only after a human approval is in the log."""
     run: RunHook | None = Field(default=None, exclude=True, repr=False)
@@ -117,14 +126,31 @@ class Tool(BaseModel):
         """The hook a re-drive calls: ``redrive`` or else ``run``."""
         return self.redrive or self.run
 
-    def redact(self, arguments: Mapping[str, Any], salt: str) -> dict[str, Any]:
-        """Return the arguments with every secret field replaced by a salted hash."""
-        return {k: _redacted(v, salt) if k in self.secret_args else v for k, v in arguments.items()}
+    def redact(
+        self, arguments: Mapping[str, Any], salt: str, key: secrets.RedactionKey | None = None
+    ) -> dict[str, Any]:
+        """Return the arguments with every secret value replaced by its marker.
 
+        Without ``key`` the marker is fixed; with it, an HMAC under the operator's key,
+        salted with ``salt`` (the idempotency key) so two intents never share one.
+        """
+        if not self.secret_args:
+            return dict(arguments)
+        mark = secrets.fixed_mark if key is None else secrets.keyed_mark(key, salt)
+        return secrets.redact(arguments, self.secret_args, mark)
 
-def _redacted(value: Any, salt: str) -> str:
-    # Salted so the same secret in two workflows cannot be correlated or looked up.
-    return "redacted:sha256:" + hashlib.sha256(f"{salt}\x1f{value}".encode()).hexdigest()[:16]
+    def arguments_digest(self, arguments: Mapping[str, Any]) -> str:
+        """The digest an intent records to detect a changed plan; secret values take no part."""
+        if not self.secret_args:
+            return canonical_digest(canonical_json(arguments))
+        redacted = secrets.redact(arguments, self.secret_args, secrets.fixed_mark)
+        return canonical_digest(canonical_json(redacted))
+
+    def scrubber(self, arguments: Mapping[str, Any]) -> secrets.Scrubber:
+        """What removes this call's secret values from its error text and result."""
+        if not self.secret_args:
+            return _NOTHING_TO_SCRUB
+        return secrets.Scrubber(secrets.secret_values(arguments, self.secret_args))
 
 
 def _combination_problems(tool: Tool) -> list[str]:
@@ -145,6 +171,34 @@ def _combination_problems(tool: Tool) -> list[str]:
         problems.append("effect 'compensatable' needs a compensate hook")
     if tool.requires_approval and effect is EffectClass.READ_ONLY:
         problems.append("a read-only tool cannot require approval: it is never a pivot")
+    if tool.secret_args:
+        problems.extend(secrets.path_problems(tool.secret_args))
+        problems.extend(_secret_hook_problems(tool))
+    return problems
+
+
+def _secret_hook_problems(tool: Tool) -> list[str]:
+    # Recovery and a resuming agent have only the redacted arguments: a hook handed them
+    # would send the marker as the card.  Read-only steps are re-run by their agent with
+    # the clear arguments, never from the log.
+    if tool.effect is EffectClass.READ_ONLY:
+        return []
+    paths = ", ".join(sorted(map(repr, tool.secret_args)))
+    problems = []
+    if tool.resolution is ResolutionPolicy.REDRIVE and tool.redrive is None:
+        problems.append(
+            f"policy 'redrive' with secret_args ({paths}) needs a redrive hook that fetches "
+            "the secrets itself (and hooks_fetch_secrets=True): recovery has only the redacted "
+            "arguments, and run would be called with the marker in their place (or use "
+            "policy 'query' or 'escalate')"
+        )
+    uses = [n for n, hook in (("redrive", tool.redrive), ("compensate", tool.compensate)) if hook]
+    if uses and not tool.hooks_fetch_secrets:
+        problems.append(
+            f"the {' and '.join(uses)} {'hooks get' if len(uses) > 1 else 'hook gets'} only the "
+            f"redacted arguments of secret_args ({paths}): declare "
+            "hooks_fetch_secrets=True once they fetch the secrets they need themselves"
+        )
     return problems
 
 

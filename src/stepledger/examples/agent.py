@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stepledger.config import load_settings
+from stepledger.errors import StepCompensatedError
 from stepledger.examples.tools import BOOKINGS, EMAIL, ENV_URLS, PAYMENTS, make_registry, registry
 from stepledger.producer.ledger import Ledger
 
@@ -71,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 
     with Ledger(load_settings()) as ledger:
         workflow = ledger.start(opts.workflow, name="example-agent")
-        result = workflow.step(opts.step, tool, json.loads(opts.args), call)
+        try:
+            result = workflow.step(opts.step, tool, json.loads(opts.args), call)
+        except StepCompensatedError as exc:
+            # The log decided first (recovery undid the step while this call was slow).
+            print(json.dumps({"error": type(exc).__name__, "decision": exc.decision}), flush=True)
+            return 3
     print(json.dumps({"result": result}), flush=True)
     return 0
 

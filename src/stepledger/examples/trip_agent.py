@@ -33,11 +33,10 @@ from typing import Any
 from stepledger.config import load_settings
 from stepledger.domain.enums import EffectClass
 from stepledger.domain.ids import digest
-from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
-    LedgerStateError,
+    StepCompensatedError,
     StepInDoubtError,
     StepLedgerError,
     WorkflowDeadLetteredError,
@@ -131,11 +130,9 @@ def trip(
         return {"status": wf.state.status.value, "attempt": wf.attempt}
     try:
         return _trip_steps(wf, by_step, workflow_id, kill, parking)
-    except LedgerStateError:
-        if not any(s.status is StepStatus.COMPENSATED for s in wf.state.steps.values()):
-            raise
-        # Recovery undid an in-doubt step (its policy is compensate): the trip cannot go on
-        # as planned, so the saga unwinds what else it can undo and ends compensated.
+    except StepCompensatedError:
+        # Recovery undid an in-doubt step (its policy is compensate), first in the log: the
+        # trip cannot go on as planned, so the saga unwinds what else it can undo.
         wf.compensate("a step was undone by recovery")
         return {"status": "compensated", "attempt": wf.attempt}
 

@@ -8,6 +8,7 @@ from stepledger.domain.state import StepState, StepStatus, WorkflowState
 from stepledger.errors import (
     ApprovalDeniedError,
     LedgerStateError,
+    StepCompensatedError,
     StepInDoubtError,
     ToolCallError,
 )
@@ -42,9 +43,12 @@ def refusal(workflow_id: str, move: Move, step_id: str) -> LedgerStateError | To
             step_id=step_id,
             tool=tool,
         )
-    return LedgerStateError(
-        f"step {step_id!r} is {step.status.value}: its effect was undone, so it does not "
-        "run again; compensate the workflow",
+    by = step.resolved_by.value if step.resolved_by is not None else None
+    return StepCompensatedError(
+        f"step {step_id!r} is {step.status.value} (decided by {by or 'unknown'}): its effect "
+        "was undone, so it does not run again; compensate the workflow",
+        decision=step.status.value,
+        decided_by=by,
         workflow_id=workflow_id,
         step_id=step_id,
         tool=tool,

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from stepledger.config import Settings
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
+from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.tools import Tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
@@ -45,7 +46,9 @@ class Ledger:
         self.settings = settings or Settings()
         self.log: EventLog = log if log is not None else _kafka_log(self.settings)
         self.clock = clock
-        self.events = EventFactory(self.settings.fleet_id, self.settings.producer_id, clock)
+        self.events = EventFactory(
+            self.settings.fleet_id, self.settings.producer_id, clock, _redaction_key(self.settings)
+        )
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
         self.options = options or ResumeOptions()
         self._reader = reader
@@ -140,6 +143,11 @@ class Ledger:
 #: first durable write (after ``connect()`` and the read) waits ~10 ms instead of the
 #: 0.5-1 s of librdkafka's producer-id retry timer (measured on the dev broker).
 LEDGER_PRODUCER = {"enable.sparse.connections": False}
+
+
+def _redaction_key(settings: Settings) -> RedactionKey | None:
+    key = settings.redaction_key
+    return None if key is None else RedactionKey(key.get_secret_value())
 
 
 def _kafka_log(settings: Settings) -> KafkaEventLog:

@@ -4,14 +4,15 @@
 them, then start it (first run), restart it (a read-only workflow starts over), resume it
 (a ``WorkflowResumed`` with the attempt number) or, past its limit, dead-letter it.
 
-In-doubt steps are resolved by the recovery daemon's own :class:`Resolver` (one code
-path).  A previous run of the agent may still be alive and inside the call (slow, not
-dead), so a resolution waits until the intent's deadline plus a grace has passed, as the
-daemon does; ``ResumeOptions.wait_for_recovery`` leaves the decision to the daemon and
-waits for it instead.  A compensatable step that can be queried is looked up rather than
-compensated (``forward_query``): the agent is resuming to go forward, and a found effect
-is kept instead of undone and done again.
-"""
+In-doubt steps are resolved by the recovery daemon's own :class:`Resolver` (one code path).
+A previous run of the agent may still be alive and inside the call (slow, not dead), so a
+resolution waits until the intent's deadline plus a grace has passed, as the daemon does;
+``ResumeOptions.wait_for_recovery`` leaves the decision to the daemon and waits for it
+instead. Whatever the agent appended while settling, it then reads the workflow back and
+goes on with the log's first decision for each step, whoever wrote it (the daemon may have
+decided the same step a moment before). A compensatable step that can be queried is looked
+up rather than compensated (``forward_query``): the agent is resuming to go forward, and a
+found effect is kept instead of undone and done again."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowSt
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
 from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolver
+from stepledger.recovery.resolver import Resolver, reader_check
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -101,23 +102,18 @@ def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workf
 
 
 def settle_known(workflow: Workflow) -> None:
-    """Settle every in-doubt step whose tool the ledger knows; then adopt the log's view.
+    """Settle every in-doubt step whose tool the ledger knows, going by the log's decisions.
 
-    Steps whose tool is unknown here are settled when the agent asks for them again.  If a
-    resolution appended events, the workflow is read again, so a decision the recovery
-    daemon recorded first is the one the agent goes on with.
+    Steps whose tool is unknown here are settled when the agent asks for them again.  Each
+    settling reads the workflow back from the log (see :func:`resolve`), so a decision the
+    recovery daemon recorded first is the one the agent goes on with.
     """
     ledger = workflow.ledger
-    appended = False
     for step in workflow.state.in_doubt() + _compensating(workflow.state):
         tool = ledger.tools.get(step.tool)
         if tool is None or step.effect is EffectClass.READ_ONLY:
             continue
-        before = workflow.appended
         settle(workflow, step.step_id, tool)
-        appended = appended or workflow.appended > before
-    if appended:
-        workflow.reload()
 
 
 def settle(workflow: Workflow, step_id: str, tool: Tool) -> StepState:
@@ -143,9 +139,14 @@ def resolve(workflow: Workflow, step_id: str, tool: Tool) -> StepState:
         if action.kind is rs.ActionKind.WAIT:
             if not _wait_until_due(ledger, action, limit):
                 break
+            # Someone else (the daemon) may have decided meanwhile: the log says.
+            workflow.reload()
             continue
         resolution = resolver.attempt(_copy(shadow), step_id)
-        workflow.adopt(resolution.events)
+        if resolution.events:
+            # Never our own fold of what we appended: the log's first decision for the step,
+            # whoever wrote it, is what the agent goes on with.
+            workflow.reload()
     step = workflow.state.steps[step_id]
     if step.status in rs.ACTIONABLE:
         raise StepInDoubtError(
@@ -226,6 +227,7 @@ def _resolver(ledger: Ledger, tool: Tool) -> Resolver:
         dead_letters=ledger.dead_letters,
         clock=ledger.clock,
         grace=grace,
+        confirm=reader_check(ledger.reader.read),
     )
 
 

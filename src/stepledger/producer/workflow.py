@@ -14,14 +14,15 @@ import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.ids import arguments_digest
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step
+from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
@@ -125,10 +126,12 @@ class Workflow:
             result = _runner(tool, fn)(call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
-                raise self._left_in_doubt(step_id, tool, exc) from exc
+                raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        self.record(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        self.record(outcome)
+        self._ensure_outcome_stands(call, outcome)
         return result
 
     async def astep(
@@ -158,19 +161,57 @@ class Workflow:
                 result = await asyncio.to_thread(run, call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
-                raise self._left_in_doubt(step_id, tool, exc) from exc
+                raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        await self.arecord(self._outcome(call, OutcomeStatus.SUCCEEDED, result=result))
+        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=result)
+        await self.arecord(outcome)
+        if self._past_deadline(call):
+            await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
         return result
 
-    def _left_in_doubt(self, step_id: str, tool: Tool, exc: BaseException) -> StepInDoubtError:
+    def _past_deadline(self, call: _PendingCall) -> bool:
+        """True when recovery may have decided the step while the call ran."""
+        return call.deadline is not None and self.ledger.clock() > call.deadline
+
+    def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
+        """After a call that outlived its deadline, go by the log's first decision.
+
+        Recovery never decides a step before its deadline, so a call that ended in time has
+        no competitor and costs no read.  Past it, the log is read back: if another decision
+        came first (recovery compensated or answered the step), ours is a late outcome and
+        the agent must not go on as if its effect stood.
+        """
+        if not self._past_deadline(call):
+            return
+        self.reload()
+        step = self.state.steps.get(call.step_id)
+        if step is None or step.status is StepStatus.SUCCEEDED:
+            return  # ours stands, or recovery found the same effect first
+        if step.status is StepStatus.COMPENSATING:
+            # Recovery's compensation is under way: see it through before going on.
+            step = resume.settle(self, call.step_id, self.tool(step.tool))
+        if step.status in (StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED):
+            raise refusal(self.workflow_id, Move(MoveKind.UNDONE, step), call.step_id)
+        raise StepInDoubtError(
+            f"step {call.step_id!r}: the log decided it {step.status.value} "
+            f"({step.resolved_by.value if step.resolved_by else 'unknown'}) before this run's "
+            "outcome arrived; the conflict goes to a human (`stepledger escalations list`)",
+            workflow_id=self.workflow_id,
+            step_id=call.step_id,
+            tool=step.tool,
+        )
+
+    def _left_in_doubt(
+        self, call: _PendingCall, tool: Tool, exc: BaseException
+    ) -> StepInDoubtError:
         # Recording "failed" here would let a retry repeat an effect that may have happened:
         # the intent stays open and the tool's policy decides (recovery daemon or resume).
+        step_id = call.step_id
         return StepInDoubtError(
             f"step {step_id!r} ({tool.name}): the call's effect is unknown after "
-            f"{type(exc).__name__}: {exc}; it stays in doubt until its {tool.resolution.value} "
-            "policy resolves it",
+            f"{type(exc).__name__}: {call.scrub.text(str(exc))}; it stays in doubt until its "
+            f"{tool.resolution.value} policy resolves it",
             workflow_id=self.workflow_id,
             step_id=step_id,
             tool=tool.name,
@@ -254,7 +295,7 @@ class Workflow:
         position = self._next_position
         # Only steps recorded before this run can disagree with it: a live run skips the check.
         if position <= self._recorded_until or step_id in self.state.steps:
-            digest = arguments_digest(args)
+            digest = tool.arguments_digest(args)
             problem = mismatch(self.state, step_id, tool.name, digest, position)
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
@@ -287,12 +328,18 @@ class Workflow:
             # A read-only call in doubt runs again under its recorded intent and key.
             step = move.step
             assert step is not None
-            return _PendingCall(None, step_id, step.idempotency_key, args, step.attempt)
+            scrub = tool.scrubber(args)
+            return _PendingCall(
+                None, step_id, step.idempotency_key, args, step.attempt, scrub, None
+            )
         event = self.ledger.events.intent(
             self.workflow_id, step_id, tool, args, sequence=move.sequence, attempt=move.attempt
         )
-        assert isinstance(event.body, ev.StepIntended)
-        return _PendingCall(event, step_id, event.body.idempotency_key, args, move.attempt)
+        body = event.body
+        assert isinstance(body, ev.StepIntended)
+        scrub = tool.scrubber(args)
+        key = body.idempotency_key
+        return _PendingCall(event, step_id, key, args, move.attempt, scrub, body.deadline)
 
     def _outcome(
         self,
@@ -309,6 +356,7 @@ class Workflow:
             status=status,
             result=result,
             error=error,
+            scrub=call.scrub,
         )
 
     def _folded(self, event: ev.Event, position: Position) -> None:
@@ -325,6 +373,10 @@ class _PendingCall:
     key: str
     arguments: dict[str, Any]
     attempt: int
+    scrub: Scrubber
+    """Removes this call's secret values from what its outcome records."""
+    deadline: datetime | None
+    """The intent's deadline (None for a read-only re-run): recovery never acts before it."""
 
 
 def _last_position(state: WorkflowState) -> int:

@@ -21,7 +21,13 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
-from stepledger.kafka import FAST_CONSUMER, ensure_topics, topic_partitions
+from stepledger.kafka import (
+    FAST_CONSUMER,
+    cooperative,
+    ensure_topics,
+    take_assigned,
+    topic_partitions,
+)
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
@@ -33,7 +39,7 @@ from stepledger.projector.engine import (
 )
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.store import ProjectionStore
+from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,8 @@ class ProjectorOptions:
     """How often the consumer-lag gauge is refreshed."""
     session_timeout_s: float = 6.0
     """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+    """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -80,6 +88,8 @@ class _Loop:
     dirty: bool = True
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
+    incremental: bool = False
+    """The group rebalances incrementally (cooperative-sticky or KIP-848)."""
 
     @property
     def projector(self) -> Projector:
@@ -101,7 +111,7 @@ def run_projector(
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
-    store = ProjectionStore(options.db_path)
+    store = ProjectionStore(options.db_path, memory_limit=options.memory_limit)
     thresholds = gc.get_threshold()
     # Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
     # the default thresholds ran full collections over the cache several times a batch.
@@ -115,8 +125,10 @@ def run_projector(
             group=options.group,
             cache_workflows=options.cache_workflows,
         )
-        consumer = Consumer(settings.client_config(**_consumer_config(options)))
-        _serve(_Loop(consumer, Pipeline(projector), options, metrics, on_batch), topics, shutdown)
+        config = settings.client_config(**_consumer_config(options))
+        loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch)
+        loop.incremental = cooperative(config)
+        _serve(loop, topics, shutdown)
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
@@ -162,13 +174,19 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     stored = loop.projector.reload_offsets()
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
-    loop.consumer.assign(partitions)
-    loop.assigned = list(partitions)
+    take_assigned(loop.consumer, partitions, loop.incremental)
+    # Eager: a revocation of everything came first; cooperative: only these partitions move.
+    kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in _keys(partitions)]
+    loop.assigned = kept + list(partitions)
     log.info(
         "assigned %s",
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
     )
+
+
+def _keys(partitions: list[KafkaPartition]) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in partitions}
 
 
 def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
@@ -238,7 +256,7 @@ def _commit_to_kafka(loop: _Loop) -> None:
 
 
 def _publish(loop: _Loop) -> None:
-    loop.pipeline.publish(loop.options.db_path)
+    loop.pipeline.publish()
     loop.last_snapshot = time.monotonic()
     loop.dirty = False
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import dead_letter_info, original_headers
+from stepledger.deadletter import TRUNCATED, dead_letter_info, original_headers
 from stepledger.errors import ConfigError
 from stepledger.kafka import DurableProducer, Headers, Position
 
@@ -41,7 +41,8 @@ class StoredLetter:
             "group": self.info.get("group"),
             "at": self.info.get("at"),
             "key": (self.key or b"").decode(errors="replace"),
-            "value_bytes": len(self.value or b""),
+            "value_bytes": None if self.value is None else len(self.value),
+            "truncated": self.info.get(TRUNCATED),
         }
 
 
@@ -76,14 +77,25 @@ def select_letters(
 def replay_letters(
     settings: Settings, letters: list[StoredLetter], *, to_topic: str | None = None
 ) -> list[Position]:
-    """Re-append each letter's original key, value and headers and wait for every ack."""
+    """Re-append each letter's original key, value and headers and wait for every ack.
+
+    A null key or value is appended null and a header without a value keeps none.  A letter
+    cut to fit the dead-letter topic is refused (its original is at its coordinates).
+    """
+    cut = [x for x in letters if TRUNCATED in x.info]
+    if cut:
+        where = ", ".join(f"{x.position.partition}:{x.position.offset}" for x in cut)
+        raise ConfigError(
+            f"dead letter(s) {where} were cut to fit the dead-letter topic and cannot be "
+            "replayed; their originals are at the topic/partition/offset `dlq list --json` shows"
+        )
     producer = DurableProducer(settings)
     try:
         futures = [
             producer.send(
                 to_topic or x.origin_topic or settings.topic,
-                x.key or b"",
-                x.value or b"",
+                x.key,
+                x.value,
                 original_headers(x.headers),
             )
             for x in letters

@@ -9,7 +9,7 @@ for their acknowledgements, then commit rows and offsets together.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -19,7 +19,8 @@ from confluent_kafka import Message
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.deadletter import DeadLetter, publish_dead_letter
+from stepledger.consume import message_headers
+from stepledger.deadletter import DeadLetter, send_dead_letters
 from stepledger.domain.events import Event
 from stepledger.errors import (
     CodecError,
@@ -28,7 +29,7 @@ from stepledger.errors import (
     UnknownSchemaError,
     ViewStoreError,
 )
-from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.kafka import DurableProducer, Position
 from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "stepledger-projector"
 DEFAULT_CACHE_WORKFLOWS = 20_000
+#: The dead-letter stage of an event that decodes but whose rows cannot be staged.
+PROJECT_STAGE = "project"
+#: What turning rows into Arrow raises for a value its column cannot hold.
+_STAGING_ERRORS = (pa.ArrowException, OverflowError, ValueError, TypeError)
+
+Decoded = tuple[Event, Coordinates, bytes]
+
+
+def _nothing() -> None:
+    return None
 
 
 class DeadLetterSink(Protocol):
@@ -55,18 +66,8 @@ class KafkaDeadLetters:
         self._producer = producer or DurableProducer(settings)
 
     def publish(self, letters: Sequence[DeadLetter]) -> None:
-        """Send every letter, then wait for each one's own acknowledgement."""
-        if len(letters) == 1:
-            publish_dead_letter(self._producer, self._settings, letters[0])
-            return
-        futures = [
-            self._producer.send(
-                self._settings.dlq_topic, x.key or b"", x.value or b"", x.all_headers()
-            )
-            for x in letters
-        ]
-        for future in futures:
-            self._producer.wait(future)
+        """Send every letter (cut to fit if needed), then wait for each one's acknowledgement."""
+        send_dead_letters(self._producer, self._settings, letters)
 
     def close(self) -> None:
         """Flush and close the producer."""
@@ -168,12 +169,28 @@ class Projector:
         """Drop the fold states after a failed commit: they hold events the store lacks."""
         self.cache.clear()
 
-    def prepare(self, records: Sequence[Message]) -> PreparedBatch:
-        """Skip what is projected, decode, fold, and make the dead letters durable."""
+    def prepare(
+        self, records: Sequence[Message], settle: Callable[[], None] = _nothing
+    ) -> PreparedBatch:
+        """Skip what is projected, decode, fold, and make the dead letters durable.
+
+        An event whose rows cannot be staged (a value past its column's type, however it
+        got there) is dead-lettered like an undecodable one and the rest of the batch
+        projects.  Finding it refolds the batch, so ``settle`` is called first: it must
+        wait until any batch still being committed is in the store.
+        """
         report = BatchReport(received=len(records))
         fresh, reached = self._fresh(records, report)
         decoded, letters = self._decode(fresh)
-        fold = self._fold(decoded)
+        try:
+            fold = self._fold(decoded)
+            staged = stage(fold.tables(), reached)
+        except _STAGING_ERRORS:
+            settle()
+            decoded, refused = self._isolate(decoded, {at: record for record, at in fresh})
+            letters.extend(refused)
+            fold = self._fold(decoded)
+            staged = stage(fold.tables(), reached)
         if letters:
             self.dead_letters.publish(letters)
             for letter in letters:
@@ -181,12 +198,45 @@ class Projector:
         self._folded.update(reached)
         _summarise(report, fold, decoded)
         return PreparedBatch(
-            report,
-            stage(fold.tables(), reached),
-            fold.replaced_workflows(),
-            reached,
-            frozenset(fold.touched),
+            report, staged, fold.replaced_workflows(), reached, frozenset(fold.touched)
         )
+
+    def _isolate(
+        self, decoded: list[Decoded], records: dict[Coordinates, Message]
+    ) -> tuple[list[Decoded], list[DeadLetter]]:
+        """Split a batch into the events whose rows stage and dead letters for the others.
+
+        Each event is folded alone and the rows it changes are staged; one that fails is
+        refused and its workflow refolded without it.  The fold states are dropped at the
+        end, so the caller folds the kept events again from the store.
+        """
+        self.forget()
+        kept: list[Decoded] = []
+        refused: list[DeadLetter] = []
+        for item in decoded:
+            workflow_id = item[0].workflow_id
+            self._load([workflow_id])
+            trial = BatchFold()
+            try:
+                trial.add(self.cache.get(workflow_id), *item)
+                stage(trial.tables(), {})
+            except _STAGING_ERRORS as exc:
+                error = f"its rows cannot be projected: {type(exc).__name__}: {exc}"
+                refused.append(self._letter(records[item[1]], PROJECT_STAGE, error))
+                self._refold(workflow_id, kept)
+                continue
+            kept.append(item)
+        self.forget()
+        return kept, refused
+
+    def _refold(self, workflow_id: str, kept: list[Decoded]) -> None:
+        """Rebuild one workflow's fold state from the store and the batch's kept events."""
+        self.cache.discard([workflow_id])
+        self._load([workflow_id])
+        projection = self.cache.get(workflow_id)
+        for event, _, _ in kept:
+            if event.workflow_id == workflow_id and not projection.is_duplicate(event):
+                projection.apply(event)
 
     def _fresh(
         self, records: Sequence[Message], report: BatchReport
@@ -216,7 +266,7 @@ class Projector:
             try:
                 decoded.append((decode(value), at, value or b""))
             except StepLedgerError as exc:
-                letters.append(self._letter(record, exc))
+                letters.append(self._letter(record, stage_of(exc), exc.message))
         return decoded, letters
 
     def commit(self, batch: PreparedBatch) -> None:
@@ -259,24 +309,21 @@ class Projector:
             if not projection.is_duplicate(event):
                 projection.apply(event)
 
-    def _letter(self, record: Message, error: StepLedgerError) -> DeadLetter:
+    def _letter(self, record: Message, stage: str, error: str) -> DeadLetter:
         origin = Position(
             str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
         )
-        headers = _headers(record)
-        stage = stage_of(error)
+        headers = message_headers(record)
         log.warning(
             "dead-lettering %s:%d@%d (%s): %s",
             origin.topic,
             origin.partition,
             origin.offset,
             stage,
-            error.message,
+            error,
             extra={"stage": stage, "topic": origin.topic, "offset": origin.offset},
         )
-        return DeadLetter(
-            record.key(), record.value(), headers, origin, stage, error.message, self.group
-        )
+        return DeadLetter(record.key(), record.value(), headers, origin, stage, error, self.group)
 
 
 def _summarise(
@@ -287,9 +334,3 @@ def _summarise(
     if decoded:
         times = [event.occurred_at for event, _, _ in decoded]
         report.oldest_at = min(times)
-
-
-def _headers(record: Message) -> Headers:
-    raw = record.headers() or []
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return [(k, v.encode() if isinstance(v, str) else bytes(v or b"")) for k, v in pairs]

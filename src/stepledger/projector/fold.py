@@ -26,6 +26,7 @@ from stepledger.projector.rows import (
     anomaly_row,
     escalation_row,
     event_columns,
+    out_of_range,
     step_row,
     transpose,
     workflow_row,
@@ -181,6 +182,10 @@ class BatchFold:
             touched = self.touched[event.workflow_id] = _Touched(projection)
         steps_before = len(projection.state.steps)
         anomaly = projection.apply(event)
+        problem = out_of_range(projection.state, event.step_id)
+        if problem is not None:
+            # Checked per event, not per batch, so where a batch ends cannot change the verdict.
+            raise ValueError(problem)
         if len(projection.state.steps) < steps_before:
             # A read-only workflow started over: its earlier steps no longer count.
             touched.replace_steps = True

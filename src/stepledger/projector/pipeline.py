@@ -49,15 +49,15 @@ class Pipeline:
         """Prepare a batch here, then hand it to the writer once the previous one committed."""
         log.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()
-        batch = self.projector.prepare(records)
+        batch = self.projector.prepare(records, settle=self.drain)
         self.drain()
         self.projector.cache.trim(keep=batch.touched)
         future = self._writer.submit(self._commit, batch)
         self._tasks.append((future, lambda _: self._committed(batch, began)))
 
-    def publish(self, db_path: Path) -> None:
+    def publish(self) -> None:
         """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
-        future = self._writer.submit(publish_snapshot, self.projector.store.con, db_path)
+        future = self._writer.submit(publish_snapshot, self.projector.store)
         self._tasks.append((future, self._published))
 
     def drain(self) -> None:

@@ -86,10 +86,12 @@ def rebuild(
         _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
     if isinstance(sink, KafkaDeadLetters):
         sink.close()
+    # Checked again: a projector may have started on the file while this one rebuilt.
+    _check_target(target, force)
     _remove_db(target)
     os.replace(partial, target)
     with ProjectionStore(target) as store:
-        publish_snapshot(store.con, target)
+        publish_snapshot(store)
     report.seconds = time.monotonic() - began
     return report
 

@@ -109,6 +109,26 @@ ESCALATION_COLUMNS = (
 )
 
 
+#: The state attributes that land in 32-bit columns (a test checks them against the schema):
+#: a fold can compute one past the range (a sum of attempts), and Arrow would refuse it.
+STEP_INT32 = ("sequence", "attempt", "recovery_attempts")
+WORKFLOW_INT32 = ("attempt", "max_attempts")
+
+
+def out_of_range(state: WorkflowState, step_id: str | None) -> str | None:
+    """The first 32-bit column value of this workflow (and step) its column cannot hold."""
+    step = state.steps.get(step_id) if step_id is not None else None
+    checks: list[tuple[object, tuple[str, ...], str]] = [(state, WORKFLOW_INT32, "workflow")]
+    if step is not None:
+        checks.append((step, STEP_INT32, "step"))
+    for obj, names, what in checks:
+        for name in names:
+            value = getattr(obj, name)
+            if not ev.INT32_MIN <= value <= ev.INT32_MAX:
+                return f"{what} {name} {value} does not fit a 32-bit column"
+    return None
+
+
 def transpose(names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Columns:
     # zip(*rows) turns rows into columns in C, far cheaper than appending value by value.
     if not rows:

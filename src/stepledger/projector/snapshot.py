@@ -10,14 +10,18 @@ read-only; one that has it open keeps reading the version it opened.
 from __future__ import annotations
 
 import os
-import shutil
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from stepledger.codec import Codec
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, ViewStoreError
+
+if TYPE_CHECKING:
+    from stepledger.projector.store import ProjectionStore
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"
 
@@ -36,23 +40,25 @@ def latest_snapshot(db_path: str | Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def publish_snapshot(con: duckdb.DuckDBPyConnection, db_path: str | Path) -> Path:
+def publish_snapshot(store: ProjectionStore) -> Path:
     """Checkpoint the writer's file and atomically replace the snapshot with a copy of it.
 
     Must be called by the writer between transactions: after ``CHECKPOINT`` the file holds
-    every committed row, and nothing writes to it until the next batch.
+    every committed row, and nothing writes to it until the next batch.  The copy is read
+    through the store's own descriptor (opening and closing the file here would drop the
+    store's lock), into a temporary name no other publisher uses.
     """
-    db = Path(db_path)
-    target = snapshot_path(db)
-    partial = target.with_name(target.name + ".partial")
+    target = snapshot_path(store.path)
+    partial = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
-        con.execute("CHECKPOINT")
-        shutil.copyfile(db, partial)
+        store.con.execute("CHECKPOINT")
+        store.copy_file(partial)
         # A WAL left by someone who opened a snapshot read-write must not be replayed
         # against the next snapshot.
         Path(str(target) + ".wal").unlink(missing_ok=True)
         os.replace(partial, target)
     except (duckdb.Error, OSError) as exc:
+        partial.unlink(missing_ok=True)
         raise ViewStoreError(f"cannot publish snapshot {target}: {exc}") from exc
     return target
 

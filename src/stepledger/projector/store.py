@@ -9,6 +9,7 @@ keeps the first of duplicate keys in one statement).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,19 +30,41 @@ Offsets = dict[tuple[str, int], int]
 _CHECKPOINT_THRESHOLD = "1GB"
 
 
-class ProjectionStore:
-    """The projector's DuckDB file, opened read-write by this process alone."""
+#: DuckDB's own default is 80% of the machine's memory: too much for a daemon that shares it.
+DEFAULT_MEMORY_LIMIT = "1GB"
 
-    def __init__(self, path: str | Path) -> None:
+
+class ProjectionStore:
+    """The projector's DuckDB file, opened read-write by this process alone, for its whole life.
+
+    DuckDB holds a POSIX (fcntl) lock on the file, and POSIX drops every lock a process holds
+    on a file when the process closes *any* descriptor of it.  So the store opens one extra
+    read-only descriptor now, copies snapshots through it, and closes it only after DuckDB:
+    nothing in this process opens and closes the live file in between.
+    """
+
+    def __init__(self, path: str | Path, *, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> None:
         self.path = Path(path)
         try:
-            self.con = duckdb.connect(str(self.path))
+            self.con = duckdb.connect(str(self.path), config={"memory_limit": memory_limit})
             self.con.execute(f"SET checkpoint_threshold = '{_CHECKPOINT_THRESHOLD}'")
             create_schema(self.con)
             # Reads of committed rows while a writer thread commits the previous batch.
             self._reader = self.con.cursor()
         except duckdb.Error as exc:
             raise ViewStoreError(f"cannot open projection {self.path}: {_short(exc)}") from exc
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def copy_file(self, destination: Path) -> None:
+        """Copy the database file (checkpointed by the caller) through the kept descriptor."""
+        size = os.fstat(self._fd).st_size
+        with open(destination, "wb") as out:
+            done = 0
+            while done < size:
+                sent = os.sendfile(out.fileno(), self._fd, done, size - done)
+                if sent == 0:
+                    break
+                done += sent
 
     def offsets(self) -> Offsets:
         """The next offset to read per (topic, partition), as committed with the rows."""
@@ -118,6 +141,7 @@ class ProjectionStore:
             log.warning("final checkpoint failed", exc_info=True)
         self._reader.close()
         self.con.close()
+        os.close(self._fd)
 
     def _query(
         self, sql: str, params: list[Any], con: duckdb.DuckDBPyConnection | None = None

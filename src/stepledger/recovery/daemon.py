@@ -4,7 +4,10 @@ One loop on the main thread reads events, folds them into the tracked steps (log
 decides), checkpoints, and hands due steps to a small pool of workers that run the
 :class:`~stepledger.recovery.resolver.Resolver` on a copy of the step.  A worker's events
 reach the daemon's state only when they are read back from the log, and the step is not
-judged again before then, so a decision is never taken twice from a stale state.
+judged again before then, so a decision is never taken twice from a stale state.  A
+compensation (the one decision whose hook has an effect) is carried out only after the loop
+read its claim back and the fold took it as the step's first decision: a daemon that lost
+the partition, was paused, or raced a resuming agent runs no hook (see ``claims``).
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the
@@ -26,8 +29,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
+from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
@@ -35,12 +46,20 @@ from stepledger.domain import ids
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
-from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka import FAST_CONSUMER
+from stepledger.errors import BrokerError, OwnershipLostError, StepLedgerError
+from stepledger.kafka import (
+    FAST_CONSUMER,
+    admin,
+    cooperative,
+    take_assigned,
+    topic_partitions,
+)
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
+from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
+from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.registry import ToolRegistry
@@ -48,6 +67,8 @@ from stepledger.recovery.resolver import Resolution, Resolver
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 
 logger = logging.getLogger("stepledger.recovery.daemon")
+CLIENT_ID = "stepledger-recovery"
+"""The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 
 class RecoveryDaemon:
@@ -78,10 +99,20 @@ class RecoveryDaemon:
             settings, self.codec, group=options.group
         )
         self.metrics = metrics or RecoveryMetrics()
+        self.metrics.broker_up.set(1)
+        self.watch = BrokerWatch(
+            logger, on_change=lambda up: self.metrics.broker_up.set(1 if up else 0)
+        )
         self.shutdown = shutdown or Shutdown()
+        self._claims = ClaimBoard(options.claim_timeout_s)
+        group_config = {**FAST_CONSUMER, **options.consumer}
+        self.fence = Fence(
+            float(group_config.get("session.timeout.ms", 45_000)) / 1000,
+            float(group_config.get("heartbeat.interval.ms", 3_000)) / 1000,
+        )
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(
-            self.log,
+            FencedLog(self.log, self.fence),
             EventFactory(settings.fleet_id, settings.producer_id, clock),
             tools,
             dead_letters=self.dead_letters,
@@ -89,6 +120,7 @@ class RecoveryDaemon:
             grace=grace,
             retry_base_s=options.retry_base_s,
             observer=self.metrics.observe,
+            confirm=self._claims.wait,
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.assigned: set[int] = set()
@@ -100,22 +132,34 @@ class RecoveryDaemon:
         self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
         self._capacity = max(1, options.workers) * max(1, options.queue_per_worker)
         self._consumer: Consumer | None = None
+        self._incremental = False
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
     # -- the loop ----------------------------------------------------------------------
 
     def run(self, *, max_seconds: float | None = None) -> None:
         """Run until shutdown is requested (or ``max_seconds`` passed), then stop cleanly."""
-        consumer = self._consumer = Consumer(
-            self.settings.client_config(
-                **{**FAST_CONSUMER, "group.id": self.options.group, **self.options.consumer}
-            )
+        # Fail at once, in one line, on an unreachable broker or a missing topic (as the
+        # projector does) instead of logging connection errors forever while "healthy".
+        topic_partitions(self.settings, self.settings.topic)
+        warn_other_groups(self.settings, self.options.group)
+        config = self.settings.client_config(
+            **{
+                **FAST_CONSUMER,
+                "group.id": self.options.group,
+                "client.id": CLIENT_ID,
+                **self.options.consumer,
+            }
         )
+        self._incremental = cooperative(config)
+        config["error_cb"] = self.watch.on_error
+        config["logger"] = client_logger("stepledger.recovery.kafka")
+        consumer = self._consumer = Consumer(config)
         consumer.subscribe(
             [self.settings.topic],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+            on_lost=self._on_lost,
         )
         began = time.monotonic()
         logger.info(
@@ -132,7 +176,13 @@ class RecoveryDaemon:
     def tick(self, consumer: Consumer) -> None:
         """One turn: read a batch, collect finished work, checkpoint, dispatch due work."""
         wait = self._wait_time()
-        for msg in consumer.consume(self.options.batch_size, wait):
+        messages = consumer.consume(self.options.batch_size, wait)
+        self.fence.polled()
+        if messages:
+            self.watch.reachable()
+        elif self.watch.should_probe():
+            self._probe(consumer)
+        for msg in messages:
             self._handle(msg)
         self._collect()
         now = time.monotonic()
@@ -141,6 +191,14 @@ class RecoveryDaemon:
         self._dispatch()
         if now - self._last_health >= self.options.health_interval_s:
             self._health()
+
+    def _probe(self, consumer: Consumer) -> None:
+        # An idle topic sends nothing back: ask for its metadata to learn the broker is up.
+        try:
+            consumer.list_topics(self.settings.topic, timeout=0.5)
+        except KafkaException:
+            return
+        self.watch.reachable()
 
     def _wait_time(self) -> float:
         # While work is out, come back quickly to collect it; otherwise sleep in the poll
@@ -177,9 +235,29 @@ class RecoveryDaemon:
             return
         self.metrics.events.inc()
         self.events_read += 1
-        late = self.tracker.apply(event, partition, offset)
+        try:
+            late = self.tracker.apply(event, partition, offset)
+        except Exception as exc:
+            # One event may at worst be skipped (the projector dead-letters what it cannot
+            # project); the daemon and every other step of the partition go on.
+            self.tracker.positions[partition] = offset + 1
+            self.metrics.poison.inc()
+            logger.error(
+                "event skipped: it cannot be tracked",
+                extra={
+                    "partition": partition,
+                    "offset": offset,
+                    "event_id": event.event_id,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            return
         if late is not None:
             self.pending_late[late.event.event_id] = late
+        if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
+            # A claim read back in log order: the fold says whether it was the first decision.
+            tracked = self.tracker.steps.get((event.workflow_id, event.step_id))
+            self._claims.post(event.event_id, None if tracked is None else tracked.snapshot())
 
     # -- dispatching work --------------------------------------------------------------
 
@@ -220,10 +298,21 @@ class RecoveryDaemon:
 
     def _submit(self, key: StepKey, tracked: Tracked, fn: Any, *args: Any) -> None:
         tracked.busy = True
-        future: Future[Resolution] = self._pool.submit(fn, key[0], *args)
+        future: Future[Resolution] = self._pool.submit(
+            self._fenced, tracked.partition, fn, key[0], *args
+        )
         self._inflight[future] = (key, tracked.partition)
         # Finished work is queued by the worker, so the loop never scans what still runs.
         future.add_done_callback(self._done.put)
+
+    def _fenced(self, partition: int, fn: Any, *args: Any) -> Resolution:
+        # On the worker: every append this resolution makes is checked against ownership.
+        self.fence.working_on(partition)
+        try:
+            result: Resolution = fn(*args)
+            return result
+        finally:
+            self.fence.working_on(None)
 
     def _collect(self, *, wait: float = 0.0) -> None:
         deadline = time.monotonic() + wait
@@ -242,8 +331,18 @@ class RecoveryDaemon:
 
     def _finished(self, key: StepKey, future: Future[Resolution]) -> None:
         now = self.clock()
+        if future.cancelled():
+            return  # queued work for a partition that moved away
         try:
             resolution = future.result()
+        except OwnershipLostError as exc:
+            self.metrics.fenced.inc()
+            logger.warning(
+                "decision not appended: partition ownership in doubt",
+                extra={"workflow_id": key[0], "step_id": key[1], "error": str(exc)},
+            )
+            self.tracker.release(key, echo_offset=-1, not_before=now + timedelta(seconds=1))
+            return
         except Exception as exc:
             # Typically the log refused an append: try again after a pause.
             logger.error(
@@ -256,6 +355,8 @@ class RecoveryDaemon:
             )
             self.tracker.release(key, echo_offset=-1, not_before=now + timedelta(seconds=1))
             return
+        if resolution.lost:
+            self.metrics.lost_claims.inc()
         echo = max((p.offset for p in resolution.positions), default=-1)
         pause = None if resolution.events else now + timedelta(milliseconds=100)
         self.tracker.release(key, echo_offset=echo, not_before=pause)
@@ -299,11 +400,19 @@ class RecoveryDaemon:
             offset = self.tracker.load(tp.partition, self.store.load(tp.topic, tp.partition))
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
-        consumer.assign(partitions)
+        take_assigned(consumer, partitions, self._incremental)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()
+        for (workflow_id, step_id), error in self.tracker.unloadable:
+            self.metrics.poison.inc()
+            logger.error(
+                "checkpoint entry skipped: it cannot be loaded",
+                extra={"workflow_id": workflow_id, "step_id": step_id, "error": error},
+            )
+        self.tracker.unloadable.clear()
         self.assigned |= {tp.partition for tp in partitions}
+        self.fence.assigned({tp.partition for tp in partitions})
         self.metrics.partitions.set(len(self.assigned))
         logger.info(
             "partitions assigned",
@@ -311,13 +420,29 @@ class RecoveryDaemon:
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions are handed over in order: queued work dropped, running work finished."""
         gone = {tp.partition for tp in partitions}
-        # Finish what runs there first, so the next owner never starts the same decision.
-        self._collect(
-            wait=self.options.drain_timeout_s
-            if any(p in gone for _, p in self._inflight.values())
-            else 0.0
-        )
+        self._cancel_queued(gone)
+        # Still ours until this callback returns: let running resolutions append, briefly.
+        if any(p in gone for _, p in self._inflight.values()):
+            self._collect(wait=min(self.options.drain_timeout_s, self.fence.session_s / 2))
+        self.fence.revoked(gone)
+        self._forget(gone, "partitions revoked")
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions were taken while we were away: nothing more is appended for them."""
+        gone = {tp.partition for tp in partitions}
+        self.fence.revoked(gone)
+        self._cancel_queued(gone)
+        self._forget(gone, "partitions lost")
+
+    def _cancel_queued(self, gone: set[int]) -> None:
+        for future, (_, partition) in list(self._inflight.items()):
+            if partition in gone:
+                future.cancel()  # only work not started yet; running work meets the fence
+        self._collect()
+
+    def _forget(self, gone: set[int], what: str) -> None:
         self.checkpoint()
         for partition in gone:
             self.tracker.drop_partition(partition)
@@ -327,7 +452,7 @@ class RecoveryDaemon:
             k: v for k, v in self.pending_late.items() if v.key in self.tracker.steps
         }
         self.metrics.partitions.set(len(self.assigned))
-        logger.info("partitions revoked", extra={"partitions": sorted(gone)})
+        logger.info(what, extra={"partitions": sorted(gone)})
 
     def _health(self) -> None:
         self._last_health = time.monotonic()
@@ -350,8 +475,14 @@ class RecoveryDaemon:
                 "tracked_steps": len(self.tracker.steps),
                 "events_read": self.events_read,
                 "inflight": len(self._inflight),
+                "broker_up": self.watch.up,
+                "broker_down_s": self._outage_s(),
             },
         )
+
+    def _outage_s(self) -> float:
+        since = self.watch.down_since
+        return 0.0 if since is None else round(time.monotonic() - since, 3)
 
     def _stop(self, consumer: Consumer) -> None:
         self._collect(wait=self.options.drain_timeout_s)
@@ -366,6 +497,46 @@ class RecoveryDaemon:
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
+
+
+def warn_other_groups(settings: Settings, group: str) -> list[str]:
+    """Warn loudly when recovery daemons of another group follow the same topic.
+
+    Daemons split partitions only within one consumer group: two groups each own every
+    partition, so each in-doubt step has two deciders (their claims are ordered by the log,
+    but hooks are tried twice and every decision is contested).  Run one group per topic.
+    Returns the other groups found (none where the broker cannot describe groups).
+    """
+    try:
+        client = admin(settings)
+        listed = client.list_consumer_groups(request_timeout=5).result(timeout=10)
+        ids = [g.group_id for g in listed.valid if g.group_id != group]
+        if not ids:
+            return []
+        described = client.describe_consumer_groups(ids, request_timeout=5)
+        others = []
+        for group_id, future in described.items():
+            members = future.result(timeout=10).members
+            if any(_recovery_on(m, settings.topic) for m in members):
+                others.append(group_id)
+    except Exception as exc:  # a broker that cannot list groups (the dev broker): no check
+        logger.debug("consumer groups not checked", extra={"error": str(exc)})
+        return []
+    if others:
+        logger.error(
+            "other recovery groups follow this topic: each group decides every step again; "
+            "run one recovery group per topic",
+            extra={"topic": settings.topic, "groups": sorted(others), "group": group},
+        )
+    return others
+
+
+def _recovery_on(member: Any, topic: str) -> bool:
+    if not str(member.client_id or "").startswith(CLIENT_ID):
+        return False
+    assignment = getattr(member, "assignment", None)
+    partitions = getattr(assignment, "topic_partitions", None) or []
+    return any(tp.topic == topic for tp in partitions)
 
 
 def write_health(path: Path, payload: dict[str, Any]) -> None:

@@ -63,6 +63,26 @@ class RecoveryMetrics:
             registry=r,
         )
         self.events = Counter("stepledger_recovery_events", "Events read from the log.", registry=r)
+        self.poison = Counter(
+            "stepledger_recovery_poison_events",
+            "Events or checkpoint entries skipped because they could not be tracked.",
+            registry=r,
+        )
+        self.lost_claims = Counter(
+            "stepledger_recovery_lost_claims",
+            "Compensations not run because another decision came first in the log.",
+            registry=r,
+        )
+        self.fenced = Counter(
+            "stepledger_recovery_fenced_appends",
+            "Decisions not appended because the daemon could not be sure it owned the partition.",
+            registry=r,
+        )
+        self.broker_up = Gauge(
+            "stepledger_recovery_broker_up",
+            "1 while the broker answers, 0 during an outage.",
+            registry=r,
+        )
         self.last_loop = Gauge(
             "stepledger_recovery_last_loop_timestamp_seconds",
             "When the daemon's loop last ran (for liveness).",

@@ -35,6 +35,8 @@ class DaemonOptions:
     """How long one poll waits for records."""
     drain_timeout_s: float = 30.0
     """How long a revocation or shutdown waits for running resolutions."""
+    claim_timeout_s: float = 10.0
+    """Longest a compensation waits to read its own claim back; past it, no hook runs."""
     health_interval_s: float = 1.0
     """How often the health file is rewritten."""
     consumer: dict[str, Any] = field(default_factory=dict)

@@ -8,8 +8,11 @@ packages can also publish registries under the ``stepledger.tools`` entry-point 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any
 
 from stepledger.domain.tools import Tool
@@ -72,7 +75,7 @@ def load_registry(spec: str) -> ToolRegistry:
     if not sep or not module_name or not attr:
         raise ToolRegistryError(f"expected --tools package.module:attr, got {spec!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_here_too(module_name)
     except ImportError as exc:
         raise ToolRegistryError(f"cannot import {module_name!r}: {exc}") from None
     try:
@@ -80,6 +83,22 @@ def load_registry(spec: str) -> ToolRegistry:
     except AttributeError:
         raise ToolRegistryError(f"module {module_name!r} has no attribute {attr!r}") from None
     return _as_registry(target, spec)
+
+
+def _import_from_here_too(module_name: str) -> ModuleType:
+    """Import a module, also from the current directory (as ``python -m`` would).
+
+    The ``stepledger`` console script does not put the current directory on the import path,
+    so ``--tools mytools:registry`` beside the caller would not import without this.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        if exc.name is None or not module_name.startswith(exc.name) or here in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(module_name)
 
 
 def load_entry_point_registries() -> ToolRegistry:

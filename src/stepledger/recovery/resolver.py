@@ -5,17 +5,25 @@
 :class:`~stepledger.log.EventLog` (what was tried, what the tool answered), folds the
 events into the workflow state and returns the step's new state.
 
-Event ids are derived from the step, its attempt and the recovery attempt, so two
-resolvers racing on the same step write the same ids: duplicates the fold ignores, never
-two decisions.  A hook runs on a daemon thread bounded by the tool's timeout; a hook that
-hangs past it is counted as a failed attempt, but its thread cannot be killed and runs on
-until the hook returns (keep hooks' own I/O timeouts below the tool's).
+Event ids are derived from the step, its attempt and the recovery attempt, so a resolver
+that retries writes the same ids: duplicates the fold ignores. Two resolvers racing on the
+same step (a resuming agent and the daemon, or two daemons across a rebalance) are ordered
+by the log: a decision that runs a hook with an effect (a compensation) is first appended
+as a claim under the resolver's own id (``compensation_intended``), then read back through
+a :class:`ClaimCheck`; the hook runs only if the log's fold accepted the claim as the first
+decision on the step's attempt. A losing resolver runs nothing and returns the step as the
+log has it. Decisions without an effect (a query's answer, an escalation) are their own
+claims: the first in the log stands and a later one is an anomaly. A hook runs on a daemon
+thread bounded by the tool's timeout; a hook that hangs past it is counted as a failed
+attempt, but its thread cannot be killed and runs on until the hook returns (keep hooks'
+own I/O timeouts below the tool's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -26,9 +34,9 @@ from stepledger.domain import ids
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import Clock, EventFactory, utc_now
-from stepledger.domain.state import StepState, StepStatus, WorkflowState
+from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import RecoveryError
+from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
 from stepledger.kafka import Position
 from stepledger.log import EventLog
 from stepledger.recovery.deadletters import DeadLetterSink
@@ -64,6 +72,32 @@ class Resolution:
     """Where each appended event landed."""
     error: str | None = None
     """The hook's error when the attempt failed (the step stays in doubt)."""
+    lost: bool = False
+    """Another decision came first in the log: nothing was carried out, ``step`` is the log's."""
+
+
+class ClaimCheck(Protocol):
+    """Reads a claim back: the workflow as the log has it through the claim, or None."""
+
+    def __call__(self, claim: ev.Event, position: Position) -> WorkflowState | None:
+        """Fold the workflow's events up to (at least) the claim; None when unknown in time."""
+        ...
+
+
+def reader_check(read: Callable[[str], list[ev.Event]]) -> ClaimCheck:
+    """A ClaimCheck that reads the whole workflow again (the claim is acknowledged, so in it)."""
+
+    def check(claim: ev.Event, position: Position) -> WorkflowState | None:
+        return replay(claim.workflow_id, read(claim.workflow_id))
+
+    return check
+
+
+def claim_stands(state: WorkflowState, claim: ev.Event) -> bool:
+    """True when the log's fold took the claim as the step's decision (not an anomaly)."""
+    if claim.event_id not in state.seen:
+        return False
+    return not any(a.event_id == claim.event_id for a in state.anomalies)
 
 
 class ResolutionObserver(Protocol):
@@ -83,14 +117,21 @@ class _Attempt:
     events: list[ev.Event] = field(default_factory=list)
     positions: list[Position] = field(default_factory=list)
     error: str | None = None
+    lost: bool = False
 
     def result(self) -> Resolution:
         step = self.state.steps.get(self.step.step_id, self.step)
-        return Resolution(step, self.action, tuple(self.events), tuple(self.positions), self.error)
+        return Resolution(
+            step, self.action, tuple(self.events), tuple(self.positions), self.error, self.lost
+        )
 
 
 class _HookFailed(Exception):
     """The hook raised or timed out; its error is already recorded."""
+
+
+class _ClaimLost(Exception):
+    """Another decision came first in the log; ``run.state`` is the log's now."""
 
 
 class Resolver:
@@ -108,6 +149,8 @@ class Resolver:
         retry_base_s: float = 0.25,
         observer: ResolutionObserver | None = None,
         hooks: HookPool | None = None,
+        confirm: ClaimCheck | None = None,
+        claimant: str | None = None,
     ) -> None:
         self.log = log
         self.events = events
@@ -118,6 +161,10 @@ class Resolver:
         self.retry_base_s = retry_base_s
         self.observer = observer
         self.hooks = hooks or shared_pool()
+        self.confirm = confirm
+        """How a claim is read back; None trusts the local fold (one resolver only)."""
+        self.claimant = claimant or uuid.uuid4().hex[:16]
+        """Part of this resolver's claim ids: two resolvers' claims are never duplicates."""
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""
@@ -142,8 +189,9 @@ class Resolver:
         run = _Attempt(state, step, self.tools.get(step.tool), action)
         if action.kind not in (rs.ActionKind.NONE, rs.ActionKind.WAIT):
             # A failed hook is already recorded as an attempt; the step stays in doubt.
-            with contextlib.suppress(_HookFailed):
-                self._carry_out(run)
+            # A lost claim leaves the decision to whoever came first in the log.
+            with contextlib.suppress(_HookFailed, _ClaimLost):
+                self._carry_out_counted(run)
         resolution = run.result()
         if self.observer is not None and run.events:
             self.observer(resolution, run.tool)
@@ -178,6 +226,29 @@ class Resolver:
         return run.result()
 
     # -- carrying out one action -------------------------------------------------------
+
+    def _carry_out_counted(self, run: _Attempt) -> None:
+        """Carry the action out; whatever raises (but the log) counts as a failed attempt.
+
+        A poison intent (arguments that are not JSON, a hook that cannot be called with
+        them) fails the same way on every attempt: counting each one is what ends it in an
+        abandonment, an escalation and a dead letter at the tool's ``max_attempts``.  A log
+        that refuses appends is not the step's fault and is not counted (it could not be
+        recorded anyway): the caller retries later.
+        """
+        try:
+            self._carry_out(run)
+        except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError):
+            raise
+        except Exception as exc:
+            run.error = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("resolution failed", extra={**_where(run), "error": run.error})
+            policy = _POLICY_OF.get(run.action.kind, ResolutionPolicy.ESCALATE)
+            failed = ev.ResolutionAttempted(
+                policy=policy, attempt=max(1, run.action.attempt), error=run.error
+            )
+            qualifiers = (run.step.attempt, run.action.attempt, policy.value, "failed")
+            self._append(run, failed, *qualifiers)
 
     def _carry_out(self, run: _Attempt) -> None:
         kind, tool = run.action.kind, run.tool
@@ -225,7 +296,8 @@ class Resolver:
                 source=Source.RECOVERY_COMPENSATE,
                 deadline=self.clock() + timedelta(seconds=tool.timeout_s),
             )
-            self._append(run, intended, step.attempt, "recovery")
+            claim = self._append(run, intended, step.attempt, "recovery", self.claimant)
+            self._ensure_claim(run, claim)
         # The hook gets the step's own key: it names the effect to undo.  The compensation's
         # own key (recorded above) is ids.compensation_key of it, for services that want one.
         args = (_args(run), step.idempotency_key, known_result(step))
@@ -257,6 +329,22 @@ class Resolver:
         abandonment = self._abandon(run, reason, self._escalation_id(run), evidence)
         if run.action.dead_letter and self.dead_letters is not None:
             self.dead_letters.publish(abandonment, reason=reason)
+
+    def _ensure_claim(self, run: _Attempt, claim: ev.Event) -> None:
+        """Go on only if the log took the claim as the step's first decision."""
+        if self.confirm is None:
+            return
+        logged = self.confirm(claim, run.positions[-1])
+        if logged is not None and claim_stands(logged, claim):
+            return
+        run.lost = True
+        if logged is not None:
+            run.state = logged
+        logger.info(
+            "claim lost: another decision came first in the log",
+            extra={**_where(run), "claim": claim.event_id, "known": logged is not None},
+        )
+        raise _ClaimLost(claim.event_id)
 
     # -- recording ---------------------------------------------------------------------
 
@@ -297,7 +385,12 @@ class Resolver:
             result=result,
             evidence=evidence,
         )
-        self._record(run, event)
+        # One id per decided attempt, whichever path (query or re-drive) decided it: two
+        # resolvers answering the same step write one event, never two competing ones.
+        decision = ids.event_id(
+            run.state.workflow_id, run.step.step_id, event.type, run.step.attempt, "recovery"
+        )
+        self._record(run, event.model_copy(update={"event_id": decision}))
 
     def _abandon(self, run: _Attempt, reason: str, escalation: str, evidence: Any) -> ev.Event:
         body = ev.StepAbandoned(
@@ -330,6 +423,13 @@ class Resolver:
     def _escalation_id(run: _Attempt) -> str:
         kind = (run.action.escalation or rs.EscalationKind.POLICY).value
         return ids.escalation_id(run.state.workflow_id, run.step.step_id, kind, run.step.attempt)
+
+
+_POLICY_OF = {
+    rs.ActionKind.QUERY: ResolutionPolicy.QUERY,
+    rs.ActionKind.REDRIVE: ResolutionPolicy.REDRIVE,
+    rs.ActionKind.COMPENSATE: ResolutionPolicy.COMPENSATE,
+}
 
 
 def late_detail(

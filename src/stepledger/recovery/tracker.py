@@ -19,6 +19,8 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, Source
 from stepledger.domain.resolution import ACTIONABLE
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
+from stepledger.domain.times import later
+from stepledger.errors import RecoveryError
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, decode_events
 
 StepKey = tuple[str, str]
@@ -45,7 +47,9 @@ class Tracked:
     @property
     def step(self) -> StepState:
         """The step's state (the one step this state holds)."""
-        return next(iter(self.state.steps.values()))
+        for step in self.state.steps.values():
+            return step
+        raise RecoveryError("a tracked step with no state", workflow_id=self.state.workflow_id)
 
     def snapshot(self) -> WorkflowState:
         """A fresh fold of the step's events, for a worker to resolve on."""
@@ -72,6 +76,8 @@ class Tracker:
         self._dirty: set[StepKey] = set()
         self._removed: set[tuple[int, str, str]] = set()
         self._moved: set[int] = set()
+        self.unloadable: list[tuple[StepKey, str]] = []
+        """Checkpoint entries that could not be loaded (skipped), for the daemon to report."""
         self.late: list[LateOutcome] = []
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
 
@@ -83,12 +89,18 @@ class Tracker:
         if checkpoint is None:
             return None
         for (wf, step_id), events in checkpoint.steps.items():
-            decoded = decode_events(events)
-            tracked = Tracked(partition, replay(wf, decoded), list(events))
-            if tracked.state.steps:
-                self.steps[(wf, step_id)] = tracked
-                self._schedule((wf, step_id), tracked)
-                self._late_in_checkpoint((wf, step_id), tracked, decoded)
+            try:
+                decoded = decode_events(events)
+                tracked = Tracked(partition, replay(wf, decoded), list(events))
+                if step_id in tracked.state.steps:
+                    self.steps[(wf, step_id)] = tracked
+                    self._schedule((wf, step_id), tracked)
+                    self._late_in_checkpoint((wf, step_id), tracked, decoded)
+            except Exception as exc:
+                # One bad entry never stops the take-over: the step is re-read from the log
+                # the next time one of its events arrives, and the daemon reports it.
+                self.steps.pop((wf, step_id), None)
+                self.unloadable.append(((wf, step_id), f"{type(exc).__name__}: {exc}"))
         self.positions[partition] = checkpoint.next_offset
         return checkpoint.next_offset
 
@@ -129,14 +141,22 @@ class Tracker:
             return None
         tracked.events.append(event.model_dump_json())
         anomaly = tracked.state.apply(event)
-        if not tracked.state.steps:
-            return None  # an intent the fold refused: nothing to track
+        if event.step_id not in tracked.state.steps:
+            # An intent the fold refused, or the step's workflow started over (a read-only
+            # restart carrying the step's id): nothing to track, whatever was tracked before.
+            self._forget(key, tracked)
+            return None
         self.steps[key] = tracked
         self._dirty.add(key)
         self._schedule(key, tracked)
         if anomaly is not None and anomaly.kind in LATE_KINDS:
             return LateOutcome(key, event)
         return None
+
+    def _forget(self, key: StepKey, tracked: Tracked) -> None:
+        if self.steps.pop(key, None) is not None:
+            self._dirty.discard(key)
+            self._removed.add((tracked.partition, *key))
 
     def release(self, key: StepKey, *, echo_offset: int, not_before: datetime | None) -> None:
         """A resolution ended: wait for its echo (or the back-off) before judging again."""
@@ -235,7 +255,7 @@ class Tracker:
         if by is None or by is Source.AGENT or step.resolved_at is None:
             return False
         # Decided by recovery or a human: a slow agent's outcome may still come.
-        return now < step.resolved_at + self.retain
+        return now < later(step.resolved_at, self.retain)
 
     def _when(self, tracked: Tracked) -> datetime | None:
         due = self._due_of(tracked.step)

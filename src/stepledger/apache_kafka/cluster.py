@@ -71,6 +71,8 @@ class KafkaBroker:
     log_dir: Path | None = None
     """Where each node writes ``kafka-<id>.log``; default: inside the temporary directory."""
     version: str = KAFKA_VERSION
+    server_overrides: dict[str, str] = field(default_factory=dict)
+    """Broker settings that replace or add to the launcher's (``server.properties`` keys)."""
     members: list[KafkaNode] = field(default_factory=list)
     workdir: Path | None = None
 
@@ -117,7 +119,7 @@ class KafkaBroker:
         voters = ",".join(f"{n.node_id}@{LOOPBACK}:{n.controller_port}" for n in self.members)
         for node in self.members:
             node.directory.mkdir()
-            text = server_properties(node, voters, self.nodes)
+            text = server_properties(node, voters, self.nodes, self.server_overrides)
             (node.directory / "server.properties").write_text(text)
 
     def _launch(self, java: str, classpath: str, node: KafkaNode) -> None:
@@ -213,10 +215,12 @@ class KafkaBroker:
         self.stop()
 
 
-def server_properties(node: KafkaNode, voters: str, nodes: int) -> str:
+def server_properties(
+    node: KafkaNode, voters: str, nodes: int, overrides: dict[str, str] | None = None
+) -> str:
     """The ``server.properties`` of one combined node in a cluster of ``nodes``."""
     min_isr = 2 if nodes >= 3 else 1
-    settings = {
+    settings: dict[str, object] = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,
@@ -246,6 +250,7 @@ def server_properties(node: KafkaNode, voters: str, nodes: int) -> str:
         "num.network.threads": 2,
         "num.io.threads": 2,
         "num.recovery.threads.per.data.dir": 1,
+        **(overrides or {}),
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 

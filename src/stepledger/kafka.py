@@ -206,6 +206,21 @@ class DurableProducer:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
 
 
+def consumer_failure(err: KafkaError) -> str | None:
+    """Why a consumer error must stop the process, or None when librdkafka retries it.
+
+    Besides librdkafka's fatal errors: a session timeout the broker refuses.  librdkafka
+    retries that JoinGroup forever, so a daemon would run without ever joining (measured on
+    Apache Kafka, whose default ``group.min.session.timeout.ms`` is 6 s).
+    """
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        return (
+            f"{err.str()}: the broker's group.min.session.timeout.ms and "
+            "group.max.session.timeout.ms do not allow this session timeout (--session-timeout)"
+        )
+    return err.str() if err.fatal() else None
+
+
 def cooperative(config: Mapping[str, Any]) -> bool:
     """True when a group consumer with this config rebalances incrementally.
 

@@ -48,6 +48,16 @@ def broker_engine(config: pytest.Config) -> str:
     return "kafka" if shutil.which("java") else "tansu"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A session on Tansu skips the tests of Apache Kafka itself (they start their own)."""
+    if os.environ.get("STEPLEDGER_TEST_BOOTSTRAP") or broker_engine(config) != "tansu":
+        return
+    skip = pytest.mark.skip(reason="an Apache Kafka test; this session runs on Tansu")
+    for item in items:
+        if item.get_closest_marker("kafka_only"):
+            item.add_marker(skip)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     external = os.environ.get("STEPLEDGER_TEST_BOOTSTRAP")
     return f"broker: {external}" if external else f"broker engine: {broker_engine(config)}"

@@ -32,6 +32,7 @@ PAUSE_S = 6.0
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.kafka_only,
     pytest.mark.skipif(shutil.which("java") is None, reason="needs java for Apache Kafka"),
 ]
 
@@ -84,9 +85,7 @@ def _leader_moved(cluster: KafkaBroker, topic: str, gone: int) -> bool:
 
 
 @pytest.mark.timeout(BUDGET_S + 300)
-def test_agents_ride_through_leader_kills_and_a_stopped_broker(tmp_path: Path, engine: str) -> None:
-    if engine == "tansu":
-        pytest.skip("an Apache Kafka cluster test; this session runs on Tansu")
+def test_agents_ride_through_leader_kills_and_a_stopped_broker(tmp_path: Path) -> None:
     started = time.monotonic()
     with KafkaBroker(nodes=3, log_dir=tmp_path / "kafka") as cluster:
         options = StackOptions(bootstrap=cluster.bootstrap, topic_prefix="cluster", fleet_id="c3")

@@ -22,6 +22,7 @@ from stepledger.kafka import DurableProducer, ensure_topics
 
 CLI = [sys.executable, "-m", "stepledger"]
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs java")
+kafka_only = pytest.mark.kafka_only
 
 
 def _children(pid: int) -> list[int]:
@@ -58,6 +59,7 @@ def _wait_line(proc: subprocess.Popen[str], pattern: str, timeout: float) -> str
     raise AssertionError(f"no line matching {pattern!r} in {seen}")
 
 
+@kafka_only
 @needs_java
 def test_cli_broker_serves_and_sigterm_leaves_no_process_and_no_directory(
     tmp_path: Path, src_env: dict[str, str]
@@ -134,6 +136,7 @@ def test_missing_java_is_one_line_and_a_non_zero_exit(src_env: dict[str, str]) -
     assert len(lines) == 1 and "Java 17+" in lines[0] and "'java'" in lines[0]
 
 
+@kafka_only
 @needs_java
 def test_missing_maven_with_an_empty_cache_is_one_line(
     tmp_path: Path, src_env: dict[str, str]
@@ -161,6 +164,7 @@ def test_missing_maven_with_an_empty_cache_is_one_line(
     assert len(lines) == 1 and "needs Maven" in lines[0]
 
 
+@kafka_only
 def test_two_fetches_at_once_run_maven_once_and_see_a_complete_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,6 +199,7 @@ def test_two_fetches_at_once_run_maven_once_and_see_a_complete_cache(
     ]
 
 
+@kafka_only
 @needs_java
 def test_a_node_restarted_from_a_worker_thread_outlives_that_thread(tmp_path: Path) -> None:
     # The kernel's parent-death signal follows the forking *thread*: a JVM armed with it and

@@ -25,7 +25,10 @@ CLI = [sys.executable, "-m", "stepledger"]
 #: Below Kafka's default group.min.session.timeout.ms (6 s).
 REFUSED = "2"
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="needs java")
+pytestmark = [
+    pytest.mark.kafka_only,
+    pytest.mark.skipif(shutil.which("java") is None, reason="needs java"),
+]
 
 
 @pytest.fixture(scope="module")

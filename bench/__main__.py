@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.common import Row, machine, table
 
-BENCHES = ("producer", "projector", "recovery", "resume")
+BENCHES = ("producer", "projector", "recovery", "resume", "inbox")
 
 
 def main() -> None:

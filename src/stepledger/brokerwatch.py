@@ -16,15 +16,10 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError
 
-#: Errors that mean "no broker answers": transport down, all brokers down, timed out.
-_OUTAGE = frozenset(
-    {
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._RESOLVE,
-    }
-)
+#: The error that means "no broker answers" (one connection failing is not an outage).
+_OUTAGE = frozenset({KafkaError._ALL_BROKERS_DOWN})
+#: Connection-level errors: noise during an outage, logged by librdkafka's rate-limited lines.
+_CONNECTION = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._RESOLVE})
 
 
 class BrokerWatch:
@@ -45,6 +40,7 @@ class BrokerWatch:
         self.down_since: float | None = None
         self.outages = 0
         self._last_probe = 0.0
+        self._last_up = float("-inf")
         self._lock = threading.Lock()
 
     @property
@@ -54,12 +50,16 @@ class BrokerWatch:
 
     def on_error(self, err: KafkaError) -> None:
         """librdkafka's ``error_cb``: an outage starts at the first transport-level error."""
+        if err.code() in _CONNECTION:
+            return
         if err.code() not in _OUTAGE:
             self.log.warning("kafka client error", extra={"error": err.str()})
             return
         with self._lock:
             if self.down_since is not None:
                 return
+            if self.clock() - self._last_up < self.probe_every_s:
+                return  # served late: raised before the broker answered again
             self.down_since = self.clock()
             self.outages += 1
         self.log.error("broker unreachable", extra={"error": err.str()})
@@ -70,6 +70,7 @@ class BrokerWatch:
         """Something the broker answered came back: an outage (if any) is over."""
         with self._lock:
             since, self.down_since = self.down_since, None
+            self._last_up = self.clock()
         if since is None:
             return
         self.log.warning(

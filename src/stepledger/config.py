@@ -123,6 +123,8 @@ def _from_file(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not text (TOML must be UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     return dict(data.get("stepledger", data))

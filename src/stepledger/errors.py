@@ -17,7 +17,9 @@
     │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
 │   ├── StepCompensatedError         the log's first decision for a step undid its effect
-    │   └── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
+    │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
+    │   └── AlreadyAnsweredError         a person's answer came after the case was decided
+    ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
     ├── RecoveryError                    recovery could not do what was asked
@@ -31,6 +33,8 @@
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 
 class StepLedgerError(Exception):
@@ -88,6 +92,29 @@ class DurabilityError(BrokerError):
 
 class LedgerStateError(StepLedgerError):
     """What was asked contradicts the recorded log."""
+
+
+class AlreadyAnsweredError(LedgerStateError):
+    """The case was already decided: the log holds an earlier answer, which stands."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        by: str,
+        at: datetime | None,
+        answer: str,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+    ) -> None:
+        super().__init__(message, workflow_id=workflow_id, step_id=step_id)
+        self.by = by
+        self.at = at
+        self.answer = answer
+
+
+class InvalidAnswerError(StepLedgerError):
+    """A person's answer is incomplete or malformed (no name, no comment, a result not JSON)."""
 
 
 class PlanMismatchError(LedgerStateError):

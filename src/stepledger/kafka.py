@@ -13,6 +13,7 @@ A background thread, started only when the asyncio API is first used, serves cor
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +29,10 @@ from stepledger.errors import BrokerError, DurabilityError
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
 Headers = list[tuple[str, bytes | None]]
+
+_log = logging.getLogger(__name__)
+#: Consecutive records timed out before the client is taken for stuck and replaced.
+_STUCK_AFTER_TIMEOUTS = 2
 
 #: Durability first: every record is acknowledged by all in-sync replicas, never duplicated
 #: by an internal retry, and never held back by a linger meant for throughput.
@@ -69,8 +74,12 @@ class DurableProducer:
         self._poll_lock = threading.Lock()
         self._closed = threading.Event()
         self._poller: threading.Thread | None = None
+        self._fatal: KafkaError | None = None
+        self._timeouts = 0
 
     def _client(self) -> Producer:
+        if self._fatal is not None:
+            self._replace_after_fatal()
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
@@ -85,6 +94,34 @@ class DurableProducer:
                     )
                     self._producer = _new_producer(conf)
         return self._producer
+
+    def _replace_after_fatal(self) -> None:
+        """Drop a client librdkafka declared dead (fenced, fatal idempotence error).
+
+        Such a client refuses every later record, so the next record gets a new one (a new
+        producer id); records the old one still held fail through their own reports.
+        """
+        with self._lock, self._poll_lock:
+            if self._fatal is None:
+                return
+            old, self._producer, fatal = self._producer, None, self._fatal
+            self._fatal = None
+        if old is not None:
+            try:
+                old.purge()
+                old.poll(0)
+            except KafkaException:
+                pass
+        _log.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
+
+    def _note(self, err: KafkaError) -> None:
+        # Besides fatal errors: a client whose records keep timing out can be stuck for good
+        # (measured: after the dev broker restarted empty, librdkafka bumped its idempotent
+        # epoch forever on "unknown producer id"); a new client starts clean.
+        if err.code() == KafkaError._MSG_TIMED_OUT:
+            self._timeouts += 1
+        if err.fatal() or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
+            self._fatal, self._timeouts = err, 0
 
     def connect(self) -> None:
         """Create the client now and return at once: its connection and idempotent producer
@@ -123,8 +160,8 @@ class DurableProducer:
 
     def _on_error(self, err: KafkaError) -> None:
         # Connection errors are retried by librdkafka; a record that cannot be delivered in
-        # time fails through its own delivery report, so nothing needs doing here.
-        return None
+        # time fails through its own delivery report.  A fatal error kills the client.
+        self._note(err)
 
     def send(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
@@ -169,8 +206,10 @@ class DurableProducer:
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
+                self._note(err)
                 settle(DurabilityError(f"record not acknowledged: {err.str()}"))
             else:
+                self._timeouts = 0
                 settle(position_of(msg))
 
         while True:
@@ -189,6 +228,9 @@ class DurableProducer:
                     raise DurabilityError("local produce queue stayed full") from None
                 producer.poll(0.01)
             except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError):
+                    self._note(error)
                 raise DurabilityError(f"produce refused: {exc}") from exc
 
     def flush(self, timeout: float = 10.0) -> int:

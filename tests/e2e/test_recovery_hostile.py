@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.broker import free_port
+from stepledger.broker import LocalBroker, free_port
 from stepledger.config import Settings
 from stepledger.consume import read_topic
 from stepledger.deadletter import dead_letter_info
@@ -30,9 +30,10 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.examples.clients import start_service
 from stepledger.examples.tools import payments_tool
+from stepledger.kafka import ensure_topics
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory
-from tests.e2e.recovery_helpers import CLI, LogWatcher, Stack, stop, wait_for
+from tests.e2e.recovery_helpers import CLI, LogWatcher, Stack, group_of, stop, wait_for
 
 pytestmark = pytest.mark.e2e
 CHARGE = {"amount": 300, "currency": "EUR", "customer": "cus_h"}
@@ -257,3 +258,41 @@ def test_a_second_recovery_group_on_the_same_topic_is_warned_about_loudly(
     other = stack.start_daemon(settings, tmp_path / "b", log=log, group=f"other-{settings.topic}")
     assert other.poll() is None
     assert "other recovery groups follow this topic" in log.read_text()
+
+
+def test_a_broker_outage_is_one_line_each_way_and_health_says_so(
+    stack: Stack, tmp_path: Path
+) -> None:
+    broker = LocalBroker(log_path=tmp_path / "broker.log").start()
+    try:
+        settings = Settings(
+            bootstrap=broker.bootstrap, topic="outage", dlq_topic="outage-dlq", fleet_id="f"
+        )
+        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1)
+        state_dir, log = tmp_path / "state", tmp_path / "recovery.log"
+        daemon = stack.start_daemon(settings, state_dir, log=log)
+        broker.stop()  # the broker is gone (its memory storage with it)
+        wait_for(lambda: "broker unreachable" in log.read_text(), 30, "the outage line")
+
+        def unhealthy() -> subprocess.CompletedProcess[str] | None:
+            health = subprocess.run(
+                [sys.executable, "-c", CLI, "recover-health", "--state-dir", str(state_dir),
+                 "--group", group_of(settings)],
+                env=stack.env(settings), capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            return health if health.returncode != 0 else None
+
+        health = wait_for(unhealthy, 20, "recover-health to report the outage")
+        wait_for(lambda: time.sleep(6) is None, 10, "an outage of several seconds", every=0)
+        broker.restart()
+        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1)
+        wait_for(lambda: "broker reachable again" in log.read_text(), 30, "the recovery line")
+        assert daemon.poll() is None
+        lines = log.read_text().splitlines()
+    finally:
+        broker.stop()
+    assert sum("broker unreachable" in line for line in lines) == 1
+    assert sum("broker reachable again" in line for line in lines) == 1
+    # librdkafka's own lines are rate-limited: a handful, not hundreds.
+    assert sum('"level": "error"' in line for line in lines) < 15, len(lines)
+    assert health.returncode == 1 and "cannot reach the broker" in health.stderr

@@ -259,6 +259,11 @@ def test_a_denied_step_never_runs_and_a_pending_agent_can_exit(
     assert json.loads(pending.stdout.splitlines()[-1])["status"] == "approval_pending"
     denied = run(*CLI, "deny", "trip-denied", "email", "--by", "qa")
     assert denied.returncode == 0, denied.stderr
+    # A second person answering the same case is told who answered first; nothing appended.
+    again = run(*CLI, "approve", "trip-denied", "email", "--by", "bo")
+    assert again.returncode == 1
+    assert again.stderr.startswith("Error: already answered by qa at ")
+    assert len(again.stderr.strip().splitlines()) == 1
     after = run(*AGENT, "trip-denied", "--approval")
     report = json.loads(after.stdout.splitlines()[-1])
     assert report["status"] == "error" and "ApprovalDeniedError" in report["error"]

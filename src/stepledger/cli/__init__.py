@@ -9,6 +9,7 @@ import click
 from stepledger.cli._chaos import register as register_chaos
 from stepledger.cli._common import run_guarded
 from stepledger.cli._demo import register as register_demo
+from stepledger.cli._inbox import register as register_inbox
 from stepledger.cli._ledger import register as register_ledger
 from stepledger.cli._projector import register as register_projector
 from stepledger.cli._recovery import register as register_recovery
@@ -27,6 +28,7 @@ for _register in (
     register_recovery,
     register_runtime,
     register_demo,
+    register_inbox,
     register_chaos,
 ):
     _register(cli)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from confluent_kafka import KafkaError, KafkaException
 
 from stepledger.config import Settings, load_settings, parse_kafka_options
 from stepledger.errors import StepLedgerError
@@ -76,6 +77,17 @@ def run_guarded(group: click.Group) -> int:
     except StepLedgerError as exc:
         click.echo(f"Error: {exc.message}", err=True)
         return 1
+    except KafkaException as exc:
+        # Raised where a client is made from settings librdkafka refuses (e.g. a bad -X).
+        click.echo(f"Error: Kafka client: {_first_line(exc)}", err=True)
+        return 1
     except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
         return 130
     return code if isinstance(code, int) else 0
+
+
+def _first_line(exc: BaseException) -> str:
+    error = exc.args[0] if exc.args else None
+    text = str(error.str() if isinstance(error, KafkaError) else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
@@ -62,6 +63,8 @@ def broker(
 
     if engine == "tansu" and (nodes != 1 or log_dir is not None):
         raise click.UsageError("--nodes and --log-dir need --engine kafka")
+    if port and not _port_free(port):
+        raise click.ClickException(f"port {port} on 127.0.0.1 is already in use")
     shutdown = Shutdown().install()
     with _dev_broker(engine, port, nodes, log_dir) as local:
         topics = settings.model_copy(update={"bootstrap": local.bootstrap})
@@ -89,9 +92,23 @@ def _dev_broker(
 @click.option("--partitions", type=int, default=3, show_default=True)
 @with_settings
 def init(settings: Settings, partitions: int) -> None:
-    """Create the step-log and dead-letter topics if they do not exist."""
-    ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
-    click.echo(f"topics ready: {settings.topic}, {settings.dlq_topic}")
+    """Create the step-log and dead-letter topics if they do not exist.
+
+    An existing topic keeps its partitions: adding some would move existing workflows'
+    keys to other partitions and break their order, so a mismatch is an error, not a fix.
+    """
+    topics = [settings.topic, settings.dlq_topic]
+    ensure_topics(settings, topics, partitions=partitions)
+    counts = {t: len(topic_partitions(settings, t)) for t in topics}
+    fewer = {t: n for t, n in counts.items() if n < partitions}
+    if fewer:
+        have = ", ".join(f"{t} has {n}" for t, n in fewer.items())
+        raise click.ClickException(
+            f"{have} partitions, not {partitions}: existing topics are not repartitioned "
+            "(a workflow's events would change partition and lose their order); "
+            "use a new topic for more partitions"
+        )
+    click.echo(f"topics ready: {', '.join(f'{t} ({n} partitions)' for t, n in counts.items())}")
 
 
 @click.command()
@@ -190,6 +207,17 @@ def _human(event: Event) -> str:
     step = f"/{event.step_id}" if event.step_id else ""
     when = f"{event.occurred_at:%H:%M:%S.%f}"[:-3]
     return f"{when} {event.workflow_id}{step} {event.type} {summary}"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        # As a listener binds: connections left in TIME_WAIT do not make the port busy.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def register(group: click.Group) -> None:

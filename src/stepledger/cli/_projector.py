@@ -31,6 +31,7 @@ from stepledger.projector.dlq import (
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, DEFAULT_GROUP
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.query import (
+    DEFAULT_TIMEOUT_S,
     QueryResult,
     plain,
     run_query,
@@ -156,13 +157,20 @@ def project(settings: Settings, **opts: Any) -> None:
     default="table",
     show_default=True,
 )
-def query(sql: str | None, sql_file: Any, db_path: Path, output: str) -> None:
+@click.option(
+    "--timeout",
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Stop the query after this many seconds.",
+)
+def query(sql: str | None, sql_file: Any, db_path: Path, output: str, timeout: float) -> None:
     """Run read-only SQL on the freshest snapshot of the projection."""
 
     if (sql is None) == (sql_file is None):
         raise click.UsageError("give the SQL as an argument or with --file (not both)")
     text = sql if sql is not None else sql_file.read()
-    for result in run_query(readable_source(db_path), text):
+    for result in run_query(readable_source(db_path), text, timeout=timeout):
         _print_result(result, output)
 
 

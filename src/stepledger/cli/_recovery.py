@@ -18,10 +18,12 @@ from stepledger.config import Settings
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
+from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.producer.reader import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.escalations import answer, read_queue, select
+from stepledger.recovery.escalations import read_queue, select
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DEFAULT_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
@@ -259,14 +261,24 @@ def resolve_command(
     result = _parse_result(result_json)
     item = read_queue(settings, codec_for(settings)).get(escalation_id)
     log = KafkaEventLog(settings)
+    reader = KafkaScanReader(settings)
     try:
-        event = answer(
-            log, _factory(settings), item, Verdict(verdict), by=by, note=note, result=result
+        # The inbox's path: checked against the log first, read back after.
+        receipt = Answerer(log, _factory(settings), reader).answer_escalation(
+            item.workflow_id,
+            escalation_id,
+            Verdict(verdict),
+            by=by,
+            note=note or CLI_NOTE,
+            result=result,
         )
     finally:
         log.close()
+        reader.close()
+    ensure_counted(receipt)
+    event_id = receipt.event.event_id
     click.echo(
-        json.dumps({"escalation_id": escalation_id, "verdict": verdict, "event_id": event.event_id})
+        json.dumps({"escalation_id": escalation_id, "verdict": verdict, "event_id": event_id})
     )
 
 

@@ -23,8 +23,8 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
+from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.log import KafkaEventLog
-from stepledger.producer import approval
 from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
 
 
@@ -44,21 +44,24 @@ def reader_for(settings: Settings, db_path: Path | None) -> WorkflowReader:
 
 
 def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: Any) -> None:
+    # The inbox's path: checked against the log first, read back after (one code path).
     log = KafkaEventLog(settings)
+    reader = reader_for(settings, db_path)
     try:
-        event = approval.decide(
-            log,
-            EventFactory(settings.fleet_id, settings.producer_id),
-            reader_for(settings, db_path),
+        answerer = Answerer(log, EventFactory(settings.fleet_id, settings.producer_id), reader)
+        receipt = answerer.answer_approval(
             answer["workflow_id"],
             answer["step_id"],
             granted=granted,
             by=answer["by"],
-            note=answer["note"],
+            note=answer["note"] or CLI_NOTE,
         )
     finally:
         log.close()
+        reader.close()
+    ensure_counted(receipt)
     verdict = "approved" if granted else "denied"
+    event = receipt.event
     click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})")
 
 

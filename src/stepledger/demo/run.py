@@ -27,6 +27,7 @@ from rich.console import Console
 from stepledger.config import Settings
 from stepledger.demo import show
 from stepledger.demo.effects import EffectCounts, booking_keys, count_effects
+from stepledger.demo.inbox import start_inbox, wait_for_person
 from stepledger.demo.script import TRIPS, killed
 from stepledger.demo.watch import LogWatcher, reached, settled
 from stepledger.domain.events import Event
@@ -66,6 +67,7 @@ class DemoResult:
     ran_twice: list[str] = field(default_factory=list)
     left_running: list[tuple[str, int]] = field(default_factory=list)
     seconds: float = 0.0
+    keep: bool = False
 
 
 class _Narrator:
@@ -110,12 +112,12 @@ def run_demo(settings: Settings, options: DemoOptions, console: Console) -> Demo
     """Run the whole demo; every process it started is stopped before it returns or raises."""
     began = time.monotonic()
     out = _Narrator(console)
-    result = DemoResult()
+    result = DemoResult(keep=options.keep is not None)
     with sigterm_interrupts(), _workdir(options.keep) as workdir:
         stack = LocalStack(workdir, _stack_options(options), base=settings)
         try:
             _act_one(stack, out)
-            _play(stack, out, result)
+            _play(stack, out, result, keep=options.keep is not None)
         finally:
             stack.stop()
             result.left_running = stack.alive()
@@ -152,7 +154,7 @@ def _act_one(stack: LocalStack, out: _Narrator) -> None:
         out.say(f"{name:8} daemon  pid {pid:>7} ({' '.join(proc.argv[3:5])} ...)")
 
 
-def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
+def _play(stack: LocalStack, out: _Narrator, result: DemoResult, *, keep: bool) -> None:
     watcher = LogWatcher(stack.settings, out.on_event).start()
     try:
         crashed_at = _crash(stack, out, watcher, result)
@@ -161,6 +163,9 @@ def _play(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
         rows = _steps(stack, out, watcher)
         _effects(stack, out, rows, result)
         _escalations(stack, out, result)
+        if keep and result.escalations:
+            # A person answers in the browser; the watcher narrates the answer as it lands.
+            wait_for_person(out.say, start_inbox(stack))
     finally:
         watcher.stop()
 
@@ -265,7 +270,10 @@ def _escalations(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
             )
         for line in show.escalation_lines(item, flag, connect):
             out.say(line)
-    if stack.broker is not None and result.escalations:
+    if result.escalations and not result.keep:
+        out.say("to answer in the browser instead: `stepledger demo --keep DIR` keeps the stack")
+        out.say("running and prints the inbox's URL (`stepledger inbox` on your own projection)")
+    elif stack.broker is not None and result.escalations:
         out.say("(the local broker stops with the demo; use --bootstrap to keep the log)")
 
 

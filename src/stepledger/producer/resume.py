@@ -139,8 +139,9 @@ def resolve(workflow: Workflow, step_id: str, tool: Tool) -> StepState:
         if action.kind is rs.ActionKind.WAIT:
             if not _wait_until_due(ledger, action, limit):
                 break
-            # Someone else (the daemon) may have decided meanwhile: the log says.
-            workflow.reload()
+            if action.due_at is not None and ledger.clock() >= action.due_at:
+                # Due now: the daemon may have decided meanwhile (its grace may be shorter).
+                workflow.reload()
             continue
         resolution = resolver.attempt(_copy(shadow), step_id)
         if resolution.events:

@@ -40,6 +40,7 @@ from stepledger.projector.engine import (
 )
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.position import check_positions
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class _Loop:
     options: ProjectorOptions
     metrics: ProjectorMetrics
     on_batch: BatchHook | None
+    settings: Settings | None = None
     last_snapshot: float = 0.0
     dirty: bool = True
     last_lag: float = 0.0
@@ -127,7 +129,7 @@ def run_projector(
             cache_workflows=options.cache_workflows,
         )
         config = settings.client_config(**_consumer_config(options))
-        loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch)
+        loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch, settings)
         loop.incremental = cooperative(config)
         _serve(loop, topics, shutdown)
     finally:
@@ -173,6 +175,14 @@ def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     loop.pipeline.drain()
     stored = loop.projector.reload_offsets()
+    if loop.settings is not None:
+        wanted = {
+            (tp.topic, tp.partition): stored[(tp.topic, tp.partition)]
+            for tp in partitions
+            if (tp.topic, tp.partition) in stored
+        }
+        store = loop.projector.store
+        check_positions(loop.settings, wanted, store.last_event, db=str(loop.options.db_path))
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
     take_assigned(loop.consumer, partitions, loop.incremental)
@@ -221,6 +231,15 @@ def _step(loop: _Loop) -> None:
 
 
 def _committed(loop: _Loop, report: BatchReport) -> None:
+    if report.skipped:
+        # The consumer went back below what is projected: on Kafka, the log was reset under
+        # a running projector (an assignment checks it; see projector.position).
+        log.error(
+            "%d records below the stored offsets were not projected again; if the topic was "
+            "re-created, stop and run `stepledger rebuild --db %s --force`",
+            report.skipped,
+            loop.options.db_path,
+        )
     loop.metrics.record(report, report.seconds)
     if loop.options.commit_to_kafka:
         _commit_to_kafka(loop)

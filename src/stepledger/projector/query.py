@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -22,6 +23,9 @@ from stepledger.errors import ReadOnlyQueryError, ViewStoreError
 from stepledger.projector.snapshot import connect_read_only
 
 OutputFormat = Literal["table", "csv", "json"]
+
+#: How long one ``query`` may run by default: a cron alert must not hang on a runaway query.
+DEFAULT_TIMEOUT_S = 300.0
 
 _READ_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
 
@@ -52,10 +56,20 @@ def check_read_only(sql: str) -> list[duckdb.Statement]:
     return statements
 
 
-def run_query(path: str | Path, sql: str) -> list[QueryResult]:
-    """Run read-only SQL against a projection file and return each statement's result."""
+def run_query(
+    path: str | Path, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT_S
+) -> list[QueryResult]:
+    """Run read-only SQL against a projection file and return each statement's result.
+
+    Past ``timeout`` seconds (all statements together; None: no limit) the query is
+    interrupted and a ViewStoreError says so.
+    """
     statements = check_read_only(sql)
     con = connect_read_only(path)
+    timer = None if timeout is None else threading.Timer(timeout, con.interrupt)
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
         results = []
         for statement in statements:
@@ -63,11 +77,22 @@ def run_query(path: str | Path, sql: str) -> list[QueryResult]:
             columns = [d[0] for d in cursor.description or []]
             results.append(QueryResult(columns, cursor.fetchall()))
         return results
+    except duckdb.InterruptException as exc:
+        timed_out = timer is not None and timer.finished.is_set()
+        why = f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
+        raise ViewStoreError(f"the query {why}") from exc
+    except RuntimeError as exc:
+        # DuckDB turns Ctrl-C during a statement into RuntimeError("Query interrupted").
+        if "interrupt" not in str(exc).lower():
+            raise
+        raise ViewStoreError("the query was interrupted") from exc
     except duckdb.PermissionException as exc:
         raise ReadOnlyQueryError(f"refused: {_first_line(exc)}") from exc
     except duckdb.Error as exc:
         raise ViewStoreError(f"query failed: {_first_line(exc)}") from exc
     finally:
+        if timer is not None:
+            timer.cancel()
         con.close()
 
 

@@ -71,6 +71,15 @@ class ProjectionStore:
         rows = self._query("SELECT topic, partition, next_offset FROM offsets", [])
         return {(str(t), int(p)): int(o) for t, p, o in rows}
 
+    def last_event(self, topic: str, partition: int, below: int) -> tuple[int, bytes] | None:
+        """The offset and value of the last event projected from a partition below an offset."""
+        sql = (
+            "SELECT log_offset, value FROM events WHERE topic = ? AND partition = ? "
+            "AND log_offset < ? ORDER BY log_offset DESC LIMIT 1"
+        )
+        rows = self._query(sql, [topic, partition, below])
+        return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
     def known_workflows(self, workflow_ids: list[str]) -> set[str]:
         """The subset of these workflows that has rows in the projection."""
         if not workflow_ids:

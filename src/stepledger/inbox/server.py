@@ -1,0 +1,134 @@
+"""Serving the inbox: the answerer wired to Kafka and the projection, uvicorn on loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stepledger.config import Settings
+from stepledger.domain.factory import EventFactory
+from stepledger.errors import ConfigError
+from stepledger.inbox.answers import Answerer
+from stepledger.inbox.auth import MIN_TOKEN, new_token
+from stepledger.inbox.cases import Redactor
+from stepledger.log import KafkaEventLog
+from stepledger.producer.reader import SnapshotTailReader
+from stepledger.recovery.registry import ToolRegistry
+
+logger = logging.getLogger("stepledger.inbox")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+TOKEN_ENV = "STEPLEDGER_INBOX_TOKEN"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where and how the inbox listens."""
+
+    db_path: Path
+    """The projector's DuckDB file (its snapshot is read)."""
+    host: str = DEFAULT_HOST
+    """The address to bind; loopback unless you mean to expose it."""
+    port: int = DEFAULT_PORT
+    """The port (0 picks a free one)."""
+    token: str | None = None
+    """The token every request needs; None generates one."""
+    tools: ToolRegistry | None = None
+    """When given, arguments are re-redacted with each tool's declared secrets."""
+
+
+def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
+    """An answerer that appends to the settings' topic and reads through the snapshot."""
+    factory = EventFactory(settings.fleet_id, settings.producer_id)
+    reader = SnapshotTailReader(settings, options.db_path)
+    return Answerer(KafkaEventLog(settings), factory, reader, redactor_for(options.tools))
+
+
+def redactor_for(tools: ToolRegistry | None) -> Redactor | None:
+    """Re-redact recorded arguments with the registry's declared secrets (belt and braces)."""
+    if tools is None:
+        return None
+    registry = tools
+
+    def redact(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        tool = registry.get(tool_name)
+        return arguments if tool is None else tool.redact(arguments, "")
+
+    return redact
+
+
+def check_token(token: str | None) -> str:
+    """The configured token, or a fresh one; a short configured token is refused."""
+    if token is None or token == "":
+        return new_token()
+    if len(token) < MIN_TOKEN:
+        raise ConfigError(f"the inbox token must be at least {MIN_TOKEN} characters")
+    return token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (port 0: a free one), bound before the URL is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    settings: Settings, options: ServeOptions, announce: Callable[[str], None] = print
+) -> None:
+    """Serve the inbox until SIGINT/SIGTERM; ``announce`` receives the URL to open."""
+    import uvicorn
+
+    from stepledger.inbox.app import InboxConfig, create_app, warm
+
+    token = check_token(options.token)
+    sock = bind(options.host, options.port)
+    port = int(sock.getsockname()[1])
+    hosts = ("127.0.0.1", "localhost", "[::1]", options.host, f"[{options.host}]")
+    config = InboxConfig(db_path=options.db_path, token=token, port=port, allowed_hosts=hosts)
+    answerer = answerer_for(settings, options)
+    app = create_app(config, answerer)
+    warm(app)
+    shown = f"[{options.host}]" if ":" in options.host else options.host
+    if not is_loopback(options.host):
+        logger.warning(
+            "the inbox listens on %s, not loopback: anyone who can reach it and "
+            "holds the token can answer cases",
+            options.host,
+        )
+    announce(f"http://{shown}:{port}/?token={token}")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", server_header=False
+        )
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        app.state.pages.source.close()
+        answerer.log.close()

@@ -1,0 +1,88 @@
+"""After librdkafka declares a producer dead, the next record gets a new one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from stepledger.config import Settings
+from stepledger.errors import DurabilityError
+from stepledger.kafka import DurableProducer
+
+
+class FakeMessage:
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 7
+
+
+class FakeProducer:
+    """Acknowledges every record, or refuses each one with a fatal error once ``dead``."""
+
+    def __init__(self, conf: dict[str, Any], *, dead: bool) -> None:
+        self.conf, self.dead = conf, dead
+        self.pending: list[Callable[[KafkaError | None, Any], None]] = []
+
+    def produce(self, topic: str, value: Any, key: Any, **kw: Any) -> None:
+        if self.dead:
+            fatal = KafkaError(KafkaError._FATAL, "fenced by a newer producer", fatal=True)
+            raise KafkaException(fatal)
+        self.pending.append(kw["on_delivery"])
+
+    def poll(self, timeout: float = 0) -> int:
+        served, self.pending = self.pending, []
+        for callback in served:
+            callback(None, FakeMessage())
+        return len(served)
+
+    def purge(self) -> None:
+        self.pending = []
+
+    def flush(self, timeout: float = 0) -> int:
+        self.poll()
+        return 0
+
+
+def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[FakeProducer] = []
+
+    def new_producer(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf, dead=not made))
+        return made[-1]
+
+    monkeypatch.setattr("stepledger.kafka._new_producer", new_producer)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    with pytest.raises(DurabilityError, match="fenced"):
+        producer.append("t", b"k", b"v")
+    assert producer.append("t", b"k", b"v").offset == 7
+    assert producer.append("t", b"k", b"v").offset == 7
+    assert len(made) == 2
+    producer.close()
+
+
+def test_a_fatal_error_reported_through_the_error_callback_also_replaces_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[FakeProducer] = []
+
+    def new_producer(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf, dead=False))
+        return made[-1]
+
+    monkeypatch.setattr("stepledger.kafka._new_producer", new_producer)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    producer.append("t", b"k", b"v")
+    made[0].conf["error_cb"](KafkaError(KafkaError._FATAL, "idempotence", fatal=True))
+    producer.append("t", b"k", b"v")
+    assert len(made) == 2
+    producer.close()

@@ -1,12 +1,15 @@
 """Shared fixtures: a real Kafka-protocol broker on loopback, unique topics, settings factories.
 
-Set ``STEPLEDGER_TEST_BOOTSTRAP=HOST:PORT`` to run every test against that broker (for
-example Apache Kafka from docker-compose.yml) instead of the bundled Tansu broker.
+The broker engine is ``--engine kafka|tansu`` or ``STEPLEDGER_TEST_ENGINE``.  The default is
+Apache Kafka (a 1-node KRaft cluster started by ``stepledger.apache_kafka.KafkaBroker``)
+when ``java`` is on PATH, else the bundled Tansu broker.  Set
+``STEPLEDGER_TEST_BOOTSTRAP=HOST:PORT`` to run every test against a broker you started.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from stepledger.apache_kafka import KafkaBroker
 from stepledger.broker import LocalBroker
 from stepledger.config import Settings
 from stepledger.kafka import ensure_topics
@@ -21,15 +25,64 @@ from stepledger.kafka import ensure_topics
 Factory = Callable[..., Settings]
 
 
-@pytest.fixture(scope="session")
-def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The bootstrap address of the broker every integration test talks to."""
-    external = os.environ.get("STEPLEDGER_TEST_BOOTSTRAP")
-    if external:
-        yield external
+ENGINES = ("kafka", "tansu")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="Broker for integration and e2e tests (default: STEPLEDGER_TEST_ENGINE, else "
+        "kafka when java is on PATH, else tansu).",
+    )
+
+
+def broker_engine(config: pytest.Config) -> str:
+    """The engine chosen by option, environment or what the machine has."""
+    chosen = config.getoption("--engine") or os.environ.get("STEPLEDGER_TEST_ENGINE")
+    if chosen:
+        if chosen not in ENGINES:
+            raise pytest.UsageError(f"STEPLEDGER_TEST_ENGINE must be one of {ENGINES}")
+        return str(chosen)
+    return "kafka" if shutil.which("java") else "tansu"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A session on Tansu skips the tests of Apache Kafka itself (they start their own)."""
+    if os.environ.get("STEPLEDGER_TEST_BOOTSTRAP") or broker_engine(config) != "tansu":
         return
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with LocalBroker(log_path=log) as broker:
+    skip = pytest.mark.skip(reason="an Apache Kafka test; this session runs on Tansu")
+    for item in items:
+        if item.get_closest_marker("kafka_only"):
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    external = os.environ.get("STEPLEDGER_TEST_BOOTSTRAP")
+    return f"broker: {external}" if external else f"broker engine: {broker_engine(config)}"
+
+
+@pytest.fixture(scope="session")
+def engine(request: pytest.FixtureRequest) -> str:
+    """``external`` for STEPLEDGER_TEST_BOOTSTRAP, else ``kafka`` or ``tansu``."""
+    if os.environ.get("STEPLEDGER_TEST_BOOTSTRAP"):
+        return "external"
+    return broker_engine(request.config)
+
+
+@pytest.fixture(scope="session")
+def bootstrap(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of the broker every integration test talks to."""
+    if engine == "external":
+        yield os.environ["STEPLEDGER_TEST_BOOTSTRAP"]
+        return
+    logs = tmp_path_factory.mktemp("broker")
+    if engine == "kafka":
+        with KafkaBroker(log_dir=logs) as kafka:
+            yield kafka.bootstrap
+        return
+    with LocalBroker(log_path=logs / "tansu.log") as broker:
         yield broker.bootstrap
 
 

@@ -140,6 +140,11 @@ class LocalBroker:
         """The bootstrap address clients use."""
         return f"{LOOPBACK}:{self.port}"
 
+    @property
+    def running(self) -> bool:
+        """True while the broker process lives."""
+        return self.process is not None and self.process.poll() is None
+
     def start(self, timeout: float = 30.0) -> LocalBroker:
         """Start the broker and wait until it accepts connections."""
         self.port = self.port or free_port()

@@ -248,6 +248,21 @@ class DurableProducer:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
 
 
+def consumer_failure(err: KafkaError) -> str | None:
+    """Why a consumer error must stop the process, or None when librdkafka retries it.
+
+    Besides librdkafka's fatal errors: a session timeout the broker refuses.  librdkafka
+    retries that JoinGroup forever, so a daemon would run without ever joining (measured on
+    Apache Kafka, whose default ``group.min.session.timeout.ms`` is 6 s).
+    """
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        return (
+            f"{err.str()}: the broker's group.min.session.timeout.ms and "
+            "group.max.session.timeout.ms do not allow this session timeout (--session-timeout)"
+        )
+    return err.str() if err.fatal() else None
+
+
 def cooperative(config: Mapping[str, Any]) -> bool:
     """True when a group consumer with this config rebalances incrementally.
 
@@ -319,13 +334,15 @@ def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> li
 def ensure_topics(
     settings: Settings, topics: list[str], partitions: int = 3, timeout: float = 10.0
 ) -> None:
-    """Create the topics that do not exist yet (idempotent)."""
+    """Create the topics that do not exist yet (idempotent), replicated as the cluster's
+    ``default.replication.factor`` says (a fixed factor of 1 would leave the log on one
+    broker of a cluster, where ``acks=all`` means only that broker)."""
     client = admin(settings)
     try:
         existing = set(client.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    missing = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+    missing = [NewTopic(t, partitions) for t in topics if t not in existing]
     if not missing:
         return
     for topic, future in client.create_topics(missing, operation_timeout=timeout).items():

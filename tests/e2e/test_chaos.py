@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,10 +13,15 @@ import pytest
 CHAOS = [sys.executable, "-m", "stepledger", "chaos"]
 
 
-def external(*args: str) -> list[str]:
-    """Run against STEPLEDGER_TEST_BOOTSTRAP's broker when one is given (e.g. Apache Kafka)."""
-    bootstrap = os.environ.get("STEPLEDGER_TEST_BOOTSTRAP")
-    return [*args, "--bootstrap", bootstrap] if bootstrap else list(args)
+@pytest.fixture
+def external(engine: str, request: pytest.FixtureRequest) -> Callable[..., list[str]]:
+    """Run on the session's broker unless it is Tansu (then chaos starts its own)."""
+    bootstrap = None if engine == "tansu" else request.getfixturevalue("bootstrap")
+
+    def args(*given: str) -> list[str]:
+        return [*given, "--bootstrap", bootstrap] if bootstrap else list(given)
+
+    return args
 
 
 def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, str]:
@@ -32,7 +37,9 @@ def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dic
 
 
 @pytest.mark.e2e
-def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, src_env: dict[str, str]) -> None:
+def test_short_chaos_run_keeps_every_invariant(
+    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
+) -> None:
     code, report, output = run_chaos(
         tmp_path, src_env, *external("--workflows", "30", "--seed", "1", "--duration", "300")
     )
@@ -47,7 +54,7 @@ def test_short_chaos_run_keeps_every_invariant(tmp_path: Path, src_env: dict[str
 
 @pytest.mark.e2e
 def test_a_broken_build_fails_with_the_violation_named(
-    tmp_path: Path, src_env: dict[str, str]
+    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
 ) -> None:
     code, report, output = run_chaos(
         tmp_path,

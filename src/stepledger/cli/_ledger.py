@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from typing import IO
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Literal
 
 import click
 
@@ -17,28 +18,74 @@ from stepledger.jsonlines import Line, LineError, parse_event_lines, render_even
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
 
+if TYPE_CHECKING:
+    from stepledger.apache_kafka import KafkaBroker
+    from stepledger.broker import LocalBroker
+
+Engine = Literal["tansu", "kafka"]
+
 
 @click.command()
+@click.option(
+    "--engine",
+    type=click.Choice(["tansu", "kafka"]),
+    default="tansu",
+    show_default=True,
+    help="tansu: the bundled broker; kafka: Apache Kafka (KRaft; needs Java 17+, and Maven "
+    "the first time to fetch its jars).",
+)
 @click.option("--port", type=int, default=9092, show_default=True, help="Loopback port (0: any).")
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Kafka only: combined broker+controller nodes (3: a 3-voter quorum).",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Kafka only: keep the nodes' logs here (default: removed at exit).",
+)
 @click.option("--partitions", type=int, default=3, show_default=True, help="For created topics.")
 @with_settings
-def broker(settings: Settings, port: int, partitions: int) -> None:
-    """Run the bundled Tansu broker on 127.0.0.1 until Ctrl-C or SIGTERM."""
-    from stepledger.broker import LocalBroker
+def broker(
+    settings: Settings,
+    engine: Engine,
+    port: int,
+    nodes: int,
+    log_dir: Path | None,
+    partitions: int,
+) -> None:
+    """Run a development broker on 127.0.0.1 until Ctrl-C or SIGTERM."""
     from stepledger.ops import Shutdown
 
+    if engine == "tansu" and (nodes != 1 or log_dir is not None):
+        raise click.UsageError("--nodes and --log-dir need --engine kafka")
     if port and not _port_free(port):
         raise click.ClickException(f"port {port} on 127.0.0.1 is already in use")
     shutdown = Shutdown().install()
-    with LocalBroker(port=port) as local:
+    with _dev_broker(engine, port, nodes, log_dir) as local:
         topics = settings.model_copy(update={"bootstrap": local.bootstrap})
         ensure_topics(topics, [settings.topic, settings.dlq_topic], partitions=partitions)
         click.echo(f"broker listening on {local.bootstrap}")
         click.echo(f"export STEPLEDGER_BOOTSTRAP={local.bootstrap}")
         while not shutdown.wait(0.5):
-            if local.process is None or local.process.poll() is not None:
+            if not local.running:
                 raise BrokerError("the broker process exited")
     click.echo("broker stopped")
+
+
+def _dev_broker(
+    engine: Engine, port: int, nodes: int, log_dir: Path | None
+) -> LocalBroker | KafkaBroker:
+    from stepledger.apache_kafka import KafkaBroker
+    from stepledger.broker import LocalBroker
+
+    if engine == "kafka":
+        return KafkaBroker(nodes=nodes, port=port, log_dir=log_dir)
+    return LocalBroker(port=port)
 
 
 @click.command()

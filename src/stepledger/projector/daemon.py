@@ -23,6 +23,7 @@ from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.kafka import (
     FAST_CONSUMER,
+    consumer_failure,
     cooperative,
     ensure_topics,
     take_assigned,
@@ -252,8 +253,9 @@ def _usable(msg: Message) -> bool:
         return True
     if err.code() == KafkaError._PARTITION_EOF:
         return False
-    if err.fatal():
-        raise BrokerError(f"consumer failed: {err.str()}", retryable=False)
+    failure = consumer_failure(err)
+    if failure is not None:
+        raise BrokerError(f"consumer failed: {failure}", retryable=False)
     log.warning("consumer error (retried by the client): %s", err.str())
     return False
 

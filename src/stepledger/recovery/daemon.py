@@ -50,6 +50,7 @@ from stepledger.errors import BrokerError, OwnershipLostError, StepLedgerError
 from stepledger.kafka import (
     FAST_CONSUMER,
     admin,
+    consumer_failure,
     cooperative,
     take_assigned,
     topic_partitions,
@@ -218,8 +219,9 @@ class RecoveryDaemon:
             if err.code() == KafkaError._PARTITION_EOF:
                 self.caught_up.add(partition)
                 return
-            if err.fatal():
-                raise BrokerError(f"recovery consumer failed: {err.str()}")
+            failure = consumer_failure(err)
+            if failure is not None:
+                raise BrokerError(f"recovery consumer failed: {failure}", retryable=False)
             logger.warning("consume error", extra={"error": err.str()})
             return
         offset = int(msg.offset() or 0)

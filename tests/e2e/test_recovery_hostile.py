@@ -237,6 +237,7 @@ def test_recover_without_a_broker_or_topic_fails_in_one_line(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.kafka_only  # the dev broker (Tansu) lists no consumer groups
 def test_a_second_recovery_group_on_the_same_topic_is_warned_about_loudly(
     stack: Stack, make_settings: Factory, tmp_path: Path
 ) -> None:

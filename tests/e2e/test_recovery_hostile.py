@@ -185,6 +185,20 @@ def test_a_daemon_paused_past_its_session_appends_nothing_for_partitions_it_lost
     assert all(e.body.source is Source.RECOVERY_REDRIVE for e in outcomes)  # type: ignore[union-attr]
 
 
+def _start_projector(
+    stack: Stack, settings: Settings, db: Path, log: Path
+) -> subprocess.Popen[bytes]:
+    out = open(log, "ab")  # noqa: SIM115 - the child owns it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stepledger", "project", "--db", str(db), "--session-timeout", "2",
+         "--log-format", "json", "--group", f"projector-{settings.topic}"],
+        env=stack.env(settings), stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    out.close()
+    wait_for(lambda: "assigned" in log.read_text(), 30, "the projector to own its partition")
+    return process
+
+
 def _escalated(watcher: LogWatcher, workflow: str) -> StepState | None:
     step = watcher.step(workflow)
     return step if step is not None and step.escalation_open else None
@@ -260,8 +274,11 @@ def test_a_broker_outage_is_one_line_each_way_and_health_says_so(
         ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1)
         state_dir, log = tmp_path / "state", tmp_path / "recovery.log"
         daemon = stack.start_daemon(settings, state_dir, log=log)
+        projector_log = tmp_path / "projector.log"
+        projector = _start_projector(stack, settings, tmp_path / "p.duckdb", projector_log)
         broker.stop()  # the broker is gone (its memory storage with it)
         wait_for(lambda: "broker unreachable" in log.read_text(), 30, "the outage line")
+        wait_for(lambda: "broker unreachable" in projector_log.read_text(), 30, "its line")
 
         def unhealthy() -> subprocess.CompletedProcess[str] | None:
             health = subprocess.run(
@@ -276,12 +293,16 @@ def test_a_broker_outage_is_one_line_each_way_and_health_says_so(
         broker.restart()
         ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1)
         wait_for(lambda: "broker reachable again" in log.read_text(), 30, "the recovery line")
-        assert daemon.poll() is None
-        lines = log.read_text().splitlines()
+        wait_for(lambda: "broker reachable again" in projector_log.read_text(), 30, "its line")
+        assert daemon.poll() is None and projector.poll() is None
+        logs = {"recovery": log.read_text(), "projector": projector_log.read_text()}
     finally:
         broker.stop()
-    assert sum("broker unreachable" in line for line in lines) == 1
-    assert sum("broker reachable again" in line for line in lines) == 1
-    # librdkafka's own lines are rate-limited: a handful, not hundreds.
-    assert sum('"level": "error"' in line for line in lines) < 15, len(lines)
+        stop(projector)
+    for text in logs.values():
+        lines = text.splitlines()
+        assert sum("broker unreachable" in line for line in lines) == 1
+        assert sum("broker reachable again" in line for line in lines) == 1
+        # librdkafka's own lines are rate-limited: a handful, not hundreds.
+        assert sum('"level": "error"' in line for line in lines) < 15, len(lines)
     assert health.returncode == 1 and "cannot reach the broker" in health.stderr

@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.kafka import (
@@ -93,6 +94,8 @@ class _Loop:
     assigned: list[KafkaPartition] = field(default_factory=list)
     incremental: bool = False
     """The group rebalances incrementally (cooperative-sticky or KIP-848)."""
+    watch: BrokerWatch | None = None
+    """One line when the broker is lost and one when it is back."""
 
     @property
     def projector(self) -> Projector:
@@ -129,8 +132,13 @@ def run_projector(
             cache_workflows=options.cache_workflows,
         )
         config = settings.client_config(**_consumer_config(options))
+        watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
+        metrics.broker_up.set(1)
+        config["error_cb"] = watch.on_error
+        config["logger"] = client_logger("stepledger.projector.kafka")
         loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch, settings)
         loop.incremental = cooperative(config)
+        loop.watch = watch
         _serve(loop, topics, shutdown)
     finally:
         gc.set_threshold(*thresholds)
@@ -214,6 +222,7 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
 
 def _step(loop: _Loop) -> None:
     messages = loop.consumer.consume(loop.options.batch_size, loop.options.batch_timeout_s)
+    _watch_broker(loop, bool(messages))
     records = [m for m in messages if _usable(m)]
     if records:
         loop.pipeline.feed(records)
@@ -245,6 +254,21 @@ def _committed(loop: _Loop, report: BatchReport) -> None:
         _commit_to_kafka(loop)
     if loop.on_batch is not None:
         loop.on_batch(report)
+
+
+def _watch_broker(loop: _Loop, answered: bool) -> None:
+    watch = loop.watch
+    if watch is None:
+        return
+    if answered:
+        watch.reachable()
+    elif watch.should_probe():
+        # An idle topic sends nothing back: its metadata tells that the broker is up.
+        try:
+            loop.consumer.list_topics(timeout=0.5)
+        except KafkaException:
+            return
+        watch.reachable()
 
 
 def _usable(msg: Message) -> bool:

@@ -14,6 +14,11 @@ class ProjectorMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.events = Counter("stepledger_projector_events", "New events projected.", registry=r)
+        self.broker_up = Gauge(
+            "stepledger_projector_broker_up",
+            "1 while the broker answers, 0 during an outage.",
+            registry=r,
+        )
         self.duplicates = Counter(
             "stepledger_projector_duplicates",
             "Redelivered or duplicate events ignored.",

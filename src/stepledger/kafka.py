@@ -282,6 +282,14 @@ def take_assigned(consumer: Consumer, partitions: list[TopicPartition], incremen
         consumer.assign(partitions)
 
 
+def give_back(consumer: Consumer, partitions: list[TopicPartition], incremental: bool) -> None:
+    """Stop consuming partitions taken away in an on_revoke callback (either protocol)."""
+    if incremental:
+        consumer.incremental_unassign(partitions)
+    else:
+        consumer.unassign()
+
+
 def position_of(msg: Message) -> Position:
     """The topic, partition and offset of a delivered or consumed message."""
     return Position(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))

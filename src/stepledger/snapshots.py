@@ -1,9 +1,16 @@
-"""Reading the projector's published snapshot: where it is, and one workflow's events in it.
+"""Reading the projector's published snapshots: where they are, and one workflow's events.
 
 The read side of :mod:`stepledger.projector.snapshot`, kept below both the SDK (whose
 ``SnapshotTailReader`` opens workflows from it) and the projector (which publishes it), so
-the SDK never imports the projector's package.  The file name and the ``events`` and
+the SDK never imports the projector's package.  The file names and the ``events`` and
 ``offsets`` tables are the contract between them.
+
+A projection is either one DuckDB file (``ledger.duckdb``, one process) or a shard
+directory: one DuckDB file per partition, ``<topic>.p<partition>.duckdb``, each written by
+whichever projector of the group owns the partition and each with its own snapshot.
+Readers see the directory as one database: :func:`connect_union` attaches every shard's
+snapshot read-only and defines each table as the ``UNION ALL`` of the shards' (a partition's
+rows live in its shard alone, so the union is exact), and each view over the union.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from stepledger.domain.events import Event
 from stepledger.errors import CodecError, ViewStoreError
 
 SNAPSHOT_SUFFIX = ".snapshot.duckdb"
+DB_SUFFIX = ".duckdb"
+#: Between the topic and the partition number in a shard's file name.
+SHARD_MARK = ".p"
 
 Offsets = dict[tuple[str, int], int]
 
@@ -25,6 +35,94 @@ def snapshot_path(db_path: str | Path) -> Path:
     """Where the snapshot of a projection file is published."""
     db = Path(db_path)
     return db.with_name(db.name.removesuffix(".duckdb") + SNAPSHOT_SUFFIX)
+
+
+def is_shard_dir(db_path: str | Path) -> bool:
+    """True when a projection path names a shard directory rather than one DuckDB file.
+
+    An existing directory is one; so is a path not ending in ``.duckdb``.
+    """
+    path = Path(db_path)
+    return path.is_dir() or not path.name.endswith(DB_SUFFIX)
+
+
+def shard_path(directory: str | Path, topic: str, partition: int) -> Path:
+    """The DuckDB file holding one partition's projection in a shard directory."""
+    return Path(directory) / f"{topic}{SHARD_MARK}{partition:04d}{DB_SUFFIX}"
+
+
+def shard_of(path: Path) -> tuple[str, int] | None:
+    """The (topic, partition) a shard file or its snapshot holds, or None for other files."""
+    name = path.name.removesuffix(SNAPSHOT_SUFFIX).removesuffix(DB_SUFFIX)
+    if name == path.name:
+        return None
+    topic, mark, number = name.rpartition(SHARD_MARK)
+    if not mark or not topic or not number.isdigit():
+        return None
+    return topic, int(number)
+
+
+def shard_snapshots(directory: str | Path) -> dict[tuple[str, int], Path]:
+    """The published snapshot of every shard in a directory, by (topic, partition)."""
+    found: dict[tuple[str, int], Path] = {}
+    root = Path(directory)
+    if not root.is_dir():
+        return found
+    for path in sorted(root.glob(f"*{SNAPSHOT_SUFFIX}")):
+        where = shard_of(path)
+        if where is not None:
+            found[where] = path
+    return found
+
+
+def connect_union(directory: str | Path) -> duckdb.DuckDBPyConnection:
+    """A read-only, in-memory database whose tables are the union of every shard's snapshot.
+
+    Each snapshot is attached ``READ_ONLY``; file access and configuration are locked
+    before the connection is returned, as in :func:`connect_read_only`.
+    """
+    snapshots = shard_snapshots(directory)
+    if not snapshots:
+        raise ViewStoreError(f"no shard snapshot in {directory} yet")
+    con = duckdb.connect(":memory:")
+    try:
+        aliases = _attach(con, list(snapshots.values()))
+        _union_views(con, aliases)
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        con.close()
+        raise ViewStoreError(f"cannot read the shards in {directory}: {_first_line(exc)}") from exc
+    return con
+
+
+def _attach(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> list[str]:
+    aliases = []
+    for number, path in enumerate(paths):
+        alias = f"shard{number}"
+        con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(path)])
+        aliases.append(alias)
+    return aliases
+
+
+def _union_views(con: duckdb.DuckDBPyConnection, aliases: list[str]) -> None:
+    """Each table as the UNION ALL of the shards', then the first shard's views over them."""
+    first = aliases[0]
+    tables = [
+        str(name)
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ? ORDER BY 1", [first]
+        ).fetchall()
+    ]
+    for table in tables:
+        union = " UNION ALL ".join(f'SELECT * FROM {alias}.main."{table}"' for alias in aliases)
+        con.execute(f'CREATE VIEW memory.main."{table}" AS {union}')
+    views = con.execute(
+        "SELECT sql FROM duckdb_views() WHERE database_name = ? AND NOT internal ORDER BY 1",
+        [first],
+    ).fetchall()
+    for (sql,) in views:
+        con.execute(str(sql))
 
 
 def latest_snapshot(db_path: str | Path) -> Path | None:
@@ -43,6 +141,11 @@ def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
         )
     except duckdb.Error as exc:
         raise ViewStoreError(f"cannot open {path} read-only: {_first_line(exc)}") from exc
+
+
+def connect_projection(source: str | Path) -> duckdb.DuckDBPyConnection:
+    """Open a snapshot file, or the union of a shard directory's snapshots, read-only."""
+    return connect_union(source) if Path(source).is_dir() else connect_read_only(source)
 
 
 def workflow_events_from_snapshot(
@@ -70,6 +173,31 @@ def workflow_events_from_snapshot(
     except CodecError as exc:
         raise ViewStoreError(f"a stored event of {workflow_id} does not decode: {exc}") from exc
     return events, {(str(t), int(p)): int(o) for t, p, o in offsets}
+
+
+def workflow_events_from_shards(
+    directory: str | Path,
+    partitions: list[tuple[str, int]],
+    workflow_id: str,
+    codec: Codec | None = None,
+) -> tuple[list[Event], Offsets, list[Path]]:
+    """One workflow's events from the snapshots of its partitions' shards only.
+
+    Returns the events, the offsets the snapshots were taken at (a partition whose shard
+    has no snapshot yet has none: read it from the start) and the snapshots read.
+    """
+    events: list[Event] = []
+    offsets: Offsets = {}
+    read: list[Path] = []
+    for topic, partition in partitions:
+        snap = latest_snapshot(shard_path(directory, topic, partition))
+        if snap is None:
+            continue
+        found, at = workflow_events_from_snapshot(snap, workflow_id, codec)
+        events.extend(found)
+        offsets.update({tp: o for tp, o in at.items() if tp == (topic, partition)})
+        read.append(snap)
+    return events, offsets, read
 
 
 def _first_line(exc: BaseException) -> str:

@@ -49,8 +49,9 @@ _DB = click.option(
     envvar="STEPLEDGER_DB",
     default=DEFAULT_DB,
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The projection's DuckDB file (readers use its published snapshot).",
+    type=click.Path(path_type=Path),
+    help="The projection's DuckDB file, or a shard directory (one file per partition, "
+    "for several projectors in one group); readers use the published snapshots.",
 )
 _EXTRA_TOPICS = click.option(
     "--extra-topic",

@@ -89,6 +89,14 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Where the daemon keeps its checkpoint and health file.",
 )
+@click.option(
+    "--shared-state",
+    "shared_state",
+    envvar="STEPLEDGER_RECOVERY_SHARED_STATE",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A directory every daemon of the group reaches: one checkpoint per partition, so a "
+    "partition that moves resumes from its checkpoint (run several daemons with this).",
+)
 @click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group.")
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
 @click.option(
@@ -121,6 +129,7 @@ def recover_command(
     tool_specs: tuple[str, ...],
     no_entry_points: bool,
     state_dir: Path,
+    shared_state: Path | None,
     group: str,
     grace: str,
     workers: int,
@@ -141,6 +150,7 @@ def recover_command(
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
         consumer=group_timing(parse_duration(session_timeout)),
+        shared_state_dir=shared_state,
     )
     metrics = RecoveryMetrics()
     serve_metrics(metrics.registry, metrics_port)

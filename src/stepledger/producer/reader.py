@@ -188,8 +188,8 @@ class KafkaPartitionReader(KafkaScanReader):
 class SnapshotTailReader(KafkaPartitionReader):
     """Reads a workflow from the projector's snapshot plus its partition's tail after it.
 
-    ``projection`` is the projector's DuckDB file; its published snapshot is what is
-    opened (read-only; the projector keeps writing its own file).  With no snapshot yet,
+    ``projection`` is the projector's DuckDB file or shard directory; published snapshots
+    are what is opened (read-only; the projector keeps writing its own file).  With no snapshot yet,
     the read falls back to a scan of the topic.
     """
 
@@ -200,23 +200,39 @@ class SnapshotTailReader(KafkaPartitionReader):
         self.projection = Path(projection)
 
     def read(self, workflow_id: str) -> list[Event]:
-        """The workflow's events: snapshot lookup, then the tail after the snapshot."""
-        from stepledger.snapshots import latest_snapshot, workflow_events_from_snapshot
+        """The workflow's events: snapshot lookup, then the tail after the snapshot.
+
+        With a shard directory only the shards of the workflow's partitions are opened.
+        """
+        from stepledger.snapshots import (
+            is_shard_dir,
+            latest_snapshot,
+            workflow_events_from_shards,
+            workflow_events_from_snapshot,
+        )
 
         began = time.perf_counter()
-        path = latest_snapshot(self.projection)
-        if path is None:
-            logger.info("no snapshot of %s yet: reading the partition", self.projection)
-            return super().read(workflow_id)
-        stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
-        stored = [e for e in stored if e.workflow_id == workflow_id]
         mine = self._workflow_partitions(workflow_id)
+        source: str | None
+        if is_shard_dir(self.projection):
+            stored, offsets, read = workflow_events_from_shards(
+                self.projection, mine, workflow_id, self.codec
+            )
+            source = ", ".join(str(p) for p in read) or None
+        else:
+            path = latest_snapshot(self.projection)
+            if path is None:
+                logger.info("no snapshot of %s yet: reading the partition", self.projection)
+                return super().read(workflow_id)
+            stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
+            source = str(path)
+        stored = [e for e in stored if e.workflow_id == workflow_id]
         starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in mine}
         tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         seen = {e.event_id for e in stored}
         events = stored + [e for e in tail if e.event_id not in seen]
         elapsed = time.perf_counter() - began
-        self.last = ReadStats(len(stored), scanned, len(tail), elapsed, str(path))
+        self.last = ReadStats(len(stored), scanned, len(tail), elapsed, source)
         return events
 
 

@@ -27,6 +27,7 @@ from stepledger.kafka import (
     consumer_failure,
     cooperative,
     ensure_topics,
+    give_back,
     take_assigned,
     topic_partitions,
 )
@@ -42,7 +43,9 @@ from stepledger.projector.engine import (
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
+from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
+from stepledger.snapshots import is_shard_dir
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,8 @@ class ProjectorOptions:
     """How the projector daemon runs."""
 
     db_path: Path = Path(DEFAULT_DB)
-    """The DuckDB file it owns (one writer per file)."""
+    """The DuckDB file it owns (one process), or a shard directory (one file per partition,
+    shared by every projector of the group; a path not ending in ``.duckdb``)."""
     topics: tuple[str, ...] = ()
     """Topics to project; empty means the settings' step-log topic."""
     group: str = DEFAULT_GROUP
@@ -75,6 +79,8 @@ class ProjectorOptions:
     """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
     memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
+    shard_lock_timeout_s: float = 30.0
+    """How long a newly assigned shard waits for its previous owner to release the lock."""
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -83,13 +89,13 @@ BatchHook = Callable[[BatchReport], None]
 @dataclass
 class _Loop:
     consumer: Consumer
-    pipeline: Pipeline
     options: ProjectorOptions
     metrics: ProjectorMetrics
     on_batch: BatchHook | None
     settings: Settings | None = None
+    shards: Shards | None = None
     last_snapshot: float = 0.0
-    dirty: bool = True
+    dirty: set[Where] = field(default_factory=set)
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
     incremental: bool = False
@@ -98,8 +104,9 @@ class _Loop:
     """One line when the broker is lost and one when it is back."""
 
     @property
-    def projector(self) -> Projector:
-        return self.pipeline.projector
+    def state(self) -> Shards:
+        assert self.shards is not None, "the loop's shards are set before it runs"
+        return self.shards
 
 
 def run_projector(
@@ -110,49 +117,70 @@ def run_projector(
     metrics: ProjectorMetrics | None = None,
     on_batch: BatchHook | None = None,
 ) -> None:
-    """Project the topics into the DuckDB file until a shutdown is requested."""
+    """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
         topic_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
-    store = ProjectionStore(options.db_path, memory_limit=options.memory_limit)
+    config = settings.client_config(**_consumer_config(options))
+    watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
+    metrics.broker_up.set(1)
+    config["error_cb"] = watch.on_error
+    config["logger"] = client_logger("stepledger.projector.kafka")
+    loop = _Loop(Consumer(config), options, metrics, on_batch, settings)
+    loop.incremental = cooperative(config)
+    loop.watch = watch
     thresholds = gc.get_threshold()
     # Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
     # the default thresholds ran full collections over the cache several times a batch.
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
     try:
-        projector = Projector(
-            store,
-            codec_for(settings),
-            dead_letters,
-            group=options.group,
-            cache_workflows=options.cache_workflows,
-        )
-        config = settings.client_config(**_consumer_config(options))
-        watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
-        metrics.broker_up.set(1)
-        config["error_cb"] = watch.on_error
-        config["logger"] = client_logger("stepledger.projector.kafka")
-        loop = _Loop(Consumer(config), Pipeline(projector), options, metrics, on_batch, settings)
-        loop.incremental = cooperative(config)
-        loop.watch = watch
+
+        def make(store: ProjectionStore) -> Pipeline:
+            projector = Projector(
+                store,
+                codec_for(settings),
+                dead_letters,
+                group=options.group,
+                cache_workflows=options.cache_workflows,
+            )
+            pipeline = Pipeline(projector, on_commit=lambda report: _committed(loop, report))
+            pipeline.on_snapshot = lambda _: metrics.snapshot_time.set_to_current_time()
+            return pipeline
+
+        loop.shards = _open_state(options, make)
         _serve(loop, topics, shutdown)
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
-        store.close()
-        dead_letters.close()
+        try:
+            if loop.shards is not None:
+                loop.shards.shutdown()
+        finally:
+            dead_letters.close()
+
+
+def _open_state(options: ProjectorOptions, make: Callable[[ProjectionStore], Pipeline]) -> Shards:
+    path = options.db_path
+    if is_shard_dir(path):
+        return ShardDir(
+            path,
+            make,
+            lock_timeout_s=options.shard_lock_timeout_s,
+            opener=lambda shard: ProjectionStore(shard, memory_limit=options.memory_limit),
+        )
+    store = ProjectionStore(path, memory_limit=options.memory_limit)
+    return OneFile(path, make(store))
 
 
 def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
-    pipeline, metrics = loop.pipeline, loop.metrics
-    pipeline.on_commit = lambda report: _committed(loop, report)
-    pipeline.on_snapshot = lambda _: metrics.snapshot_time.set_to_current_time()
-    _publish(loop)
-    pipeline.drain()
+    state = loop.state
+    for pipeline in state.pipelines():
+        pipeline.publish()
+        pipeline.drain()
     loop.consumer.subscribe(
         topics,
         on_assign=lambda c, ps: _on_assign(loop, ps),
@@ -162,10 +190,12 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
     try:
         while not shutdown.requested:
             _step(loop)
-        _publish(loop)
-        pipeline.close()
+        # Every partition is given up as on a revocation: committed, snapshotted, closed.
+        _publish(loop, everything=True)
+        for pipeline in state.pipelines():
+            pipeline.drain()
+        state.close([(tp.topic, tp.partition) for tp in loop.assigned])
     finally:
-        pipeline.stop()
         loop.consumer.close()
     log.info("projector stopped cleanly")
 
@@ -177,25 +207,24 @@ def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
         "group.id": options.group,
         "session.timeout.ms": session_ms,
         "heartbeat.interval.ms": max(100, session_ms // 10),
+        # Only the partitions that move are revoked and assigned: the others keep writing.
+        "partition.assignment.strategy": "cooperative-sticky",
     }
 
 
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
-    loop.pipeline.drain()
-    stored = loop.projector.reload_offsets()
+    state = loop.state
+    keys = [(tp.topic, tp.partition) for tp in partitions]
+    stored = state.open(keys)
     if loop.settings is not None:
-        wanted = {
-            (tp.topic, tp.partition): stored[(tp.topic, tp.partition)]
-            for tp in partitions
-            if (tp.topic, tp.partition) in stored
-        }
-        store = loop.projector.store
-        check_positions(loop.settings, wanted, store.last_event, db=str(loop.options.db_path))
+        check_positions(
+            loop.settings, stored, lambda *at: _last_event(state, *at), db=str(loop.options.db_path)
+        )
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
     take_assigned(loop.consumer, partitions, loop.incremental)
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
-    kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in _keys(partitions)]
+    kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
     log.info(
         "assigned %s",
@@ -204,39 +233,64 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     )
 
 
-def _keys(partitions: list[KafkaPartition]) -> set[tuple[str, int]]:
-    return {(tp.topic, tp.partition) for tp in partitions}
+def _last_event(state: Shards, topic: str, partition: int, below: int) -> tuple[int, bytes] | None:
+    pipeline = state.pipeline((topic, partition))
+    if pipeline is None:
+        return None
+    return pipeline.projector.store.last_event(topic, partition, below)
 
 
 def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
-    # Commit what was read from them while they are still ours (for lag tools only).
-    loop.pipeline.drain()
-    gone = {(tp.topic, tp.partition) for tp in partitions}
-    loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in gone]
-    for topic, partition in gone:
-        try:
-            loop.metrics.lag.remove(topic, str(partition))
-        except KeyError:
-            continue
+    # Commit what was read from them while they are still ours, then let them go: a shard
+    # is snapshotted and closed so the next owner can take its lock.
+    gone = [(tp.topic, tp.partition) for tp in partitions]
+    try:
+        for pipeline in loop.state.pipelines():
+            pipeline.drain()
+        if loop.options.commit_to_kafka:
+            _commit_to_kafka(loop)
+        loop.state.close(gone)
+    finally:
+        give_back(loop.consumer, partitions, loop.incremental)
+        loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
+        loop.dirty -= set(gone)
+        for topic, partition in gone:
+            try:
+                loop.metrics.lag.remove(topic, str(partition))
+            except KeyError:
+                continue
+    log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
 
 
 def _step(loop: _Loop) -> None:
     messages = loop.consumer.consume(loop.options.batch_size, loop.options.batch_timeout_s)
     _watch_broker(loop, bool(messages))
     records = [m for m in messages if _usable(m)]
-    if records:
-        loop.pipeline.feed(records)
-        loop.dirty = True
+    for where, batch in _by_partition(records).items():
+        pipeline = loop.state.pipeline(where)
+        if pipeline is None:
+            continue  # fetched just before a revocation: its next owner reads it again
+        pipeline.feed(batch)
+        loop.dirty.add(where)
     now = time.monotonic()
     interval = loop.options.snapshot_interval_s
     if interval > 0 and loop.dirty and now - loop.last_snapshot >= interval:
         _publish(loop)
     elif not records:
         # Idle: commit what is in flight now rather than when the next batch arrives.
-        loop.pipeline.drain()
+        for pipeline in loop.state.pipelines():
+            pipeline.drain()
     if now - loop.last_lag >= loop.options.lag_interval_s:
         _refresh_lag(loop)
         loop.last_lag = now
+
+
+def _by_partition(records: list[Message]) -> dict[Where, list[Message]]:
+    batches: dict[Where, list[Message]] = {}
+    for record in records:
+        where = (str(record.topic()), int(record.partition() or 0))
+        batches.setdefault(where, []).append(record)
+    return batches
 
 
 def _committed(loop: _Loop, report: BatchReport) -> None:
@@ -284,8 +338,15 @@ def _usable(msg: Message) -> bool:
     return False
 
 
+def _committed_offsets(loop: _Loop) -> dict[Where, int]:
+    committed: dict[Where, int] = {}
+    for pipeline in loop.state.pipelines():
+        committed.update(pipeline.projector.committed)
+    return committed
+
+
 def _commit_to_kafka(loop: _Loop) -> None:
-    committed = loop.projector.committed
+    committed = _committed_offsets(loop)
     offsets = [
         KafkaPartition(tp.topic, tp.partition, committed[(tp.topic, tp.partition)])
         for tp in loop.assigned
@@ -300,14 +361,21 @@ def _commit_to_kafka(loop: _Loop) -> None:
         log.debug("kafka offset commit failed: %s", exc)
 
 
-def _publish(loop: _Loop) -> None:
-    loop.pipeline.publish()
+def _publish(loop: _Loop, *, everything: bool = False) -> None:
+    """Queue a snapshot of every shard changed since its last one (or of all)."""
+    state = loop.state
+    chosen = state.pipelines() if everything else [state.pipeline(w) for w in loop.dirty]
+    queued: set[int] = set()
+    for pipeline in chosen:
+        if pipeline is not None and id(pipeline) not in queued:
+            queued.add(id(pipeline))
+            pipeline.publish()
     loop.last_snapshot = time.monotonic()
-    loop.dirty = False
+    loop.dirty.clear()
 
 
 def _refresh_lag(loop: _Loop) -> None:
-    committed = loop.projector.committed
+    committed = _committed_offsets(loop)
     for tp in loop.assigned:
         try:
             _, high = loop.consumer.get_watermark_offsets(tp, cached=True)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import duckdb
 
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
-from stepledger.projector.snapshot import connect_read_only
+from stepledger.snapshots import connect_projection
 
 OutputFormat = Literal["table", "csv", "json"]
 
@@ -59,13 +59,13 @@ def check_read_only(sql: str) -> list[duckdb.Statement]:
 def run_query(
     path: str | Path, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT_S
 ) -> list[QueryResult]:
-    """Run read-only SQL against a projection file and return each statement's result.
+    """Run read-only SQL against a projection file (or shard directory); each statement's result.
 
     Past ``timeout`` seconds (all statements together; None: no limit) the query is
     interrupted and a ViewStoreError says so.
     """
     statements = check_read_only(sql)
-    con = connect_read_only(path)
+    con = connect_projection(path)
     timer = None if timeout is None else threading.Timer(timeout, con.interrupt)
     if timer is not None:
         timer.daemon = True
@@ -151,7 +151,7 @@ _STEP_FIELDS = (
 
 def workflow_status(path: str | Path, workflow_id: str) -> WorkflowStatus:
     """A workflow's projected state; a ViewStoreError if the projection does not know it."""
-    con = connect_read_only(path)
+    con = connect_projection(path)
     try:
         cursor = con.execute("SELECT * FROM workflows WHERE workflow_id = ?", [workflow_id])
         columns = [d[0] for d in cursor.description or []]

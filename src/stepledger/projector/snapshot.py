@@ -21,7 +21,9 @@ from stepledger.snapshots import (  # the read side lives below the SDK and the 
     SNAPSHOT_SUFFIX,
     Offsets,
     connect_read_only,
+    is_shard_dir,
     latest_snapshot,
+    shard_snapshots,
     snapshot_path,
     workflow_events_from_snapshot,
 )
@@ -65,7 +67,14 @@ def publish_snapshot(store: ProjectionStore) -> Path:
 
 
 def readable_source(db_path: str | Path) -> Path:
-    """The file a reader should open: the published snapshot, else the file itself."""
+    """What a reader should open: the published snapshot, else the file itself.
+
+    A shard directory is returned as it is (``connect_projection`` unions its snapshots).
+    """
+    if is_shard_dir(db_path):
+        if shard_snapshots(db_path):
+            return Path(db_path)
+        raise ViewStoreError(f"no shard snapshot in {db_path} yet (is a projector running?)")
     snap = latest_snapshot(db_path)
     if snap is not None:
         return snap

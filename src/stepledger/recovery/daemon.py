@@ -57,7 +57,11 @@ from stepledger.kafka import (
 )
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
-from stepledger.recovery.checkpoint import CheckpointStore, SqliteCheckpointStore
+from stepledger.recovery.checkpoint import (
+    CheckpointStore,
+    PartitionedCheckpointStore,
+    SqliteCheckpointStore,
+)
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
 from stepledger.recovery.fence import Fence, FencedLog
@@ -93,9 +97,7 @@ class RecoveryDaemon:
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = store or SqliteCheckpointStore(
-            options.state_dir / "recovery.sqlite", options.group
-        )
+        self.store = store or _checkpoints(options)
         self.dead_letters = dead_letters or KafkaDeadLetters(
             settings, self.codec, group=options.group
         )
@@ -499,6 +501,12 @@ class RecoveryDaemon:
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
+
+
+def _checkpoints(options: DaemonOptions) -> CheckpointStore:
+    if options.shared_state_dir is not None:
+        return PartitionedCheckpointStore(options.shared_state_dir, options.group)
+    return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group)
 
 
 def warn_other_groups(settings: Settings, group: str) -> list[str]:

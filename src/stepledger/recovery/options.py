@@ -41,6 +41,9 @@ class DaemonOptions:
     """How often the health file is rewritten."""
     consumer: dict[str, Any] = field(default_factory=dict)
     """Extra librdkafka consumer settings."""
+    shared_state_dir: Path | None = None
+    """A directory every daemon of the group reaches: one checkpoint file per partition
+    there, so a moved partition resumes from its checkpoint (None: ``state_dir``'s own file)."""
 
     @property
     def health_file(self) -> Path:

@@ -1,0 +1,198 @@
+"""Where a projector keeps its state: one DuckDB file, or one shard per partition.
+
+With several ``stepledger project`` processes in one consumer group, the partition is the
+unit of state (DESIGN invariant 11): each partition has its own DuckDB file in a shard
+directory every instance can reach, holding that partition's rows and its offset (one
+transaction per batch, as in a single file).  The instance the group assigns a partition
+to opens its shard and continues from the shard's offset; a revoked partition's shard is
+drained, snapshotted and closed.  DuckDB's file lock, held as long as the partition is
+owned, is the fence: an instance given a partition whose previous owner has not closed it
+yet (paused past its session) waits for the lock and never writes beside it.
+
+:class:`OneFile` keeps the single-file projection of one process: every partition goes to
+one store, opened for the process's whole life.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from stepledger.errors import ViewStoreError
+from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.store import Offsets, ProjectionStore
+from stepledger.snapshots import shard_path
+
+log = logging.getLogger(__name__)
+
+Where = tuple[str, int]
+#: Builds a pipeline (store, projector, writer thread) over an opened store.
+PipelineFactory = Callable[[ProjectionStore], Pipeline]
+#: Opens a store (raises ViewStoreError while another process holds its lock).
+StoreOpener = Callable[[Path], ProjectionStore]
+
+
+class Shards(Protocol):
+    """The projector's state, as the consumer loop sees it."""
+
+    def open(self, partitions: list[Where]) -> Offsets:
+        """Take these partitions over; the next offset of each one that has state."""
+        ...
+
+    def close(self, partitions: list[Where]) -> None:
+        """Give these partitions up: commit what is in flight, snapshot, release."""
+        ...
+
+    def pipeline(self, where: Where) -> Pipeline | None:
+        """The pipeline projecting a partition, or None if it is not open here."""
+        ...
+
+    def pipelines(self) -> list[Pipeline]:
+        """Every open pipeline (each commits in its own writer thread)."""
+        ...
+
+    def describe(self, where: Where) -> str:
+        """The file a partition is projected into (for messages)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop and release everything (after ``close`` of what was owned)."""
+        ...
+
+
+class OneFile:
+    """Every partition in one DuckDB file, owned by this process for its whole life."""
+
+    def __init__(self, path: Path, pipeline: Pipeline) -> None:
+        self.path = path
+        self._pipeline = pipeline
+
+    def open(self, partitions: list[Where]) -> Offsets:
+        """Offsets of the partitions from the one file."""
+        self._pipeline.drain()
+        stored = self._pipeline.projector.reload_offsets()
+        return {where: stored[where] for where in partitions if where in stored}
+
+    def close(self, partitions: list[Where]) -> None:
+        """Commit what is in flight; the file stays open."""
+        self._pipeline.drain()
+
+    def pipeline(self, where: Where) -> Pipeline | None:
+        """The one pipeline."""
+        return self._pipeline
+
+    def pipelines(self) -> list[Pipeline]:
+        """The one pipeline."""
+        return [self._pipeline]
+
+    def describe(self, where: Where) -> str:
+        """The one file."""
+        return str(self.path)
+
+    def shutdown(self) -> None:
+        """Stop the writer and close the file."""
+        try:
+            self._pipeline.close()
+        finally:
+            self._pipeline.projector.store.close()
+
+
+class ShardDir:
+    """One DuckDB shard per partition in a directory; only owned partitions are open."""
+
+    def __init__(
+        self,
+        directory: Path,
+        make: PipelineFactory,
+        *,
+        lock_timeout_s: float = 30.0,
+        opener: StoreOpener | None = None,
+    ) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._make = make
+        self._open_store = opener or ProjectionStore
+        self.lock_timeout_s = lock_timeout_s
+        self._open: dict[Where, Pipeline] = {}
+        self.created: list[Where] = []
+        """Partitions whose shard was missing and are projected from offset 0."""
+
+    def open(self, partitions: list[Where]) -> Offsets:
+        """Open each partition's shard (waiting for a previous owner's lock) and its offset."""
+        offsets: Offsets = {}
+        for where in partitions:
+            if where not in self._open:
+                self._open[where] = self._make(self._take(where))
+            stored = self._open[where].projector.reload_offsets()
+            if where in stored:
+                offsets[where] = stored[where]
+        return offsets
+
+    def _take(self, where: Where) -> ProjectionStore:
+        path = shard_path(self.directory, *where)
+        if not path.exists():
+            self.created.append(where)
+            log.warning(
+                "no shard for %s[%d] at %s: projecting the partition from offset 0",
+                *where,
+                path,
+                extra={"topic": where[0], "partition": where[1], "shard": str(path)},
+            )
+        deadline = time.monotonic() + self.lock_timeout_s
+        wait = 0.05
+        while True:
+            try:
+                return self._open_store(path)
+            except ViewStoreError as exc:
+                # The previous owner has not closed it yet (revocation under way, or a
+                # paused process that lost the partition): its lock is the fence.
+                if time.monotonic() + wait > deadline:
+                    raise ViewStoreError(
+                        f"shard {path} stayed locked by another process for "
+                        f"{self.lock_timeout_s:g}s: {exc.message}"
+                    ) from exc
+                log.info("shard %s is locked by another process; waiting", path)
+                time.sleep(wait)
+                wait = min(1.0, wait * 2)
+
+    def close(self, partitions: list[Where]) -> None:
+        """Commit, snapshot and close each partition's shard."""
+        failures: list[BaseException] = []
+        for where in partitions:
+            pipeline = self._open.pop(where, None)
+            if pipeline is None:
+                continue
+            try:
+                pipeline.drain()
+                pipeline.publish()
+                pipeline.close()
+            except BaseException as exc:  # every shard must still be closed
+                failures.append(exc)
+            finally:
+                pipeline.stop()
+                pipeline.projector.store.close()
+        if failures:
+            raise failures[0]
+
+    def pipeline(self, where: Where) -> Pipeline | None:
+        """The pipeline of an owned partition."""
+        return self._open.get(where)
+
+    def pipelines(self) -> list[Pipeline]:
+        """The pipelines of the owned partitions."""
+        return list(self._open.values())
+
+    def owned(self) -> Iterable[Where]:
+        """The partitions whose shard is open here."""
+        return list(self._open)
+
+    def describe(self, where: Where) -> str:
+        """The partition's shard file."""
+        return str(shard_path(self.directory, *where))
+
+    def shutdown(self) -> None:
+        """Close every open shard."""
+        self.close(list(self._open))

@@ -1,0 +1,137 @@
+"""Per-partition shards: names, the file lock as the fence, and readers seeing an exact union."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Message
+
+from stepledger.errors import ReadOnlyQueryError, ViewStoreError
+from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.query import run_query, workflow_status
+from stepledger.projector.schema import TABLES, VIEWS
+from stepledger.projector.shards import ShardDir
+from stepledger.projector.snapshot import readable_source
+from stepledger.projector.store import ProjectionStore
+from stepledger.snapshots import (
+    connect_union,
+    is_shard_dir,
+    shard_of,
+    shard_path,
+    workflow_events_from_shards,
+)
+from tests.unit.projector_harness import CODEC, batches, table_contents, to_messages
+from tests.unit.projector_logs import random_log
+
+PARTITIONS = 4
+#: A view's rows without the columns that age with now().
+VIEW_SQL = "SELECT COLUMNS(lambda c: c != 'age') FROM {0} ORDER BY ALL"
+
+
+def make_pipeline(store: ProjectionStore) -> Pipeline:
+    return Pipeline(Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=8))
+
+
+def feed(shards: ShardDir, messages: list[Message]) -> None:
+    for batch in batches(messages, random.Random(5), 30):
+        for record in batch:
+            pipeline = shards.pipeline((str(record.topic()), int(record.partition() or 0)))
+            assert pipeline is not None
+            pipeline.feed([record])
+
+
+def test_shard_names_round_trip_and_a_path_without_duckdb_suffix_is_a_directory(
+    tmp_path: Path,
+) -> None:
+    path = shard_path(tmp_path, "step.log-v2.p1", 7)
+    assert path.name == "step.log-v2.p1.p0007.duckdb"
+    assert shard_of(path) == ("step.log-v2.p1", 7)
+    assert shard_of(path.with_name("step.log-v2.p1.p0007.snapshot.duckdb")) == (
+        "step.log-v2.p1",
+        7,
+    )
+    assert shard_of(tmp_path / "ledger.duckdb") is None
+    assert is_shard_dir(tmp_path / "shards") and is_shard_dir(tmp_path)
+    assert not is_shard_dir(tmp_path / "ledger.duckdb")
+
+
+def test_the_union_of_shards_equals_one_file_built_from_the_same_log(tmp_path: Path) -> None:
+    messages = to_messages(random_log(seed=21, workflows=40), partitions=PARTITIONS)
+    single = tmp_path / "one.duckdb"
+    with ProjectionStore(single) as store:
+        projector = Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=8)
+        for batch in batches(messages, random.Random(5), 30):
+            projector.process(batch)
+    shards = ShardDir(tmp_path / "shards", make_pipeline)
+    everything = [("log", p) for p in range(PARTITIONS)]
+    assert shards.open(everything) == {}
+    assert shards.created == everything
+    feed(shards, messages)
+    shards.shutdown()
+
+    con = connect_union(tmp_path / "shards")
+    try:
+        union = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+        views = {v: con.execute(VIEW_SQL.format(v)).fetchall() for v in VIEWS}
+    finally:
+        con.close()
+    assert union == table_contents(single)
+    assert sum(len(rows) for rows in union.values()) > 0
+    one = run_query(single, "; ".join(VIEW_SQL.format(v) for v in VIEWS))
+    assert views == {v: r.rows for v, r in zip(VIEWS, one, strict=True)}
+    # Reopened, a shard continues from its own offset: nothing is replayed from 0.
+    again = ShardDir(tmp_path / "shards", make_pipeline)
+    offsets = again.open(everything)
+    assert again.created == []
+    assert offsets == {row[:2]: row[2] for row in union["offsets"]}
+    again.shutdown()
+
+
+def test_readers_open_the_union_and_resume_reads_only_its_own_partitions_shard(
+    tmp_path: Path,
+) -> None:
+    log = random_log(seed=22, workflows=12)
+    messages = to_messages(log, partitions=PARTITIONS)
+    shards = ShardDir(tmp_path / "shards", make_pipeline)
+    shards.open([("log", p) for p in range(PARTITIONS)])
+    feed(shards, messages)
+    shards.shutdown()
+    source = readable_source(tmp_path / "shards")
+    assert run_query(source, "SELECT sum(next_offset) FROM offsets")[0].rows == [(len(messages),)]
+    with pytest.raises(ReadOnlyQueryError):
+        run_query(source, "SELECT * FROM read_csv('/etc/hostname')")
+    record = messages[0]
+    workflow_id = (record.key() or b"").decode()
+    where = (str(record.topic()), int(record.partition() or 0))
+    assert workflow_status(source, workflow_id).workflow["workflow_id"] == workflow_id
+    events, offsets, read = workflow_events_from_shards(
+        tmp_path / "shards", [where], workflow_id, CODEC
+    )
+    assert {e.event_id for e in events} == {e.event_id for e in log if e.workflow_id == workflow_id}
+    assert list(offsets) == [where] and len(read) == 1
+
+
+def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path: Path) -> None:
+    refusals = [2]
+
+    def opener(path: Path) -> ProjectionStore:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            raise ViewStoreError("Could not set lock on file: Conflicting lock is held")
+        return ProjectionStore(path)
+
+    shards = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=5.0, opener=opener)
+    shards.open([("log", 0)])
+    assert refusals == [0] and shards.pipeline(("log", 0)) is not None
+    shards.shutdown()
+
+    def held(path: Path) -> ProjectionStore:
+        raise ViewStoreError("Could not set lock on file: Conflicting lock is held")
+
+    stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.2, opener=held)
+    with pytest.raises(ViewStoreError, match="stayed locked"):
+        stuck.open([("log", 0)])
+    assert stuck.pipeline(("log", 0)) is None

@@ -32,6 +32,11 @@ STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)
 WORKFLOW_VERDICTS = (Verdict.CLEARED,)
 #: Effects a compensation left standing: a human took the forward actions, or accepts them.
 STANDING_VERDICTS = (Verdict.COMPENSATED, Verdict.CLEARED)
+#: The workflow statuses that wait for a human, and the answers each takes.
+_WORKFLOW_OPTIONS = {
+    RunStatus.DEAD_LETTERED: WORKFLOW_VERDICTS,
+    RunStatus.COMPENSATION_INCOMPLETE: STANDING_VERDICTS,
+}
 
 
 @dataclass(frozen=True)
@@ -157,7 +162,8 @@ class EscalationQueue:
 
     def _of(self, wf: WorkflowState) -> list[Escalation]:
         found = [self._step(wf, s) for s in wf.steps.values() if s.escalation_open]
-        if wf.status is RunStatus.DEAD_LETTERED and wf.escalation_id:
+        options = _WORKFLOW_OPTIONS.get(wf.status)
+        if options is not None and wf.escalation_id:
             notes = self._notes.get((wf.workflow_id, None), _StepNotes())
             found.append(
                 Escalation(
@@ -170,23 +176,7 @@ class EscalationQueue:
                     notes.opened_at,
                     wf.status.value,
                     evidence=notes.evidence,
-                    options=WORKFLOW_VERDICTS,
-                )
-            )
-        if wf.status is RunStatus.COMPENSATION_INCOMPLETE and wf.escalation_id:
-            notes = self._notes.get((wf.workflow_id, None), _StepNotes())
-            found.append(
-                Escalation(
-                    wf.escalation_id,
-                    wf.workflow_id,
-                    None,
-                    wf.fleet_id,
-                    "",
-                    notes.reason,
-                    notes.opened_at,
-                    wf.status.value,
-                    evidence=notes.evidence,
-                    options=STANDING_VERDICTS,
+                    options=options,
                 )
             )
         return found

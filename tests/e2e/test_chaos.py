@@ -113,4 +113,5 @@ def test_three_kafka_nodes_lose_leaders_and_every_invariant_holds(
     assert counts.get("broker:leader_sigkill", 0) >= 1, report["crash_points"]
     assert counts.get("broker:sigstop_sigcont", 0) >= 1, report["crash_points"]
     assert any(f.startswith("sigkill node") for f in report["broker_faults"])
+    assert report["acked_in_broker_faults"] >= 1, "no agent wrote while a broker was down"
     assert report["seconds"] <= 240

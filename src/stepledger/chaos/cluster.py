@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from stepledger.apache_kafka import KafkaBroker
 from stepledger.chaos.procs import wait_until
+from stepledger.domain.events import Event
 from stepledger.errors import BrokerError
 
 #: The launcher's brokers fence a silent node after 3 s (``broker.session.timeout.ms``).
@@ -62,12 +63,15 @@ class ClusterFaults:
     rng: random.Random
     done: list[str] = field(default_factory=list)
     """What each fault did, e.g. ``sigkill node 2 (leader of partition 1)``."""
+    windows: list[tuple[float, float]] = field(default_factory=list)
+    """Each fault's window in epoch seconds: from the signal until the cluster healed."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def kill_leader(self) -> None:
         """SIGKILL the leader of a random step-log partition, then restart it."""
         with self._lock:
             partition, leader = self._healthy_leader()
+            began = time.time()
             self.cluster.kill_node(leader)
             self.done.append(f"sigkill node {leader} (leader of partition {partition})")
             wait_until(lambda: leader_moved(self.cluster, self.topic, leader), 30, 0.2)
@@ -75,17 +79,29 @@ class ClusterFaults:
             self.cluster.restart_node(leader, timeout=HEAL_TIMEOUT_S)
             self.done.append(f"restart node {leader}")
             self._wait_healthy()
+            self.windows.append((began, time.time()))
 
     def stop_broker(self) -> None:
         """SIGSTOP a partition leader past the broker session timeout, then SIGCONT it."""
         with self._lock:
             partition, leader = self._healthy_leader()
+            began = time.time()
             self.cluster.pause_node(leader)
             self.done.append(f"sigstop node {leader} (leader of partition {partition})")
             time.sleep(PAUSE_S)
             self.cluster.resume_node(leader)
             self.done.append(f"sigcont node {leader}")
             self._wait_healthy()
+            self.windows.append((began, time.time()))
+
+    def acked_during(self, events: list[Event], acked: set[str]) -> int:
+        """How many acknowledged events were written inside a fault's window."""
+        return sum(
+            1
+            for event in events
+            if event.event_id in acked
+            and any(a <= event.occurred_at.timestamp() <= b for a, b in self.windows)
+        )
 
     def _healthy_leader(self) -> tuple[int, int]:
         self._wait_healthy()

@@ -84,6 +84,8 @@ class RunResult:
     workdir: str = ""
     broker_faults: list[str] = field(default_factory=list)
     """What each broker fault did (which node, which partition it led)."""
+    acked_in_broker_faults: int = 0
+    """Acknowledged events written while a broker was down, stopped or catching up."""
 
 
 class Run:
@@ -334,6 +336,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         len(found.events),
         str(run.workdir),
         list(run.cluster.done) if run.cluster else [],
+        run.cluster.acked_during(found.events, found.acked_event_ids) if run.cluster else 0,
     )
 
 

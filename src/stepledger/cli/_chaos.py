@@ -105,6 +105,9 @@ def chaos(
     with sigterm_interrupts():  # a SIGTERM still stops every process the run started
         result = run_chaos(options, echo=click.echo)
     click.echo(report.table(result))
+    if result.broker_faults:
+        click.echo(f"broker faults: {'; '.join(result.broker_faults)}")
+        click.echo(f"{result.acked_in_broker_faults} acknowledged event(s) written during them")
     path = report_path
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))

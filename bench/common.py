@@ -45,6 +45,28 @@ class Row:
         return {**asdict(self), "ratio": self.ratio, "met": self.met}
 
 
+ENGINES = ("tansu", "kafka")
+
+
+@contextlib.contextmanager
+def run_broker(engine: str, bootstrap: str | None) -> Iterator[str | None]:
+    """The bootstrap every bench of the run gets.
+
+    ``kafka``: one 1-node Apache Kafka (KRaft) for the whole run, so raw baselines and
+    stepledger are measured on the same broker.  ``tansu``: the given bootstrap, or None
+    (each bench starts its own Tansu).
+    """
+    if engine == "kafka":
+        if bootstrap:
+            raise SystemExit("--engine kafka starts its own broker: drop --bootstrap")
+        from stepledger.apache_kafka import KafkaBroker
+
+        with KafkaBroker(nodes=1) as kafka:
+            yield kafka.bootstrap
+        return
+    yield bootstrap
+
+
 @contextlib.contextmanager
 def broker(bootstrap: str | None) -> Iterator[str]:
     """Use the given broker, or start a local one for the run."""
@@ -91,8 +113,10 @@ def cli(run: Callable[..., list[Row]], description: str | None) -> None:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
     parser.add_argument("--bootstrap", help="use this broker instead of a local one")
+    parser.add_argument("--engine", choices=ENGINES, default="tansu", help="the local broker")
     args = parser.parse_args()
-    print(table(run(quick=args.quick, bootstrap=args.bootstrap)))
+    with run_broker(args.engine, args.bootstrap) as bootstrap:
+        print(table(run(quick=args.quick, bootstrap=bootstrap)))
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -268,14 +268,26 @@ def _poll_snapshot(db: Path, produced: list[float], visible: list[float], stop: 
     deadline = time.monotonic() + 300
     while not stop.requested and time.monotonic() < deadline:
         snap = latest_snapshot(db)
-        if snap is not None:
-            con = duckdb.connect(str(snap), read_only=True)
-            count = con.execute(_VISIBLE).fetchone()
-            con.close()
+        count = None if snap is None else _count_visible(snap)
+        if count is not None:
             now = time.time()
             while count is not None and len(visible) < min(count[0], len(produced)):
                 visible.append(now)
         stop.wait(0.05)
+
+
+def _count_visible(snap: Path) -> tuple[Any, ...] | None:
+    # The projector replaces its snapshot atomically: the path just listed may be gone.
+    try:
+        con = duckdb.connect(str(snap), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return con.execute(_VISIBLE).fetchone()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
 
 
 def _wait_for(condition: Any, timeout: float) -> None:

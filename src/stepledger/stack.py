@@ -2,7 +2,8 @@
 
 What ``stepledger demo`` and the chaos harness both run.  Everything is a real process on
 loopback: the broker (a local Tansu on memory storage, on loopback S3 storage with
-``durable_broker``, or none when ``bootstrap`` names yours), the payments, bookings and
+``durable_broker``, an Apache Kafka cluster with ``engine="kafka"``, or none when
+``bootstrap`` names yours), the payments, bookings and
 email services, ``stepledger project`` and ``stepledger recover`` as supervised
 subprocesses, and any agent processes spawned through :meth:`LocalStack.spawn`.  Every
 process the stack starts is tracked, and :meth:`LocalStack.stop` stops all of them (also
@@ -22,10 +23,11 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import duckdb
 
+from stepledger.apache_kafka import KafkaBroker
 from stepledger.broker import LocalBroker, S3Storage
 from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
 from stepledger.config import Settings
@@ -38,6 +40,7 @@ TOOLS = "stepledger.examples.tools:registry"
 # The directory holding the `stepledger` package: children import it even when it is only
 # on this process's path (tests run with PYTHONPATH=src).
 _IMPORT_ROOT = Path(__file__).resolve().parents[1]
+Engine = Literal["tansu", "kafka"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class StackOptions:
     """Your broker (HOST:PORT); None starts a local one on loopback."""
     durable_broker: bool = False
     """Run the local broker on loopback S3 storage, so it survives graceful restarts."""
+    engine: Engine = "tansu"
+    """The local broker: the bundled Tansu, or Apache Kafka (needs Java 17+)."""
+    nodes: int = 1
+    """Apache Kafka nodes (3: replication factor 3, min.insync.replicas 2)."""
     topic_prefix: str = "stepledger"
     """Topic names are this prefix plus a unique suffix (a shared cluster stays clean)."""
     fleet_id: str = "default"
@@ -81,6 +88,7 @@ class LocalStack:
     base: Settings = field(default_factory=Settings)
     settings: Settings = field(init=False)
     broker: LocalBroker | None = None
+    kafka: KafkaBroker | None = None
     storage: S3Storage | None = None
     services: dict[str, RunningService] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
@@ -126,6 +134,14 @@ class LocalStack:
     def _start_broker(self) -> None:
         if self.options.bootstrap:
             return
+        if self.options.engine == "kafka":
+            self.kafka = KafkaBroker(nodes=self.options.nodes, log_dir=self.workdir / "kafka")
+            try:
+                self.kafka.start()
+            finally:
+                for node in self.kafka.members:
+                    self._track("broker", node.process)
+            return
         if self.options.durable_broker:
             self.storage = S3Storage()
             try:
@@ -139,8 +155,9 @@ class LocalStack:
             self._track("broker", self.broker.process)
 
     def _local_bootstrap(self) -> str:
-        assert self.broker is not None
-        return self.broker.bootstrap
+        local = self.kafka or self.broker
+        assert local is not None
+        return local.bootstrap
 
     def _start_services(self) -> None:
         # Started side by side: each waits for its child to answer a health check.
@@ -291,6 +308,8 @@ class LocalStack:
         for holder in (self.broker, self.storage):  # the current process, after restarts too
             if holder is not None:
                 steps.append((holder.stop, functools.partial(_kill_current, holder)))
+        if self.kafka is not None:
+            steps.append((self.kafka.stop, functools.partial(_kill_nodes, self.kafka)))
         steps.append((functools.partial(kill_marked, self.mark), lambda: None))
         pending: BaseException | None = None
         for stop, kill in steps:
@@ -308,6 +327,7 @@ class LocalStack:
         current = [(name, d.process) for name, d in self.procs.items()]
         current += [("broker", self.broker.process if self.broker else None)]
         current += [("storage", self.storage.process if self.storage else None)]
+        current += [("broker", n.process) for n in (self.kafka.members if self.kafka else [])]
         running = {
             (role, proc.pid)
             for role, proc in [*self._started, *current]
@@ -366,6 +386,11 @@ def _reap(proc: subprocess.Popen[Any]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
             proc.communicate(timeout=10)
     proc.wait(10)
+
+
+def _kill_nodes(kafka: KafkaBroker) -> None:
+    for node in kafka.members:
+        kafka.kill_node(node.node_id)
 
 
 def _kill_current(holder: LocalBroker | S3Storage) -> None:

@@ -1,8 +1,10 @@
-"""The chaos harness end to end: a short run passes, a broken build is caught by name."""
+"""The chaos harness end to end: a short run passes, a broken build is caught by name, and
+three Apache Kafka nodes lose partition leaders under the same plan."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -89,3 +91,27 @@ def test_graceful_broker_restarts_on_durable_storage(
     assert code == 0, output
     restarts = [r for r in report["crash_points"] if r["point"] == "broker:graceful_restart"]
     assert restarts and restarts[0]["count"] >= 1
+
+
+@pytest.mark.e2e
+@pytest.mark.kafka_only
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs java for Apache Kafka")
+@pytest.mark.timeout(360)
+def test_three_kafka_nodes_lose_leaders_and_every_invariant_holds(
+    tmp_path: Path, src_env: dict[str, str]
+) -> None:
+    env = {k: v for k, v in src_env.items() if k != "STEPLEDGER_BOOTSTRAP"}
+    code, report, output = run_chaos(
+        tmp_path,
+        env,
+        *("--engine", "kafka", "--nodes", "3", "--workflows", "20", "--seed", "3"),
+        *("--duration", "240"),
+    )
+    assert code == 0, output
+    assert report["passed"] and report["violations"] == []
+    counts = {row["point"]: row["count"] for row in report["crash_points"]}
+    assert counts.get("broker:leader_sigkill", 0) >= 1, report["crash_points"]
+    assert counts.get("broker:sigstop_sigcont", 0) >= 1, report["crash_points"]
+    assert any(f.startswith("sigkill node") for f in report["broker_faults"])
+    assert report["acked_in_broker_faults"] >= 1, "no agent wrote while a broker was down"
+    assert report["seconds"] <= 240

@@ -1,12 +1,15 @@
 """The chaos run: real processes, real SIGKILLs at labelled crash points, then the invariants.
 
 One run: a broker (a local one, on memory storage or with ``durable_broker`` on loopback S3
-storage so it can be restarted gracefully; or yours with ``--bootstrap``), the
+storage so it can be restarted gracefully; Apache Kafka with ``engine="kafka"``, whose
+partition leaders are SIGKILLed and SIGSTOPped when it has three nodes; or yours with
+``--bootstrap``), the
 three example tool services, the projector and the recovery daemon as subprocesses, and
 rounds of trip agents (quote -> charge -> book -> email), each agent process running a
 batch of workflows and dying at each workflow's planned crash point.  Between and during
 rounds the harness kills the projector mid-batch and the recovery daemon mid-resolution,
-SIGSTOPs the projector past its session timeout, and restarts the broker gracefully.
+SIGSTOPs the projector past its session timeout, and restarts the broker gracefully (or
+kills a Kafka broker).
 Then it waits for recovery to settle every in-doubt step, rebuilds the projection from
 offset 0, and checks every invariant in ``invariants.py``.
 """
@@ -27,13 +30,14 @@ from pathlib import Path
 
 from stepledger.broker import LocalBroker
 from stepledger.chaos import evidence as gather
+from stepledger.chaos.cluster import ClusterFaults
 from stepledger.chaos.invariants import Evidence, Violation, check_all, workflows_of
 from stepledger.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
 from stepledger.chaos.procs import Proc, wait_until
 from stepledger.domain.state import StepStatus
 from stepledger.examples.clients import RunningService
 from stepledger.examples.tools import BREAK_ENV
-from stepledger.stack import LocalStack, StackOptions
+from stepledger.stack import Engine, LocalStack, StackOptions
 
 AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
@@ -62,6 +66,9 @@ class ChaosOptions:
     max_attempts: int = 3
     tool_timeout_s: float = 1.0
     durable_broker: bool = False
+    engine: Engine = "tansu"
+    nodes: int = 1
+    """Apache Kafka nodes; with 3 or more the plan SIGKILLs and SIGSTOPs brokers."""
 
 
 @dataclass
@@ -75,6 +82,10 @@ class RunResult:
     seconds: float = 0.0
     events: int = 0
     workdir: str = ""
+    broker_faults: list[str] = field(default_factory=list)
+    """What each broker fault did (which node, which partition it led)."""
+    acked_in_broker_faults: int = 0
+    """Acknowledged events written while a broker was down, stopped or catching up."""
 
 
 class Run:
@@ -86,6 +97,12 @@ class Run:
         self.rng = random.Random(options.seed + 1)
         # Only a broker on durable storage may be restarted: a memory one would lose the log.
         self.broker: LocalBroker | None = stack.broker if options.durable_broker else None
+        self.cluster: ClusterFaults | None = None
+        if stack.kafka is not None and stack.kafka.nodes >= 3:
+            self.cluster = ClusterFaults(
+                stack.kafka, self.settings.topic, random.Random(options.seed)
+            )
+        self.fault_errors: list[str] = []
         self.acks: list[Path] = []
         self.infra_done: list[str] = []
         self.started = time.monotonic()
@@ -178,7 +195,14 @@ class Run:
 
     def _fault(self, fault: InfraFault, delay: float) -> None:
         time.sleep(delay)  # a random moment inside the round: that is the fault's point
-        point = fault.point
+        try:
+            self._inject(fault.point)
+        except Exception as exc:  # reported as a violation: the fault did not happen as planned
+            self.fault_errors.append(f"{fault.point.value}: {exc}")
+            return
+        self.infra_done.append(fault.point.value)
+
+    def _inject(self, point: CrashPoint) -> None:
         if point is CrashPoint.PROJECTOR_MID_BATCH:
             self.procs["projector"].kill()
             self.procs["projector"].start()
@@ -192,7 +216,10 @@ class Run:
             projector.resume()
         elif point is CrashPoint.BROKER_RESTART and self.broker is not None:
             self.broker.restart()
-        self.infra_done.append(point.value)
+        elif point is CrashPoint.BROKER_LEADER_KILL and self.cluster is not None:
+            self.cluster.kill_leader()
+        elif point is CrashPoint.BROKER_STOP and self.cluster is not None:
+            self.cluster.stop_broker()
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -256,10 +283,13 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         steps=len(STEP_IDS),
         max_attempts=options.max_attempts,
         broker_restarts=options.durable_broker and not options.bootstrap,
+        broker_kills=options.engine == "kafka" and options.nodes >= 3 and not options.bootstrap,
     )
     stack_options = StackOptions(
         bootstrap=options.bootstrap,
         durable_broker=options.durable_broker,
+        engine=options.engine,
+        nodes=options.nodes,
         topic_prefix=f"chaos-{options.seed}",
         fleet_id="chaos",
         tool_timeout_s=options.tool_timeout_s,
@@ -294,6 +324,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
     run.stop_projector_caught_up(timeout=60.0)
     found = run.evidence()
     violations = check_all(found)
+    violations += [Violation("infra_fault_injected", None, e) for e in run.fault_errors]
     if run.left() <= 0:
         violations.append(Violation("finished_within_duration", None, "time budget exhausted"))
     return RunResult(
@@ -304,6 +335,8 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         time.monotonic() - run.started,
         len(found.events),
         str(run.workdir),
+        list(run.cluster.done) if run.cluster else [],
+        run.cluster.acked_during(found.events, found.acked_event_ids) if run.cluster else 0,
     )
 
 

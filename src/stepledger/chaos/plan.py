@@ -22,6 +22,8 @@ class CrashPoint(StrEnum):
     RECOVERY_MID_RESOLUTION = "recovery:mid_resolution"
     CONSUMER_STOP = "consumer:sigstop_sigcont"
     BROKER_RESTART = "broker:graceful_restart"
+    BROKER_LEADER_KILL = "broker:leader_sigkill"
+    BROKER_STOP = "broker:sigstop_sigcont"
 
 
 #: Where an agent can die; the agent's own kill-point labels, per step.
@@ -36,7 +38,11 @@ INFRA_POINTS = (
     CrashPoint.RECOVERY_MID_RESOLUTION,
     CrashPoint.CONSUMER_STOP,
     CrashPoint.BROKER_RESTART,
+    CrashPoint.BROKER_LEADER_KILL,
+    CrashPoint.BROKER_STOP,
 )
+#: Faults only a replicated Apache Kafka cluster takes without losing acknowledged events.
+CLUSTER_POINTS = (CrashPoint.BROKER_LEADER_KILL, CrashPoint.BROKER_STOP)
 
 
 #: How long a resuming agent waits past a deadline, against the daemon's 0.5 s: shorter,
@@ -96,6 +102,7 @@ def make_plan(
     steps: int,
     max_attempts: int,
     broker_restarts: bool,
+    broker_kills: bool = False,
     crash_loop_share: float = 0.05,
     clean_share: float = 0.15,
     race_share: float = 0.2,
@@ -103,7 +110,8 @@ def make_plan(
     """Draw a plan: most workflows die once at some agent crash point, a few crash-loop.
 
     A ``race_share`` of them die after an effect and are restarted at once, while the
-    recovery daemon is due to decide the same step (``RESUME_RACE``).
+    recovery daemon is due to decide the same step (``RESUME_RACE``).  ``broker_kills``
+    adds the cluster faults (a partition leader SIGKILLed, a broker SIGSTOPped).
     """
     rng = random.Random(seed)
     races = round(workflows * race_share)
@@ -121,7 +129,10 @@ def make_plan(
         for i, grace in zip(range(races), itertools.cycle(RACE_GRACES), strict=False)
     ]
     infra_points = [
-        p for p in INFRA_POINTS if broker_restarts or p is not CrashPoint.BROKER_RESTART
+        p
+        for p in INFRA_POINTS
+        if (broker_restarts or p is not CrashPoint.BROKER_RESTART)
+        and (broker_kills or p not in CLUSTER_POINTS)
     ]
     # Round 0 runs every workflow's first attempt (streams of events: the projector is busy);
     # round 1 resumes the crashed ones (in-doubt steps fall due: recovery is busy).

@@ -37,6 +37,8 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
         "seconds": round(result.seconds, 1),
         "events": result.events,
         "workflow_status": dict(Counter(result.status.values())),
+        "broker_faults": result.broker_faults,
+        "acked_in_broker_faults": result.acked_in_broker_faults,
         "crash_points": [{"point": p, "count": n, "violations": v} for p, n, v in rows(result)],
         "violations": [
             {"invariant": v.invariant, "workflow_id": v.workflow_id, "detail": v.detail}

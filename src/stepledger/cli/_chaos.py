@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -42,6 +43,20 @@ import click
     help="Local broker on durable loopback S3 storage, restarted gracefully during the run "
     "(slow: keep --workflows small).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["tansu", "kafka"]),
+    default="tansu",
+    show_default=True,
+    help="The local broker: the bundled Tansu, or Apache Kafka (needs Java 17+).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 9),
+    default=1,
+    show_default=True,
+    help="Kafka only: nodes; with 3 or more, partition leaders are SIGKILLed and SIGSTOPped.",
+)
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option(
     "--break",
@@ -57,6 +72,8 @@ def chaos(
     report_path: Path,
     workdir: Path | None,
     durable_broker: bool,
+    engine: Literal["tansu", "kafka"],
+    nodes: int,
     parallel: int,
     break_mode: str | None,
 ) -> None:
@@ -64,6 +81,12 @@ def chaos(
     from stepledger.chaos import report
     from stepledger.chaos.harness import ChaosOptions, run_chaos
 
+    if engine == "tansu" and nodes != 1:
+        raise click.UsageError("--nodes needs --engine kafka")
+    if engine == "kafka" and (bootstrap or durable_broker):
+        raise click.UsageError(
+            "--engine kafka starts its own broker: drop --bootstrap and --durable-broker"
+        )
     options = ChaosOptions(
         workflows=workflows,
         seed=seed,
@@ -71,6 +94,8 @@ def chaos(
         bootstrap=bootstrap or None,
         workdir=workdir,
         durable_broker=durable_broker,
+        engine=engine,
+        nodes=nodes,
         break_mode=break_mode,
         parallel=parallel,
     )
@@ -80,6 +105,9 @@ def chaos(
     with sigterm_interrupts():  # a SIGTERM still stops every process the run started
         result = run_chaos(options, echo=click.echo)
     click.echo(report.table(result))
+    if result.broker_faults:
+        click.echo(f"broker faults: {'; '.join(result.broker_faults)}")
+        click.echo(f"{result.acked_in_broker_faults} acknowledged event(s) written during them")
     path = report_path
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))

@@ -1,0 +1,31 @@
+"""The chaos plan on a Kafka cluster: broker kills are planned only where they can be survived."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from stepledger.chaos.plan import CLUSTER_POINTS, CrashPoint, make_plan
+from stepledger.cli import cli
+
+
+def test_broker_kills_add_the_cluster_points_and_leave_the_rest_of_the_plan() -> None:
+    plain = make_plan(20, 3, steps=4, max_attempts=3, broker_restarts=False)
+    killing = make_plan(20, 3, steps=4, max_attempts=3, broker_restarts=False, broker_kills=True)
+    assert not {f.point for f in plain.infra} & set(CLUSTER_POINTS)
+    assert killing.workflows == plain.workflows
+    kills = [f for f in killing.infra if f.point in CLUSTER_POINTS]
+    assert sorted((f.point, f.round) for f in kills) == [
+        (CrashPoint.BROKER_LEADER_KILL, 0),
+        (CrashPoint.BROKER_LEADER_KILL, 1),
+        (CrashPoint.BROKER_STOP, 0),
+        (CrashPoint.BROKER_STOP, 1),
+    ]
+    assert [f for f in killing.infra if f not in kills] == list(plain.infra)
+
+
+def test_chaos_refuses_nodes_without_kafka_and_kafka_with_an_external_broker() -> None:
+    runner = CliRunner()
+    nodes = runner.invoke(cli, ["chaos", "--nodes", "3"], env={"STEPLEDGER_BOOTSTRAP": ""})
+    assert nodes.exit_code == 2 and "--nodes needs --engine kafka" in nodes.output
+    external = runner.invoke(cli, ["chaos", "--engine", "kafka", "--bootstrap", "127.0.0.1:1"])
+    assert external.exit_code == 2 and "starts its own broker" in external.output

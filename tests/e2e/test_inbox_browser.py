@@ -24,8 +24,8 @@ import pytest
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.kafka import ensure_topics
-from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import KafkaScanReader
+from tests.e2e.recovery_helpers import append_events
 from tests.integration import inbox_helpers as h
 from tests.integration.projector_helpers import snapshot_count, spawn_projector, wait_for
 
@@ -124,12 +124,7 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         *h.escalated_lookup(new, "order-7731", "esc-order"),
         *h.pending_approval(new, "trip-faro"),
     ]
-    log = KafkaEventLog(settings)
-    try:
-        for event in events:
-            log.append(event)
-    finally:
-        log.close()
+    append_events(settings, events)
     tmp = tmp_path_factory.mktemp("inbox")
     db = tmp / "ledger.duckdb"
     env = _processes_env(settings, _src_env())

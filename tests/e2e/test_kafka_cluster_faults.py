@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from stepledger.apache_kafka import KafkaBroker
+from stepledger.chaos.cluster import fully_replicated, leader_moved, partitions
 from stepledger.chaos.harness import ChaosOptions, Run
 from stepledger.chaos.invariants import check_all
 from stepledger.chaos.procs import wait_until
@@ -37,51 +37,31 @@ pytestmark = [
 ]
 
 
-def _partitions(cluster: KafkaBroker, topic: str) -> dict[int, tuple[int, list[int]]]:
-    meta = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=5)
-    return {p: (m.leader, list(m.isrs)) for p, m in meta.topics[topic].partitions.items()}
-
-
-def _fully_replicated(cluster: KafkaBroker, topic: str) -> bool:
-    try:
-        parts = _partitions(cluster, topic)
-    except Exception:  # a node is down: metadata may time out, which is "not yet"
-        return False
-    return all(leader >= 0 and len(isr) == cluster.nodes for leader, isr in parts.values())
-
-
 def _faults(cluster: KafkaBroker, topic: str, done: list[str]) -> None:
     """Kill partition 0's leader, then (after it is back) the next leader; then pause one."""
     killed: set[int] = set()
     for _ in range(2):
-        assert wait_until(lambda: _fully_replicated(cluster, topic), 60, 0.5)
-        leader = _partitions(cluster, topic)[0][0]
+        assert wait_until(lambda: fully_replicated(cluster, topic), 60, 0.5)
+        leader = partitions(cluster, topic)[0][0]
         if leader in killed:  # the same broker led again: take another partition's leader
-            leader = next(lead for lead, _ in _partitions(cluster, topic).values()
+            leader = next(lead for lead, _ in partitions(cluster, topic).values()
                           if lead not in killed)  # fmt: skip
         cluster.kill_node(leader)
         killed.add(leader)
         done.append(f"sigkill node {leader}")
-        assert wait_until(lambda gone=leader: _leader_moved(cluster, topic, gone), 30, 0.2)
+        assert wait_until(lambda gone=leader: leader_moved(cluster, topic, gone), 30, 0.2)
         time.sleep(2.0)  # agents keep writing on the survivors for a moment
         cluster.restart_node(leader)
         done.append(f"restart node {leader}")
-    assert wait_until(lambda: _fully_replicated(cluster, topic), 60, 0.5)
+    assert wait_until(lambda: fully_replicated(cluster, topic), 60, 0.5)
     paused = next(n.node_id for n in cluster.members if n.node_id not in killed)
     cluster.pause_node(paused)
     done.append(f"sigstop node {paused}")
     time.sleep(PAUSE_S)  # the fault itself: silent past the broker session timeout
     cluster.resume_node(paused)
     done.append(f"sigcont node {paused}")
-    assert wait_until(lambda: _fully_replicated(cluster, topic), 60, 0.5)
+    assert wait_until(lambda: fully_replicated(cluster, topic), 60, 0.5)
     assert cluster.running, "a node died after the faults"
-
-
-def _leader_moved(cluster: KafkaBroker, topic: str, gone: int) -> bool:
-    try:
-        return all(lead not in (gone, -1) for lead, _ in _partitions(cluster, topic).values())
-    except Exception:
-        return False
 
 
 @pytest.mark.timeout(BUDGET_S + 300)

@@ -9,6 +9,7 @@ pointed at no broker or no topic fails in one line.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -173,7 +174,7 @@ def test_a_daemon_paused_past_its_session_appends_nothing_for_partitions_it_lost
     finally:
         watcher.close()
     assert paused.poll() is None and taker.poll() is None
-    paused_id = f"{os_hostname()}:{paused.pid}"
+    paused_id = f"{socket.gethostname()}:{paused.pid}"
     late = [
         e
         for e in events
@@ -212,18 +213,14 @@ def _wait_succeeded(watcher: LogWatcher, workflows: list[str], timeout: float) -
     wait_for(done, timeout, f"{len(workflows)} intents to be resolved")
 
 
-def os_hostname() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
-@pytest.mark.parametrize("what", ["no broker", "no topic"])
+@pytest.mark.parametrize("what", ["no broker", "no topic", "session past the client's range"])
 def test_recover_without_a_broker_or_topic_fails_in_one_line(
     what: str, settings: Settings, tmp_path: Path, src_env: dict[str, str]
 ) -> None:
     bootstrap = f"127.0.0.1:{free_port()}" if what == "no broker" else settings.bootstrap
-    topic = settings.topic if what == "no broker" else f"missing-{uuid.uuid4().hex[:8]}"
+    topic = settings.topic if what != "no topic" else f"missing-{uuid.uuid4().hex[:8]}"
+    # librdkafka refuses a session timeout above max.poll.interval.ms (300 s by default).
+    session = ["--session-timeout", "400s"] if what.startswith("session") else []
     proc = subprocess.run(
         [
             sys.executable,
@@ -239,6 +236,7 @@ def test_recover_without_a_broker_or_topic_fails_in_one_line(
             bootstrap,
             "--topic",
             topic,
+            *session,
         ],
         env={**src_env, "STEPLEDGER_PAYMENTS_URL": "http://127.0.0.1:9"},
         capture_output=True,

@@ -23,8 +23,7 @@ from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.examples import tools as ex
 from stepledger.examples.clients import PaymentsClient, RunningService, start_service
-from stepledger.log import KafkaEventLog
-from tests.e2e.recovery_helpers import CLI, LogWatcher, run_cli, wait_for
+from tests.e2e.recovery_helpers import CLI, LogWatcher, append_events, run_cli, wait_for
 
 CHARGE = {"amount": 450, "currency": "EUR", "customer": "cus_r"}
 
@@ -45,15 +44,6 @@ def cli_env(settings: Settings, payments: RunningService | None = None) -> dict[
     if payments is not None:
         env["STEPLEDGER_PAYMENTS_URL"] = payments.url
     return env
-
-
-def append_all(settings: Settings, events: list[ev.Event]) -> None:
-    log = KafkaEventLog(settings)
-    try:
-        for event in events:
-            log.append(event)
-    finally:
-        log.close()
 
 
 def test_reconcile_reports_each_disagreement_and_records_it_once(
@@ -78,7 +68,7 @@ def test_reconcile_reports_each_disagreement_and_records_it_once(
             events.append(agent.outcome(f"{name}-{run}", "s", attempt=1, status=status))
         if charged:
             client.charge(intent.body.idempotency_key, 450, "EUR", "cus_r")
-    append_all(settings, events)
+    append_events(settings, events)
     env = cli_env(settings, payments)
     args = [
         "reconcile",
@@ -140,7 +130,7 @@ def test_escalations_filter_by_fleet_tool_and_age_and_workflows_are_cleared(
             ev.WorkflowDeadLettered(attempt=1, reason="too many resumes", escalation_id="esc-wd"),
         ),
     ]
-    append_all(settings, events)
+    append_events(settings, events)
     env = cli_env(settings)
 
     def listed(*extra: str) -> set[str]:
@@ -197,7 +187,7 @@ def test_daemon_serves_metrics_and_health_and_stops_cleanly_on_sigterm(
     log.close()
     try:
         tool = ex.payments_tool(payments.url, timeout_s=3600)  # never due during the test
-        append_all(
+        append_events(
             settings,
             [
                 EventFactory(settings.fleet_id, "agent").intent(

@@ -10,7 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from stepledger.errors import ViewStoreError
+
+#: 2: ``escalations`` keyed by ``(workflow_id, escalation_id)`` (was ``escalation_id``).
+SCHEMA_VERSION = 2
 
 _TS = pa.timestamp("ms", tz="UTC")
 
@@ -131,7 +134,9 @@ ARROW: dict[str, pa.Schema] = {
 KEYS: dict[str, tuple[str, ...]] = {
     "steps": ("workflow_id", "step_id"),
     "workflows": ("workflow_id",),
-    "escalations": ("escalation_id",),
+    # An escalation id is a hash of its workflow's id, but the log is not trusted to keep it
+    # so: two workflows naming one id must not overwrite each other's row.
+    "escalations": ("workflow_id", "escalation_id"),
     "offsets": ("topic", "partition"),
 }
 
@@ -205,16 +210,57 @@ def table_ddl(table: str) -> str:
 
 
 def create_schema(con: Any) -> None:
-    """Create every table, index and view that does not exist yet (idempotent)."""
+    """Create every table, index and view that does not exist yet (idempotent).
+
+    A projection written by an older stepledger is migrated in place (in one transaction);
+    one written by a newer one is refused, since this code cannot know its tables.
+    """
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS projector_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+    )
+    found = con.execute("SELECT value FROM projector_meta WHERE key = 'schema_version'").fetchone()
+    version = _version(found[0]) if found else None
+    if version is not None and version > SCHEMA_VERSION:
+        raise ViewStoreError(
+            f"the projection has schema version {version}, newer than this stepledger's "
+            f"{SCHEMA_VERSION}: upgrade stepledger or rebuild the projection"
+        )
+    if version is not None and version < 2:
+        _migrate_escalations_key(con)
     for table in TABLES:
         con.execute(table_ddl(table))
     # Resume and `status` read one workflow's events; an ART index keeps that a point lookup.
     con.execute("CREATE INDEX IF NOT EXISTS events_workflow ON events (workflow_id)")
     con.execute(
-        "CREATE TABLE IF NOT EXISTS projector_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
-    )
-    con.execute(
-        "INSERT OR IGNORE INTO projector_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        "INSERT OR REPLACE INTO projector_meta VALUES ('schema_version', ?)",
+        [str(SCHEMA_VERSION)],
     )
     for view, sql in _VIEW_SQL.items():
         con.execute(f"CREATE OR REPLACE VIEW {view} AS {sql}")
+
+
+def _version(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ViewStoreError(
+            f"the projection's schema version {value!r} is not a number: rebuild the projection"
+        ) from None
+
+
+def _migrate_escalations_key(con: Any) -> None:
+    """Version 1 -> 2: re-key ``escalations`` by ``(workflow_id, escalation_id)``.
+
+    DuckDB cannot alter a primary key, so the rows move to a new table (same columns).
+    """
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(table_ddl("escalations").replace(" escalations (", " escalations_v2 (", 1))
+        con.execute("INSERT INTO escalations_v2 SELECT * FROM escalations")
+        con.execute("DROP TABLE escalations CASCADE")
+        con.execute("ALTER TABLE escalations_v2 RENAME TO escalations")
+        con.execute("UPDATE projector_meta SET value = '2' WHERE key = 'schema_version'")
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise

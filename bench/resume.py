@@ -33,7 +33,8 @@ from stepledger.config import Settings
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
-from stepledger.kafka import FAST_CONSUMER, topic_partitions
+from stepledger.consume import FAST_CONSUMER
+from stepledger.kafka import topic_partitions
 from stepledger.log import event_headers
 from stepledger.producer import KafkaScanReader, Ledger, SnapshotTailReader, WorkflowReader
 from stepledger.projector.rebuild import rebuild

@@ -25,7 +25,8 @@ from stepledger.consume import read_topic
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
 from stepledger.examples.clients import RunningService, start_service
-from stepledger.kafka import FAST_CONSUMER, topic_partitions
+from stepledger.consume import FAST_CONSUMER
+from stepledger.kafka import topic_partitions
 from stepledger.log import KafkaEventLog, codec_for
 
 ROOT = Path(__file__).resolve().parents[2]

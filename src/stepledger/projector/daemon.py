@@ -120,6 +120,7 @@ def run_projector(
     on_batch: BatchHook | None = None,
 ) -> None:
     """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
+    membership = options.membership()  # a bad group setting fails before any network
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
         topic_partitions(settings, topic)
@@ -130,7 +131,7 @@ def run_projector(
     metrics.broker_up.set(1)
     consumer = GroupConsumer(
         settings,
-        options.membership(),
+        membership,
         error_cb=watch.on_error,
         logger=client_logger("stepledger.projector.kafka"),
     )

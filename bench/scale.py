@@ -89,7 +89,9 @@ class Projector:
             self.proc.wait(10)
 
 
-def _until(condition: Callable[[], Any], what: str, limit: float = LIMIT_S) -> Any:
+def _until(
+    condition: Callable[[], Any], what: str, limit: float = LIMIT_S, poll: float = 0.02
+) -> Any:
     deadline = time.monotonic() + limit
     while True:
         value = condition()
@@ -97,18 +99,24 @@ def _until(condition: Callable[[], Any], what: str, limit: float = LIMIT_S) -> A
             return value
         if time.monotonic() > deadline:
             raise SystemExit(f"bench.scale: timed out waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(poll)
 
 
-def _committed(settings: Settings, group: str) -> Callable[[], int]:
-    parts = [TopicPartition(settings.topic, p) for p in range(PARTITIONS)]
+class Committed:
+    """The group's committed offsets, summed over the partitions (one idle client, reused)."""
 
-    def total() -> int:
-        with assigned_consumer(settings, [], group=group) as consumer:
-            offsets = consumer.committed(parts, timeout=10)
+    def __init__(self, settings: Settings, group: str) -> None:
+        self.parts = [TopicPartition(settings.topic, p) for p in range(PARTITIONS)]
+        self._context = assigned_consumer(settings, [], group=group)
+        self._consumer = self._context.__enter__()
+
+    def __call__(self) -> int:
+        offsets = self._consumer.committed(self.parts, timeout=10)
         return sum(max(0, tp.offset) for tp in offsets)
 
-    return total
+    def close(self) -> None:
+        """Close the client."""
+        self._context.__exit__(None, None, None)
 
 
 def _complete(members: list[Projector]) -> bool:
@@ -121,16 +129,17 @@ def throughput(settings: Settings, n: int, processes: int, work: Path) -> float:
     """Events/s projected by ``processes`` projectors, from a complete assignment to the end."""
     group = f"bench-scale-{uuid.uuid4().hex[:8]}"
     shards = work / group
-    committed = _committed(settings, group)
+    committed = Committed(settings, group)
     members = [
         Projector(settings, shards, group, work / f"{group}-{i}.log") for i in range(processes)
     ]
     try:
         _until(lambda: _complete(members), "the group's assignment")
         began, before = time.perf_counter(), committed()
-        _until(lambda: committed() >= n, "every event committed")
+        _until(lambda: committed() >= n, "every event committed", poll=0.1)
         return (n - before) / (time.perf_counter() - began)
     finally:
+        committed.close()
         for member in members:
             member.stop()
 

@@ -54,7 +54,7 @@ class Projector:
                     *(sys.executable, "-m", "stepledger", "project"),
                     *("--bootstrap", settings.bootstrap, "--topic", settings.topic),
                     *("--dlq-topic", settings.dlq_topic, "--db", str(shards)),
-                    *("--group", group, "--session-timeout", "6"),
+                    *("--group", group, "--session-timeout", "30"),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=err,

@@ -43,7 +43,7 @@ from stepledger.resolution.registry import ToolRegistry
 ARGS = {"amount": 1250, "currency": "EUR", "customer": "cus_0001", "memo": "x" * 120}
 #: Intents falling due per second in the latency measurement.
 RATE = 100
-FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 200, "fetch.wait.max.ms": 10}
+FAST_FETCH = {"fetch.wait.max.ms": 10}
 
 
 def _found(args: dict[str, Any], key: str) -> Found | NotFound:
@@ -99,7 +99,8 @@ class Running:
             state_dir=state,
             grace_s=0.0,
             workers=workers,
-            consumer=FAST_GROUP,
+            session_timeout_s=2.0,
+            consumer=FAST_FETCH,
             health_interval_s=60.0,
         )
         self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=InMemoryDeadLetters())

@@ -1,18 +1,317 @@
-"""Reading the log back: decode a topic's records from assigned partitions (no group join)."""
+"""The one consumer adapter: group members (daemons) and fixed-partition readers.
+
+Every module that reads the log gets its confluent ``Consumer`` here:
+
+- :class:`GroupConsumer` is a consumer-group member (the projector, the recovery daemon).
+  It renders the group settings (:class:`Membership`) to librdkafka's keys in one place,
+  rebalances incrementally (``cooperative-sticky`` on any broker, the KIP-848 protocol
+  ``group.protocol=consumer`` on Apache Kafka 4.x), takes part as a static member when
+  given an instance id (a restart within the session moves no partition), and turns a
+  consumer error into one policy: a partition end is reported, a fatal error (a static
+  member fenced by another process with its instance id, a session timeout the broker
+  refuses) raises :class:`~stepledger.errors.BrokerError`, anything else is retried by
+  librdkafka and logged.
+- :func:`assigned_consumer` reads fixed partitions from given offsets without joining a
+  group (readers, the rebuild, the position check); :func:`read_topic` decodes a topic.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka import FAST_CONSUMER, Headers, Position, position_of, topic_partitions
+from stepledger.errors import BrokerError, ConfigError, StepLedgerError
+from stepledger.kafka import Headers, Position, position_of, topic_partitions
+
+_log = logging.getLogger(__name__)
+
+#: Settings that let a consumer-group join finish in about a second on the dev broker
+#: (defaults take ~23 s on Tansu) and a fetch return quickly when data arrives.
+FAST_CONSUMER = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 500,
+    "fetch.wait.max.ms": 50,
+    "enable.auto.commit": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+}
+#: Group settings librdkafka refuses under KIP-848 (the broker owns them there).
+_CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+#: librdkafka's ``max.poll.interval.ms`` default: a longer session is refused by the client.
+_MAX_SESSION_S = 300.0
+#: Kafka's rule for a group.instance.id (as for topic names).
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+GroupProtocol = Literal["classic", "consumer"]
+"""``classic`` (JoinGroup/SyncGroup, cooperative-sticky) or ``consumer`` (KIP-848)."""
+GROUP_PROTOCOLS: tuple[GroupProtocol, ...] = ("classic", "consumer")
+Where = tuple[str, int]
+OnPartitions = Callable[[list[KafkaPartition]], None]
+
+
+@dataclass(frozen=True)
+class Membership:
+    """How a daemon takes part in its consumer group."""
+
+    group: str
+    """The consumer group id; instances of one group split the partitions."""
+    session_timeout_s: float = 6.0
+    """How long the group waits for a silent member before moving its partitions (classic
+    protocol; under KIP-848 the broker's ``group.consumer.session.timeout.ms`` decides)."""
+    protocol: GroupProtocol | None = None
+    """The rebalance protocol; None: ``-X group.protocol`` if given, else ``classic``."""
+    instance_id: str | None = None
+    """Static membership (``group.instance.id``): a restart within the session keeps its
+    partitions; a second live process with the same id is fenced and stops."""
+    client_id: str | None = None
+    """The client id the broker shows for this member (None: librdkafka's default)."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further librdkafka consumer settings, applied last."""
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            raise ConfigError("a consumer group id must not be empty")
+        if not 1.0 <= self.session_timeout_s <= _MAX_SESSION_S:
+            raise ConfigError(
+                f"session timeout {self.session_timeout_s:g}s is out of range "
+                f"(1-{_MAX_SESSION_S:g} s; it must stay below librdkafka's max.poll.interval.ms)"
+            )
+        if self.instance_id is not None and not _INSTANCE_ID.match(self.instance_id):
+            raise ConfigError(
+                f"instance id {self.instance_id!r} must be 1-249 characters of "
+                "letters, digits, '.', '_' or '-'"
+            )
+        if self.protocol is not None and self.protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(f"group protocol must be one of {GROUP_PROTOCOLS}")
+
+    def config(self, settings: Settings) -> dict[str, Any]:
+        """The librdkafka settings of this member (without callbacks)."""
+        protocol = self.protocol or str(settings.kafka.get("group.protocol", "classic"))
+        session_ms = int(self.session_timeout_s * 1000)
+        conf: dict[str, Any] = {
+            **FAST_CONSUMER,
+            "group.id": self.group,
+            "group.protocol": protocol,
+            "session.timeout.ms": session_ms,
+            "heartbeat.interval.ms": max(100, session_ms // 10),
+            # Only the partitions that move are revoked and assigned: the others keep going.
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+        if self.instance_id is not None:
+            conf["group.instance.id"] = self.instance_id
+        if self.client_id is not None:
+            conf["client.id"] = self.client_id
+        conf = settings.client_config(**{**conf, **self.extra})
+        if conf["group.protocol"] == "consumer":
+            # KIP-848 is incremental by design; the broker owns session and heartbeat.
+            for key in _CLASSIC_ONLY:
+                conf.pop(key, None)
+        return conf
+
+    @property
+    def fence_timing(self) -> tuple[float, float]:
+        """The (session, heartbeat) seconds a member must poll within to own its partitions."""
+        session = float(self.extra.get("session.timeout.ms", self.session_timeout_s * 1000))
+        beat = float(self.extra.get("heartbeat.interval.ms", max(100.0, session / 10)))
+        return session / 1000, beat / 1000
+
+
+@dataclass
+class Polled:
+    """What one poll of the group returned: records, and partitions that reached their end."""
+
+    records: list[Message]
+    at_end: list[Where]
+    answered: bool
+    """The broker answered something (records, ends or errors): it is reachable."""
+
+
+def consumer_failure(err: KafkaError, instance_id: str | None = None) -> str | None:
+    """Why a consumer error must stop the process, or None when librdkafka retries it.
+
+    Besides librdkafka's fatal errors (a static member fenced by another process with the
+    same instance id arrives as ``_FATAL``, whose ``fatal()`` is False): a session timeout
+    the broker refuses.  librdkafka retries that JoinGroup forever, so a daemon would run
+    without ever joining (measured on Apache Kafka, default minimum 6 s).
+    """
+    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+        return (
+            f"{err.str()}: the broker's group.min.session.timeout.ms and "
+            "group.max.session.timeout.ms do not allow this session timeout (--session-timeout)"
+        )
+    if err.code() != KafkaError._FATAL and not err.fatal():
+        return None
+    reason = err.str().split(": Fatal consumer error")[0].split(": ConsumerGroupHeartbeat")[0]
+    if instance_id is not None and "instance" in reason.lower():
+        return f"{reason} (instance id {instance_id!r}: is another process running with it?)"
+    return reason
+
+
+class GroupConsumer:
+    """A consumer-group member: incremental assignment, static membership, one error policy.
+
+    No network happens in ``__init__``; the client is created by :meth:`subscribe`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        membership: Membership,
+        *,
+        error_cb: Callable[[KafkaError], None] | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.membership = membership
+        self.config = membership.config(settings)
+        if error_cb is not None:
+            self.config["error_cb"] = error_cb
+        if logger is not None:
+            self.config["logger"] = logger
+        self._client: Consumer | None = None
+
+    @property
+    def incremental(self) -> bool:
+        """True when assignment callbacks receive only the partitions that move."""
+        conf = self.config
+        strategy = str(conf.get("partition.assignment.strategy", ""))
+        return conf.get("group.protocol") == "consumer" or "cooperative" in strategy
+
+    @property
+    def client(self) -> Consumer:
+        """The confluent consumer (after :meth:`subscribe`)."""
+        if self._client is None:
+            raise BrokerError("the group consumer is not subscribed yet", retryable=False)
+        return self._client
+
+    def subscribe(
+        self,
+        topics: list[str],
+        *,
+        on_assign: OnPartitions,
+        on_revoke: OnPartitions,
+        on_lost: OnPartitions | None = None,
+    ) -> None:
+        """Join the group; callbacks run inside :meth:`poll` on the polling thread.
+
+        ``on_assign`` may set each partition's offset; the partitions are taken after it
+        returns.  ``on_revoke`` (and ``on_lost``, which defaults to it) run while the
+        partitions are still ours; they are given back after the callback, even if it raised.
+        """
+        try:
+            self._client = Consumer(self.config)
+        except KafkaException as exc:
+            raise BrokerError(f"invalid Kafka consumer settings: {exc}", retryable=False) from exc
+        lost = on_lost or on_revoke
+        self._client.subscribe(
+            topics,
+            on_assign=lambda c, ps: self._take(on_assign, ps),
+            on_revoke=lambda c, ps: self._give_back(on_revoke, ps),
+            on_lost=lambda c, ps: self._give_back(lost, ps),
+        )
+
+    def _take(self, callback: OnPartitions, partitions: list[KafkaPartition]) -> None:
+        callback(partitions)
+        if self.incremental:
+            self.client.incremental_assign(partitions)
+        else:
+            self.client.assign(partitions)
+
+    def _give_back(self, callback: OnPartitions, partitions: list[KafkaPartition]) -> None:
+        try:
+            callback(partitions)
+        finally:
+            if self.incremental:
+                self.client.incremental_unassign(partitions)
+            else:
+                self.client.unassign()
+
+    def poll(self, size: int, timeout: float) -> Polled:
+        """Up to ``size`` records; raise BrokerError on an error that must stop the member."""
+        messages = self.client.consume(size, timeout)
+        records: list[Message] = []
+        at_end: list[Where] = []
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                records.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                at_end.append((str(msg.topic()), int(msg.partition() or 0)))
+            else:
+                failure = consumer_failure(err, self.membership.instance_id)
+                if failure is not None:
+                    raise BrokerError(f"consumer failed: {failure}", retryable=False)
+                _log.warning("consumer error (retried by the client): %s", err.str())
+        return Polled(records, at_end, bool(messages))
+
+    def commit(self, offsets: list[KafkaPartition]) -> None:
+        """Commit offsets to the group asynchronously (an optimisation for lag tools)."""
+        try:
+            self.client.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            _log.debug("kafka offset commit failed: %s", exc)
+
+    def reachable(self, topic: str | None = None, timeout: float = 0.5) -> bool:
+        """True when the broker answers a metadata request (an idle topic sends nothing)."""
+        try:
+            if topic is None:
+                self.client.list_topics(timeout=timeout)
+            else:
+                self.client.list_topics(topic, timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
+    def high_watermark(self, partition: KafkaPartition) -> int | None:
+        """The partition's end as cached from fetches (never a fresh ListOffsets)."""
+        try:
+            _, high = self.client.get_watermark_offsets(partition, cached=True)
+        except KafkaException:
+            return None
+        return None if high < 0 else int(high)
+
+    def close(self) -> None:
+        """Leave the group (a static member keeps its place for the session) and close."""
+        if self._client is not None:
+            self._client.close()
+
+
+@contextlib.contextmanager
+def assigned_consumer(
+    settings: Settings, starts: Iterable[KafkaPartition], *, group: str, **overrides: Any
+) -> Iterator[Consumer]:
+    """A consumer reading fixed partitions from given offsets (no group join), closed on exit."""
+    try:
+        consumer = Consumer(
+            settings.client_config(**{**FAST_CONSUMER, "group.id": group, **overrides})
+        )
+    except KafkaException as exc:
+        raise BrokerError(f"invalid Kafka consumer settings: {exc}", retryable=False) from exc
+    try:
+        consumer.assign(list(starts))
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def partition_end(msg: Message) -> bool:
+    """True for a partition-end event; raise BrokerError for any other consumer error."""
+    err = msg.error()
+    if err is None:
+        return False
+    if err.code() == KafkaError._PARTITION_EOF:
+        return True
+    raise BrokerError(f"reading the log failed: {err.str()}")
 
 
 @dataclass(frozen=True)
@@ -46,36 +345,28 @@ def read_topic(
     """
     topic = topic or settings.topic
     partitions = topic_partitions(settings, topic)
-    consumer = Consumer(
-        settings.client_config(**{**FAST_CONSUMER, "group.id": "stepledger-reader"})
-    )
     start = OFFSET_BEGINNING if from_beginning else -1  # -1 is OFFSET_END
-    consumer.assign([TopicPartition(topic, p, start) for p in partitions])
-    at_end: set[int] = set()
+    starts = [KafkaPartition(topic, p, start) for p in partitions]
+    ended: set[int] = set()
     began = last_data = time.monotonic()
-    try:
+    with assigned_consumer(settings, starts, group="stepledger-reader") as consumer:
         while True:
             now = time.monotonic()
             if max_time is not None and now - began > max_time:
                 return
             if stopped is not None and stopped():
                 return
-            if not follow and len(at_end) == len(partitions) and now - last_data > idle_timeout:
+            if not follow and len(ended) == len(partitions) and now - last_data > idle_timeout:
                 return
             msg = consumer.poll(0.1)
             if msg is None:
                 continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(msg.partition() or 0))
-                    continue
-                raise BrokerError(f"consume failed: {err.str()}")
-            at_end.discard(int(msg.partition() or 0))
+            if partition_end(msg):
+                ended.add(int(msg.partition() or 0))
+                continue
+            ended.discard(int(msg.partition() or 0))
             last_data = time.monotonic()
             yield _record(msg, codec)
-    finally:
-        consumer.close()
 
 
 def _record(msg: Message, codec: Codec) -> Record:

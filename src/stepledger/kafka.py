@@ -16,12 +16,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
@@ -41,16 +41,6 @@ DURABLE_PRODUCER = {
     "enable.idempotence": True,
     "linger.ms": 0,
     "max.in.flight.requests.per.connection": 5,
-}
-#: Settings that let a consumer-group join finish in about a second on the dev broker
-#: (defaults take ~23 s on Tansu) and a fetch return quickly when data arrives.
-FAST_CONSUMER = {
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 500,
-    "fetch.wait.max.ms": 50,
-    "enable.auto.commit": False,
-    "enable.partition.eof": True,
-    "auto.offset.reset": "earliest",
 }
 
 
@@ -246,48 +236,6 @@ class DurableProducer:
         self._producer = None
         if remaining:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
-
-
-def consumer_failure(err: KafkaError) -> str | None:
-    """Why a consumer error must stop the process, or None when librdkafka retries it.
-
-    Besides librdkafka's fatal errors: a session timeout the broker refuses.  librdkafka
-    retries that JoinGroup forever, so a daemon would run without ever joining (measured on
-    Apache Kafka, whose default ``group.min.session.timeout.ms`` is 6 s).
-    """
-    if err.code() == KafkaError.INVALID_SESSION_TIMEOUT:
-        return (
-            f"{err.str()}: the broker's group.min.session.timeout.ms and "
-            "group.max.session.timeout.ms do not allow this session timeout (--session-timeout)"
-        )
-    return err.str() if err.fatal() else None
-
-
-def cooperative(config: Mapping[str, Any]) -> bool:
-    """True when a group consumer with this config rebalances incrementally.
-
-    With ``partition.assignment.strategy=cooperative-sticky`` (any broker) or the KIP-848
-    protocol (``group.protocol=consumer``, Apache Kafka 4.x) an assignment callback receives
-    only the partitions that move, and must add them with ``incremental_assign``.
-    """
-    strategy = str(config.get("partition.assignment.strategy", ""))
-    return str(config.get("group.protocol", "")) == "consumer" or "cooperative" in strategy
-
-
-def take_assigned(consumer: Consumer, partitions: list[TopicPartition], incremental: bool) -> None:
-    """Start consuming partitions handed over in an on_assign callback (either protocol)."""
-    if incremental:
-        consumer.incremental_assign(partitions)
-    else:
-        consumer.assign(partitions)
-
-
-def give_back(consumer: Consumer, partitions: list[TopicPartition], incremental: bool) -> None:
-    """Stop consuming partitions taken away in an on_revoke callback (either protocol)."""
-    if incremental:
-        consumer.incremental_unassign(partitions)
-    else:
-        consumer.unassign()
 
 
 def position_of(msg: Message) -> Position:

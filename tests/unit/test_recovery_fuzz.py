@@ -92,7 +92,7 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     tmp_path: Path, seed: int
 ) -> None:
     first = daemon(tmp_path, seed)
-    first._on_assign(_NoConsumer(), [])  # type: ignore[arg-type]
+    first._on_assign([])
     first.caught_up.add(0)
     first.fence.assigned({0})
     fuzzer = EventFuzzer(seed, workflows=6, steps=3, past_range=0.05)
@@ -123,10 +123,3 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     second._collect(wait=10.0)
     second._pool.shutdown(wait=True)
     second.store.close()
-
-
-class _NoConsumer:
-    """Stands for the consumer in an assignment callback with nothing to assign."""
-
-    def assign(self, partitions: list[Any]) -> None:
-        """Nothing to do."""

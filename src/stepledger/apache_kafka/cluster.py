@@ -256,7 +256,13 @@ def server_properties(
 
 
 def _cluster_id() -> str:
-    return urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # As Kafka's own Uuid.randomUuid: an id starting with "-" is read as an option by
+    # kafka-storage's argument parser (measured: "--cluster-id: expected one argument").
+    for _ in range(100):
+        made = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
+    raise BrokerError("no usable Kafka cluster id", retryable=False)
 
 
 def _java_command(java: str, classpath: str, workdir: Path, main: str) -> list[str]:

@@ -10,6 +10,7 @@ import click
 from confluent_kafka import KafkaError, KafkaException
 
 from stepledger.config import Settings, load_settings, parse_kafka_options
+from stepledger.consume import GROUP_PROTOCOLS
 from stepledger.errors import StepLedgerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +41,23 @@ def kafka_options(fn: F) -> F:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def group_options(fn: F) -> F:
+    """Add --instance-id and --group-protocol (how a daemon takes part in its group)."""
+    fn = click.option(
+        "--group-protocol",
+        envvar="STEPLEDGER_GROUP_PROTOCOL",
+        type=click.Choice(GROUP_PROTOCOLS),
+        help="Rebalance protocol: classic (cooperative-sticky, any broker) or consumer "
+        "(KIP-848, Apache Kafka 4.x) [default: -X group.protocol, else classic].",
+    )(fn)
+    return click.option(
+        "--instance-id",
+        envvar="STEPLEDGER_INSTANCE_ID",
+        help="Static group membership (group.instance.id), unique per instance: a restart "
+        "within the session timeout keeps its partitions.",
+    )(fn)
 
 
 def settings_from(params: dict[str, Any]) -> Settings:

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
@@ -108,6 +108,7 @@ def register(group: click.Group) -> None:
     type=click.FloatRange(1.0),
     help="Consumer-group session timeout in seconds (how soon a killed member expires).",
 )
+@group_options
 @click.option(
     "--memory-limit",
     default=DEFAULT_MEMORY_LIMIT,
@@ -141,6 +142,8 @@ def project(settings: Settings, **opts: Any) -> None:
         cache_workflows=opts["cache_workflows"],
         session_timeout_s=opts["session_timeout"],
         memory_limit=opts["memory_limit"],
+        instance_id=opts["instance_id"],
+        group_protocol=opts["group_protocol"],
     )
     metrics = ProjectorMetrics()
     serve_metrics(metrics.registry, opts["metrics_port"])

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
+from stepledger.consume import GroupProtocol
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
@@ -40,12 +41,6 @@ def parse_duration(text: str) -> timedelta:
     if match is None:
         raise click.BadParameter(f"expected a duration like 90s, 15m, 2h or 7d, got {text!r}")
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
-
-
-def group_timing(session: timedelta) -> dict[str, int]:
-    """librdkafka group settings for a session timeout (heartbeats ten times per session)."""
-    session_ms = max(1000, int(session.total_seconds() * 1000))
-    return {"session.timeout.ms": session_ms, "heartbeat.interval.ms": max(100, session_ms // 10)}
 
 
 def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -118,6 +113,7 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Consumer-group session timeout: how soon a dead daemon's partitions move.",
 )
+@group_options
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
 @click.option(
     "--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True
@@ -135,6 +131,8 @@ def recover_command(
     workers: int,
     retain: str,
     session_timeout: str,
+    instance_id: str | None,
+    group_protocol: GroupProtocol | None,
     metrics_port: int | None,
     log_format: str,
     log_level: str,
@@ -149,7 +147,9 @@ def recover_command(
         grace_s=parse_duration(grace).total_seconds(),
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
-        consumer=group_timing(parse_duration(session_timeout)),
+        session_timeout_s=parse_duration(session_timeout).total_seconds(),
+        instance_id=instance_id,
+        group_protocol=group_protocol,
         shared_state_dir=shared_state,
     )
     metrics = RecoveryMetrics()

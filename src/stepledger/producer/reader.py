@@ -21,6 +21,7 @@ recovery daemon's decision) by reading only that partition from there on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -28,13 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.consume import assigned_consumer, partition_end
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka import FAST_CONSUMER, Position, topic_partitions
+from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.partitioner import configured, partition_of
 
@@ -53,7 +55,7 @@ _BATCH = 5000
 #: One consume call waits this long at most; partition-EOF events arrive within it.
 _POLL_S = 0.01
 #: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
-_READER = {**FAST_CONSUMER, "group.id": "stepledger-workflow-reader", "fetch.wait.max.ms": 10}
+_READER = "stepledger-workflow-reader"
 
 
 class WorkflowReader(Protocol):
@@ -255,7 +257,7 @@ def read_to_end(
                 raise BrokerError(f"could not reach the end of {settings.topic} in time")
             for msg in consumer.consume(_BATCH, _POLL_S):
                 where = (str(msg.topic()), int(msg.partition() or 0))
-                if _at_eof(msg):
+                if partition_end(msg):
                     # Once a partition reached its end it stays done: records written after
                     # this read began are newer than the read, and chasing them under a
                     # steady stream of writes (many agents, a slow broker) never ends.
@@ -286,7 +288,7 @@ def follow_partition(
     with _assigned(settings, {(after.topic, after.partition): after.offset + 1}) as consumer:
         while time.monotonic() < deadline:
             for msg in consumer.consume(_BATCH, _POLL_S):
-                if _at_eof(msg) or msg.key() != key:
+                if partition_end(msg) or msg.key() != key:
                     continue
                 _decode_into(found, msg, codec)
                 if found and until(found[-1]):
@@ -294,27 +296,10 @@ def follow_partition(
     return found
 
 
-class _assigned:
+def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextManager[Consumer]:
     """A consumer assigned to fixed partitions and offsets (no group join), closed on exit."""
-
-    def __init__(self, settings: Settings, starts: Starts) -> None:
-        self.consumer = Consumer(settings.client_config(**_READER))
-        self.consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
-
-    def __enter__(self) -> Consumer:
-        return self.consumer
-
-    def __exit__(self, *exc: object) -> None:
-        self.consumer.close()
-
-
-def _at_eof(msg: Message) -> bool:
-    err = msg.error()
-    if err is None:
-        return False
-    if err.code() == KafkaError._PARTITION_EOF:
-        return True
-    raise BrokerError(f"reading the log failed: {err.str()}")
+    parts = [TopicPartition(t, p, o) for (t, p), o in starts.items()]
+    return assigned_consumer(settings, parts, group=_READER, **{"fetch.wait.max.ms": 10})
 
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:

@@ -14,23 +14,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import OFFSET_BEGINNING, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.config import Settings
-from stepledger.errors import BrokerError
-from stepledger.kafka import (
-    FAST_CONSUMER,
-    consumer_failure,
-    cooperative,
-    ensure_topics,
-    give_back,
-    take_assigned,
-    topic_partitions,
-)
+from stepledger.consume import GroupConsumer, GroupProtocol, Membership
+from stepledger.kafka import ensure_topics, topic_partitions
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
@@ -81,6 +72,19 @@ class ProjectorOptions:
     """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
     shard_lock_timeout_s: float = 30.0
     """How long a newly assigned shard waits for its previous owner to release the lock."""
+    instance_id: str | None = None
+    """Static group membership: a restart within the session timeout moves no partition."""
+    group_protocol: GroupProtocol | None = None
+    """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
+
+    def membership(self) -> Membership:
+        """How the projector takes part in its consumer group."""
+        return Membership(
+            group=self.group,
+            session_timeout_s=self.session_timeout_s,
+            protocol=self.group_protocol,
+            instance_id=self.instance_id,
+        )
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -88,7 +92,7 @@ BatchHook = Callable[[BatchReport], None]
 
 @dataclass
 class _Loop:
-    consumer: Consumer
+    consumer: GroupConsumer
     options: ProjectorOptions
     metrics: ProjectorMetrics
     on_batch: BatchHook | None
@@ -98,8 +102,6 @@ class _Loop:
     dirty: set[Where] = field(default_factory=set)
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
-    incremental: bool = False
-    """The group rebalances incrementally (cooperative-sticky or KIP-848)."""
     watch: BrokerWatch | None = None
     """One line when the broker is lost and one when it is back."""
 
@@ -118,19 +120,22 @@ def run_projector(
     on_batch: BatchHook | None = None,
 ) -> None:
     """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
+    membership = options.membership()  # a bad group setting fails before any network
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
         topic_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
-    config = settings.client_config(**_consumer_config(options))
     watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
     metrics.broker_up.set(1)
-    config["error_cb"] = watch.on_error
-    config["logger"] = client_logger("stepledger.projector.kafka")
-    loop = _Loop(Consumer(config), options, metrics, on_batch, settings)
-    loop.incremental = cooperative(config)
+    consumer = GroupConsumer(
+        settings,
+        membership,
+        error_cb=watch.on_error,
+        logger=client_logger("stepledger.projector.kafka"),
+    )
+    loop = _Loop(consumer, options, metrics, on_batch, settings)
     loop.watch = watch
     thresholds = gc.get_threshold()
     # Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
@@ -183,8 +188,8 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         pipeline.drain()
     loop.consumer.subscribe(
         topics,
-        on_assign=lambda c, ps: _on_assign(loop, ps),
-        on_revoke=lambda c, ps: _on_revoke(loop, ps),
+        on_assign=lambda ps: _on_assign(loop, ps),
+        on_revoke=lambda ps: _on_revoke(loop, ps),
     )
     log.info("projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group)
     try:
@@ -200,18 +205,6 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
     log.info("projector stopped cleanly")
 
 
-def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
-    session_ms = max(1000, int(options.session_timeout_s * 1000))
-    return {
-        **FAST_CONSUMER,
-        "group.id": options.group,
-        "session.timeout.ms": session_ms,
-        "heartbeat.interval.ms": max(100, session_ms // 10),
-        # Only the partitions that move are revoked and assigned: the others keep writing.
-        "partition.assignment.strategy": "cooperative-sticky",
-    }
-
-
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     state = loop.state
     keys = [(tp.topic, tp.partition) for tp in partitions]
@@ -222,7 +215,6 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
         )
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
-    take_assigned(loop.consumer, partitions, loop.incremental)
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
     kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
@@ -251,7 +243,6 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
             _commit_to_kafka(loop)
         loop.state.close(gone)
     finally:
-        give_back(loop.consumer, partitions, loop.incremental)
         loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
         loop.dirty -= set(gone)
         for topic, partition in gone:
@@ -263,9 +254,9 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
 
 
 def _step(loop: _Loop) -> None:
-    messages = loop.consumer.consume(loop.options.batch_size, loop.options.batch_timeout_s)
-    _watch_broker(loop, bool(messages))
-    records = [m for m in messages if _usable(m)]
+    polled = loop.consumer.poll(loop.options.batch_size, loop.options.batch_timeout_s)
+    _watch_broker(loop, polled.answered)
+    records = polled.records
     for where, batch in _by_partition(records).items():
         pipeline = loop.state.pipeline(where)
         if pipeline is None:
@@ -316,26 +307,9 @@ def _watch_broker(loop: _Loop, answered: bool) -> None:
         return
     if answered:
         watch.reachable()
-    elif watch.should_probe():
+    elif watch.should_probe() and loop.consumer.reachable():
         # An idle topic sends nothing back: its metadata tells that the broker is up.
-        try:
-            loop.consumer.list_topics(timeout=0.5)
-        except KafkaException:
-            return
         watch.reachable()
-
-
-def _usable(msg: Message) -> bool:
-    err = msg.error()
-    if err is None:
-        return True
-    if err.code() == KafkaError._PARTITION_EOF:
-        return False
-    failure = consumer_failure(err)
-    if failure is not None:
-        raise BrokerError(f"consumer failed: {failure}", retryable=False)
-    log.warning("consumer error (retried by the client): %s", err.str())
-    return False
 
 
 def _committed_offsets(loop: _Loop) -> dict[Where, int]:
@@ -352,13 +326,9 @@ def _commit_to_kafka(loop: _Loop) -> None:
         for tp in loop.assigned
         if (tp.topic, tp.partition) in committed
     ]
-    if not offsets:
-        return
-    try:
-        loop.consumer.commit(offsets=offsets, asynchronous=True)
-    except KafkaException as exc:
+    if offsets:
         # Only an optimisation: the offsets that count are in DuckDB.
-        log.debug("kafka offset commit failed: %s", exc)
+        loop.consumer.commit(offsets)
 
 
 def _publish(loop: _Loop, *, everything: bool = False) -> None:
@@ -377,11 +347,8 @@ def _publish(loop: _Loop, *, everything: bool = False) -> None:
 def _refresh_lag(loop: _Loop) -> None:
     committed = _committed_offsets(loop)
     for tp in loop.assigned:
-        try:
-            _, high = loop.consumer.get_watermark_offsets(tp, cached=True)
-        except KafkaException:
-            continue
-        if high < 0:
+        high = loop.consumer.high_watermark(tp)
+        if high is None:
             continue
         lag = max(0, high - committed.get((tp.topic, tp.partition), 0))
         loop.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)

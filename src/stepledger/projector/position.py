@@ -23,8 +23,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stepledger.config import Settings
+from stepledger.consume import assigned_consumer
 from stepledger.errors import ViewStoreError
-from stepledger.kafka import FAST_CONSUMER
 
 Offsets = dict[tuple[str, int], int]
 #: The offset and value of the last event projected from (topic, partition) below an offset.
@@ -55,10 +55,9 @@ def check_positions(
         expected[(topic, partition)] = None if found is None else found[1]
     if not probes:
         return
-    conf = {**FAST_CONSUMER, "group.id": "stepledger-position-check", "auto.offset.reset": "error"}
-    consumer = Consumer(settings.client_config(**conf))
-    try:
-        consumer.assign([TopicPartition(t, p, n - 1) for (t, p), n in probes.items()])
+    starts = [TopicPartition(t, p, n - 1) for (t, p), n in probes.items()]
+    conf = {"auto.offset.reset": "error"}
+    with assigned_consumer(settings, starts, group="stepledger-position-check", **conf) as consumer:
         answers = _probe(consumer, probes, timeout)
         for where, offset in probes.items():
             problem = _verdict(consumer, offset, answers.get(where), expected[where], where)
@@ -73,8 +72,6 @@ def check_positions(
                     f"{wanted[where]}: the topic was re-created or the broker restarted empty; "
                     f"rebuild the projection with `stepledger rebuild --db {db} --force`"
                 )
-    finally:
-        consumer.close()
 
 
 _Answer = tuple[str, bytes | None]

@@ -19,8 +19,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
+from stepledger.consume import assigned_consumer
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
-from stepledger.kafka import FAST_CONSUMER, topic_partitions
+from stepledger.kafka import topic_partitions
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
@@ -127,26 +128,36 @@ def _read_all(
         for t in topics
         for p in topic_partitions(settings, t)
     ]
-    conf = {**FAST_CONSUMER, "group.id": f"{projector.group}-rebuild", "enable.auto.commit": False}
-    consumer = Consumer(settings.client_config(**conf))
     pipeline = Pipeline(projector, on_commit=lambda batch: _count(report, batch))
     try:
-        consumer.assign(partitions)
-        expected = _expected(consumer, partitions, cached=False)
-        at_end: set[tuple[str, int]] = set()
-        while len(at_end) < len(partitions):
-            records = _next_batch(consumer, batch_size, at_end)
-            if records:
-                pipeline.feed(records)
-            if progress is not None:
-                expected = max(expected, _expected(consumer, partitions, cached=True))
-                progress(report.records, max(expected, report.records))
-        pipeline.close()
-        if progress is not None:
-            progress(report.records, report.records)
+        with assigned_consumer(
+            settings, partitions, group=f"{projector.group}-rebuild"
+        ) as consumer:
+            _read_into(pipeline, consumer, partitions, batch_size, report, progress)
     finally:
         pipeline.stop()
-        consumer.close()
+
+
+def _read_into(
+    pipeline: Pipeline,
+    consumer: Consumer,
+    partitions: list[KafkaPartition],
+    batch_size: int,
+    report: RebuildReport,
+    progress: ProgressHook | None,
+) -> None:
+    expected = _expected(consumer, partitions, cached=False)
+    at_end: set[tuple[str, int]] = set()
+    while len(at_end) < len(partitions):
+        records = _next_batch(consumer, batch_size, at_end)
+        if records:
+            pipeline.feed(records)
+        if progress is not None:
+            expected = max(expected, _expected(consumer, partitions, cached=True))
+            progress(report.records, max(expected, report.records))
+    pipeline.close()
+    if progress is not None:
+        progress(report.records, report.records)
 
 
 def _next_batch(consumer: Consumer, size: int, at_end: set[tuple[str, int]]) -> list[Message]:

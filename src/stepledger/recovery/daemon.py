@@ -29,32 +29,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.consume import GroupConsumer, Polled
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
-from stepledger.errors import BrokerError, OwnershipLostError, StepLedgerError
-from stepledger.kafka import (
-    FAST_CONSUMER,
-    admin,
-    consumer_failure,
-    cooperative,
-    take_assigned,
-    topic_partitions,
-)
+from stepledger.errors import OwnershipLostError, StepLedgerError
+from stepledger.kafka import admin, topic_partitions
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import (
@@ -108,11 +95,8 @@ class RecoveryDaemon:
         )
         self.shutdown = shutdown or Shutdown()
         self._claims = ClaimBoard(options.claim_timeout_s)
-        group_config = {**FAST_CONSUMER, **options.consumer}
-        self.fence = Fence(
-            float(group_config.get("session.timeout.ms", 45_000)) / 1000,
-            float(group_config.get("heartbeat.interval.ms", 3_000)) / 1000,
-        )
+        self.membership = options.membership(CLIENT_ID)
+        self.fence = Fence(*self.membership.fence_timing)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(
             FencedLog(self.log, self.fence),
@@ -134,8 +118,6 @@ class RecoveryDaemon:
         self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
         self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
         self._capacity = max(1, options.workers) * max(1, options.queue_per_worker)
-        self._consumer: Consumer | None = None
-        self._incremental = False
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
     # -- the loop ----------------------------------------------------------------------
@@ -146,18 +128,12 @@ class RecoveryDaemon:
         # projector does) instead of logging connection errors forever while "healthy".
         topic_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
-        config = self.settings.client_config(
-            **{
-                **FAST_CONSUMER,
-                "group.id": self.options.group,
-                "client.id": CLIENT_ID,
-                **self.options.consumer,
-            }
+        consumer = GroupConsumer(
+            self.settings,
+            self.membership,
+            error_cb=self.watch.on_error,
+            logger=client_logger("stepledger.recovery.kafka"),
         )
-        self._incremental = cooperative(config)
-        config["error_cb"] = self.watch.on_error
-        config["logger"] = client_logger("stepledger.recovery.kafka")
-        consumer = self._consumer = Consumer(config)
         consumer.subscribe(
             [self.settings.topic],
             on_assign=self._on_assign,
@@ -176,16 +152,18 @@ class RecoveryDaemon:
         finally:
             self._stop(consumer)
 
-    def tick(self, consumer: Consumer) -> None:
+    def tick(self, consumer: GroupConsumer) -> None:
         """One turn: read a batch, collect finished work, checkpoint, dispatch due work."""
         wait = self._wait_time()
-        messages = consumer.consume(self.options.batch_size, wait)
+        polled: Polled = consumer.poll(self.options.batch_size, wait)
         self.fence.polled()
-        if messages:
+        if polled.answered:
             self.watch.reachable()
-        elif self.watch.should_probe():
-            self._probe(consumer)
-        for msg in messages:
+        elif self.watch.should_probe() and consumer.reachable(self.settings.topic):
+            # An idle topic sends nothing back: its metadata tells that the broker is up.
+            self.watch.reachable()
+        self.caught_up.update(partition for _, partition in polled.at_end)
+        for msg in polled.records:
             self._handle(msg)
         self._collect()
         now = time.monotonic()
@@ -194,14 +172,6 @@ class RecoveryDaemon:
         self._dispatch()
         if now - self._last_health >= self.options.health_interval_s:
             self._health()
-
-    def _probe(self, consumer: Consumer) -> None:
-        # An idle topic sends nothing back: ask for its metadata to learn the broker is up.
-        try:
-            consumer.list_topics(self.settings.topic, timeout=0.5)
-        except KafkaException:
-            return
-        self.watch.reachable()
 
     def _wait_time(self) -> float:
         # While work is out, come back quickly to collect it; otherwise sleep in the poll
@@ -215,17 +185,7 @@ class RecoveryDaemon:
         return wait
 
     def _handle(self, msg: Message) -> None:
-        err = msg.error()
         partition = int(msg.partition() or 0)
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                self.caught_up.add(partition)
-                return
-            failure = consumer_failure(err)
-            if failure is not None:
-                raise BrokerError(f"recovery consumer failed: {failure}", retryable=False)
-            logger.warning("consume error", extra={"error": err.str()})
-            return
         offset = int(msg.offset() or 0)
         try:
             event = self.codec.decode(msg.value())
@@ -399,12 +359,11 @@ class RecoveryDaemon:
         if sweep:
             self._last_sweep = self._last_checkpoint
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             offset = self.tracker.load(tp.partition, self.store.load(tp.topic, tp.partition))
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
-        take_assigned(consumer, partitions, self._incremental)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()
@@ -423,7 +382,7 @@ class RecoveryDaemon:
             extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         """Partitions are handed over in order: queued work dropped, running work finished."""
         gone = {tp.partition for tp in partitions}
         self._cancel_queued(gone)
@@ -433,7 +392,7 @@ class RecoveryDaemon:
         self.fence.revoked(gone)
         self._forget(gone, "partitions revoked")
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, partitions: list[TopicPartition]) -> None:
         """Partitions were taken while we were away: nothing more is appended for them."""
         gone = {tp.partition for tp in partitions}
         self.fence.revoked(gone)
@@ -488,7 +447,7 @@ class RecoveryDaemon:
         since = self.watch.down_since
         return 0.0 if since is None else round(time.monotonic() - since, 3)
 
-    def _stop(self, consumer: Consumer) -> None:
+    def _stop(self, consumer: GroupConsumer) -> None:
         self._collect(wait=self.options.drain_timeout_s)
         try:
             self.checkpoint()

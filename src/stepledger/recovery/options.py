@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepledger.consume import GroupProtocol, Membership
+
 DEFAULT_GROUP = "stepledger-recovery"
 
 
@@ -39,11 +41,28 @@ class DaemonOptions:
     """Longest a compensation waits to read its own claim back; past it, no hook runs."""
     health_interval_s: float = 1.0
     """How often the health file is rewritten."""
+    session_timeout_s: float = 6.0
+    """Consumer-group session timeout: how soon a dead daemon's partitions move (classic)."""
+    instance_id: str | None = None
+    """Static group membership: a restart within the session timeout moves no partition."""
+    group_protocol: GroupProtocol | None = None
+    """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
     consumer: dict[str, Any] = field(default_factory=dict)
-    """Extra librdkafka consumer settings."""
+    """Extra librdkafka consumer settings, applied last."""
     shared_state_dir: Path | None = None
     """A directory every daemon of the group reaches: one checkpoint file per partition
     there, so a moved partition resumes from its checkpoint (None: ``state_dir``'s own file)."""
+
+    def membership(self, client_id: str) -> Membership:
+        """How the daemon takes part in its consumer group."""
+        return Membership(
+            group=self.group,
+            session_timeout_s=self.session_timeout_s,
+            protocol=self.group_protocol,
+            instance_id=self.instance_id,
+            client_id=client_id,
+            extra=self.consumer,
+        )
 
     @property
     def health_file(self) -> Path:

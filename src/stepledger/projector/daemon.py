@@ -47,7 +47,7 @@ from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.snapshots import is_shard_dir
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "stepledger.duckdb"
 
@@ -125,7 +125,7 @@ def run_projector(
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
     config = settings.client_config(**_consumer_config(options))
-    watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
+    watch = BrokerWatch(logger, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
     metrics.broker_up.set(1)
     config["error_cb"] = watch.on_error
     config["logger"] = client_logger("stepledger.projector.kafka")
@@ -186,7 +186,9 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         on_assign=lambda c, ps: _on_assign(loop, ps),
         on_revoke=lambda c, ps: _on_revoke(loop, ps),
     )
-    log.info("projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group)
+    logger.info(
+        "projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group
+    )
     try:
         while not shutdown.requested:
             _step(loop)
@@ -197,7 +199,7 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         state.close([(tp.topic, tp.partition) for tp in loop.assigned])
     finally:
         loop.consumer.close()
-    log.info("projector stopped cleanly")
+    logger.info("projector stopped cleanly")
 
 
 def _consumer_config(options: ProjectorOptions) -> dict[str, Any]:
@@ -226,7 +228,7 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
     kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
-    log.info(
+    logger.info(
         "assigned %s",
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
@@ -259,7 +261,7 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
                 loop.metrics.lag.remove(topic, str(partition))
             except KeyError:
                 continue
-    log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
+    logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
 
 
 def _step(loop: _Loop) -> None:
@@ -297,7 +299,7 @@ def _committed(loop: _Loop, report: BatchReport) -> None:
     if report.skipped:
         # The consumer went back below what is projected: on Kafka, the log was reset under
         # a running projector (an assignment checks it; see projector.position).
-        log.error(
+        logger.error(
             "%d records below the stored offsets were not projected again; if the topic was "
             "re-created, stop and run `stepledger rebuild --db %s --force`",
             report.skipped,
@@ -334,7 +336,7 @@ def _usable(msg: Message) -> bool:
     failure = consumer_failure(err)
     if failure is not None:
         raise BrokerError(f"consumer failed: {failure}", retryable=False)
-    log.warning("consumer error (retried by the client): %s", err.str())
+    logger.warning("consumer error (retried by the client): %s", err.str())
     return False
 
 
@@ -358,7 +360,7 @@ def _commit_to_kafka(loop: _Loop) -> None:
         loop.consumer.commit(offsets=offsets, asynchronous=True)
     except KafkaException as exc:
         # Only an optimisation: the offsets that count are in DuckDB.
-        log.debug("kafka offset commit failed: %s", exc)
+        logger.debug("kafka offset commit failed: %s", exc)
 
 
 def _publish(loop: _Loop, *, everything: bool = False) -> None:

@@ -8,6 +8,7 @@ import statistics
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
 from stepledger.broker import LocalBroker
@@ -117,6 +118,11 @@ def cli(run: Callable[..., list[Row]], description: str | None) -> None:
     args = parser.parse_args()
     with run_broker(args.engine, args.bootstrap) as bootstrap:
         print(table(run(quick=args.quick, bootstrap=bootstrap)))
+
+
+def fixed_clock(at: datetime) -> Callable[[], datetime]:
+    """A clock that always reads ``at``."""
+    return lambda: at
 
 
 def percentile(values: list[float], q: float) -> float:

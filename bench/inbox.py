@@ -30,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from bench.common import Row, cli, median, percentile
+from bench.common import Row, cli, fixed_clock, median, percentile
 from stepledger.codec import Codec
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
@@ -56,7 +56,7 @@ def _events(cases: int) -> list[ev.Event]:
     out: list[ev.Event] = []
     for n in range(cases):
         at = start + timedelta(seconds=15 * n)
-        f = EventFactory(f"fleet-{n % 5}", "bench", clock=lambda at=at: at)
+        f = EventFactory(f"fleet-{n % 5}", "bench", clock=fixed_clock(at))
         tool = TOOLS[n % len(TOOLS)]
         wf = f"open-{n:06d}"
         if n % 5 == 4:

@@ -36,13 +36,17 @@ def _raw_producer(settings: Settings) -> Producer:
     return producer
 
 
-def _payloads(n: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+# confluent-kafka's produce() takes headers whose values may also be str.
+Payload = tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]
+
+
+def _payloads(n: int) -> list[Payload]:
     """Pre-encoded intent records: exactly the bytes the SDK produces."""
     codec, factory = Codec(), EventFactory("bench", "bench")
-    out = []
+    out: list[Payload] = []
     for i in range(n):
         event = factory.intent(f"wf-{i}", "s", TOOL, ARGS, sequence=0)
-        out.append((event.workflow_id.encode(), codec.encode(event), event_headers(event)))
+        out.append((event.workflow_id.encode(), codec.encode(event), list(event_headers(event))))
     return out
 
 

@@ -117,8 +117,8 @@ def raw_pipeline(settings: Settings, db: Path, n: int) -> float:
         for msg in consumer.consume(10_000, 0.5):
             if msg.error() is not None:
                 continue
-            value = msg.value()
-            r = fastavro.schemaless_reader(
+            value = msg.value() or b""
+            r: Any = fastavro.schemaless_reader(
                 io.BytesIO(value[10:]), schema, None, return_record_name=True
             )
             for name in (

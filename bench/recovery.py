@@ -25,7 +25,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, broker, cli, fresh_settings, percentile, produce_bulk
+from bench.common import (
+    Row,
+    broker,
+    cli,
+    fixed_clock,
+    fresh_settings,
+    percentile,
+    produce_bulk,
+)
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import resolution as rs
@@ -85,7 +93,7 @@ def open_intents(
     records = []
     for i in range(n):
         start = due[i] - timedelta(seconds=tool.timeout_s)
-        factory = EventFactory("bench", "agent", clock=lambda start=start: start)
+        factory = EventFactory("bench", "agent", clock=fixed_clock(start))
         event = factory.intent(f"{prefix}-{i}", "s", tool, {**ARGS, "i": i}, sequence=0)
         records.append((event.workflow_id.encode(), codec.encode(event)))
     return records
@@ -224,7 +232,7 @@ def raw_resolution(servers: str, n: int = 300) -> list[float]:
         )  # connect first
         for i in range(n):
             began = time.perf_counter()
-            answer = _found(f"k{i}", ARGS)
+            answer = _found(ARGS, f"k{i}")
             log.append(
                 factory.outcome(
                     f"raw-{i}",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,7 +172,8 @@ def raw_scan(settings: Settings) -> float:
         )
     )
     consumer.assign([TopicPartition(settings.topic, p, 0) for p in partitions])
-    found, at_end = [], set()
+    found: list[object] = []
+    at_end: set[int | None] = set()
     while len(at_end) < len(partitions):
         for msg in consumer.consume(10_000, 0.01):
             err = msg.error()
@@ -187,7 +189,7 @@ def raw_scan(settings: Settings) -> float:
     return time.perf_counter() - began
 
 
-def median_of(fn: Any, repeats: int) -> float:
+def median_of(fn: Callable[[], float], repeats: int) -> float:
     """The median of ``repeats`` timed runs."""
     return statistics.median(fn() for _ in range(repeats))
 

@@ -149,7 +149,7 @@ def _pauses(old: Projector, new: Projector, since: float) -> list[float]:
     for at, kind, parts in old.changes():
         if kind == "revoked" and at >= since:
             revoked.update({p: at for p in parts if p not in revoked})
-    pauses = []
+    pauses: list[float] = []
     for at, kind, parts in new.changes():
         if kind == "assigned" and at >= since:
             pauses.extend(at - revoked[p] for p in parts if p in revoked)

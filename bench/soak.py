@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from stepledger.chaos.harness import TERMINAL, ChaosOptions, Run
 from stepledger.chaos.invariants import check_all
@@ -74,7 +75,7 @@ def main() -> None:
         args.json.write_text(json.dumps(report, indent=2))
 
 
-def soak(seconds: float, kill_every: float, wave: int, seed: int) -> dict[str, object]:
+def soak(seconds: float, kill_every: float, wave: int, seed: int) -> dict[str, Any]:
     """Run the soak; return its summary and the RSS samples per minute."""
     options = ChaosOptions(workflows=wave, seed=seed, duration_s=seconds + 600)
     stack_options = StackOptions(topic_prefix=f"soak-{seed}", fleet_id="soak")
@@ -87,7 +88,8 @@ def soak(seconds: float, kill_every: float, wave: int, seed: int) -> dict[str, o
         samples, stop = Samples(), threading.Event()
         sampler = threading.Thread(target=_sample, args=(run, samples, stop), daemon=True)
         sampler.start()
-        waves, kills, status = 0, 0, {}
+        waves, kills = 0, 0
+        status: dict[str, str] = {}
         began = last_kill = time.monotonic()
         while time.monotonic() - began < seconds:
             plan = make_plan(

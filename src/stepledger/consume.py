@@ -34,7 +34,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, ConfigError, StepLedgerError
 from stepledger.kafka import Headers, Position, position_of, topic_partitions
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Settings that let a consumer-group join finish in about a second on the dev broker
 #: (defaults take ~23 s on Tansu) and a fetch return quickly when data arrives.
@@ -251,7 +251,7 @@ class GroupConsumer:
                 failure = consumer_failure(err, self.membership.instance_id)
                 if failure is not None:
                     raise BrokerError(f"consumer failed: {failure}", retryable=False)
-                _log.warning("consumer error (retried by the client): %s", err.str())
+                logger.warning("consumer error (retried by the client): %s", err.str())
         return Polled(records, at_end, bool(messages))
 
     def commit(self, offsets: list[KafkaPartition]) -> None:
@@ -259,7 +259,7 @@ class GroupConsumer:
         try:
             self.client.commit(offsets=offsets, asynchronous=True)
         except KafkaException as exc:
-            _log.debug("kafka offset commit failed: %s", exc)
+            logger.debug("kafka offset commit failed: %s", exc)
 
     def reachable(self, topic: str | None = None, timeout: float = 0.5) -> bool:
         """True when the broker answers a metadata request (an idle topic sends nothing)."""

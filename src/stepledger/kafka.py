@@ -30,7 +30,7 @@ from stepledger.errors import BrokerError, DurabilityError
 #: Record headers; a header may carry no value (None), which stays None end to end.
 Headers = list[tuple[str, bytes | None]]
 
-_log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 #: Consecutive records timed out before the client is taken for stuck and replaced.
 _STUCK_AFTER_TIMEOUTS = 2
 
@@ -102,7 +102,7 @@ class DurableProducer:
                 old.poll(0)
             except KafkaException:
                 pass
-        _log.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
+        logger.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
 
     def _note(self, err: KafkaError) -> None:
         # Besides fatal errors: a client whose records keep timing out can be stuck for good

@@ -292,7 +292,7 @@ def append_events(settings: Settings, events: list[Event]) -> None:
 def services_stack(base: Path) -> Iterator[Stack]:
     """The three example services in ``base`` and a Stack over them; all stopped after."""
     services = {
-        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
+        kind: start_service(kind, base / f"{kind}.sqlite")
         for kind in ("payments", "bookings", "email")
     }
     stack = Stack(services, dict(os.environ))

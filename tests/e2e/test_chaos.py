@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ def external(engine: str, request: pytest.FixtureRequest) -> Callable[..., list[
     return args
 
 
-def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict, str]:
+def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [*CHAOS, "--report", str(report), "--workdir", str(tmp_path / "work"), *args],

@@ -49,7 +49,11 @@ def _faults(cluster: KafkaBroker, topic: str, done: list[str]) -> None:
         cluster.kill_node(leader)
         killed.add(leader)
         done.append(f"sigkill node {leader}")
-        assert wait_until(lambda gone=leader: leader_moved(cluster, topic, gone), 30, 0.2)
+
+        def moved(gone: int = leader) -> bool:
+            return leader_moved(cluster, topic, gone)
+
+        assert wait_until(moved, 30, 0.2)
         time.sleep(2.0)  # agents keep writing on the survivors for a moment
         cluster.restart_node(leader)
         done.append(f"restart node {leader}")

@@ -58,7 +58,7 @@ def stack(module_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
 
     base = tmp_path_factory.mktemp("recovery-crash")
     services = {
-        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
+        kind: start_service(kind, base / f"{kind}.sqlite")
         for kind in ("payments", "bookings", "email")
     }
     stack = Stack(services, dict(os.environ))
@@ -88,9 +88,9 @@ def resolved(watcher: LogWatcher, workflow: str, step: str = "s") -> StepState:
 
     def check() -> StepState | None:
         state = watcher.step(workflow, step)
-        settled = state is not None and not state.in_doubt
-        settled = settled and state.status is not StepStatus.COMPENSATING
-        return state if settled else None
+        if state is None or state.in_doubt or state.status is StepStatus.COMPENSATING:
+            return None
+        return state
 
     return wait_for(check, budget + 3.0, f"{workflow} to be resolved")
 

@@ -70,7 +70,8 @@ def test_hook_that_always_fails_stops_at_max_attempts_and_is_dead_lettered(
     assert [t.attempt for t in tries] == [1, 2, 3]
     assert all(t.error and "ToolServiceError" in t.error for t in tries)
     [abandonment] = [e for e in events if isinstance(e.body, ev.StepAbandoned)]
-    assert "3 recovery attempts failed" in abandonment.body.reason  # type: ignore[union-attr]
+    assert isinstance(abandonment.body, ev.StepAbandoned)
+    assert "3 recovery attempts failed" in abandonment.body.reason
     letters = list(
         read_topic(
             settings, codec_for(settings), topic=settings.dlq_topic, idle_timeout=0.2, max_time=20

@@ -100,7 +100,7 @@ def test_cli_broker_serves_and_sigterm_leaves_no_process_and_no_directory(
     assert (tmp_path / "kafka-1.log").read_text()
 
 
-def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
+def _consume(bootstrap: str, topic: str, count: int) -> list[bytes | None]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -109,7 +109,7 @@ def _consume(bootstrap: str, topic: str, count: int) -> list[bytes]:
         }
     )
     consumer.subscribe([topic])
-    values: list[bytes] = []
+    values: list[bytes | None] = []
     deadline = time.monotonic() + 60
     try:
         while len(values) < count and time.monotonic() < deadline:

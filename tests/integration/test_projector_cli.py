@@ -66,7 +66,11 @@ def test_query_works_while_project_runs_and_is_at_most_the_interval_stale(
         for i, event in enumerate(log[1:6], start=2):
             acked = time.monotonic()
             produce_events(settings, [event])
-            wait_for(lambda i=i: snapshot_count(db) >= i, 30, f"event {i} in a snapshot")
+
+            def in_snapshot(count: int = i) -> bool:
+                return snapshot_count(db) >= count
+
+            wait_for(in_snapshot, 30, f"event {i} in a snapshot")
             lags.append(time.monotonic() - acked)
         assert max(lags) <= INTERVAL + 1.0, lags
 

@@ -22,7 +22,7 @@ CHARGE = {"amount": 300, "currency": "EUR", "customer": "cus_9"}
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, RunningService]]:
     base = tmp_path_factory.mktemp("tools")
     running = {
-        kind: start_service(kind, base / f"{kind}.sqlite")  # type: ignore[arg-type]
+        kind: start_service(kind, base / f"{kind}.sqlite")
         for kind in ("payments", "bookings", "email")
     }
     yield running

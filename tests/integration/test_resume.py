@@ -137,9 +137,14 @@ def test_a_resume_through_the_snapshot_reader_replays_without_calls(
 ) -> None:
     db = tmp_path / "ledger.duckdb"
     calls: list[str] = []
+
+    def pay(args: dict[str, Any], key: str) -> dict[str, str]:
+        calls.append(key)
+        return {"paid": key}
+
     with Ledger(settings) as ledger:
         wf = ledger.workflow("wf-r")
-        wf.step("pay", PAY, {"amount": 3}, lambda a, k: calls.append(k) or {"paid": k})
+        wf.step("pay", PAY, {"amount": 3}, pay)
     rebuild(settings, db)
     with Ledger(settings, reader=SnapshotTailReader(settings, db)) as ledger:
         wf = ledger.workflow("wf-r")

@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from stepledger.config import Settings
 from stepledger.projector.schema import TABLES
@@ -66,7 +67,7 @@ def projected(shards: Path) -> int:
         con.close()
 
 
-def union_contents(shards: Path) -> dict[str, list[tuple[object, ...]]]:
+def union_contents(shards: Path) -> dict[str, list[tuple[Any, ...]]]:
     con = connect_union(shards)
     try:
         return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}

@@ -26,9 +26,14 @@ def events_of(settings: Settings) -> list[Any]:
 
 def test_step_brackets_call_with_durable_intent_and_outcome(settings: Settings) -> None:
     seen: list[str] = []
+
+    def charge(args: dict[str, Any], key: str) -> int:
+        seen.append(key)
+        return 42
+
     with Ledger(settings) as ledger:
         wf = ledger.start("wf-1")
-        result = wf.step("charge", PAY, {"amount": 5}, fn=lambda a, key: seen.append(key) or 42)
+        result = wf.step("charge", PAY, {"amount": 5}, fn=charge)
     assert result == 42
     events = events_of(settings)
     assert [e.type for e in events] == ["workflow_started", "step_intended", "step_outcome"]

@@ -42,7 +42,7 @@ def records(settings: Settings, topic: str) -> list[Record]:
 
 
 def raw(record: Record) -> bytes:
-    headers = b"".join(k.encode() + v for k, v in record.headers)
+    headers = b"".join(k.encode() + (v or b"") for k, v in record.headers)
     return (record.key or b"") + (record.value or b"") + headers
 
 
@@ -118,6 +118,7 @@ def test_no_secret_reaches_topic_dead_letters_duckdb_cli_or_logs(
     shown = runner.invoke(cli, ["workflows", "show", WF, *flags])
     assert shown.exit_code == 0 and "declined" in shown.output
     escalation = next(r.event for r in letters if r.event).body.escalation_id  # type: ignore[union-attr]
+    assert isinstance(escalation, str)
     queue = runner.invoke(cli, ["escalations", "show", escalation, *flags])
     assert queue.exit_code == 0, queue.output
     for text in (shown.output, queue.output, seen["doubt"], seen["context"], caplog.text):

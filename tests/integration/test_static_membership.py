@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ class Member:
 
 
 @pytest.fixture
-def members(tmp_path: Path) -> list[Member]:
+def members(tmp_path: Path) -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
     for member in started:

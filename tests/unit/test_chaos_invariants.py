@@ -5,7 +5,7 @@ from __future__ import annotations
 from stepledger.chaos.invariants import Evidence, check_all
 from stepledger.chaos.plan import CrashPoint, make_plan
 from stepledger.domain import events as ev
-from stepledger.domain.enums import OutcomeStatus, Source
+from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.tools import Found, Tool
 from tests.unit.factories import factory
 
@@ -116,7 +116,7 @@ def test_plans_are_reproducible_from_the_seed() -> None:
 def test_a_workflow_ended_compensated_with_an_effect_left_standing_is_flagged() -> None:
     log = charge_log("w", OutcomeStatus.SUCCEEDED)
     key = key_of(log)
-    log.append(F.envelope("w", None, ev.WorkflowFinished(status="compensated")))
+    log.append(F.envelope("w", None, ev.WorkflowFinished(status=WorkflowStatus.COMPENSATED)))
     charged = {"charge": {key: 1}}
     standing = Evidence(log, effects=charged, charges_by_workflow={"w": 1})
     standing.captured_by_workflow = {"w": 1}

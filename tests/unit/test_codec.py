@@ -11,7 +11,7 @@ import pytest
 
 from stepledger.codec import Codec, RegistryFraming, load_envelope_schema, to_record
 from stepledger.domain import events as ev
-from stepledger.domain.enums import OutcomeStatus, Source
+from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 from tests.unit.factories import factory, pay_tool
 
@@ -94,7 +94,9 @@ def older_schema() -> dict[str, Any]:
     for branch in body["type"]:
         if isinstance(branch, dict) and branch["name"].endswith("StepIntended"):
             branch["fields"] = [f for f in branch["fields"] if f["name"] != "requires_approval"]
-    return dict(fastavro.parse_schema(schema))
+    parsed = fastavro.parse_schema(schema)
+    assert isinstance(parsed, dict)
+    return dict(parsed)
 
 
 @pytest.mark.parametrize("registry", [False, True], ids=["single-object", "registry"])
@@ -120,7 +122,7 @@ def test_unknown_older_writer_is_refused_without_its_schema() -> None:
 def test_the_0_2_0_fields_round_trip() -> None:
     f = factory()
     finished = ev.WorkflowFinished(
-        status="compensation_incomplete",
+        status=WorkflowStatus.COMPENSATION_INCOMPLETE,
         detail="left standing: email",
         escalation_id="esc-1",
         left_standing_json='[{"step_id":"email"}]',

@@ -75,7 +75,7 @@ def test_envelope_matches_its_schema() -> None:
     check_record(Event, schema, skip={"body"})
     body = next(f for f in schema["fields"] if f["name"] == "body")
     assert body["type"] == [f"stepledger.{m.__name__}" for m in BODY_TYPES]
-    tags = [m.model_fields["type"].annotation for m in BODY_TYPES]
+    tags: list[object] = [m.model_fields["type"].annotation for m in BODY_TYPES]
     assert all(get_origin(t) is Literal for t in tags)
 
 

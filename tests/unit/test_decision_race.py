@@ -45,7 +45,7 @@ def test_a_decision_the_daemon_recorded_first_is_the_one_the_resumed_agent_follo
     book = world.services.book
     assert book.query is not None
     query = book.query
-    raced = []
+    raced: list[bool] = []
 
     def query_after_the_daemon(args: dict[str, Any], key: str) -> Any:
         if not raced:
@@ -137,8 +137,13 @@ def test_an_agent_call_that_outlived_its_deadline_follows_the_daemons_compensati
 def test_a_call_that_ended_in_time_reads_nothing_back() -> None:
     world = World()
     ledger = world.ledger()
-    reads = []
-    ledger.reader.read = lambda wf_id: reads.append(wf_id) or []  # type: ignore[method-assign]
+    reads: list[str] = []
+
+    def read(workflow_id: str) -> list[ev.Event]:
+        reads.append(workflow_id)
+        return []
+
+    ledger.reader.read = read  # type: ignore[method-assign]
     wf = ledger.start("wf")
     wf.step("book", world.services.book, ARGS["book"])
     assert reads == []

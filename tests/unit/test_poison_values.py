@@ -97,4 +97,6 @@ def test_an_event_whose_rows_cannot_be_staged_is_dead_lettered_and_the_rest_proj
     tables = table_contents(db)
     assert len(tables["events"]) == 4  # both good events and the two valid "big" ones
     assert {row[0] for row in tables["workflows"]} == {"ok", "big"}
-    assert [r[-1] for r in tables["offsets"]] == [messages[-1].offset() + 1]
+    last = messages[-1].offset()
+    assert last is not None
+    assert [r[-1] for r in tables["offsets"]] == [last + 1]

@@ -104,9 +104,12 @@ def test_intents_outcomes_compensations_and_abandonments_project_to_their_status
     ]
     db = tmp_path / "p.duckdb"
     project(db, to_messages(log))
-    got = dict(
-        rows(db, "SELECT step_id, status || CASE WHEN in_doubt THEN '?' ELSE '' END FROM steps")
-    )
+    got = {
+        step: status
+        for step, status in rows(
+            db, "SELECT step_id, status || CASE WHEN in_doubt THEN '?' ELSE '' END FROM steps"
+        )
+    }
     assert got == {
         "charge": "succeeded",
         "hotel": "compensated",

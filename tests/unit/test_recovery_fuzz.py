@@ -113,8 +113,8 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     first.store.close()
     # Another daemon takes the partition over from the checkpoint the first one left.
     second = daemon(tmp_path, seed)
-    offset = second.tracker.load(0, second.store.load("fuzz", 0))
-    assert offset == 1500
+    resume_at = second.tracker.load(0, second.store.load("fuzz", 0))
+    assert resume_at == 1500
     assert len(second.tracker.steps) <= tracked + len(second.tracker.unloadable)
     second.caught_up.add(0)
     second.fence.assigned({0})

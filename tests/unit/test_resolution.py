@@ -94,12 +94,13 @@ def test_exhausted_attempts_give_up_and_dead_letter() -> None:
 def test_failed_attempts_back_off_doubling_up_to_the_timeout() -> None:
     step = step_of(PAY)
     assert step.deadline is not None
-    failed = replace(step, recovery_attempts=2, last_at=step.deadline + timedelta(seconds=10))
+    last_at = step.deadline + timedelta(seconds=10)
+    failed = replace(step, recovery_attempts=2, last_at=last_at)
     due = rs.due_at(failed, PAY, grace=timedelta(0), retry_base_s=0.5)
-    assert due == failed.last_at + timedelta(seconds=1.0)
+    assert due == last_at + timedelta(seconds=1.0)
     many = replace(failed, recovery_attempts=9)
     assert rs.due_at(many, PAY, grace=timedelta(0), retry_base_s=0.5) == (
-        failed.last_at + timedelta(seconds=PAY.timeout_s)
+        last_at + timedelta(seconds=PAY.timeout_s)
     )
 
 

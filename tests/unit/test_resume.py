@@ -23,7 +23,7 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver
 from tests.unit.resume_fakes import Crash, World, crash_after
 
-ARGS = {
+ARGS: dict[str, dict[str, Any]] = {
     "read": {"q": "flights"},
     "charge": {"amount": 120},
     "book": {"hotel": "Ritz"},

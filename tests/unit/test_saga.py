@@ -28,7 +28,7 @@ from stepledger.errors import (
     SagaViolationError,
     StepInDoubtError,
 )
-from stepledger.inbox.cases import escalation_case
+from stepledger.inbox.cases import Answer, escalation_case
 from stepledger.producer import approval
 from stepledger.producer.reader import InMemoryWorkflowReader
 from tests.unit.factories import factory
@@ -243,7 +243,12 @@ def test_an_agent_can_wait_for_the_approval() -> None:
         return position
 
     wf.record = record  # type: ignore[method-assign]
-    approver = threading.Thread(target=lambda: requested.wait(10) and decide(world, granted=True))
+
+    def approve() -> None:
+        if requested.wait(10):
+            decide(world, granted=True)
+
+    approver = threading.Thread(target=approve)
     approver.start()
     assert wf.step("wire", GATED, {}, lambda a, k: "wired") == "wired"
     approver.join(10)
@@ -348,7 +353,7 @@ def test_a_human_who_took_the_forward_action_makes_the_workflow_compensated() ->
     wf.compensate("cancelled")
     escalation = wf.state.escalation_id
     assert escalation is not None
-    answer = ev.EscalationResolved(escalation_id=escalation, verdict="compensated", by="ana")
+    answer = ev.EscalationResolved(escalation_id=escalation, verdict=Verdict.COMPENSATED, by="ana")
     wf.record(F.envelope("wf", None, answer))
     assert wf.state.status is RunStatus.COMPENSATED and wf.state.escalation_id is None
 
@@ -394,9 +399,9 @@ def test_the_inbox_shows_effects_left_standing_as_an_open_case_with_their_answer
     assert escalation is not None
     case = escalation_case("wf", escalation, world.log.workflow_events("wf"))
     assert case is not None and case.is_open and case.step_id is None
-    assert set(case.options) == {Verdict.COMPENSATED, Verdict.CLEARED}
+    assert set(case.options) == {Answer.COMPENSATED, Answer.CLEARED}
     assert case.evidence["left_standing"][0]["step_id"] == "email"
-    answer = ev.EscalationResolved(escalation_id=escalation, verdict="compensated", by="ana")
+    answer = ev.EscalationResolved(escalation_id=escalation, verdict=Verdict.COMPENSATED, by="ana")
     wf.record(F.envelope("wf", None, answer))
     closed = escalation_case("wf", escalation, world.log.workflow_events("wf"))
     assert closed is not None and not closed.is_open

@@ -159,10 +159,9 @@ def test_arguments_digest_detects_other_arguments_but_not_other_secrets() -> Non
     assert "other arguments" in str(
         mismatch(state, "s", tool.name, tool.arguments_digest(other), 0)
     )
-    assert (
-        tool.arguments_digest(ARGS)
-        == keyed_factory().intent("w", "s", tool, ARGS, sequence=0).body.arguments_digest
-    )  # type: ignore[union-attr]
+    recorded = keyed_factory().intent("w", "s", tool, ARGS, sequence=0).body
+    assert isinstance(recorded, ev.StepIntended)
+    assert tool.arguments_digest(ARGS) == recorded.arguments_digest
 
 
 def test_plan_mismatch_still_raised_for_changed_non_secret_arguments() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, Verdict
-from stepledger.domain.state import RunStatus, StepStatus, replay
+from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Tool
 from tests.unit.factories import comp_key, factory, pay_tool
 
@@ -17,13 +17,18 @@ def started(attempt: int = 1, read_only: bool = False) -> ev.Event:
     return F.workflow_started("wf", name="", attempt=attempt, read_only=read_only, max_attempts=2)
 
 
+def run_status(state: WorkflowState) -> RunStatus:
+    """The run status read afresh (mypy would keep an earlier assert's narrowing)."""
+    return state.status
+
+
 def intent(step: str = "s", attempt: int = 1, tool: Tool = PAY, seq: int = 0) -> ev.Event:
     return F.intent("wf", step, tool, {"a": 1}, sequence=seq, attempt=attempt)
 
 
 def outcome(
     status: OutcomeStatus, step: str = "s", attempt: int = 1, source: Source = Source.AGENT
-):
+) -> ev.Event:
     return F.outcome("wf", step, attempt=attempt, status=status, source=source, result={"ok": 1})
 
 
@@ -97,7 +102,8 @@ def test_compensation_path() -> None:
         ev.CompensationOutcome(status=CompensationStatus.NOTHING_TO_UNDO, source=Source.AGENT),
     )
     state.apply(done)
-    assert state.steps["s"].status is StepStatus.COMPENSATED
+    after = state.steps["s"]
+    assert after.status is StepStatus.COMPENSATED
 
 
 def test_abandonment_and_human_verdict_rejudge_the_step() -> None:
@@ -128,7 +134,8 @@ def test_approval_gate() -> None:
     state = replay("wf", [started(), request])
     assert state.steps["s"].status is StepStatus.AWAITING_APPROVAL
     state.apply(F.envelope("wf", "s", ev.ApprovalDecided(granted=True, by="ann")))
-    assert state.steps["s"].status is StepStatus.APPROVED
+    decided = state.steps["s"]
+    assert decided.status is StepStatus.APPROVED
     state.apply(intent())
     assert state.steps["s"].in_doubt
 
@@ -141,7 +148,8 @@ def test_dead_letter_and_clearing() -> None:
     cleared = F.envelope(
         "wf", None, ev.EscalationResolved(escalation_id="e", verdict=Verdict.CLEARED, by="ann")
     )
-    assert state.apply(cleared) is None and state.status is RunStatus.RUNNING
+    assert state.apply(cleared) is None
+    assert run_status(state) is RunStatus.RUNNING
 
 
 def test_read_only_restart_forgets_earlier_steps() -> None:

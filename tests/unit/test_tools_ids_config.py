@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,9 @@ from tests.unit.factories import factory, pay_tool
         ({"effect": "sideways"}, "effect"),
     ],
 )
-def test_invalid_tools_are_refused_with_a_clear_message(kwargs: dict, message: str) -> None:
+def test_invalid_tools_are_refused_with_a_clear_message(
+    kwargs: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ToolDefinitionError, match=message):
         Tool(name="t", **kwargs)
 
@@ -61,7 +64,7 @@ def test_policies_default_from_effect() -> None:
 def test_tool_is_frozen() -> None:
     tool = Tool(name="a", effect="idempotent")
     with pytest.raises(Exception, match="frozen"):
-        tool.name = "b"  # type: ignore[misc]
+        tool.name = "b"
 
 
 def test_ids_are_deterministic_and_distinct() -> None:
@@ -106,7 +109,7 @@ def test_settings_precedence_flags_env_file(tmp_path: Path) -> None:
     "flags,message",
     [({"bootstrap": "nohost"}, "HOST:PORT"), ({"durable_timeout_s": -1}, "durable_timeout_s")],
 )
-def test_bad_settings_raise_config_error(flags: dict, message: str) -> None:
+def test_bad_settings_raise_config_error(flags: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_settings(flags, env={})
 

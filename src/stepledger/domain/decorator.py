@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import TypeAdapter
 
@@ -31,13 +31,27 @@ from stepledger.errors import ToolDefinitionError
 KEY = "idempotency_key"
 
 
-def tool(fn: Callable[..., Any] | None = None, /, **spec: Any) -> Any:
+@overload
+def tool(fn: Callable[..., Any], /, **spec: Any) -> Tool: ...
+
+
+@overload
+def tool(fn: None = None, /, **spec: Any) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None, /, **spec: Any
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a Tool of a function: ``@tool`` or ``@tool(keyed=True, compensate=...)``.
 
     Keywords are :class:`Tool`'s fields (``name`` defaults to the function's name).
     """
     if fn is None:
-        return lambda f: function_tool(f, **spec)
+
+        def decorate(f: Callable[..., Any]) -> Tool:
+            return function_tool(f, **spec)
+
+        return decorate
     return function_tool(fn, **spec)
 
 

@@ -20,7 +20,7 @@ from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.recovery.registry import ToolRegistry
 
-logger = logging.getLogger("stepledger.inbox")
+logger = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765

@@ -30,7 +30,7 @@ from stepledger.resolution.hooks import intent_arguments, known_result
 if TYPE_CHECKING:
     from stepledger.producer.workflow import Workflow
 
-logger = logging.getLogger("stepledger.producer")
+logger = logging.getLogger(__name__)
 
 
 def compensate(workflow: Workflow, reason: str) -> list[str]:

@@ -40,7 +40,7 @@ from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.partitioner import configured, partition_of
 
-logger = logging.getLogger("stepledger.producer.reader")
+logger = logging.getLogger(__name__)
 
 Until = Callable[[Event], bool]
 Starts = dict[tuple[str, int], int]

@@ -38,7 +38,7 @@ from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.snapshots import is_shard_dir
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "stepledger.duckdb"
 
@@ -127,7 +127,7 @@ def run_projector(
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaDeadLetters(settings)
-    watch = BrokerWatch(log, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
+    watch = BrokerWatch(logger, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
     metrics.broker_up.set(1)
     consumer = GroupConsumer(
         settings,
@@ -191,7 +191,9 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         on_assign=lambda ps: _on_assign(loop, ps),
         on_revoke=lambda ps: _on_revoke(loop, ps),
     )
-    log.info("projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group)
+    logger.info(
+        "projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group
+    )
     try:
         while not shutdown.requested:
             _step(loop)
@@ -202,7 +204,7 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         state.close([(tp.topic, tp.partition) for tp in loop.assigned])
     finally:
         loop.consumer.close()
-    log.info("projector stopped cleanly")
+    logger.info("projector stopped cleanly")
 
 
 def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
@@ -218,7 +220,7 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
     kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
-    log.info(
+    logger.info(
         "assigned %s",
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
@@ -250,7 +252,7 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
                 loop.metrics.lag.remove(topic, str(partition))
             except KeyError:
                 continue
-    log.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
+    logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
 
 
 def _step(loop: _Loop) -> None:
@@ -288,7 +290,7 @@ def _committed(loop: _Loop, report: BatchReport) -> None:
     if report.skipped:
         # The consumer went back below what is projected: on Kafka, the log was reset under
         # a running projector (an assignment checks it; see projector.position).
-        log.error(
+        logger.error(
             "%d records below the stored offsets were not projected again; if the topic was "
             "re-created, stop and run `stepledger rebuild --db %s --force`",
             report.skipped,

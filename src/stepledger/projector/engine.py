@@ -34,7 +34,7 @@ from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjecti
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 DEFAULT_GROUP = "stepledger-projector"
 DEFAULT_CACHE_WORKFLOWS = 20_000
@@ -314,7 +314,7 @@ class Projector:
             str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
         )
         headers = message_headers(record)
-        log.warning(
+        logger.warning(
             "dead-lettering %s:%d@%d (%s): %s",
             origin.topic,
             origin.partition,

@@ -24,7 +24,7 @@ from confluent_kafka import Message
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
 from stepledger.projector.snapshot import publish_snapshot
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[BatchReport], None]
 SnapshotHook = Callable[[Path], None]
@@ -47,7 +47,7 @@ class Pipeline:
 
     def feed(self, records: Sequence[Message]) -> None:
         """Prepare a batch here, then hand it to the writer once the previous one committed."""
-        log.debug("batch of %d records", len(records), extra={"records": len(records)})
+        logger.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()
         batch = self.projector.prepare(records, settle=self.drain)
         self.drain()
@@ -94,7 +94,7 @@ class Pipeline:
     def _committed(self, batch: PreparedBatch, began: float) -> None:
         report = batch.report
         report.seconds = time.perf_counter() - began
-        log.debug(
+        logger.debug(
             "committed %d records (%d new events)",
             report.received,
             report.projected,

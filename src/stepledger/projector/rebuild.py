@@ -7,7 +7,6 @@ reported its end.  The file is built under a temporary name and moved into place
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -35,8 +34,6 @@ from stepledger.projector.engine import (
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
-
-log = logging.getLogger(__name__)
 
 #: Called after each batch with (records read, records expected so far).
 ProgressHook = Callable[[int, int], None]

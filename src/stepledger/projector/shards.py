@@ -26,7 +26,7 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore
 from stepledger.snapshots import shard_path
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Where = tuple[str, int]
 #: Builds a pipeline (store, projector, writer thread) over an opened store.
@@ -135,7 +135,7 @@ class ShardDir:
         path = shard_path(self.directory, *where)
         if not path.exists():
             self.created.append(where)
-            log.warning(
+            logger.warning(
                 "no shard for %s[%d] at %s: projecting the partition from offset 0",
                 *where,
                 path,
@@ -154,7 +154,7 @@ class ShardDir:
                         f"shard {path} stayed locked by another process for "
                         f"{self.lock_timeout_s:g}s: {exc.message}"
                     ) from exc
-                log.info("shard %s is locked by another process; waiting", path)
+                logger.info("shard %s is locked by another process; waiting", path)
                 time.sleep(wait)
                 wait = min(1.0, wait * 2)
 

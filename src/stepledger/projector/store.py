@@ -21,7 +21,7 @@ from stepledger.errors import ViewStoreError
 from stepledger.projector.rows import Columns
 from stepledger.projector.schema import ARROW, KEYS, TABLES, create_schema
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Offsets = dict[tuple[str, int], int]
 
@@ -127,7 +127,7 @@ class ProjectionStore:
         try:
             self.con.execute("ROLLBACK")
         except duckdb.Error:
-            log.debug("rollback after a failed write failed too", exc_info=True)
+            logger.debug("rollback after a failed write failed too", exc_info=True)
 
     def checkpoint(self) -> None:
         """Flush the WAL into the database file (so a copy of the file is complete)."""
@@ -147,7 +147,7 @@ class ProjectionStore:
         try:
             self.con.execute("CHECKPOINT")
         except duckdb.Error:
-            log.warning("final checkpoint failed", exc_info=True)
+            logger.warning("final checkpoint failed", exc_info=True)
         self._reader.close()
         self.con.close()
         os.close(self._fd)

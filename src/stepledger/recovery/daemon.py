@@ -58,7 +58,7 @@ from stepledger.recovery.registry import ToolRegistry
 from stepledger.recovery.resolver import Resolution, Resolver
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 
-logger = logging.getLogger("stepledger.recovery.daemon")
+logger = logging.getLogger(__name__)
 CLIENT_ID = "stepledger-recovery"
 """The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 

@@ -49,7 +49,7 @@ from stepledger.resolution.hooks import (
 )
 from stepledger.resolution.registry import ToolRegistry
 
-logger = logging.getLogger("stepledger.recovery")
+logger = logging.getLogger(__name__)
 
 LATE_KINDS = {
     rs.LateVerdict.SUPERSEDED: "late_outcome_superseded",

@@ -122,11 +122,20 @@ def _read_all(
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
-    partitions = [
-        KafkaPartition(t, p, OFFSET_BEGINNING)
-        for t in topics
-        for p in topic_partitions(settings, t)
-    ]
+    every = [(t, p) for t in topics for p in topic_partitions(settings, t)]
+    read_partitions(settings, projector, every, batch_size, report, progress)
+
+
+def read_partitions(
+    settings: Settings,
+    projector: Projector,
+    wanted: list[tuple[str, int]],
+    batch_size: int,
+    report: RebuildReport,
+    progress: ProgressHook | None,
+) -> None:
+    """Project these partitions from offset 0 up to the end each reports."""
+    partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in wanted]
     conf = {**FAST_CONSUMER, "group.id": f"{projector.group}-rebuild", "enable.auto.commit": False}
     consumer = Consumer(settings.client_config(**conf))
     pipeline = Pipeline(projector, on_commit=lambda batch: _count(report, batch))

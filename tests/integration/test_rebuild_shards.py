@@ -1,0 +1,115 @@
+"""``stepledger rebuild --db DIR``: every shard of a shard directory, or one, from offset 0,
+each under the one-writer fence a live projector holds."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from stepledger.config import Settings
+from stepledger.projector.schema import TABLES
+from stepledger.snapshots import connect_union, shard_path, shard_snapshots
+from tests.conftest import Factory
+from tests.integration.projector_helpers import cli, produce_events, spawn_projector, wait_for
+from tests.unit.projector_harness import table_contents
+from tests.unit.projector_logs import random_log
+
+PARTITIONS = 8
+
+
+def rebuild(
+    env: dict[str, str], settings: Settings, db: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return cli(
+        env,
+        "rebuild",
+        *("--bootstrap", settings.bootstrap, "--topic", settings.topic),
+        *("--dlq-topic", settings.dlq_topic, "--db", str(db), "--no-progress"),
+        *extra,
+        timeout=120,
+    )
+
+
+def union_contents(shards: Path) -> dict[str, list[tuple[object, ...]]]:
+    con = connect_union(shards)
+    try:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+    finally:
+        con.close()
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_a_shard_directory_is_rebuilt_whole_or_one_partition_as_one_file_is(
+    make_settings: Factory, src_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=PARTITIONS)
+    events = random_log(seed=12, workflows=80)
+    produce_events(settings, events)
+    shards, single = tmp_path / "shards", tmp_path / "one.duckdb"
+    done = rebuild(src_env, settings, shards)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p for _, p in shard_snapshots(shards)) == list(range(PARTITIONS))
+    assert rebuild(src_env, settings, single).returncode == 0
+    whole = table_contents(single)
+    assert union_contents(shards) == whole
+    assert sum(o for _, _, o in whole["offsets"]) == len(events)
+
+    assert "pass --force" in one_line_error(rebuild(src_env, settings, shards))
+    # One shard lost: rebuilt alone, the other shards left as they were.
+    lost = shard_path(shards, settings.topic, 3)
+    others = {p: p.stat().st_mtime_ns for p in shards.glob("*.p000[!3].duckdb")}
+    assert len(others) == PARTITIONS - 1
+    for path in shards.glob(f"{lost.name.removesuffix('.duckdb')}*"):
+        path.unlink()
+    done = rebuild(src_env, settings, shards, "--partition", "3")
+    assert done.returncode == 0, done.stderr
+    assert {p: p.stat().st_mtime_ns for p in others} == others
+    assert union_contents(shards) == whole
+    # Rebuilt again over itself (--force): the same rows, not twice the rows.
+    assert rebuild(src_env, settings, shards, "--partition", "3", "--force").returncode == 0
+    assert union_contents(shards) == whole
+
+    past = one_line_error(rebuild(src_env, settings, shards, "--partition", "8", "--force"))
+    assert "partition 8 does not exist" in past
+    assert "--partition needs --db naming a shard directory" in one_line_error(
+        rebuild(src_env, settings, single, "--partition", "0", "--force")
+    )
+
+
+def test_a_shard_a_live_projector_holds_refuses_the_rebuild_and_is_left_alone(
+    make_settings: Factory, src_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=2)
+    events = random_log(seed=3, workflows=20)
+    produce_events(settings, events)
+    shards = tmp_path / "shards"
+    projector = spawn_projector(
+        settings, shards, src_env, "--session-timeout", "2", "--snapshot-interval", "0.2"
+    )
+    try:
+
+        def projected() -> bool:
+            if len(shard_snapshots(shards)) < 2:
+                return False
+            return sum(o for _, _, o in union_contents(shards)["offsets"]) == len(events)
+
+        wait_for(projected, 90, "both shards projected")
+        before = union_contents(shards)
+        refused = one_line_error(rebuild(src_env, settings, shards, "--force"))
+        assert "is in use (is a projector writing it?)" in refused
+        assert projector.poll() is None, "the projector must keep running"
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        _, err = projector.communicate(timeout=60)
+    assert projector.returncode == 0, err[-2000:]
+    assert union_contents(shards) == before
+    # Once the projector is gone, the same rebuild goes through and builds the same tables.
+    assert rebuild(src_env, settings, shards, "--force").returncode == 0
+    assert union_contents(shards) == before

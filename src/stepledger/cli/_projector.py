@@ -275,9 +275,9 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
     topics = (settings.topic, *opts["extra_topics"])
     sharded = is_shard_dir(opts["db_path"])
     if opts["partitions"] and not sharded:
-        raise click.UsageError("--partition needs --db naming a shard directory")
+        raise click.ClickException("--partition needs --db naming a shard directory")
     if sharded and opts["republish_dead_letters"]:
-        raise click.UsageError("--republish-dead-letters needs --db naming one file")
+        raise click.ClickException("--republish-dead-letters needs --db naming one file")
     with _ProgressBar(enabled=not opts["no_progress"]) as hook:
         if sharded:
             report = rebuild_shards(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from stepledger.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
 
+Where = tuple[str, int]
 #: Called after each batch with (records read, records expected so far).
 ProgressHook = Callable[[int, int], None]
 
@@ -122,43 +123,63 @@ def _read_all(
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
-    every = [(t, p) for t in topics for p in topic_partitions(settings, t)]
-    read_partitions(settings, projector, every, batch_size, report, progress)
+    every = {(t, p): projector for t in topics for p in topic_partitions(settings, t)}
+    read_partitions(settings, every, batch_size, report, progress)
 
 
 def read_partitions(
     settings: Settings,
-    projector: Projector,
-    wanted: list[tuple[str, int]],
+    projectors: Mapping[Where, Projector],
     batch_size: int,
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
-    """Project these partitions from offset 0 up to the end each reports."""
-    partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in wanted]
-    conf = {**FAST_CONSUMER, "group.id": f"{projector.group}-rebuild", "enable.auto.commit": False}
+    """Project each partition from offset 0 up to the end it reports, with its projector.
+
+    One consumer reads every partition; each projector (one store) gets its own pipeline.
+    """
+    partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
+    group = next(iter(projectors.values())).group if projectors else DEFAULT_GROUP
+    conf = {**FAST_CONSUMER, "group.id": f"{group}-rebuild", "enable.auto.commit": False}
     consumer = Consumer(settings.client_config(**conf))
-    pipeline = Pipeline(projector, on_commit=lambda batch: _count(report, batch))
+    route: dict[Where, Pipeline] = {}
+    made: dict[int, Pipeline] = {}
+    for where, projector in projectors.items():
+        if id(projector) not in made:
+            made[id(projector)] = Pipeline(projector, on_commit=lambda b: _count(report, b))
+        route[where] = made[id(projector)]
     try:
         consumer.assign(partitions)
         expected = _expected(consumer, partitions, cached=False)
-        at_end: set[tuple[str, int]] = set()
+        at_end: set[Where] = set()
         while len(at_end) < len(partitions):
-            records = _next_batch(consumer, batch_size, at_end)
-            if records:
+            for pipeline, records in _routed(_next_batch(consumer, batch_size, at_end), route):
                 pipeline.feed(records)
             if progress is not None:
                 expected = max(expected, _expected(consumer, partitions, cached=True))
                 progress(report.records, max(expected, report.records))
-        pipeline.close()
+        for pipeline in made.values():
+            pipeline.close()
         if progress is not None:
             progress(report.records, report.records)
     finally:
-        pipeline.stop()
+        for pipeline in made.values():
+            pipeline.stop()
         consumer.close()
 
 
-def _next_batch(consumer: Consumer, size: int, at_end: set[tuple[str, int]]) -> list[Message]:
+def _routed(
+    records: list[Message], route: Mapping[Where, Pipeline]
+) -> list[tuple[Pipeline, list[Message]]]:
+    """The records grouped by the pipeline of their partition, in log order within each."""
+    grouped: dict[int, tuple[Pipeline, list[Message]]] = {}
+    for msg in records:
+        pipeline = route[(str(msg.topic()), int(msg.partition() or 0))]
+        grouped.setdefault(id(pipeline), (pipeline, []))[1].append(msg)
+    return list(grouped.values())
+
+
+def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Message]:
     """Up to size records; partitions that reported their end are noted in at_end."""
     records = []
     for msg in consumer.consume(size, 0.5):

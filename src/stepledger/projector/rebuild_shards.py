@@ -66,16 +66,15 @@ def rebuild_shards(
         # whole rebuild, not half of it.
         for where in wanted:
             stores.append((where, _fenced(shard_path(root, *where))))
+        codec = codec_for(settings)
+        projectors = {}
         for where, store in stores:
             _empty(store)
-            projector = Projector(
-                store,
-                codec_for(settings),
-                MemoryDeadLetters(),
-                group=group,
-                cache_workflows=cache_workflows,
+            projectors[where] = Projector(
+                store, codec, MemoryDeadLetters(), group=group, cache_workflows=cache_workflows
             )
-            read_partitions(settings, projector, [where], batch_size, report, progress)
+        read_partitions(settings, projectors, batch_size, report, progress)
+        for _, store in stores:
             publish_snapshot(store)
     finally:
         for _, store in stores:

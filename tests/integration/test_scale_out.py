@@ -90,6 +90,9 @@ def test_three_projectors_one_killed_and_one_added_build_the_union_a_rebuild_bui
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(10)
         procs.append(start(settings, shards, src_env, logs[3]))
+        # Its SIGTERM handler is installed before it logs this: a SIGTERM sent while it still
+        # imports (the others may project everything first on a loaded machine) killed it.
+        wait_for(lambda: "projecting" in logs[3].read_text(), 60, "the added projector up")
         produce_events(settings, events[half:])
         wait_for(lambda: projected(shards) >= len(events), 90, "every record projected")
     finally:

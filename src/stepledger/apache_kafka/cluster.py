@@ -256,7 +256,13 @@ def server_properties(
 
 
 def _cluster_id() -> str:
-    return urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Never starting with "-": kafka-storage would read it as an option (as Kafka's own
+    # Uuid.randomUuid avoids); one draw in 64 does.
+    for _ in range(1000):
+        found = urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
+    raise BrokerError("no usable Kafka cluster id drawn")
 
 
 def _java_command(java: str, classpath: str, workdir: Path, main: str) -> list[str]:

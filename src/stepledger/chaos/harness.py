@@ -131,6 +131,8 @@ class Run:
                 stack.kafka, self.settings.topic, random.Random(options.seed)
             )
         self.fault_errors: list[str] = []
+        self.problems: list[Violation] = []
+        """What the run itself saw go wrong (a member not stopping cleanly, ...)."""
         self.acks: list[Path] = []
         self.infra_done: list[str] = []
         self.started = time.monotonic()
@@ -320,7 +322,12 @@ class Run:
 
         self.stack.wait_snapshot(target, timeout)
         for projector in self.stack.daemons("projector"):
-            projector.stop()
+            if not projector.alive:
+                continue  # killed by the plan
+            code = projector.stop()
+            if code != 0:
+                detail = f"{projector.name} exited {code} on SIGTERM"
+                self.problems.append(Violation("daemons_stop_cleanly", None, detail))
 
     def evidence(self) -> Evidence:
         """Gather everything the invariants need."""
@@ -399,7 +406,8 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:
     run.stack.start_daemons()
     if run.options.scaled and not run.wait_members_settled(timeout=min(90.0, run.left())):
-        run.fault_errors.append("members: not every partition had a shard and a checkpoint")
+        detail = "not every partition had a shard and a recovery checkpoint in time"
+        run.problems.append(Violation("members_settled", None, detail))
     status: dict[str, str] = {}
     faults = list(plan.infra)
     rounds = max(len(w.kills) for w in plan.workflows) + 2
@@ -423,6 +431,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
     found = run.evidence()
     violations = check_all(found)
     violations += [Violation("infra_fault_injected", None, e) for e in run.fault_errors]
+    violations += run.problems
     if run.left() <= 0:
         violations.append(Violation("finished_within_duration", None, "time budget exhausted"))
     return RunResult(

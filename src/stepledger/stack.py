@@ -31,9 +31,11 @@ from stepledger.apache_kafka import KafkaBroker
 from stepledger.broker import LocalBroker, S3Storage
 from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
 from stepledger.config import Settings
+from stepledger.errors import ViewStoreError
 from stepledger.examples.clients import RunningService, ServiceKind, start_service
 from stepledger.kafka import ensure_topics
 from stepledger.projector.snapshot import latest_snapshot
+from stepledger.snapshots import connect_union, shard_snapshots
 
 SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
 TOOLS = "stepledger.examples.tools:registry"
@@ -41,6 +43,7 @@ TOOLS = "stepledger.examples.tools:registry"
 # on this process's path (tests run with PYTHONPATH=src).
 _IMPORT_ROOT = Path(__file__).resolve().parents[1]
 Engine = Literal["tansu", "kafka"]
+DaemonRole = Literal["projector", "recovery"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ class StackOptions:
     """Extra environment for every child process."""
     daemon_log_level: str = "WARNING"
     """Log level of the projector and the recovery daemon (their logs go to files)."""
+    projectors: int = 1
+    """Projector processes in one group; more than one project into a shard directory."""
+    recoverers: int = 1
+    """Recovery daemons in one group; more than one share per-partition checkpoints."""
+
+    @property
+    def scaled(self) -> bool:
+        """True when several instances of a daemon share the partitions."""
+        return self.projectors > 1 or self.recoverers > 1
 
 
 @dataclass
@@ -104,8 +116,18 @@ class LocalStack:
 
     @property
     def db(self) -> Path:
-        """The projector's live DuckDB file (read its snapshot, never the file)."""
+        """The live projection: one DuckDB file, or a shard directory with several projectors.
+
+        Read its snapshots, never the live files.
+        """
+        if self.options.projectors > 1:
+            return self.workdir / "shards"
         return self.workdir / "ledger.duckdb"
+
+    @property
+    def shared_state(self) -> Path:
+        """The recovery daemons' per-partition checkpoints when there are several."""
+        return self.workdir / "recovery-shared"
 
     # -- starting -------------------------------------------------------------------------
 
@@ -182,16 +204,30 @@ class LocalStack:
                 raise failure
 
     def start_daemons(self) -> None:
-        """Start the projector and the recovery daemon as supervised subprocesses."""
-        env = self.child_env()
-        self.procs["projector"] = Proc(
-            "projector", self._projector_argv(), env, self.workdir / "projector.log"
-        ).start()
-        self._track("projector", self.procs["projector"].process)
-        self.procs["recovery"] = Proc(
-            "recovery", self._recovery_argv(), env, self.workdir / "recovery.log"
-        ).start()
-        self._track("recovery", self.procs["recovery"].process)
+        """Start the projectors and recovery daemons as supervised subprocesses.
+
+        One of each is named ``projector`` and ``recovery``; with several, ``projector-0``,
+        ``projector-1``, ... (and likewise for recovery).
+        """
+        for _ in range(self.options.projectors):
+            self.add_daemon("projector")
+        for _ in range(self.options.recoverers):
+            self.add_daemon("recovery")
+
+    def add_daemon(self, role: DaemonRole) -> Proc:
+        """Start one more projector or recovery daemon (in the same group as the others)."""
+        many = self.options.projectors if role == "projector" else self.options.recoverers
+        number = sum(1 for name in self.procs if name.split("-")[0] == role)
+        name = f"{role}-{number}" if many > 1 else role
+        argv = self._projector_argv() if role == "projector" else self._recovery_argv(name)
+        proc = Proc(name, argv, self.child_env(), self.workdir / f"{name}.log").start()
+        self.procs[name] = proc
+        self._track(role, proc.process)
+        return proc
+
+    def daemons(self, role: DaemonRole) -> list[Proc]:
+        """The projectors or the recovery daemons started so far (alive or not)."""
+        return [p for name, p in self.procs.items() if name.split("-")[0] == role]
 
     def _projector_argv(self) -> list[str]:
         return [
@@ -207,14 +243,16 @@ class LocalStack:
             self.options.daemon_log_level,
         ]
 
-    def _recovery_argv(self) -> list[str]:
+    def _recovery_argv(self, name: str) -> list[str]:
+        shared = ["--shared-state", str(self.shared_state)] if self.options.recoverers > 1 else []
         return [
             *STEPLEDGER,
             "recover",
             "--tools",
             TOOLS,
             "--state-dir",
-            str(self.workdir / "recovery"),
+            str(self.workdir / name),
+            *shared,
             "--grace",
             self.options.recovery_grace,
             "--session-timeout",
@@ -270,13 +308,15 @@ class LocalStack:
     # -- reading what the projector published ----------------------------------------------
 
     def snapshot_events(self) -> int | None:
-        """How many events the projector's latest snapshot holds (None: none readable yet)."""
-        snap = latest_snapshot(self.db)
-        if snap is None:
-            return None
+        """How many events the projector's latest snapshot holds (None: none readable yet).
+
+        With a shard directory: the events of the union of the shards' snapshots.
+        """
         try:
-            con = duckdb.connect(str(snap), read_only=True)
-        except duckdb.Error:  # a snapshot being replaced: ask again
+            con = self._open_snapshots()
+        except (duckdb.Error, ViewStoreError):  # none yet, or one being replaced: ask again
+            return None
+        if con is None:
             return None
         try:
             row = con.execute("SELECT count(*) FROM events").fetchone()
@@ -285,6 +325,12 @@ class LocalStack:
         finally:
             con.close()
         return None if row is None else int(row[0])
+
+    def _open_snapshots(self) -> duckdb.DuckDBPyConnection | None:
+        if self.options.projectors > 1:
+            return connect_union(self.db) if shard_snapshots(self.db) else None
+        snap = latest_snapshot(self.db)
+        return None if snap is None else duckdb.connect(str(snap), read_only=True)
 
     def wait_snapshot(self, events: int, timeout: float) -> bool:
         """Wait until the snapshot holds at least ``events`` events; False on timeout."""

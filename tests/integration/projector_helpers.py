@@ -23,6 +23,7 @@ from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport
 from stepledger.projector.snapshot import connect_read_only, latest_snapshot
+from stepledger.snapshots import connect_union, shard_snapshots
 
 STEPLEDGER = [sys.executable, "-m", "stepledger"]
 CODEC = Codec()
@@ -174,3 +175,15 @@ def snapshot_count(db: Path, table: str = "events") -> int:
         return int(query_one(snap, f"SELECT count(*) FROM {table}")[0][0])
     except (duckdb.Error, ViewStoreError):
         return 0
+
+
+def projected(shards: Path) -> int:
+    """Records projected according to a shard directory's snapshots (0 before any)."""
+    if not shard_snapshots(shards):
+        return 0
+    con = connect_union(shards)
+    try:
+        row = con.execute("SELECT coalesce(sum(next_offset), 0) FROM offsets").fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        con.close()

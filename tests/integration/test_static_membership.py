@@ -17,8 +17,7 @@ import pytest
 
 from stepledger.config import Settings
 from tests.conftest import Factory
-from tests.integration.projector_helpers import STEPLEDGER, produce_events, wait_for
-from tests.integration.test_scale_out import projected
+from tests.integration.projector_helpers import STEPLEDGER, produce_events, projected, wait_for
 from tests.unit.projector_logs import random_log
 
 PARTITIONS = 4

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from stepledger.chaos.invariants import Evidence, check_all
-from stepledger.chaos.plan import CrashPoint, make_plan
+from stepledger.chaos.invariants import (
+    Evidence,
+    check_all,
+    daemon_decisions,
+    decided_by_one_daemon,
+    replayed_from_zero_once,
+)
+from stepledger.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.tools import Found, Tool
@@ -127,3 +133,66 @@ def test_a_workflow_ended_compensated_with_an_effect_left_standing_is_flagged() 
         log, effects=charged, charges_by_workflow={"w": 1}, emails_by_workflow={"w": 1}
     )
     assert "compensated_leaves_nothing_standing" in kinds(emailed)
+
+
+def _by(event: ev.Event, producer: str) -> ev.Event:
+    return event.model_copy(update={"producer_id": producer})
+
+
+def _query_outcome(wf: str, producer: str) -> ev.Event:
+    outcome = F.outcome(
+        wf, "charge", attempt=1, status=OutcomeStatus.SUCCEEDED, source=Source.RECOVERY_QUERY
+    )
+    return _by(outcome, producer)
+
+
+def test_a_step_decided_by_two_daemons_is_flagged_even_under_one_event_id() -> None:
+    log = charge_log("w", None)
+    twice = [*log, _query_outcome("w", "h:1"), _query_outcome("w", "h:2")]
+    assert twice[-1].event_id == twice[-2].event_id
+    found = decided_by_one_daemon(twice, frozenset({"h:1", "h:2"}))
+    assert [v.invariant for v in found] == ["in_doubt_step_decided_once"]
+    assert "h:1" in found[0].detail and "h:2" in found[0].detail
+    # The same record from an agent's resume (not a daemon) is a race the fold settles.
+    assert decided_by_one_daemon(twice, frozenset({"h:1"})) == []
+    # An escalation after the decision is not a second decision.
+    note = ev.StepAbandoned(reason="late outcome", escalation_id="e", source=Source.RECOVERY)
+    escalated = [*log, _query_outcome("w", "h:1"), _by(F.envelope("w", "charge", note), "h:1")]
+    assert decided_by_one_daemon(escalated, frozenset({"h:1"})) == []
+    # A new attempt is decided on its own.
+    again = F.intent("w", "charge", CHARGE, {"amount": 1}, sequence=0, attempt=2)
+    retried = [*log, _query_outcome("w", "h:1"), again]
+    retried.append(
+        _by(
+            F.outcome(
+                "w", "charge", attempt=2, status=OutcomeStatus.FAILED, source=Source.RECOVERY_QUERY
+            ),
+            "h:2",
+        )
+    )
+    assert decided_by_one_daemon(retried, frozenset({"h:1", "h:2"})) == []
+    assert len(daemon_decisions(retried, frozenset({"h:1", "h:2"}))) == 2
+
+
+def test_a_partition_replayed_from_zero_twice_or_never_is_flagged() -> None:
+    once = {p: 1 for p in range(4)}
+    assert replayed_from_zero_once({"projector": once, "recovery": once}, 4) == []
+    assert replayed_from_zero_once({}, 0) == [], "unchecked with one daemon of each kind"
+    found = replayed_from_zero_once({"projector": {**once, 2: 2}, "recovery": {0: 1}}, 4)
+    assert [v.detail.split(":")[0] for v in found] == [
+        "projector",
+        "recovery",
+        "recovery",
+        "recovery",
+    ]
+    assert "partition 2 replayed from offset 0 2 time(s)" in found[0].detail
+
+
+def test_a_scaled_plan_kills_stops_and_adds_members_of_both_groups_once() -> None:
+    plan = make_plan(30, 1, steps=4, max_attempts=3, broker_restarts=False, scaled=True)
+    points = [f.point for f in plan.infra]
+    assert sorted(points) == sorted(p for p, _ in SCALE_FAULTS)
+    assert CrashPoint.RECOVERY_STOP in points and CrashPoint.PROJECTOR_ADDED in points
+    plain = make_plan(30, 1, steps=4, max_attempts=3, broker_restarts=False)
+    assert plain.workflows == plan.workflows
+    assert CrashPoint.RECOVERY_ADDED not in {f.point for f in plain.infra}

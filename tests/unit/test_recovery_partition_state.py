@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from stepledger.recovery.checkpoint import CheckpointBatch, PartitionedCheckpointStore
+import pytest
+from confluent_kafka import TopicPartition
+
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.log import InMemoryEventLog
+from stepledger.recovery.checkpoint import (
+    CheckpointBatch,
+    InMemoryCheckpointStore,
+    PartitionedCheckpointStore,
+)
+from stepledger.recovery.daemon import RecoveryDaemon
+from stepledger.recovery.deadletters import InMemoryDeadLetters
+from stepledger.recovery.options import DaemonOptions
+from stepledger.recovery.registry import ToolRegistry
+from tests.unit.factories import factory, pay_tool
 
 
 def test_a_moved_partition_is_resumed_by_another_daemon_from_its_own_file(tmp_path: Path) -> None:
@@ -29,3 +45,98 @@ def test_a_moved_partition_is_resumed_by_another_daemon_from_its_own_file(tmp_pa
     assert second.load("log", 3) is None
     assert PartitionedCheckpointStore(tmp_path, "other").load("log", 5) is None
     second.close()
+
+
+class _Consumer:
+    """Stands for the consumer in assignment callbacks."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Nothing to do."""
+
+
+class _Message:
+    """The parts of a confluent Message the daemon reads."""
+
+    def __init__(self, value: bytes, partition: int, offset: int) -> None:
+        self._value, self._partition, self._offset = value, partition, offset
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
+    return RecoveryDaemon(
+        Settings(bootstrap="127.0.0.1:9", topic="log"),
+        ToolRegistry([pay_tool()]),
+        DaemonOptions(state_dir=tmp_path, workers=1),
+        log=InMemoryEventLog(),
+        store=store,
+        dead_letters=InMemoryDeadLetters(),
+    )
+
+
+def _intents(count: int) -> list[bytes]:
+    events, codec = factory(), Codec()
+    return [
+        codec.encode(events.intent(f"wf-{i}", "pay", pay_tool(), {"n": i}, sequence=0))
+        for i in range(count)
+    ]
+
+
+def test_a_partition_without_checkpoint_is_saved_at_once_and_its_replay_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = InMemoryCheckpointStore()
+    first = _daemon(tmp_path, store)
+    with caplog.at_level(logging.WARNING, logger="stepledger.recovery.daemon"):
+        first._on_assign([TopicPartition("log", 3)])
+    assert "no checkpoint for log[3]: replaying the partition from offset 0" in caplog.text
+    # Nothing read yet, and revoked at once: the next owner still finds a checkpoint.
+    first._on_revoke([TopicPartition("log", 3)])
+    assert store.positions == {("log", 3): 0}
+    caplog.clear()
+    second = _daemon(tmp_path, store)
+    with caplog.at_level(logging.WARNING, logger="stepledger.recovery.daemon"):
+        second._on_assign([TopicPartition("log", 3)])
+    assert "no checkpoint" not in caplog.text
+    first._pool.shutdown(wait=True)
+    second._pool.shutdown(wait=True)
+
+
+def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_checkpoint(
+    tmp_path: Path,
+) -> None:
+    store = InMemoryCheckpointStore()
+    paused = _daemon(tmp_path, store)
+    paused._on_assign([TopicPartition("log", 0)])
+    values = _intents(6)
+    for offset, value in enumerate(values[:2]):
+        paused._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+    paused.checkpoint()
+    assert store.positions[("log", 0)] == 2
+    # Paused past its session: it read more but never checkpointed it; the partition moved.
+    for offset, value in enumerate(values[2:4], start=2):
+        paused._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+    owner = _daemon(tmp_path, store)
+    owner._on_assign([TopicPartition("log", 0)])
+    for offset, value in enumerate(values, start=0):
+        if offset >= 2:
+            owner._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+    owner.checkpoint()
+    assert store.positions[("log", 0)] == 6
+    tracked = set(store.steps[("log", 0)])
+    paused._on_lost([TopicPartition("log", 0)])
+    assert store.positions[("log", 0)] == 6, "the old owner wrote its stale position back"
+    assert set(store.steps[("log", 0)]) == tracked
+    assert paused.tracker.positions == {}
+    paused._pool.shutdown(wait=True)
+    owner._pool.shutdown(wait=True)

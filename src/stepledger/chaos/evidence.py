@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -15,6 +16,7 @@ from stepledger.config import Settings
 from stepledger.consume import read_topic
 from stepledger.domain.events import Event
 from stepledger.projector.schema import TABLES
+from stepledger.snapshots import connect_union
 
 
 def read_log(settings: Settings) -> tuple[list[Event], int]:
@@ -35,6 +37,17 @@ def read_acks(paths: list[Path]) -> set[str]:
         if path.exists():
             acked.update(line.strip() for line in path.read_text().splitlines() if line.strip())
     return acked
+
+
+def checkpointed(path: Path) -> bool:
+    """True once a recovery checkpoint file holds a saved position."""
+    if not path.exists():
+        return False
+    try:
+        with _sqlite(path) as con:
+            return bool(con.execute("SELECT count(*) FROM positions").fetchone()[0])
+    except sqlite3.Error:  # not created yet, or being written: ask again
+        return False
 
 
 def effect_counts(state: Path) -> dict[str, dict[str, int]]:
@@ -94,8 +107,28 @@ def projection_diff(live: Path, rebuilt: Path) -> list[str]:
     return diffs
 
 
+#: The log lines of a member that found no state for a partition and replays it from 0.
+REPLAY_LINES = {
+    "projector": re.compile(r"no shard for (\S+)\[(\d+)\]"),
+    "recovery": re.compile(r"no checkpoint for (\S+)\[(\d+)\]"),
+}
+
+
+def replays_from_zero(logs: dict[str, list[Path]], topic: str) -> dict[str, dict[int, int]]:
+    """Per role, how often each partition of the topic was replayed from offset 0 (from logs)."""
+    found: dict[str, dict[int, int]] = {}
+    for role, paths in logs.items():
+        counts: Counter[int] = Counter()
+        for path in paths:
+            text = path.read_text(errors="replace") if path.exists() else ""
+            counts.update(int(p) for t, p in REPLAY_LINES[role].findall(text) if t == topic)
+        found[role] = dict(counts)
+    return found
+
+
 def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    con = duckdb.connect(str(path), read_only=True)
+    """Every table's rows; a shard directory is read as the union of its shards' snapshots."""
+    con = connect_union(path) if path.is_dir() else duckdb.connect(str(path), read_only=True)
     try:
         return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,13 +32,22 @@ from pathlib import Path
 from stepledger.broker import LocalBroker
 from stepledger.chaos import evidence as gather
 from stepledger.chaos.cluster import ClusterFaults
-from stepledger.chaos.invariants import Evidence, Violation, check_all, workflows_of
+from stepledger.chaos.invariants import (
+    Evidence,
+    Violation,
+    check_all,
+    daemon_decisions,
+    workflows_of,
+)
 from stepledger.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
 from stepledger.chaos.procs import Proc, wait_until
 from stepledger.domain.state import StepStatus
 from stepledger.examples.clients import RunningService
 from stepledger.examples.tools import BREAK_ENV
-from stepledger.stack import Engine, LocalStack, StackOptions
+from stepledger.recovery.checkpoint import partition_checkpoint_path
+from stepledger.recovery.options import DEFAULT_GROUP as RECOVERY_GROUP
+from stepledger.snapshots import shard_path
+from stepledger.stack import DaemonRole, Engine, LocalStack, StackOptions
 
 AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
@@ -48,6 +58,9 @@ AGENT_POINT = {
     CrashPoint.AFTER_OUTCOME: "after_outcome",
     CrashPoint.RESUME_RACE: "after_effect",
 }
+#: Partitions of the step log in a scaled run (several members per group).
+SCALED_PARTITIONS = 8
+ROLES: tuple[DaemonRole, ...] = ("projector", "recovery")
 TERMINAL = {"completed", "compensated", "escalated", "dead_lettered"}
 
 
@@ -69,6 +82,15 @@ class ChaosOptions:
     engine: Engine = "tansu"
     nodes: int = 1
     """Apache Kafka nodes; with 3 or more the plan SIGKILLs and SIGSTOPs brokers."""
+    projectors: int = 1
+    """Projector processes in one group (more than one: a shard directory)."""
+    recoverers: int = 1
+    """Recovery daemons in one group (more than one: shared per-partition checkpoints)."""
+
+    @property
+    def scaled(self) -> bool:
+        """Several members in a daemon's group: an 8-partition topic and the scale faults."""
+        return self.projectors > 1 or self.recoverers > 1
 
 
 @dataclass
@@ -86,6 +108,12 @@ class RunResult:
     """What each broker fault did (which node, which partition it led)."""
     acked_in_broker_faults: int = 0
     """Acknowledged events written while a broker was down, stopped or catching up."""
+    replays_from_zero: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per daemon role, partition -> times it was replayed from offset 0 (no state yet)."""
+    members: dict[str, int] = field(default_factory=dict)
+    """Per daemon role, processes started (restarts and additions included)."""
+    decided_by_daemons: int = 0
+    """Step attempts a recovery daemon decided (an outcome, a compensation, an abandonment)."""
 
 
 class Run:
@@ -103,9 +131,12 @@ class Run:
                 stack.kafka, self.settings.topic, random.Random(options.seed)
             )
         self.fault_errors: list[str] = []
+        self.problems: list[Violation] = []
+        """What the run itself saw go wrong (a member not stopping cleanly, ...)."""
         self.acks: list[Path] = []
         self.infra_done: list[str] = []
         self.started = time.monotonic()
+        self._members = threading.Lock()
 
     @property
     def procs(self) -> dict[str, Proc]:
@@ -203,7 +234,9 @@ class Run:
         self.infra_done.append(fault.point.value)
 
     def _inject(self, point: CrashPoint) -> None:
-        if point is CrashPoint.PROJECTOR_MID_BATCH:
+        if self.options.scaled:
+            self._inject_scaled(point)
+        elif point is CrashPoint.PROJECTOR_MID_BATCH:
             self.procs["projector"].kill()
             self.procs["projector"].start()
         elif point is CrashPoint.RECOVERY_MID_RESOLUTION:
@@ -220,6 +253,52 @@ class Run:
             self.cluster.kill_leader()
         elif point is CrashPoint.BROKER_STOP and self.cluster is not None:
             self.cluster.stop_broker()
+
+    def _inject_scaled(self, point: CrashPoint) -> None:
+        """A fault on one member of a group; a killed member is not restarted."""
+        if point is CrashPoint.PROJECTOR_MID_BATCH:
+            self._member("projector").kill()
+        elif point is CrashPoint.RECOVERY_MID_RESOLUTION:
+            self._member("recovery").kill()
+        elif point in (CrashPoint.CONSUMER_STOP, CrashPoint.RECOVERY_STOP):
+            member = self._member("projector" if point is CrashPoint.CONSUMER_STOP else "recovery")
+            member.pause()
+            time.sleep(7.0)  # past the members' 6 s session timeout: the group rebalances
+            member.resume()
+        elif point in (CrashPoint.PROJECTOR_ADDED, CrashPoint.RECOVERY_ADDED):
+            with self._members:
+                self.stack.add_daemon(
+                    "projector" if point is CrashPoint.PROJECTOR_ADDED else "recovery"
+                )
+
+    def _member(self, role: DaemonRole) -> Proc:
+        """A random live member of a group that keeps at least one other member."""
+        with self._members:
+            alive = [p for p in self.stack.daemons(role) if p.alive]
+        if len(alive) < 2:
+            raise RuntimeError(f"{len(alive)} {role} process(es) alive: none to spare")
+        return self.rng.choice(alive)
+
+    def wait_members_settled(self, timeout: float) -> bool:
+        """Wait until every partition has a shard and a recovery checkpoint (scaled runs).
+
+        Then every partition was replayed from offset 0 once already, and its state is
+        there for whichever member takes it next.
+        """
+        topic, count = self.settings.topic, self.stack.options.partitions
+        shared = self.stack.shared_state
+
+        def ready() -> bool:
+            shards = self.options.projectors < 2 or all(
+                shard_path(self.db, topic, p).exists() for p in range(count)
+            )
+            saved = self.options.recoverers < 2 or all(
+                gather.checkpointed(partition_checkpoint_path(shared, RECOVERY_GROUP, topic, p))
+                for p in range(count)
+            )
+            return shards and saved
+
+        return wait_until(ready, timeout, interval=0.2)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -242,7 +321,13 @@ class Run:
         target = len({e.event_id for e in events})
 
         self.stack.wait_snapshot(target, timeout)
-        self.procs["projector"].stop()
+        for projector in self.stack.daemons("projector"):
+            if not projector.alive:
+                continue  # killed by the plan
+            code = projector.stop()
+            if code != 0:
+                detail = f"{projector.name} exited {code} on SIGTERM"
+                self.problems.append(Violation("daemons_stop_cleanly", None, detail))
 
     def evidence(self) -> Evidence:
         """Gather everything the invariants need."""
@@ -272,7 +357,21 @@ class Run:
             ),
             projection_diff=gather.projection_diff(self.db, rebuilt),
             undecodable=bad,
+            replays_from_zero=self.replays_from_zero(),
+            partitions=self.stack.options.partitions if self.options.scaled else 0,
+            recovery_producers=frozenset(
+                f"{socket.gethostname()}:{pid}"
+                for member in self.stack.daemons("recovery")
+                for pid in member.pids
+            ),
         )
+
+    def replays_from_zero(self) -> dict[str, dict[int, int]]:
+        """Per role, how often each partition was replayed from offset 0 (from the logs)."""
+        logs: dict[str, list[Path]] = {
+            role: [p.log_path for p in self.stack.daemons(role)] for role in ROLES
+        }
+        return gather.replays_from_zero(logs, self.settings.topic)
 
 
 def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> RunResult:
@@ -284,6 +383,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         max_attempts=options.max_attempts,
         broker_restarts=options.durable_broker and not options.bootstrap,
         broker_kills=options.engine == "kafka" and options.nodes >= 3 and not options.bootstrap,
+        scaled=options.scaled,
     )
     stack_options = StackOptions(
         bootstrap=options.bootstrap,
@@ -295,6 +395,9 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         tool_timeout_s=options.tool_timeout_s,
         max_attempts=options.max_attempts,
         env=((BREAK_ENV, options.break_mode),) if options.break_mode else (),
+        partitions=SCALED_PARTITIONS if options.scaled else 3,
+        projectors=options.projectors,
+        recoverers=options.recoverers,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
         return _execute(Run(options, stack), plan, echo)
@@ -302,6 +405,9 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
 
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:
     run.stack.start_daemons()
+    if run.options.scaled and not run.wait_members_settled(timeout=min(90.0, run.left())):
+        detail = "not every partition had a shard and a recovery checkpoint in time"
+        run.problems.append(Violation("members_settled", None, detail))
     status: dict[str, str] = {}
     faults = list(plan.infra)
     rounds = max(len(w.kills) for w in plan.workflows) + 2
@@ -325,6 +431,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
     found = run.evidence()
     violations = check_all(found)
     violations += [Violation("infra_fault_injected", None, e) for e in run.fault_errors]
+    violations += run.problems
     if run.left() <= 0:
         violations.append(Violation("finished_within_duration", None, "time budget exhausted"))
     return RunResult(
@@ -337,6 +444,9 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         str(run.workdir),
         list(run.cluster.done) if run.cluster else [],
         run.cluster.acked_during(found.events, found.acked_event_ids) if run.cluster else 0,
+        {k: dict(v) for k, v in found.replays_from_zero.items()},
+        {role: sum(p.starts for p in run.stack.daemons(role)) for role in ROLES},
+        len(daemon_decisions(found.events, found.recovery_producers)),
     )
 
 

@@ -6,7 +6,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from stepledger.domain.events import Event, StepIntended
+from stepledger.domain.enums import Source
+from stepledger.domain.events import (
+    CompensationIntended,
+    Event,
+    StepAbandoned,
+    StepIntended,
+    StepOutcome,
+)
 from stepledger.domain.ids import compensation_key
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState, replay
 
@@ -42,6 +49,12 @@ class Evidence:
     """Bookings still confirmed (not cancelled) per booking key, from the bookings service."""
     projection_diff: list[str] = field(default_factory=list)
     undecodable: int = 0
+    replays_from_zero: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    """Per daemon role, partition -> times a member replayed it from offset 0 (no state)."""
+    partitions: int = 0
+    """Partitions whose replays are checked (0: unchecked, as with one daemon of each kind)."""
+    recovery_producers: frozenset[str] = frozenset()
+    """The producer ids (``host:pid``) the recovery daemon processes appended under."""
 
 
 def workflows_of(events: Iterable[Event]) -> dict[str, WorkflowState]:
@@ -70,6 +83,8 @@ def check_all(evidence: Evidence) -> list[Violation]:
     violations += [
         Violation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
+    violations += decided_by_one_daemon(evidence.events, evidence.recovery_producers)
+    violations += replayed_from_zero_once(evidence.replays_from_zero, evidence.partitions)
     if evidence.undecodable:
         violations.append(
             Violation("log_decodes", None, f"{evidence.undecodable} undecodable records")
@@ -264,6 +279,73 @@ def compensated_leaves_nothing_standing(
         standing.append(f"{n} email(s) sent")
     return [
         Violation("compensated_leaves_nothing_standing", wf.workflow_id, what) for what in standing
+    ]
+
+
+def decided_by_one_daemon(events: Iterable[Event], daemons: frozenset[str]) -> list[Violation]:
+    """Each attempt of a step is decided by at most one recovery daemon process, once.
+
+    A decision is an outcome, a compensation claim or an abandonment appended by a daemon
+    (``daemons``: their producer ids); an abandonment after the attempt's decision only
+    escalates a conflict.  Two decision records for one attempt (even with one event id)
+    mean two daemons judged the step: the fence failed, or a restart decided it again.
+    """
+    return [
+        Violation(
+            "in_doubt_step_decided_once",
+            wf,
+            f"step {step} attempt {attempt}: {len(found)} decisions ({'; '.join(found)})",
+        )
+        for (wf, step, attempt), found in sorted(daemon_decisions(events, daemons).items())
+        if len(found) > 1
+    ]
+
+
+def daemon_decisions(
+    events: Iterable[Event], daemons: frozenset[str]
+) -> dict[tuple[str, str, int], list[str]]:
+    """The decisions recovery daemons appended, by (workflow, step, attempt), in log order."""
+    decided: dict[tuple[str, str, int], list[str]] = defaultdict(list)
+    attempts: dict[tuple[str, str], int] = {}
+    for event in events:
+        body, step_id = event.body, event.step_id
+        if step_id is None:
+            continue
+        if isinstance(body, StepIntended):
+            attempts[(event.workflow_id, step_id)] = body.attempt
+            continue
+        attempt = attempts.get((event.workflow_id, step_id), 1)
+        key = (event.workflow_id, step_id, attempt)
+        if event.producer_id not in daemons or not _decides(body, already=bool(decided[key])):
+            continue
+        decided[key].append(f"{body.type} by {event.producer_id}")
+    return {key: found for key, found in decided.items() if found}
+
+
+def _decides(body: object, *, already: bool) -> bool:
+    if isinstance(body, StepOutcome | CompensationIntended):
+        return body.source is not Source.AGENT
+    return isinstance(body, StepAbandoned) and body.source is not Source.AGENT and not already
+
+
+def replayed_from_zero_once(
+    replays: Mapping[str, Mapping[int, int]], partitions: int
+) -> list[Violation]:
+    """Each partition is replayed from offset 0 once per daemon kind: only while it has no state.
+
+    In a run whose shards and checkpoints start empty and are never removed, a second replay
+    means a member ignored the state its predecessor left.
+    """
+    return [
+        Violation(
+            "replayed_from_zero_only_without_state",
+            None,
+            f"{role}: partition {p} replayed from offset 0 {replays.get(role, {}).get(p, 0)} "
+            f"time(s), expected once",
+        )
+        for role in ("projector", "recovery")
+        for p in range(partitions)
+        if replays.get(role, {}).get(p, 0) != 1
     ]
 
 

@@ -24,6 +24,9 @@ class CrashPoint(StrEnum):
     BROKER_RESTART = "broker:graceful_restart"
     BROKER_LEADER_KILL = "broker:leader_sigkill"
     BROKER_STOP = "broker:sigstop_sigcont"
+    RECOVERY_STOP = "recovery:sigstop_sigcont"
+    PROJECTOR_ADDED = "projector:added"
+    RECOVERY_ADDED = "recovery:added"
 
 
 #: Where an agent can die; the agent's own kill-point labels, per step.
@@ -40,6 +43,17 @@ INFRA_POINTS = (
     CrashPoint.BROKER_RESTART,
     CrashPoint.BROKER_LEADER_KILL,
     CrashPoint.BROKER_STOP,
+)
+#: Faults of a scaled run (several projectors and recovery daemons in their groups), by
+#: round: one of each kind, so a group never runs out of members.  A kill is not followed
+#: by a restart there: the group carries on without the member until one is added.
+SCALE_FAULTS = (
+    (CrashPoint.PROJECTOR_MID_BATCH, 0),
+    (CrashPoint.RECOVERY_STOP, 0),
+    (CrashPoint.PROJECTOR_ADDED, 0),
+    (CrashPoint.CONSUMER_STOP, 1),
+    (CrashPoint.RECOVERY_MID_RESOLUTION, 1),
+    (CrashPoint.RECOVERY_ADDED, 1),
 )
 #: Faults only a replicated Apache Kafka cluster takes without losing acknowledged events.
 CLUSTER_POINTS = (CrashPoint.BROKER_LEADER_KILL, CrashPoint.BROKER_STOP)
@@ -103,6 +117,7 @@ def make_plan(
     max_attempts: int,
     broker_restarts: bool,
     broker_kills: bool = False,
+    scaled: bool = False,
     crash_loop_share: float = 0.05,
     clean_share: float = 0.15,
     race_share: float = 0.2,
@@ -111,7 +126,8 @@ def make_plan(
 
     A ``race_share`` of them die after an effect and are restarted at once, while the
     recovery daemon is due to decide the same step (``RESUME_RACE``).  ``broker_kills``
-    adds the cluster faults (a partition leader SIGKILLed, a broker SIGSTOPped).
+    adds the cluster faults (a partition leader SIGKILLed, a broker SIGSTOPped); ``scaled``
+    replaces the daemon faults with those of several members per group (``SCALE_FAULTS``).
     """
     rng = random.Random(seed)
     races = round(workflows * race_share)
@@ -128,11 +144,13 @@ def make_plan(
         )
         for i, grace in zip(range(races), itertools.cycle(RACE_GRACES), strict=False)
     ]
+    daemon_points = {p for p, _ in SCALE_FAULTS}
     infra_points = [
         p
         for p in INFRA_POINTS
         if (broker_restarts or p is not CrashPoint.BROKER_RESTART)
         and (broker_kills or p not in CLUSTER_POINTS)
+        and not (scaled and p in daemon_points)
     ]
     # Round 0 runs every workflow's first attempt (streams of events: the projector is busy);
     # round 1 resumes the crashed ones (in-doubt steps fall due: recovery is busy).
@@ -142,6 +160,8 @@ def make_plan(
         for point in infra_points
         for copy in range(copies)
     ]
+    if scaled:
+        faults += [InfraFault(point, round_no) for point, round_no in SCALE_FAULTS]
     faults.sort(key=lambda f: (f.round, f.point.value))
     return ChaosPlan(seed, tuple(plans), tuple(faults))
 

@@ -25,6 +25,8 @@ class Proc:
     process: subprocess.Popen[bytes] | None = None
     kills: int = 0
     starts: int = field(default=0)
+    pids: list[int] = field(default_factory=list)
+    """Every process id this one ran as (restarts included)."""
 
     def start(self) -> Proc:
         """Start (or restart) the process, appending its output to its log."""
@@ -37,6 +39,7 @@ class Proc:
                 start_new_session=True,
             )
         self.starts += 1
+        self.pids.append(self.process.pid)
         return self
 
     @property

@@ -39,14 +39,26 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
         "workflow_status": dict(Counter(result.status.values())),
         "broker_faults": result.broker_faults,
         "acked_in_broker_faults": result.acked_in_broker_faults,
+        "members": result.members,
+        "replays_from_zero": result.replays_from_zero,
+        "decided_by_daemons": result.decided_by_daemons,
         "crash_points": [{"point": p, "count": n, "violations": v} for p, n, v in rows(result)],
         "violations": [
             {"invariant": v.invariant, "workflow_id": v.workflow_id, "detail": v.detail}
             for v in result.violations
         ],
         "replay": f"stepledger chaos --workflows {len(result.plan.workflows)} "
-        f"--seed {result.plan.seed}",
+        f"--seed {result.plan.seed}" + _members(options),
     }
+
+
+def _members(options: dict[str, Any]) -> str:
+    flags = [
+        f" --{name} {options[name]}"
+        for name in ("projectors", "recoverers")
+        if str(options.get(name, "1")) != "1"
+    ]
+    return "".join(flags)
 
 
 def write(path: Path, report: dict[str, Any]) -> None:

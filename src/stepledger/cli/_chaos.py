@@ -57,6 +57,21 @@ import click
     show_default=True,
     help="Kafka only: nodes; with 3 or more, partition leaders are SIGKILLed and SIGSTOPped.",
 )
+@click.option(
+    "--projectors",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Projector processes in one group; more than one project into a shard directory "
+    "of an 8-partition topic, and members are killed, stopped and added during the run.",
+)
+@click.option(
+    "--recoverers",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Recovery daemons in one group, sharing per-partition checkpoints (as --projectors).",
+)
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option(
     "--break",
@@ -74,6 +89,8 @@ def chaos(
     durable_broker: bool,
     engine: Literal["tansu", "kafka"],
     nodes: int,
+    projectors: int,
+    recoverers: int,
     parallel: int,
     break_mode: str | None,
 ) -> None:
@@ -98,6 +115,8 @@ def chaos(
         nodes=nodes,
         break_mode=break_mode,
         parallel=parallel,
+        projectors=projectors,
+        recoverers=recoverers,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts
@@ -108,6 +127,10 @@ def chaos(
     if result.broker_faults:
         click.echo(f"broker faults: {'; '.join(result.broker_faults)}")
         click.echo(f"{result.acked_in_broker_faults} acknowledged event(s) written during them")
+    if options.scaled:
+        click.echo(f"members started: {result.members}")
+        click.echo(f"step attempts decided by recovery daemons: {result.decided_by_daemons}")
+        click.echo(f"partitions replayed from offset 0 (no state yet): {result.replays_from_zero}")
     path = report_path
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))

@@ -40,8 +40,10 @@ from stepledger.projector.query import (
     workflow_status,
 )
 from stepledger.projector.rebuild import rebuild
+from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
+from stepledger.snapshots import is_shard_dir
 
 _DB = click.option(
     "--db",
@@ -243,7 +245,9 @@ def _summary(step: dict[str, Any], width: int = 60) -> str:
 @with_settings
 @_DB
 @_EXTRA_TOPICS
-@click.option("--force", is_flag=True, help="Replace the file if it exists.")
+@click.option(
+    "--force", is_flag=True, help="Replace the file (or rebuild the shards) if it exists."
+)
 @click.option(
     "--republish-dead-letters",
     is_flag=True,
@@ -256,20 +260,48 @@ def _summary(step: dict[str, Any], width: int = 60) -> str:
     type=click.IntRange(1),
     help="Most records per transaction.",
 )
+@click.option(
+    "--partition",
+    "partitions",
+    multiple=True,
+    type=click.IntRange(0),
+    metavar="P",
+    help="With a shard directory: rebuild only this partition's shard (repeatable).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def rebuild_command(settings: Settings, **opts: Any) -> None:
-    """Rebuild a fresh projection file from offset 0, with a progress bar."""
+    """Rebuild a fresh projection file, or a shard directory's shards, from offset 0.
 
+    A shard directory's shards are rebuilt in place, each under its file lock: a shard a
+    live projector holds is refused.
+    """
+    topics = (settings.topic, *opts["extra_topics"])
+    sharded = is_shard_dir(opts["db_path"])
+    if opts["partitions"] and not sharded:
+        raise click.ClickException("--partition needs --db naming a shard directory")
+    if sharded and opts["republish_dead_letters"]:
+        raise click.ClickException("--republish-dead-letters needs --db naming one file")
     with _ProgressBar(enabled=not opts["no_progress"]) as hook:
-        report = rebuild(
-            settings,
-            opts["db_path"],
-            topics=(settings.topic, *opts["extra_topics"]),
-            force=opts["force"],
-            republish_dead_letters=opts["republish_dead_letters"],
-            batch_size=opts["batch_size"],
-            progress=hook,
-        )
+        if sharded:
+            report = rebuild_shards(
+                settings,
+                opts["db_path"],
+                topics=topics,
+                partitions=opts["partitions"],
+                force=opts["force"],
+                batch_size=opts["batch_size"],
+                progress=hook,
+            )
+        else:
+            report = rebuild(
+                settings,
+                opts["db_path"],
+                topics=topics,
+                force=opts["force"],
+                republish_dead_letters=opts["republish_dead_letters"],
+                batch_size=opts["batch_size"],
+                progress=hook,
+            )
     click.echo(
         f"rebuilt {opts['db_path']}: {report.records} records, {report.projected} events, "
         f"{report.duplicates} duplicates, {report.dead_letters} refused, "

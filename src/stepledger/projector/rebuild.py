@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
 
+Where = tuple[str, int]
 #: Called after each batch with (records read, records expected so far).
 ProgressHook = Callable[[int, int], None]
 
@@ -120,44 +121,71 @@ def _read_all(
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
-    partitions = [
-        KafkaPartition(t, p, OFFSET_BEGINNING)
-        for t in topics
-        for p in topic_partitions(settings, t)
-    ]
-    pipeline = Pipeline(projector, on_commit=lambda batch: _count(report, batch))
+    every = {(t, p): projector for t in topics for p in topic_partitions(settings, t)}
+    read_partitions(settings, every, batch_size, report, progress)
+
+
+def read_partitions(
+    settings: Settings,
+    projectors: Mapping[Where, Projector],
+    batch_size: int,
+    report: RebuildReport,
+    progress: ProgressHook | None,
+) -> None:
+    """Project each partition from offset 0 up to the end it reports, with its projector.
+
+    One consumer reads every partition; each projector (one store) gets its own pipeline.
+    """
+    partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
+    group = next(iter(projectors.values())).group if projectors else DEFAULT_GROUP
+    route: dict[Where, Pipeline] = {}
+    made: dict[int, Pipeline] = {}
+    for where, projector in projectors.items():
+        if id(projector) not in made:
+            made[id(projector)] = Pipeline(projector, on_commit=lambda b: _count(report, b))
+        route[where] = made[id(projector)]
     try:
-        with assigned_consumer(
-            settings, partitions, group=f"{projector.group}-rebuild"
-        ) as consumer:
-            _read_into(pipeline, consumer, partitions, batch_size, report, progress)
+        with assigned_consumer(settings, partitions, group=f"{group}-rebuild") as consumer:
+            _read_routed(consumer, partitions, route, batch_size, report, progress)
+        for pipeline in made.values():
+            pipeline.close()
+        if progress is not None:
+            progress(report.records, report.records)
     finally:
-        pipeline.stop()
+        for pipeline in made.values():
+            pipeline.stop()
 
 
-def _read_into(
-    pipeline: Pipeline,
+def _read_routed(
     consumer: Consumer,
     partitions: list[KafkaPartition],
+    route: Mapping[Where, Pipeline],
     batch_size: int,
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
     expected = _expected(consumer, partitions, cached=False)
-    at_end: set[tuple[str, int]] = set()
+    at_end: set[Where] = set()
     while len(at_end) < len(partitions):
-        records = _next_batch(consumer, batch_size, at_end)
-        if records:
+        for pipeline, records in _routed(_next_batch(consumer, batch_size, at_end), route):
             pipeline.feed(records)
         if progress is not None:
             expected = max(expected, _expected(consumer, partitions, cached=True))
             progress(report.records, max(expected, report.records))
-    pipeline.close()
-    if progress is not None:
-        progress(report.records, report.records)
 
 
-def _next_batch(consumer: Consumer, size: int, at_end: set[tuple[str, int]]) -> list[Message]:
+def _routed(
+    records: list[Message], route: Mapping[Where, Pipeline]
+) -> list[tuple[Pipeline, list[Message]]]:
+    """The records grouped by the pipeline of their partition, in log order within each."""
+    grouped: dict[int, tuple[Pipeline, list[Message]]] = {}
+    for msg in records:
+        pipeline = route[(str(msg.topic()), int(msg.partition() or 0))]
+        grouped.setdefault(id(pipeline), (pipeline, []))[1].append(msg)
+    return list(grouped.values())
+
+
+def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Message]:
     """Up to size records; partitions that reported their end are noted in at_end."""
     records = []
     for msg in consumer.consume(size, 0.5):

@@ -179,7 +179,7 @@ class PartitionedCheckpointStore:
 
     def path(self, topic: str, partition: int) -> Path:
         """The file holding one partition's checkpoint."""
-        return self.directory / f"recovery-{self.group}-{topic}.p{partition:04d}.sqlite"
+        return partition_checkpoint_path(self.directory, self.group, topic, partition)
 
     def _store(self, topic: str, partition: int) -> SqliteCheckpointStore:
         with self._lock:
@@ -204,6 +204,13 @@ class PartitionedCheckpointStore:
             stores, self._stores = list(self._stores.values()), {}
         for store in stores:
             store.close()
+
+
+def partition_checkpoint_path(
+    directory: str | Path, group: str, topic: str, partition: int
+) -> Path:
+    """The file of one partition's checkpoint in a shared state directory."""
+    return Path(directory) / f"recovery-{group}-{topic}.p{partition:04d}.sqlite"
 
 
 def _split(batch: CheckpointBatch) -> dict[int, CheckpointBatch]:

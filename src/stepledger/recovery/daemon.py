@@ -362,6 +362,13 @@ class RecoveryDaemon:
     def _on_assign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             offset = self.tracker.load(tp.partition, self.store.load(tp.topic, tp.partition))
+            if offset is None:
+                logger.warning(
+                    "no checkpoint for %s[%d]: replaying the partition from offset 0",
+                    tp.topic,
+                    tp.partition,
+                    extra={"topic": tp.topic, "partition": tp.partition},
+                )
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
         for late in self.tracker.late:
@@ -397,6 +404,9 @@ class RecoveryDaemon:
         gone = {tp.partition for tp in partitions}
         self.fence.revoked(gone)
         self._cancel_queued(gone)
+        # Their new owner may have checkpointed them since: nothing of ours is written over it.
+        for partition in gone:
+            self.tracker.drop_partition(partition)
         self._forget(gone, "partitions lost")
 
     def _cancel_queued(self, gone: set[int]) -> None:

@@ -87,6 +87,10 @@ class Tracker:
         """Take over a partition from its checkpoint; return the offset to resume at."""
         self.drop_partition(partition)
         if checkpoint is None:
+            # Saved at once as "nothing read yet", so the next owner resumes from a
+            # checkpoint even when this daemon reads nothing before it loses the partition.
+            self.positions[partition] = 0
+            self._moved.add(partition)
             return None
         for (wf, step_id), events in checkpoint.steps.items():
             try:

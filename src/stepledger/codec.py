@@ -20,6 +20,7 @@ import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
+from stepledger._records import EventPlans
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 
@@ -84,8 +85,20 @@ def to_record(event: Event) -> dict[str, Any]:
     return record
 
 
+@functools.cache
+def _plans() -> EventPlans:
+    return EventPlans(_BODY_BY_NAME)
+
+
 def from_record(record: dict[str, Any]) -> Event:
-    """Turn a dict fastavro read (with record names) into a validated event."""
+    """Turn a dict fastavro read (with record names) into a validated event.
+
+    A record the cheap checks vouch for is built directly; any other goes through pydantic,
+    which accepts it or says why not.
+    """
+    event = _plans().build(record)
+    if event is not None:
+        return event
     name, body = record["body"]
     if name not in _BODY_BY_NAME:
         raise EventValidationError(f"unknown event type {name!r}")

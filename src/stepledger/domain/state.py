@@ -7,18 +7,22 @@ anomaly, never applied silently and never lost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain.enums import (
     CompensationStatus,
     EffectClass,
+    OutcomeStatus,
     ResolutionPolicy,
     Source,
     Verdict,
+    WorkflowStatus,
 )
 
 
@@ -208,7 +212,7 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):
-        wf.status = RunStatus(body.status.value)
+        wf.status = _RUN_STATUS[body.status]
         if body.escalation_id is not None:
             wf.escalation_id = body.escalation_id
         return None
@@ -266,56 +270,54 @@ def _on_standing_resolved(wf: WorkflowState, body: ev.EscalationResolved) -> Pro
     return None
 
 
+#: The fields a transition changes (one copy of the step is made, with ``last_at`` too).
+Changes = dict[str, object]
+Transition = tuple[Changes | None, Problem | None]
+_BLANK = StepState("", StepStatus.INTENDED)
+
+
 def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | None:
     step = wf.steps.get(step_id)
     body = event.body
+    at = event.occurred_at
     if step is None:
         if not isinstance(body, ev.StepIntended | ev.ApprovalRequested):
             return ("no_intent", f"{body.type} for a step with no intent")
-        step = StepState(step_id, StepStatus.INTENDED, first_at=event.occurred_at)
-    new, problem = _transition(step, event)
-    if new is not None:
-        wf.steps[step_id] = replace(new, last_at=event.occurred_at)
+        step = replace(_BLANK, step_id=step_id, first_at=at)
+    transition = _TRANSITIONS.get(type(body))
+    if transition is None:
+        return ("unexpected_event", f"{body.type} does not apply to a step")
+    changes, problem = transition(step, body, at)
+    if changes is not None:
+        changes["last_at"] = at
+        wf.steps[step_id] = replace(step, **changes)
     return problem
 
 
-def _transition(step: StepState, event: ev.Event) -> tuple[StepState | None, Problem | None]:
-    body = event.body
-    at = event.occurred_at
-    if isinstance(body, ev.StepIntended):
-        return _on_intent(step, body, at)
-    if isinstance(body, ev.StepOutcome):
-        return _on_outcome(step, body, at)
-    if isinstance(body, ev.CompensationIntended):
-        return _on_compensation_intended(step, body)
-    if isinstance(body, ev.CompensationOutcome):
-        return _on_compensation_outcome(step, body, at)
-    if isinstance(body, ev.StepAbandoned):
-        return _on_abandoned(step, body, at)
-    if isinstance(body, ev.ResolutionAttempted):
-        return replace(step, recovery_attempts=max(step.recovery_attempts, body.attempt)), None
-    if isinstance(body, ev.EscalationResolved):
-        return _on_escalation_resolved(step, body, at)
-    if isinstance(body, ev.ApprovalRequested):
-        if step.first_at != at and step.status is not StepStatus.INTENDED:
-            return None, ("late_approval_request", f"step is already {step.status}")
-        return replace(step, status=StepStatus.AWAITING_APPROVAL, tool=body.tool), None
-    if isinstance(body, ev.ApprovalDecided):
-        if step.status is not StepStatus.AWAITING_APPROVAL:
-            return None, ("unexpected_approval", f"approval decided for a step {step.status}")
-        decided = StepStatus.APPROVED if body.granted else StepStatus.DENIED
-        return replace(step, status=decided), None
-    return None, ("unexpected_event", f"{body.type} does not apply to a step")
+def _on_resolution_attempted(
+    step: StepState, body: ev.ResolutionAttempted, at: datetime
+) -> Transition:
+    return dict(recovery_attempts=max(step.recovery_attempts, body.attempt)), None
 
 
-def _on_intent(
-    step: StepState, body: ev.StepIntended, at: datetime
-) -> tuple[StepState | None, Problem | None]:
+def _on_approval_requested(step: StepState, body: ev.ApprovalRequested, at: datetime) -> Transition:
+    if step.first_at != at and step.status is not StepStatus.INTENDED:
+        return None, ("late_approval_request", f"step is already {step.status}")
+    return dict(status=StepStatus.AWAITING_APPROVAL, tool=body.tool), None
+
+
+def _on_approval_decided(step: StepState, body: ev.ApprovalDecided, at: datetime) -> Transition:
+    if step.status is not StepStatus.AWAITING_APPROVAL:
+        return None, ("unexpected_approval", f"approval decided for a step {step.status}")
+    decided = StepStatus.APPROVED if body.granted else StepStatus.DENIED
+    return dict(status=decided), None
+
+
+def _on_intent(step: StepState, body: ev.StepIntended, at: datetime) -> Transition:
     fresh = step.attempt == 0
     if not fresh and step.status not in RETRYABLE:
         return None, ("intent_while_" + step.status.value, f"intent attempt {body.attempt} ignored")
-    return replace(
-        step,
+    return dict(
         status=StepStatus.INTENDED,
         sequence=body.sequence,
         tool=body.tool,
@@ -351,9 +353,7 @@ def _legacy_undoable(body: ev.StepIntended) -> bool:
     return body.effect is EffectClass.COMPENSATABLE
 
 
-def _on_outcome(
-    step: StepState, body: ev.StepOutcome, at: datetime
-) -> tuple[StepState | None, Problem | None]:
+def _on_outcome(step: StepState, body: ev.StepOutcome, at: datetime) -> Transition:
     if body.attempt != step.attempt:
         detail = f"outcome for attempt {body.attempt}, step at attempt {step.attempt}"
         return None, ("stale_outcome", detail)
@@ -364,9 +364,8 @@ def _on_outcome(
             f"{body.status.value} from {body.source.value} after {step.status}; "
             f"the first decision stands",
         )
-    status = StepStatus(body.status.value)
-    return replace(
-        step,
+    status = _OUTCOME_STATUS[body.status]
+    return dict(
         status=status,
         result_json=body.result_json,
         result_type=body.result_type,
@@ -377,8 +376,8 @@ def _on_outcome(
 
 
 def _on_compensation_intended(
-    step: StepState, body: ev.CompensationIntended
-) -> tuple[StepState | None, Problem | None]:
+    step: StepState, body: ev.CompensationIntended, at: datetime
+) -> Transition:
     """A compensation is a claim: only the first decision on the step's attempt may make it.
 
     An agent undoes a step that succeeded (a saga unwinding); recovery undoes a step that is
@@ -396,8 +395,7 @@ def _on_compensation_intended(
             f"{body.source.value} compensation of a step that is {step.status}; "
             "the first decision stands",
         )
-    return replace(
-        step,
+    return dict(
         status=StepStatus.COMPENSATING,
         compensation_key=body.idempotency_key,
         resolved_by=body.source,
@@ -406,29 +404,22 @@ def _on_compensation_intended(
 
 def _on_compensation_outcome(
     step: StepState, body: ev.CompensationOutcome, at: datetime
-) -> tuple[StepState | None, Problem | None]:
+) -> Transition:
     if step.status is not StepStatus.COMPENSATING:
         return None, ("compensation_outcome_without_intent", f"step is {step.status}")
     if body.status is CompensationStatus.FAILED:
-        return replace(
-            step, status=StepStatus.COMPENSATION_FAILED, error=body.error, resolved_at=at
-        ), None
-    return replace(
-        step, status=StepStatus.COMPENSATED, resolved_by=body.source, resolved_at=at
-    ), None
+        return dict(status=StepStatus.COMPENSATION_FAILED, error=body.error, resolved_at=at), None
+    return dict(status=StepStatus.COMPENSATED, resolved_by=body.source, resolved_at=at), None
 
 
-def _on_abandoned(
-    step: StepState, body: ev.StepAbandoned, at: datetime
-) -> tuple[StepState | None, Problem | None]:
+def _on_abandoned(step: StepState, body: ev.StepAbandoned, at: datetime) -> Transition:
     if step.status in SETTLED:
         if body.escalation_id is not None and body.source is not Source.AGENT:
             # A conflict found after the decision (e.g. a late outcome): the decision stands
             # and the step waits for a human's verdict, which re-judges it.
-            return replace(step, escalation_id=body.escalation_id, escalation_open=True), None
+            return dict(escalation_id=body.escalation_id, escalation_open=True), None
         return None, ("abandon_settled", f"abandonment of a step already {step.status}")
-    return replace(
-        step,
+    return dict(
         status=StepStatus.ABANDONED,
         resolved_by=body.source,
         escalation_id=body.escalation_id,
@@ -446,16 +437,32 @@ _VERDICT_STATUS = {
 
 def _on_escalation_resolved(
     step: StepState, body: ev.EscalationResolved, at: datetime
-) -> tuple[StepState | None, Problem | None]:
+) -> Transition:
     if not step.escalation_open or body.escalation_id != step.escalation_id:
         return None, ("unknown_escalation", f"step has no open escalation {body.escalation_id}")
     if body.verdict is Verdict.CLEARED:
         return None, ("bad_verdict", "'cleared' answers a workflow escalation, not a step")
-    return replace(
-        step,
+    return dict(
         status=_VERDICT_STATUS[body.verdict],
         escalation_open=False,
         result_json=body.result_json or step.result_json,
         resolved_by=Source.HUMAN,
         resolved_at=at,
     ), None
+
+
+_RUN_STATUS = {status: RunStatus(status.value) for status in WorkflowStatus}
+_OUTCOME_STATUS = {status: StepStatus(status.value) for status in OutcomeStatus}
+#: The step transition of each step event type (dispatch by type: an isinstance chain cost
+#: more than the transition itself).
+_TRANSITIONS: dict[type[object], Callable[[StepState, Any, datetime], Transition]] = {
+    ev.StepIntended: _on_intent,
+    ev.StepOutcome: _on_outcome,
+    ev.CompensationIntended: _on_compensation_intended,
+    ev.CompensationOutcome: _on_compensation_outcome,
+    ev.StepAbandoned: _on_abandoned,
+    ev.ResolutionAttempted: _on_resolution_attempted,
+    ev.EscalationResolved: _on_escalation_resolved,
+    ev.ApprovalRequested: _on_approval_requested,
+    ev.ApprovalDecided: _on_approval_decided,
+}

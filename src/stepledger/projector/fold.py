@@ -72,6 +72,8 @@ class WorkflowProjection:
 
     def _track_escalation(self, event: ev.Event) -> None:
         body, at = event.body, event.occurred_at
+        if type(body) not in _ESCALATING:
+            return
         if isinstance(body, ev.StepAbandoned) and body.escalation_id is not None:
             self.escalations[body.escalation_id] = Escalation(
                 body.escalation_id, "step", event.step_id, body.reason, at
@@ -114,6 +116,12 @@ class WorkflowProjection:
         if is_open:
             return "open"
         return "resolved" if esc.verdict is not None else "superseded"
+
+
+#: The event types that open or answer an escalation (every other one skips the checks).
+_ESCALATING = frozenset(
+    {ev.StepAbandoned, ev.WorkflowDeadLettered, ev.WorkflowFinished, ev.EscalationResolved}
+)
 
 
 class WorkflowCache:

@@ -7,6 +7,7 @@ turns them into Arrow).
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from stepledger.domain import events as ev
@@ -115,9 +116,16 @@ STEP_INT32 = ("sequence", "attempt", "recovery_attempts")
 WORKFLOW_INT32 = ("attempt", "max_attempts")
 
 
+_workflow_ints = attrgetter(*WORKFLOW_INT32)
+_step_ints = attrgetter(*STEP_INT32)
+
+
 def out_of_range(state: WorkflowState, step_id: str | None) -> str | None:
     """The first 32-bit column value of this workflow (and step) its column cannot hold."""
     step = state.steps.get(step_id) if step_id is not None else None
+    values = _workflow_ints(state) + (_step_ints(step) if step is not None else ())
+    if min(values) >= ev.INT32_MIN and max(values) <= ev.INT32_MAX:
+        return None  # the common case, checked in C; the loop below names the culprit
     checks: list[tuple[object, tuple[str, ...], str]] = [(state, WORKFLOW_INT32, "workflow")]
     if step is not None:
         checks.append((step, STEP_INT32, "step"))
@@ -173,7 +181,8 @@ def anomaly_row(anomaly: Anomaly, event: ev.Event, at: Coordinates) -> tuple[Any
 
 
 def _enum_value(value: Any) -> str | None:
-    return None if value is None else str(value.value)
+    # _value_ is the member's plain attribute; .value is a Python-level property.
+    return None if value is None else str(value._value_)
 
 
 def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
@@ -186,8 +195,8 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
         step.step_id,
         state.fleet_id,
         step.sequence,
-        step.status.value,
-        step.in_doubt,
+        step.status._value_,
+        step.status is StepStatus.INTENDED,
         step.tool,
         _enum_value(step.effect),
         _enum_value(step.policy),
@@ -214,12 +223,12 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
 def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
     """The ``workflows`` row of one workflow, in WORKFLOW_COLUMNS order."""
     state = projection.state
-    counts = Counter(step.status.value for step in state.steps.values())
+    counts = Counter([step.status._value_ for step in state.steps.values()])
     return (
         state.workflow_id,
         state.fleet_id,
         state.name,
-        state.status.value,
+        state.status._value_,
         state.attempt,
         state.max_attempts,
         state.read_only,

@@ -27,7 +27,7 @@ Offsets = dict[tuple[str, int], int]
 
 #: Checkpoints happen when a snapshot is published; DuckDB's default (16 MB of WAL) made
 #: ingestion checkpoint every few batches, which cost more than the inserts themselves.
-_CHECKPOINT_THRESHOLD = "1GB"
+CHECKPOINT_THRESHOLD = "1GB"
 
 
 #: DuckDB's own default is 80% of the machine's memory: too much for a daemon that shares it.
@@ -47,7 +47,7 @@ class ProjectionStore:
         self.path = Path(path)
         try:
             self.con = duckdb.connect(str(self.path), config={"memory_limit": memory_limit})
-            self.con.execute(f"SET checkpoint_threshold = '{_CHECKPOINT_THRESHOLD}'")
+            self.con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
             create_schema(self.con)
             # Reads of committed rows while a writer thread commits the previous batch.
             self._reader = self.con.cursor()

@@ -54,8 +54,8 @@ def _raw(msgs: list[Message], db: Path, schema: Any) -> float:
     for i in range(0, N, 10_000):
         cols: dict[str, list[Any]] = {k: [] for k in _RAW_COLUMNS}
         for msg in msgs[i : i + 10_000]:
-            value = msg.value()
-            r = fastavro.schemaless_reader(
+            value = msg.value() or b""
+            r: Any = fastavro.schemaless_reader(
                 io.BytesIO(value[10:]), schema, None, return_record_name=True
             )
             for name in _ENVELOPE:

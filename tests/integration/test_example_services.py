@@ -122,6 +122,19 @@ def test_refund_of_unknown_charge_is_nothing_to_undo(payments: PaymentsClient) -
     assert payments.effect_count("refund") == 0
 
 
+def test_a_charge_arriving_after_its_refund_found_nothing_is_refused(
+    payments: PaymentsClient,
+) -> None:
+    # A zombie call: recovery refunded first (nothing yet), then the charge arrives.
+    assert payments.refund("refund-1", "late-order")["status"] == "nothing_to_undo"
+    with pytest.raises(ServiceError) as refused:
+        payments.charge("late-order", 1200, "EUR", "cus_1")
+    assert refused.value.status == 409 and refused.value.body["error"] == "voided"
+    assert payments.effect_count("charge") == 0
+    assert payments.find_charge("late-order") is None
+    assert payments.charge("other-order", 1200, "EUR", "cus_1")["replayed"] is False
+
+
 def test_refund_twice_with_same_key_is_a_replay(payments: PaymentsClient) -> None:
     payments.charge("order-1", 1200, "EUR", "cus_1")
     first = payments.refund("refund-1", "order-1")
@@ -137,6 +150,18 @@ def test_refund_twice_with_same_key_is_a_replay(payments: PaymentsClient) -> Non
 def test_cancel_of_unknown_booking_is_nothing_to_undo(bookings: BookingsClient) -> None:
     assert bookings.cancel("never-booked")["status"] == "nothing_to_undo"
     assert bookings.effect_count("cancel") == 0
+
+
+def test_a_booking_arriving_after_its_cancel_found_nothing_is_refused(
+    bookings: BookingsClient,
+) -> None:
+    assert bookings.cancel("late-trip")["status"] == "nothing_to_undo"
+    assert bookings.cancel("late-trip")["status"] == "nothing_to_undo"
+    with pytest.raises(ServiceError) as refused:
+        bookings.book("late-trip", "Hotel Adlon", 2)
+    assert refused.value.status == 409 and refused.value.body["error"] == "voided"
+    assert bookings.effect_count("booking") == 0
+    assert bookings.find_booking("late-trip") is None
 
 
 def test_cancel_twice_is_a_noop_the_second_time(bookings: BookingsClient) -> None:

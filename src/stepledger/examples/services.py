@@ -19,6 +19,10 @@ booking (status "confirmed"); ``GET /bookings/by-key/{key}``; ``POST /bookings/c
 {idempotency_key: the booking's key} -> "cancelled", then "already_cancelled" (no new
 effect), or "nothing_to_undo" for an unknown booking.
 
+An undo that finds nothing voids the key: a charge or booking arriving later under it (a
+call still in flight when recovery compensated) is refused with 409 {"error": "voided"}
+and makes no effect, so "compensated" stays true whatever order the two arrive in.
+
 email (no key, irreversible): ``POST /emails`` {to, subject, body} -> {message_id};
 every call is a new effect.
 
@@ -192,7 +196,16 @@ def _create_once(
     *,
     ignore_key: bool = False,
 ) -> Reply:
-    """Create a `kind` record once per key; a replay must carry the same `params`."""
+    """Create a `kind` record once per key; a replay must carry the same `params`.
+
+    A key an undo voided (it found nothing to undo: the call had not arrived yet) is
+    refused, so a call that arrives after its compensation makes no effect.
+    """
+    if not ignore_key and find(conn, f"{kind}_void", key) is not None:
+        return 409, {
+            "error": "voided",
+            "detail": f"key {key!r} was voided by an undo that came before the {kind}",
+        }
     existing = None if ignore_key else find(conn, kind, key)
     if existing is not None:
         if any(existing[name] != value for name, value in params.items()):
@@ -206,6 +219,12 @@ def _create_once(
     save(conn, kind, key, record_id, record)
     add_effect(conn, kind, key)
     return 200, {**record, "replayed": False}
+
+
+def _void(conn: sqlite3.Connection, kind: str, key: str) -> None:
+    """Remember that an undo found nothing under this key: the key can make no effect now."""
+    if find(conn, f"{kind}_void", key) is None:
+        save(conn, f"{kind}_void", key, _new_id("vo"), {"idempotency_key": key, "kind": kind})
 
 
 def post_charge(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Reply:
@@ -236,6 +255,7 @@ def post_refund(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
         return 200, {**existing, "replayed": True}
     charge = find(conn, "charge", charge_key)
     if charge is None:
+        _void(conn, "charge", charge_key)
         return 200, {"status": "nothing_to_undo", "charge_key": charge_key, "replayed": False}
     if charge["status"] == "refunded":
         return 200, {
@@ -278,6 +298,7 @@ def post_cancel(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
     key = _text(body, "idempotency_key")
     booking = find(conn, "booking", key)
     if booking is None:
+        _void(conn, "booking", key)
         return 200, {"status": "nothing_to_undo", "idempotency_key": key}
     if booking["status"] == "cancelled":
         return 200, {"status": "already_cancelled", "booking_id": booking["booking_id"]}

@@ -207,8 +207,8 @@ def kill_and_resume(system: str, workdir: Path, steps: int, where: list[str]) ->
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Every figure of both systems, then the ratios."""
-    steps, workflows, size = (50, 2, 5) if quick else (1000, 10, 20)
-    long_steps = 100 if quick else 1000
+    steps, workflows, size = (20, 2, 5) if quick else (1000, 10, 20)
+    long_steps = 30 if quick else 1000
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         settings = fresh_settings(servers)

@@ -63,6 +63,23 @@ def test_reads_see_what_was_written_before_them_and_nothing_else(
         reader.close()
 
 
+def test_a_cold_read_is_one_pass_and_a_later_one_reads_what_it_lacks(
+    make_settings: Callable[..., Any],
+) -> None:
+    settings = make_settings(partitions=1)
+    fill(settings, 10, "c")  # 30 records
+    reader = KafkaPartitionReader(settings)
+    try:
+        assert [e.step_id for e in reader.read("c-4")] == [None, "pay", "pay"]
+        assert reader.last.tail_records == 30  # the index's pass: no second read
+        fill(settings, 2, "d")
+        assert len(reader.read("c-4")) == 3  # begins before the catch-up: read from its start
+        assert reader.last.tail_records == 36 - 12  # from c-4's first record to the end
+        assert [e.type for e in reader.read("d-1")][-1] == "step_outcome"
+    finally:
+        reader.close()
+
+
 def test_a_second_read_reads_only_the_new_records(make_settings: Callable[..., Any]) -> None:
     settings = make_settings(partitions=1)
     fill(settings, 30, "a")  # 90 records

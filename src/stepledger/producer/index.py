@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
@@ -47,6 +48,26 @@ _INDEX = {
 }
 
 
+@dataclass
+class Lookup:
+    """What the index knows about one workflow key after a catch-up that covered the lookup."""
+
+    partition: Partition
+    key: bytes
+    first: int | None = None
+    """The offset of the key's first record (None: the partition has none)."""
+    seen_from: int | None = None
+    """Where the covering catch-up started reading: the records below it were not seen."""
+    records: list[bytes] = field(default_factory=list)
+    """The values of the key's records the covering catch-up read, in log order."""
+    done: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """True when ``records`` hold every record of the key (nothing of it came before)."""
+        return self.first is None or (self.seen_from is not None and self.first >= self.seen_from)
+
+
 class PartitionIndex:
     """The first offset of every workflow key in the partitions a reader was asked about."""
 
@@ -60,18 +81,29 @@ class PartitionIndex:
         self._finished = 0
         self._running = False
         self._wanted: set[Partition] = set()
+        self._lookups: list[Lookup] = []
         self._next: dict[Partition, int] = {}
         self._first: dict[Partition, dict[bytes, int]] = {}
         self._overflowed: set[Partition] = set()
         self._keys = 0
 
-    def first_offset(self, partition: Partition, key: bytes) -> int | None:
-        """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
-        self._catch_up(partition)
+    def lookup(self, partition: Partition, key: bytes) -> Lookup:
+        """Catch up, then say where the key starts and hand over its records seen meanwhile.
+
+        An unindexed partition (past the key bound) answers ``first=0``, never complete.
+        """
+        found = Lookup(partition, key)
+        self._catch_up(found)
         with self._cond:
             if partition in self._overflowed:
-                return 0
-            return self._first.get(partition, {}).get(key)
+                found.first, found.seen_from = 0, None
+            else:
+                found.first = self._first.get(partition, {}).get(key)
+        return found
+
+    def first_offset(self, partition: Partition, key: bytes) -> int | None:
+        """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
+        return self.lookup(partition, key).first
 
     def close(self) -> None:
         """Forget the index (a catch-up under way finishes on its own)."""
@@ -81,46 +113,58 @@ class PartitionIndex:
             self._overflowed.clear()
             self._keys = 0
 
-    def _catch_up(self, partition: Partition) -> None:
+    def _catch_up(self, found: Lookup) -> None:
         """Return once a catch-up that began after this call reached the partitions' ends."""
         deadline = time.monotonic() + CATCH_UP_LIMIT_S
         with self._cond:
-            self._wanted.add(partition)
-            needed = self._begun + 1
-            while self._finished < needed:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise BrokerError(f"could not index {self.settings.topic} in time")
-                if self._running:
-                    self._cond.wait(min(left, 1.0))
-                    continue
-                self._run_one(left)
+            self._wanted.add(found.partition)
+            self._lookups.append(found)
+            try:
+                while not found.done:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise BrokerError(f"could not index {self.settings.topic} in time")
+                    if self._running:
+                        self._cond.wait(min(left, 1.0))
+                        continue
+                    self._run_one(left)
+            finally:
+                self._lookups.remove(found)
 
     def _run_one(self, left: float) -> None:
         """Drive one catch-up of every wanted partition (called holding the lock)."""
         self._running = True
         self._begun += 1
-        number, targets = self._begun, set(self._wanted)
+        targets = set(self._wanted)
+        covered = [f for f in self._lookups if not f.done]
+        for found in covered:
+            found.seen_from = self._next.get(found.partition, 0)
+            found.records.clear()
         self._cond.release()
         done = False
         try:
-            self._scan(targets, left)
+            self._scan(targets, covered, left)
             done = True
         finally:
             self._cond.acquire()
             self._running = False
             if done:
-                self._finished = number
+                for found in covered:
+                    found.done = True
             self._cond.notify_all()
 
-    def _scan(self, targets: set[Partition], left: float) -> None:
+    def _scan(self, targets: set[Partition], covered: list[Lookup], left: float) -> None:
         """Read every target partition from where the index stopped to its end.
 
         A consumer of its own per catch-up, assigned at the index's offsets: its first
         fetch is sent after the catch-up began, so the end it reports is fresh.  (A
         long-lived consumer paused between catch-ups and sought again was measured to stop
-        fetching a partition now and then on the dev broker.)
+        fetching a partition now and then on the dev broker.)  The records of the keys
+        being looked up are kept for their lookups.
         """
+        keep: dict[tuple[Partition, bytes], list[Lookup]] = {}
+        for found in covered:
+            keep.setdefault((found.partition, found.key), []).append(found)
         starts = [TopicPartition(t, p, self._next.get((t, p), 0)) for t, p in targets]
         consumer = Consumer(self.settings.client_config(**_INDEX))
         at_end: set[Partition] = set()
@@ -131,25 +175,29 @@ class PartitionIndex:
                 if time.monotonic() > deadline:
                     raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
                 for msg in consumer.consume(_BATCH, _POLL_S):
-                    self._take(msg, at_end)
+                    if self._take(msg, at_end) and keep:
+                        where = (str(msg.topic()), int(msg.partition() or 0))
+                        for found in keep.get((where, msg.key() or b""), ()):
+                            found.records.append(msg.value() or b"")
         finally:
             consumer.close()
 
-    def _take(self, msg: Message, at_end: set[Partition]) -> None:
+    def _take(self, msg: Message, at_end: set[Partition]) -> bool:
+        """Index one record (True), or note a partition's end / skip a stale record (False)."""
         where = (str(msg.topic()), int(msg.partition() or 0))
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 at_end.add(where)
-                return
+                return False
             raise BrokerError(f"indexing the log failed: {err.str()}")
         offset = int(msg.offset() or 0)
         if offset < self._next.get(where, 0):
-            return  # fetched before a seek: already indexed
+            return False  # already indexed
         self._next[where] = offset + 1
         self.records += 1
         if where in self._overflowed:
-            return
+            return True
         keys = self._first.setdefault(where, {})
         key = msg.key() or b""
         if key not in keys:
@@ -157,6 +205,7 @@ class PartitionIndex:
             self._keys += 1
             if self._keys > self.max_keys:
                 self._overflow(where)
+        return True
 
     def _overflow(self, where: Partition) -> None:
         self._keys -= len(self._first[where])

@@ -186,11 +186,17 @@ class KafkaPartitionReader(KafkaScanReader):
         mine = self._workflow_partitions(workflow_id)
         starts = dict.fromkeys(mine, FIRST_OFFSET)
         if len(mine) == 1:
-            first = self.index.first_offset(mine[0], workflow_id.encode())
-            if first is None:
-                self.last = ReadStats(0, 0, 0, time.perf_counter() - began)
-                return []
-            starts = {mine[0]: first}
+            indexed = self.index.records
+            found = self.index.lookup(mine[0], workflow_id.encode())
+            if found.complete:
+                # The catch-up saw every record of the workflow (or there are none).
+                events: list[Event] = []
+                for value in found.records:
+                    _decode_value(events, value, self.codec)
+                read = self.index.records - indexed
+                self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
+                return events
+            starts = {mine[0]: found.first or FIRST_OFFSET}
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events
@@ -341,8 +347,12 @@ def _at_eof(msg: Message) -> bool:
 
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:
+    _decode_value(found, msg.value() or b"", codec)
+
+
+def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:
     try:
-        found.append(codec.decode(msg.value() or b""))
+        found.append(codec.decode(value))
     except StepLedgerError as exc:
         # The projector dead-letters such a record; a resume can only go on without it.
         logger.warning("skipped an undecodable record of the workflow: %s", exc)

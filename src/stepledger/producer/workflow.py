@@ -135,11 +135,16 @@ class Workflow:
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
             return _recorded_result(tool, move.step)
+        run = _runner(tool, fn)
+        if inspect.iscoroutinefunction(run):
+            raise ToolDefinitionError(
+                f"tool {tool.name!r} is async: call it with `await wf.astep(...)`", tool=tool.name
+            )
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             self.record(call.event)
         try:
-            result = _runner(tool, fn)(call.arguments, call.key)
+            result = run(call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
                 raise self._left_in_doubt(call, tool, exc) from exc

@@ -2,7 +2,8 @@
 
 Each system runs the same agent code through the API its users call by default:
 stepledger's front door (``import stepledger as sl``: ``@sl.tool``, ``ledger.workflow(id)``,
-``wf.step`` / ``await wf.astep``, ``wf.finish``) on the run's broker, and DBOS Transact 3.4
+``wf.step``, ``wf.finish``; asyncio: ``await ledger.aworkflow(id)``, ``await wf.astep``,
+``await wf.afinish()`` with an ``async def`` tool) on the run's broker, and DBOS Transact 3.4
 (``@DBOS.workflow``, ``@DBOS.step``) with its default SQLite system database in a temporary
 directory.  The tool is the same trivial function (its cost is the systems' own).
 
@@ -49,6 +50,12 @@ def _dbos() -> Any:
 @sl.tool(keyed=True)
 def act(i: int, *, idempotency_key: str) -> int:
     """The bench's tool: the work is the systems' own."""
+    return i
+
+
+@sl.tool(keyed=True, name="act")
+async def aact(i: int, *, idempotency_key: str) -> int:
+    """The same tool for asyncio agents (DBOS's are ``async def`` steps too)."""
     return i
 
 
@@ -107,10 +114,10 @@ def stepledger_figures(ledger: sl.Ledger, steps: int, workflows: int, size: int)
 
     async def async_agent(index: int) -> int:
         for w in range(workflows):
-            wf = await asyncio.to_thread(ledger.workflow, f"a-{run}-{index}-{w}")
+            wf = await ledger.aworkflow(f"a-{run}-{index}-{w}")
             for i in range(size):
-                await wf.astep(f"s{i}", act, i=i)
-            wf.finish()
+                await wf.astep(f"s{i}", aact, i=i)
+            await wf.afinish()
         return workflows * size
 
     return {

@@ -62,3 +62,20 @@ def test_recovery_redrives_an_async_tool_by_awaiting_it() -> None:
     wf = ledger_over(log, tools=[reserve], clock=clock).workflow("w")  # re-drives with the key
     assert wf.state.steps["r"].status.value == "succeeded" and len(CALLS) == 1
     assert wf.state.steps["r"].result_json == "3"
+
+
+def test_aworkflow_and_afinish_open_and_end_a_workflow_from_a_coroutine() -> None:
+    log = InMemoryEventLog()
+
+    async def run() -> None:
+        ledger = ledger_over(log)
+        wf = await ledger.aworkflow("w", name="trip")
+        await wf.astep("r", reserve, seats=1)
+        await wf.afinish()
+        await wf.afinish()  # ending it again the same way writes nothing
+        again = await ledger.aworkflow("w")
+        assert again.finished and await again.astep("r", reserve, seats=1) == 1
+
+    asyncio.run(run())
+    types = [e.type for e in log.workflow_events("w")]
+    assert types == ["workflow_started", "step_intended", "step_outcome", "workflow_finished"]

@@ -292,6 +292,18 @@ class Workflow:
         body = ev.WorkflowFinished(status=status, detail=detail)
         self.record(self.ledger.events.envelope(self.workflow_id, None, body))
 
+    async def afinish(
+        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
+    ) -> None:
+        """Record that the workflow ended (asyncio): the event loop is not blocked meanwhile."""
+        if self.state.status is not RunStatus.RUNNING:
+            self.finish(status, detail)  # already ended: nothing is written, or it raises
+            return
+        if status is WorkflowStatus.COMPLETED:
+            ensure_nothing_open(self.state)
+        body = ev.WorkflowFinished(status=status, detail=detail)
+        await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
+
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
         """Wait up to ``timeout_s`` for a human's decision on a step; return its status."""
         return approval.await_decision(self, step_id, timeout_s)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.common import ENGINES, Row, machine, run_broker, table
 
-BENCHES = ("producer", "projector", "recovery", "resume", "open", "inbox", "scale")
+BENCHES = ("producer", "projector", "recovery", "resume", "open", "inbox", "scale", "peers")
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The inbox's first page over a large queue: 10,000 open cases (quick: 2,000).
+"""The inbox's first page over a large queue: 10,000 open cases (quick: 200).
 
 - Setup: a projection holding that many open cases (four in five escalations, one in five
   pending approvals) beside as many settled workflows of three steps each, built by the
@@ -157,7 +157,7 @@ def _raw_page_ms(db: Path) -> float:
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Build the projection, serve it, and time the first page."""
     del bootstrap  # the queue reads the projection only: no broker involved
-    cases = 2_000 if quick else 10_000
+    cases = 200 if quick else 10_000
     with tempfile.TemporaryDirectory(prefix="bench-inbox-") as tmp:
         db = Path(tmp) / "ledger.duckdb"
         began = time.perf_counter()

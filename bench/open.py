@@ -1,6 +1,6 @@
 """Opening one workflow out of a growing topic: the default readers vs the old full scan.
 
-For topics of 10k, 100k and 1M events (quick: 10k and 100k), each holding one unfinished
+For topics of 10k, 100k and 1M events (quick: 2k and 10k), each holding one unfinished
 target workflow among finished ones, a fresh ``Ledger`` opens the target
 (``ledger.workflow(id)``: read, fold, append ``workflow_resumed``), timed three ways:
 
@@ -30,7 +30,7 @@ TAIL = 1_000
 REPEATS = 5
 
 
-def prepare(bootstrap: str, events: int, workdir: Path) -> tuple[Settings, Path]:
+def prepare(bootstrap: str, events: int, workdir: Path, tail: int = TAIL) -> tuple[Settings, Path]:
     """A topic of about ``events`` events with the target in the middle, projected, plus a tail."""
     settings = fresh_settings(bootstrap)
     fill(settings, events // 2, "a")
@@ -40,7 +40,7 @@ def prepare(bootstrap: str, events: int, workdir: Path) -> tuple[Settings, Path]
     fill(settings, events - events // 2, "b")
     db = workdir / f"{settings.topic}.duckdb"
     rebuild(settings, db)
-    fill(settings, TAIL, "tail", workers=1)
+    fill(settings, tail, "tail", workers=1)
     return settings, db
 
 
@@ -53,37 +53,38 @@ def open_once(settings: Settings, reader: WorkflowReader | None = None) -> float
         return time.perf_counter() - began
 
 
-def measure(settings: Settings, projected: Settings) -> dict[str, float]:
+def measure(settings: Settings, projected: Settings, repeats: int = REPEATS) -> dict[str, float]:
     """Median open time of each reader on one prepared topic."""
     return {
         "default, no projection (own partition)": statistics.median(
-            open_once(settings) for _ in range(REPEATS)
+            open_once(settings) for _ in range(repeats)
         ),
         "default with a projection (snapshot + partition tail)": statistics.median(
-            open_once(projected) for _ in range(REPEATS)
+            open_once(projected) for _ in range(repeats)
         ),
         "old default: full topic scan": statistics.median(
-            open_once(settings, KafkaScanReader(settings)) for _ in range(3)
+            open_once(settings, KafkaScanReader(settings)) for _ in range(min(3, repeats))
         ),
     }
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Open time against topic size, for each reader."""
-    sizes = (10_000, 100_000) if quick else (10_000, 100_000, 1_000_000)
+    sizes = (2_000, 10_000) if quick else (10_000, 100_000, 1_000_000)
+    tail, repeats = (200, 2) if quick else (TAIL, REPEATS)
     rows: list[Row] = []
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         first: dict[str, float] = {}
         for size in sizes:
-            settings, db = prepare(servers, size, Path(tmp))
+            settings, db = prepare(servers, size, Path(tmp), tail)
             projected = settings.model_copy(update={"projection": str(db)})
-            figures = measure(settings, projected)
+            figures = measure(settings, projected, repeats)
             for name, seconds in figures.items():
                 first.setdefault(name, seconds)
                 rows.append(
                     Row(
                         "open",
-                        f"open a workflow, {size // 1000}k events: {name} (vs 10k)",
+                        f"open a workflow, {size // 1000}k events: {name} (vs {sizes[0] // 1000}k)",
                         seconds * 1000,
                         first[name] * 1000,
                         "ms",

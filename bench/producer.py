@@ -143,10 +143,11 @@ def latencies(
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
-    """Measure everything; quick mode uses fewer records."""
-    per_agent, lat_n = (150, 500) if quick else (1500, 3000)
+    """Measure everything; quick mode (a smoke run) uses a few records."""
+    per_agent, lat_n = (40, 100) if quick else (1500, 3000)
     with broker(bootstrap) as servers:
-        latencies(fresh_settings(servers), fresh_settings(servers), 200)  # warm-up
+        warm_up = 50 if quick else 200
+        latencies(fresh_settings(servers), fresh_settings(servers), warm_up)
         raw = raw_concurrent(fresh_settings(servers), 2 * per_agent)
         sdk = sdk_concurrent(fresh_settings(servers), per_agent)
         pipelined = raw_pipelined(fresh_settings(servers), 20 * per_agent * AGENTS // 8)

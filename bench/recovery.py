@@ -1,10 +1,10 @@
 """Recovery daemon: restart cost with a checkpoint, resolution latency, memory per open intent.
 
-- Restart: a log of 1M settled events (100k quick) plus 1,000 open intents.  The first
+- Restart: a log of 1M settled events (5k quick) plus 1,000 open intents (100).  The first
   daemon replays it all (no checkpoint: the baseline); after a graceful stop and 10k new
   events, a restarted daemon resumes from its checkpoint.  Both times run from process
   start of the daemon to every partition caught up (group join included).  Target <= 0.2.
-- Latency: 10k open intents (2k quick) coming due over a few seconds, resolved by a query
+- Latency: 10k open intents (200 quick) coming due over a few seconds, resolved by a query
   hook that answers at once; latency is the decision's time minus the intent's deadline
   (grace 0).  Baseline: one raw resolution done inline (query + durable append).
 - Memory: bytes the daemon's tracker retains per open intent (decoded event, its fold,
@@ -135,23 +135,24 @@ class Running:
         self.thread.join(timeout=60)
 
 
-def restart_cost(servers: str, n: int, tmp: Path) -> dict[str, float]:
-    """Full replay vs restart from a checkpoint, after ``n`` events and 1,000 open intents."""
+def restart_cost(servers: str, n: int, tmp: Path, kept_open: int = 1000) -> dict[str, float]:
+    """Full replay vs restart from a checkpoint, after ``n`` events and ``kept_open`` intents."""
     settings = fresh_settings(servers)
     tools = ToolRegistry([bench_tool(3600)])
-    far = [datetime.now(UTC) + timedelta(hours=1)] * 1000
-    produce_bulk(settings, settled_history(n, "old") + open_intents(1000, far, bench_tool(3600)))
+    far = [datetime.now(UTC) + timedelta(hours=1)] * kept_open
+    history = settled_history(n, "old")
+    produce_bulk(settings, history + open_intents(kept_open, far, bench_tool(3600)))
     first = Running(settings, tmp / "restart", tools)
     join, full = first.caught_up_after()
     first.stop()
-    new = settled_history(max(3000, n // 100), "new")
+    new = settled_history(max(min(3000, n // 10), n // 100), "new")
     produce_bulk(settings, new)
     second = Running(settings, tmp / "restart", tools)
     rejoin, restart = second.caught_up_after()
     read = second.daemon.events_read
-    assert second.daemon.tracker.open_count() == 1000
+    assert second.daemon.tracker.open_count() == kept_open
     second.stop()
-    total = n // 3 * 3 + 1000 + len(new)
+    total = n // 3 * 3 + kept_open + len(new)
     return {
         "join": join,
         "full": full,
@@ -270,12 +271,13 @@ def memory_per_intent(n: int) -> tuple[float, float]:
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
-    """Restart on 1M events (100k quick); latency with 10k open intents (2k quick); memory."""
-    history, opened = (100_000, 2_000) if quick else (1_000_000, 10_000)
-    paced_n, burst_n = (300, 1_000) if quick else (1_000, 3_000)
+    """Restart on 1M events (5k quick); latency with 10k open intents (200 quick); memory."""
+    history, opened = (5_000, 200) if quick else (1_000_000, 10_000)
+    paced_n, burst_n = (50, 100) if quick else (1_000, 3_000)
+    kept_open = 100 if quick else 1000
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        r = restart_cost(servers, history, tmp)
+        r = restart_cost(servers, history, tmp, kept_open)
         paced = resolution_latency(servers, opened, paced_n, RATE, tmp)
         burst = resolution_latency(servers, opened, burst_n, None, tmp)
         raw = raw_resolution(servers)

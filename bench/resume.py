@@ -3,8 +3,8 @@
 - Resume: ``Ledger.workflow(id)`` through a ``SnapshotTailReader`` (the projector's
   published snapshot, then every partition's tail after the offsets it was taken at),
   appending the ``workflow_resumed`` event and replaying the workflow's four recorded
-  steps without calling a tool.  The log holds 1M events (quick: 100k) and a tail of 10k
-  events (quick: 5k) written after the snapshot.  Target: under 1 s.
+  steps without calling a tool.  The log holds 1M events (quick: 10k) and a tail of 10k
+  events (quick: 500) written after the snapshot.  Target: under 1 s.
 - Baseline: a raw full-topic scan for the workflow's key (a bare consumer, decoding only
   that workflow's records): what finding one workflow costs without an index.
 - Growth: the same resume on a log ten times smaller; a ratio near 1 means the cost does
@@ -196,17 +196,19 @@ def median_of(fn: Callable[[], float], repeats: int) -> float:
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Measure resume on a large and a ten-times smaller log."""
-    large, tail = (100_000, 5_000) if quick else (1_000_000, 10_000)
+    large, tail = (10_000, 500) if quick else (1_000_000, 10_000)
+    repeats = 3 if quick else REPEATS
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         small = prepare(servers, large // 10, tail, work)
         big = prepare(servers, large, tail, work)
-        warm_small = warm_resumes(small.settings, small.db, REPEATS)
-        warm_big = warm_resumes(big.settings, big.db, REPEATS)
+        warm_small = warm_resumes(small.settings, small.db, repeats)
+        warm_big = warm_resumes(big.settings, big.db, repeats)
         cold_big = median_of(
-            lambda: cold_resume(big.settings, SnapshotTailReader(big.settings, big.db)), 7
+            lambda: cold_resume(big.settings, SnapshotTailReader(big.settings, big.db)),
+            3 if quick else 7,
         )
-        raw_big = median_of(lambda: raw_scan(big.settings), 3)
+        raw_big = median_of(lambda: raw_scan(big.settings), 1 if quick else 3)
         scan_big = cold_resume(big.settings, KafkaScanReader(big.settings))
     return rows(big, small, tail, warm_big, warm_small, cold_big, raw_big, scan_big)
 

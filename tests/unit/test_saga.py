@@ -194,7 +194,8 @@ def test_the_sdk_refuses_the_pivot_while_a_booking_is_in_doubt() -> None:
     svc = world.services
     wf = world.ledger().workflow("wf")
     with pytest.raises(Crash):
-        wf.step("book", svc.book, {"hotel": "h"}, crash_after(svc.book, effect=True))
+        # Died before the service booked: a query finding the booking would settle it at once.
+        wf.step("book", svc.book, {"hotel": "h"}, crash_after(svc.book, effect=False))
     ledger = world.ledger(tools=False)
     world.clock.advance(-60)  # the deadline of the booking is still ahead
     wf = ledger.workflow("wf")
@@ -405,3 +406,20 @@ def test_the_inbox_shows_effects_left_standing_as_an_open_case_with_their_answer
     wf.record(F.envelope("wf", None, answer))
     closed = escalation_case("wf", escalation, world.log.workflow_events("wf"))
     assert closed is not None and not closed.is_open
+
+
+def test_pivot_happened_agrees_with_pivot_passed_and_a_long_saga_stays_cheap() -> None:
+    from stepledger.domain.saga import pivot_happened, pivot_passed
+
+    world = World()
+    wf = world.ledger().workflow("wf")
+    assert not pivot_happened(wf.state) and pivot_passed(wf.state) == []
+    wf.step("book", BOOK, {}, lambda a, k: "booked")  # undoable: not a pivot
+    assert not pivot_happened(wf.state)
+    wf.step("email", EMAIL, {}, lambda a, k: "sent")
+    assert pivot_happened(wf.state) and [s.step_id for s in pivot_passed(wf.state)] == ["email"]
+    assert not pivot_happened(wf.state, "email")  # the step itself does not count
+    # Every later keyed step comes after the pivot; checking it does not list the pivots.
+    for n in range(300):
+        wf.step(f"pay-{n}", PAY, {"n": n}, lambda a, k: 1)
+    assert all(s.after_pivot for s in wf.state.steps.values() if s.step_id.startswith("pay-"))

@@ -68,11 +68,19 @@ def function_tool(fn: Callable[..., Any], **spec: Any) -> Tool:
         )
     coerce = _argument_types(fn, signature, name)
 
-    def run(args: dict[str, Any], key: str) -> Any:
+    def call(args: dict[str, Any], key: str) -> Any:
         kwargs = coerce(args)
         if takes_key:
             kwargs[KEY] = key
         return fn(**kwargs)
+
+    run: Callable[[dict[str, Any], str], Any] = call
+    if inspect.iscoroutinefunction(fn):
+        # An async function stays one: ``astep`` awaits it, a recovery hook runs it to the end.
+        async def arun(args: dict[str, Any], key: str) -> Any:
+            return await call(args, key)
+
+        run = arun
 
     if "result_type" not in spec:
         try:

@@ -131,6 +131,34 @@ def decide(
     return _by_policy(step, tool, attempt, due)
 
 
+def query_before_due(
+    step: StepState,
+    tool: Tool | None,
+    *,
+    now: datetime,
+    grace: timedelta = timedelta(0),
+    retry_base_s: float = 0.25,
+) -> Action | None:
+    """A query that may settle an in-doubt step before it is due, or None when none may.
+
+    Before the deadline the call may still be in flight (a slow run, not a dead one), so
+    only an answer that *finds* the effect decides: it happened, and nothing the late call
+    does can make it not have happened.  "Not found" proves nothing yet and waits for the
+    deadline, as do re-drives and compensations.  Only a step whose due-time decision is
+    itself a query (its policy, or a compensatable step looked up instead) qualifies.
+    """
+    if step.status is not StepStatus.INTENDED or tool is None or tool.query is None:
+        return None
+    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s)
+    if due is None or now >= due:
+        return None  # due (or no deadline known): the ordinary decision applies
+    at_due = decide(step, tool, now=due, grace=grace, retry_base_s=retry_base_s)
+    if at_due.kind is not ActionKind.QUERY:
+        return None
+    reason = "queried before the deadline: only a found effect settles the step"
+    return Action(ActionKind.QUERY, at_due.attempt, reason, due)
+
+
 def _by_policy(step: StepState, tool: Tool, attempt: int, due: datetime) -> Action:
     if step.status is StepStatus.COMPENSATING:
         # A compensation that began (by an agent or an earlier attempt) is carried through.

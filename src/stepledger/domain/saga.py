@@ -125,11 +125,25 @@ def ensure_plan(
 
 def pivot_passed(state: WorkflowState, step_id: str | None = None) -> list[StepState]:
     """The pivot steps (other than ``step_id``) that may have happened: the saga goes forward."""
-    return [
+    # Filtered before sorting: this runs on every step, and a long workflow has many steps.
+    return _in_order(
         s
-        for s in state.ordered_steps()
+        for s in state.steps.values()
         if s.step_id != step_id and s.pivot and s.status in MAY_HAVE_HAPPENED
-    ]
+    )
+
+
+def pivot_happened(state: WorkflowState, step_id: str | None = None) -> bool:
+    """True when a pivot step (other than ``step_id``) may have happened (stops at the first)."""
+    return any(
+        s.step_id != step_id and s.pivot and s.status in MAY_HAVE_HAPPENED
+        for s in state.steps.values()
+    )
+
+
+def _in_order(steps: Iterable[StepState]) -> list[StepState]:
+    """Steps by their sequence in the workflow (as ``WorkflowState.ordered_steps``)."""
+    return sorted(steps, key=lambda s: (s.sequence, s.first_at or 0, s.step_id))
 
 
 def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Violation]:
@@ -140,14 +154,19 @@ def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Viol
     if state.read_only:
         detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect_class.value}"
         found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step_id, detail))
-    others = [s for s in state.ordered_steps() if s.step_id != step_id]
     if tool.pivot:
-        blocking = [s for s in others if s.undoable and _unresolved(s)]
+        blocking = _in_order(
+            s
+            for s in state.steps.values()
+            if s.step_id != step_id and s.undoable and _unresolved(s)
+        )
         if blocking:
             names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blocking)
             detail = f"{tool.name!r} cannot be undone; refused while unresolved: {names}"
             found.append(_with(ViolationKind.UNRESOLVED_BEFORE_PIVOT, step_id, detail, blocking))
-    pivots = [s for s in others if s.pivot and s.status in MAY_HAVE_HAPPENED]
+    if tool.repeatable and not tool.undoable:
+        return found  # nothing a passed pivot forbids: skip listing them (every step pays it)
+    pivots = pivot_passed(state, step_id)
     if not pivots:
         return found
     names = ", ".join(s.step_id for s in pivots)

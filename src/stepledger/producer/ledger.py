@@ -12,7 +12,9 @@ tools (pivots, approvals) are enforced on every step.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from stepledger.config import Settings
 from stepledger.domain.factory import Clock, EventFactory, utc_now
@@ -106,6 +108,10 @@ class Ledger:
         steps = None if plan is None else tuple(plan_step(s) for s in plan)
         spec = WorkflowSpec(name, read_only, max_attempts, steps, reason)
         return resume.open_workflow(self, workflow_id, spec)
+
+    async def aworkflow(self, workflow_id: str, **options: Any) -> Workflow:
+        """:meth:`workflow` for asyncio: reading and settling run off the event loop."""
+        return await asyncio.to_thread(lambda: self.workflow(workflow_id, **options))
 
     def start(
         self, workflow_id: str, *, name: str = "", read_only: bool = False, max_attempts: int = 5

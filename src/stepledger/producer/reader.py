@@ -2,10 +2,12 @@
 
 Implementations:
 
-- :class:`KafkaPartitionReader` (the default): only the workflow's own partition, from its
-  beginning.  The partition is computed with the producers' partitioner
-  (:mod:`stepledger.partitioner`), so the cost is that partition's size (about the log
-  divided by the partition count), not the whole topic's.
+- :class:`KafkaPartitionReader` (the default): only the workflow's own partition, from the
+  workflow's first record on.  The partition is computed with the producers' partitioner
+  (:mod:`stepledger.partitioner`); a :class:`~stepledger.producer.index.PartitionIndex`
+  says where the workflow starts (or that it has no events), reading only the records
+  written since the reader's previous read.  The first read in a process reads the
+  partition once (keys only).
 - :class:`SnapshotTailReader`: the projector's published DuckDB snapshot (an indexed point
   lookup by workflow) plus the workflow's partition's tail after the offset the snapshot
   was taken at.  Its cost follows the workflow's size and the events since the snapshot,
@@ -39,6 +41,7 @@ from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.partitioner import configured, partition_of
+from stepledger.producer.index import PartitionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -170,13 +173,39 @@ class KafkaPartitionReader(KafkaScanReader):
     cannot be computed (``-X partitioner=random``) it scans every partition.
     """
 
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        super().__init__(settings, codec)
+        self.index = PartitionIndex(settings)
+        """Where each workflow starts in its partition, kept up to date incrementally."""
+
     def read(self, workflow_id: str) -> list[Event]:
-        """Every event of the workflow: a scan of its partition (cost: that partition's size)."""
+        """Every event of the workflow: its partition from the workflow's first record on.
+
+        The index is caught up first (the records since the last read, keys only): a
+        workflow not in it has no events and nothing more is read.
+        """
         began = time.perf_counter()
-        starts = dict.fromkeys(self._workflow_partitions(workflow_id), FIRST_OFFSET)
+        mine = self._workflow_partitions(workflow_id)
+        starts = dict.fromkeys(mine, FIRST_OFFSET)
+        if len(mine) == 1:
+            indexed = self.index.records
+            found = self.index.lookup(mine[0], workflow_id.encode())
+            if found.complete:
+                # The catch-up saw every record of the workflow (or there are none).
+                events: list[Event] = []
+                for value in found.records:
+                    _decode_value(events, value, self.codec)
+                read = self.index.records - indexed
+                self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
+                return events
+            starts = {mine[0]: found.first or FIRST_OFFSET}
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events
+
+    def close(self) -> None:
+        """Close the index's consumer."""
+        self.index.close()
 
     def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
         known = self._partitions()
@@ -303,8 +332,12 @@ def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextM
 
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:
+    _decode_value(found, msg.value() or b"", codec)
+
+
+def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:
     try:
-        found.append(codec.decode(msg.value() or b""))
+        found.append(codec.decode(value))
     except StepLedgerError as exc:
         # The projector dead-letters such a record; a resume can only go on without it.
         logger.warning("skipped an undecodable record of the workflow: %s", exc)

@@ -6,7 +6,9 @@ them, then start it (first run), restart it (a read-only workflow starts over), 
 
 In-doubt steps are resolved by the recovery daemon's own :class:`Resolver` (one code path).
 A previous run of the agent may still be alive and inside the call (slow, not dead), so a
-resolution waits until the intent's deadline plus a grace has passed, as the daemon does;
+resolution waits until the intent's deadline plus a grace has passed, as the daemon does,
+unless a query hook *finds* the effect: that settles the step at once (asked once, before
+waiting; "not found" proves nothing until the deadline);
 ``ResumeOptions.wait_for_recovery`` leaves the decision to the daemon and waits for it
 instead. Whatever the agent appended while settling, it then reads the workflow back and
 goes on with the log's first decision for each step, whoever wrote it (the daemon may have
@@ -128,6 +130,7 @@ def resolve(workflow: Workflow, step_id: str, tool: Tool) -> StepState:
     ledger, options = workflow.ledger, workflow.ledger.options
     resolver = _resolver(ledger, tool)
     limit = time.monotonic() + options.resolve_timeout_s
+    _settle_if_found(workflow, resolver, step_id, tool)
     for _ in range(_MAX_ROUNDS):
         step = workflow.state.steps[step_id]
         if step.status not in rs.ACTIONABLE:
@@ -157,6 +160,21 @@ def resolve(workflow: Workflow, step_id: str, tool: Tool) -> StepState:
             tool=step.tool,
         )
     return step
+
+
+def _settle_if_found(workflow: Workflow, resolver: Resolver, step_id: str, tool: Tool) -> None:
+    """Before waiting out the deadline, ask the query hook once: a found effect settles now.
+
+    Only "found" decides before the deadline (a slow run may still be inside the call);
+    "not found" and every other policy wait as before.  The log's first decision stands.
+    """
+    state = workflow.state
+    step = state.steps[step_id]
+    if step.status is not StepStatus.INTENDED:
+        return
+    shadow = _forward(state, step, tool) if workflow.ledger.options.forward_query else state
+    if resolver.settle_if_found(_copy(shadow), step_id).events:
+        workflow.reload()
 
 
 def wait_for_decision(workflow: Workflow, step_id: str) -> StepState:

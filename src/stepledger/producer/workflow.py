@@ -21,7 +21,7 @@ from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.results import Encoded
-from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_passed
+from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_happened
 from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
     ENDED,
@@ -135,11 +135,16 @@ class Workflow:
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
             return _recorded_result(tool, move.step)
+        run = _runner(tool, fn)
+        if inspect.iscoroutinefunction(run):
+            raise ToolDefinitionError(
+                f"tool {tool.name!r} is async: call it with `await wf.astep(...)`", tool=tool.name
+            )
         call = self._call_for(step_id, tool, args, move)
         if call.event is not None:
             self.record(call.event)
         try:
-            result = _runner(tool, fn)(call.arguments, call.key)
+            result = run(call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc):
                 raise self._left_in_doubt(call, tool, exc) from exc
@@ -287,6 +292,18 @@ class Workflow:
         body = ev.WorkflowFinished(status=status, detail=detail)
         self.record(self.ledger.events.envelope(self.workflow_id, None, body))
 
+    async def afinish(
+        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
+    ) -> None:
+        """Record that the workflow ended (asyncio): the event loop is not blocked meanwhile."""
+        if self.state.status is not RunStatus.RUNNING:
+            self.finish(status, detail)  # already ended: nothing is written, or it raises
+            return
+        if status is WorkflowStatus.COMPLETED:
+            ensure_nothing_open(self.state)
+        body = ev.WorkflowFinished(status=status, detail=detail)
+        await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
+
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
         """Wait up to ``timeout_s`` for a human's decision on a step; return its status."""
         return approval.await_decision(self, step_id, timeout_s)
@@ -363,7 +380,7 @@ class Workflow:
                 None, step_id, step.idempotency_key, args, step.attempt, scrub, None
             )
         with self._lock:
-            after_pivot = tool.effectful and bool(pivot_passed(self.state, step_id))
+            after_pivot = tool.effectful and pivot_happened(self.state, step_id)
         event = self.ledger.events.intent(
             self.workflow_id,
             step_id,

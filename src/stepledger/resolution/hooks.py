@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stepledger.domain.state import StepState
 from stepledger.domain.tools import Found, NotFound, QueryHook
 from stepledger.errors import HookTimeoutError, RecoveryError
+
+
+async def _awaited(answer: Awaitable[Any]) -> Any:
+    return await answer
 
 
 class _Job:
@@ -30,7 +36,11 @@ class _Job:
                 return
             self.state = "running"
         try:
-            self.answer = self.hook(*self.args)
+            answer = self.hook(*self.args)
+            if inspect.isawaitable(answer):
+                # An async tool's hook: run it to its end on this (loop-less) pool thread.
+                answer = asyncio.run(_awaited(answer))
+            self.answer = answer
         except BaseException as exc:
             self.error = exc
         finally:

@@ -197,6 +197,43 @@ class Resolver:
             self.observer(resolution, run.tool)
         return resolution
 
+    def settle_if_found(self, state: WorkflowState, step_id: str) -> Resolution:
+        """Query an in-doubt step before it is due; record a decision only if it is found.
+
+        See :func:`stepledger.domain.resolution.query_before_due`: a found effect is recorded
+        as the query's outcome (``succeeded``) at once; "not found", a failing hook or a
+        step that does not qualify records nothing and returns the step unchanged (the
+        ordinary resolution after the deadline decides it).  The hook is bounded by the
+        tool's timeout and by the time left until the step is due.
+        """
+        step = _step(state, step_id)
+        tool = self.tools.get(step.tool)
+        now = self.clock()
+        action = rs.query_before_due(
+            step, tool, now=now, grace=self.grace, retry_base_s=self.retry_base_s
+        )
+        if action is None or tool is None or tool.query is None or action.due_at is None:
+            return Resolution(step, rs.Action(rs.ActionKind.NONE))
+        bound = min(tool.timeout_s, (action.due_at - now).total_seconds())
+        run = _Attempt(state, step, tool, action)
+        try:
+            query, args = checked_query(tool.query), (_args(run), step.idempotency_key)
+            answer = self.hooks.call(query, args, bound, f"{tool.name}.query")
+        except Exception as exc:
+            logger.info(
+                "query before the deadline failed; waiting for the deadline",
+                extra={**_where(run), "error": f"{type(exc).__name__}: {exc}"[:500]},
+            )
+            return run.result()
+        if not isinstance(answer, Found):
+            return run.result()
+        self._tried(run, ResolutionPolicy.QUERY, answer)
+        self._answered(run, answer, before_due=True)
+        resolution = run.result()
+        if self.observer is not None:
+            self.observer(resolution, tool)
+        return resolution
+
     def judge_late(self, state: WorkflowState, outcome: ev.Event) -> Resolution:
         """Record how an outcome that arrived after the step was decided is handled.
 
@@ -273,7 +310,13 @@ class Resolver:
         if isinstance(answer, NotFound) and rs.redrive_after_not_found(tool):
             self._redrive(run, tool)
             return
+        self._answered(run, answer)
+
+    def _answered(self, run: _Attempt, answer: Found | NotFound, before_due: bool = False) -> None:
+        """Record what a query answered as the step's outcome, with the answer as evidence."""
         evidence = {"policy": "query", "attempt": run.action.attempt, **rs.answer_evidence(answer)}
+        if before_due:
+            evidence["before_due"] = True
         result = answer.result if isinstance(answer, Found) else None
         self._outcome(run, rs.query_status(answer), Source.RECOVERY_QUERY, result, evidence)
 
@@ -366,12 +409,16 @@ class Resolver:
             )
             self._append(run, failed, run.step.attempt, run.action.attempt, policy.value)
             raise _HookFailed(run.error) from exc
+        self._tried(run, policy, answer)
+        return answer
+
+    def _tried(self, run: _Attempt, policy: ResolutionPolicy, answer: Any) -> None:
+        """Record a hook's answer as a resolution attempt."""
         answer_json = ids.canonical_json(rs.answer_evidence(answer))
         tried = ev.ResolutionAttempted(
             policy=policy, attempt=run.action.attempt, answer_json=answer_json
         )
         self._append(run, tried, run.step.attempt, run.action.attempt, policy.value)
-        return answer
 
     def _outcome(
         self, run: _Attempt, status: OutcomeStatus, source: Source, result: Any, evidence: Any

@@ -1,0 +1,142 @@
+"""The partition index behind the default reader: fresh, incremental, shared, bounded.
+
+- A workflow another process wrote before the read is found, with all its events; an id
+  not in the log has none; a workflow written after a read is found by the next read.
+- A second read reads only the records written since the first (keys only).
+- Eight threads opening workflows at once all see the right events, sharing catch-ups.
+- Past its key bound a partition falls back to full reads and stays correct.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from stepledger.config import Settings
+from stepledger.domain.tools import Tool
+from stepledger.producer import KafkaPartitionReader, Ledger
+from stepledger.producer.index import PartitionIndex
+
+PAY = Tool(name="pay", keyed=True)
+
+WRITER = """
+import sys
+from stepledger.config import Settings
+from stepledger.domain.tools import Tool
+from stepledger.producer import Ledger
+bootstrap, topic, workflow_id = sys.argv[1:4]
+with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
+    wf = ledger.start(workflow_id)
+    wf.step("pay", Tool(name="pay", keyed=True), {"n": 1}, lambda a, k: "paid")
+"""
+
+
+def write_elsewhere(settings: Settings, workflow_id: str, env: dict[str, str]) -> None:
+    """Another process records a workflow (started, intent, outcome) and exits."""
+    argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, workflow_id]
+    subprocess.run(argv, check=True, env=env, timeout=60, capture_output=True)
+
+
+def fill(settings: Settings, workflows: int, prefix: str) -> None:
+    with Ledger(settings) as ledger:
+        for n in range(workflows):
+            ledger.start(f"{prefix}-{n}").step("pay", PAY, {"n": n}, lambda a, k: a["n"])
+
+
+def test_reads_see_what_was_written_before_them_and_nothing_else(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> None:
+    settings = make_settings(partitions=3)
+    fill(settings, 20, "old")
+    reader = KafkaPartitionReader(settings)
+    try:
+        assert reader.read("nobody") == []
+        write_elsewhere(settings, "late", src_env)  # after the index caught up once
+        events = reader.read("late")
+        assert [e.type for e in events] == ["workflow_started", "step_intended", "step_outcome"]
+        assert reader.read("old-7")[0].type == "workflow_started"
+        assert reader.read("nobody") == []
+    finally:
+        reader.close()
+
+
+def test_a_cold_read_is_one_pass_and_a_later_one_reads_what_it_lacks(
+    make_settings: Callable[..., Any],
+) -> None:
+    settings = make_settings(partitions=1)
+    fill(settings, 10, "c")  # 30 records
+    reader = KafkaPartitionReader(settings)
+    try:
+        assert [e.step_id for e in reader.read("c-4")] == [None, "pay", "pay"]
+        assert reader.last.tail_records == 30  # the index's pass: no second read
+        fill(settings, 2, "d")
+        assert len(reader.read("c-4")) == 3  # begins before the catch-up: read from its start
+        assert reader.last.tail_records == 36 - 12  # from c-4's first record to the end
+        assert [e.type for e in reader.read("d-1")][-1] == "step_outcome"
+    finally:
+        reader.close()
+
+
+def test_a_second_read_reads_only_the_new_records(make_settings: Callable[..., Any]) -> None:
+    settings = make_settings(partitions=1)
+    fill(settings, 30, "a")  # 90 records
+    index = PartitionIndex(settings)
+    partition = (settings.topic, 0)
+    assert index.first_offset(partition, b"a-0") == 0
+    assert index.records == 90
+    fill(settings, 5, "b")  # 15 more
+    assert index.first_offset(partition, b"b-0") == 90
+    assert index.first_offset(partition, b"missing") is None
+    assert index.records == 105  # the first 90 were not read again
+
+
+def test_concurrent_opens_share_catch_ups_and_see_their_own_workflows(
+    make_settings: Callable[..., Any],
+) -> None:
+    settings = make_settings(partitions=3)
+    fill(settings, 10, "seed")
+    errors: list[BaseException] = []
+    with Ledger(settings) as ledger:
+
+        def agent(n: int) -> None:
+            try:
+                for w in range(5):
+                    wf = ledger.workflow(f"t-{n}-{w}")
+                    assert wf.attempt == 1 and not wf.state.steps
+                    wf.step("pay", PAY, {"n": n}, lambda a, k: a["n"])
+                    wf.finish()
+                again = ledger.workflow(f"t-{n}-0")  # finished: replays, runs nothing
+                assert again.step("pay", PAY, {"n": n}, lambda a, k: -1) == n
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=agent, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        index = ledger.reader.index  # type: ignore[attr-defined]
+    assert errors == []
+    # 48 opens; each catch-up reads only what is new, so far fewer than 48 full reads.
+    assert index.records < 10 * 3 + 48 * 4 + 8 * 3
+
+
+def test_past_its_key_bound_a_partition_falls_back_to_full_reads(
+    make_settings: Callable[..., Any],
+) -> None:
+    settings = make_settings(partitions=1)
+    fill(settings, 12, "k")
+    index = PartitionIndex(settings, max_keys=5)
+    partition = (settings.topic, 0)
+    assert index.first_offset(partition, b"k-11") == 0  # unindexed: read from the start
+    assert index.first_offset(partition, b"nobody") == 0
+    reader = KafkaPartitionReader(settings)
+    reader.index = index
+    try:
+        assert reader.read("k-11")[0].type == "workflow_started"
+        assert reader.read("nobody") == []
+    finally:
+        reader.close()

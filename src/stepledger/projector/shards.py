@@ -156,10 +156,10 @@ class ShardDir:
                 # store of this process is fenced the same way.
                 if time.monotonic() + wait > deadline:
                     raise ViewStoreError(
-                        f"shard {path} stayed in use by another owner for "
+                        f"shard {path} stayed locked by another owner for "
                         f"{self.lock_timeout_s:g}s: {exc.message}"
                     ) from exc
-                log.info("shard %s is in use by another owner; waiting", path)
+                log.info("shard %s is locked by another owner; waiting", path)
                 time.sleep(wait)
                 wait = min(1.0, wait * 2)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from stepledger.config import Settings
@@ -25,7 +26,13 @@ NEW_SHARD = re.compile(r"no shard for (\S+)\[(\d+)\]")
 
 
 def start(
-    settings: Settings, shards: Path, env: dict[str, str], log: Path
+    settings: Settings,
+    shards: Path,
+    env: dict[str, str],
+    log: Path,
+    *,
+    session_s: str = "2",
+    snapshot_s: str = "0.3",
 ) -> subprocess.Popen[str]:
     with open(log, "w") as err:
         return subprocess.Popen(
@@ -43,9 +50,9 @@ def start(
                 "--group",
                 f"projector-{settings.topic}",
                 "--session-timeout",
-                "2",
+                session_s,
                 "--snapshot-interval",
-                "0.3",
+                snapshot_s,
             ],
             stdout=subprocess.DEVNULL,
             stderr=err,
@@ -125,3 +132,38 @@ def test_three_projectors_one_killed_and_one_added_build_the_union_a_rebuild_bui
     # A partition is projected from offset 0 only when its shard is missing: once each.
     created = [m.groups() for log in logs for m in NEW_SHARD.finditer(log.read_text())]
     assert sorted(int(p) for _, p in created) == list(range(PARTITIONS))
+
+
+def test_a_lone_projector_paused_past_its_session_loses_its_shards_and_carries_on(
+    make_settings: Factory, src_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=4)
+    shards = tmp_path / "shards"
+    events = random_log(seed=9, workflows=80)
+    half = len(events) // 2
+    log = tmp_path / "projector.log"
+    proc = start(settings, shards, src_env, log, session_s="1", snapshot_s="0.05")
+    try:
+        wait_for(lambda: "assigned" in log.read_text(), 60, "the projector's assignment")
+        produce_events(settings, events[:half])
+        wait_for(lambda: projected(shards) >= half, 60, "the first half projected")
+        # Stopped past its session while the log grows: the group takes its partitions, it
+        # gives its shards up when it wakes, and is assigned them again.
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            produce_events(settings, events[half:])
+            time.sleep(3.0)  # the fault itself: a pause of three sessions, not a wait
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: projected(shards) >= len(events), 90, "every record projected")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        text = log.read_text()
+        assert "revoked" in text and text.count("assigned") >= 2, text[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    union = union_contents(shards)
+    assert sum(o for _, _, o in union["offsets"]) == len(events)
+    assert len(union["events"]) == len({e.event_id for e in events})

@@ -141,6 +141,7 @@ def test_a_workflow_is_read_back_from_a_snapshot_with_its_offsets(tmp_path: Path
     project(db, messages)
     with ProjectionStore(db) as store:
         snap = publish_snapshot(store)
+    assert snap is not None
     workflow_id = log[0].workflow_id
     events, offsets = workflow_events_from_snapshot(snap, workflow_id)
     seen: set[str] = set()

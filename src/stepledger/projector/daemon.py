@@ -243,16 +243,23 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
             pipeline.drain()
         if loop.options.commit_to_kafka:
             _commit_to_kafka(loop)
-        loop.state.close(gone)
     finally:
-        loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
-        loop.dirty -= set(gone)
-        for topic, partition in gone:
-            try:
-                loop.metrics.lag.remove(topic, str(partition))
-            except KeyError:
-                continue
+        try:
+            # Released even when committing failed: a shard left open would keep its lock.
+            loop.state.close(gone)
+        finally:
+            _forget(loop, gone)
     logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
+
+
+def _forget(loop: _Loop, gone: list[Where]) -> None:
+    loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
+    loop.dirty -= set(gone)
+    for topic, partition in gone:
+        try:
+            loop.metrics.lag.remove(topic, str(partition))
+        except KeyError:
+            continue
 
 
 def _step(loop: _Loop) -> None:

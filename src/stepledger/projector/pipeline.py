@@ -107,6 +107,6 @@ class Pipeline:
         if self.on_commit is not None:
             self.on_commit(report)
 
-    def _published(self, path: Path) -> None:
-        if self.on_snapshot is not None:
+    def _published(self, path: Path | None) -> None:
+        if path is not None and self.on_snapshot is not None:
             self.on_snapshot(path)

@@ -124,7 +124,11 @@ class ShardDir:
         """Open each partition's shard (waiting for a previous owner's lock) and its offset."""
         offsets: Offsets = {}
         for where in partitions:
-            if where not in self._open:
+            if where in self._open:
+                # Still open here (assigned again before it was given up): what is in
+                # flight is committed before the offsets are read and the fold restarts.
+                self._open[where].drain()
+            else:
                 self._open[where] = self._make(self._take(where))
             stored = self._open[where].projector.reload_offsets()
             if where in stored:
@@ -148,13 +152,14 @@ class ShardDir:
                 return self._open_store(path)
             except ViewStoreError as exc:
                 # The previous owner has not closed it yet (revocation under way, or a
-                # paused process that lost the partition): its lock is the fence.
+                # paused process that lost the partition): its lock is the fence.  Another
+                # store of this process is fenced the same way.
                 if time.monotonic() + wait > deadline:
                     raise ViewStoreError(
-                        f"shard {path} stayed locked by another process for "
+                        f"shard {path} stayed locked by another owner for "
                         f"{self.lock_timeout_s:g}s: {exc.message}"
                     ) from exc
-                logger.info("shard %s is locked by another process; waiting", path)
+                logger.info("shard %s is locked by another owner; waiting", path)
                 time.sleep(wait)
                 wait = min(1.0, wait * 2)
 

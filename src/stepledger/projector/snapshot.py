@@ -43,18 +43,21 @@ __all__ = [
 ]
 
 
-def publish_snapshot(store: ProjectionStore) -> Path:
+def publish_snapshot(store: ProjectionStore) -> Path | None:
     """Checkpoint the writer's file and atomically replace the snapshot with a copy of it.
 
     Must be called by the writer between transactions: after ``CHECKPOINT`` the file holds
     every committed row, and nothing writes to it until the next batch.  The copy is read
     through the store's own descriptor (opening and closing the file here would drop the
-    store's lock), into a temporary name no other publisher uses.
+    store's lock), into a temporary name no other publisher uses.  When another connection's
+    transaction holds the checkpoint back, nothing is published (None) and the previous
+    snapshot stays: the next publication catches up, and the projector goes on.
     """
     target = snapshot_path(store.path)
+    if not store.checkpoint():
+        return None
     partial = target.with_name(f"{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
-        store.con.execute("CHECKPOINT")
         store.copy_file(partial)
         # A WAL left by someone who opened a snapshot read-write must not be replayed
         # against the next snapshot.

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import Protocol
+from typing import Protocol, get_args
 
 from stepledger.codec import Codec, RegistryFraming
 from stepledger.config import Settings
-from stepledger.domain.events import Event
+from stepledger.domain.events import Event, EventType
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, Headers, Position
 
@@ -33,10 +34,18 @@ def event_headers(event: Event) -> Headers:
     """CloudEvents binary-mode headers, so consumers can route without decoding."""
     return [
         ("ce_specversion", b"1.0"),
-        ("ce_type", f"stepledger.{event.type}".encode()),
+        ("ce_type", _CE_TYPE[event.type]),
         ("ce_id", event.event_id.encode()),
-        ("ce_source", f"stepledger/{event.fleet_id}/{event.producer_id}".encode()),
+        ("ce_source", _ce_source(event.fleet_id, event.producer_id)),
     ]
+
+
+_CE_TYPE = {t: f"stepledger.{t}".encode() for t in get_args(EventType)}
+
+
+@functools.lru_cache(maxsize=64)
+def _ce_source(fleet_id: str, producer_id: str) -> bytes:
+    return f"stepledger/{fleet_id}/{producer_id}".encode()
 
 
 def codec_for(settings: Settings) -> Codec:

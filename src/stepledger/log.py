@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections.abc import Callable
 from typing import Protocol, get_args
 
 from stepledger.codec import Codec, RegistryFraming
@@ -12,6 +13,9 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event, EventType
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, Headers, Position
+
+#: Blocks until the event sent is acknowledged and returns where it landed (or raises).
+Acknowledgement = Callable[[], Position]
 
 
 class EventLog(Protocol):
@@ -23,6 +27,14 @@ class EventLog(Protocol):
 
     async def append_async(self, event: Event) -> Position:
         """Append one event and await its acknowledgement."""
+        ...
+
+    def send(self, event: Event) -> Acknowledgement:
+        """Queue one event and return the wait for its acknowledgement, without waiting.
+
+        Events of one workflow sent one after another land in that order (one partition,
+        an idempotent producer), so a caller may send several and then wait for them all.
+        """
         ...
 
     def close(self) -> None:
@@ -104,6 +116,19 @@ class KafkaEventLog:
             self._journal.record(event.event_id)
         return position
 
+    def send(self, event: Event) -> Acknowledgement:
+        """Queue one event; the returned wait serves delivery reports until it is acknowledged."""
+        key, value = event.workflow_id.encode(), self.codec.encode(event)
+        future = self._producer.send(self.settings.topic, key, value, event_headers(event))
+
+        def acknowledged() -> Position:
+            position = self._producer.wait(future)
+            if self._journal is not None:
+                self._journal.record(event.event_id)
+            return position
+
+        return acknowledged
+
     async def append_async(self, event: Event) -> Position:
         """Append one event and await its own acknowledgement."""
         key, value = event.workflow_id.encode(), self.codec.encode(event)
@@ -144,6 +169,11 @@ class InMemoryEventLog:
     async def append_async(self, event: Event) -> Position:
         """Append one event."""
         return self.append(event)
+
+    def send(self, event: Event) -> Acknowledgement:
+        """Append one event now (an in-memory log acknowledges at once)."""
+        position = self.append(event)
+        return lambda: position
 
     def workflow_events(self, workflow_id: str) -> list[Event]:
         """The events of one workflow in log order."""

@@ -153,6 +153,19 @@ class DurableProducer:
         self._serve_until(future, timeout)
         return future.result()
 
+    def wait_served(self, future: Future[Position], timeout: float | None = None) -> Position:
+        """Wait for a record whose report the background delivery thread serves.
+
+        For many threads waiting at once (the recovery daemon's workers): taking turns at
+        polling, each report would cost a hand-over of the poll lock between them.
+        """
+        self._start_background_poller()
+        limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
+        try:
+            return future.result(limit)
+        except TimeoutError:
+            raise DurabilityError(f"no acknowledgement within {limit:.1f}s") from None
+
     def _serve_until(self, waiting: _Waiting, timeout: float | None) -> None:
         limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
         deadline = time.monotonic() + limit

@@ -117,12 +117,17 @@ class KafkaEventLog:
         return position
 
     def send(self, event: Event) -> Acknowledgement:
-        """Queue one event; the returned wait serves delivery reports until it is acknowledged."""
+        """Queue one event; the returned wait blocks until its acknowledgement.
+
+        Its report is served by the producer's delivery thread: ``send`` is for many
+        threads sending at once (the recovery daemon's workers), which would otherwise
+        take turns at polling the producer.
+        """
         key, value = event.workflow_id.encode(), self.codec.encode(event)
         future = self._producer.send(self.settings.topic, key, value, event_headers(event))
 
         def acknowledged() -> Position:
-            position = self._producer.wait(future)
+            position = self._producer.wait_served(future)
             if self._journal is not None:
                 self._journal.record(event.event_id)
             return position

@@ -109,7 +109,6 @@ class EventFactory:
         ``after_pivot``: a pivot of the workflow may have happened before this call, so
         recovery must never compensate it (see :mod:`stepledger.domain.saga`).
         """
-        _check_ids(workflow_id, step_id)
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
         now = ev.utc_millis(self.clock())  # one reading: the deadline is occurred_at + timeout
         arguments_json, digest = tool.recorded_arguments(arguments, key, self.redaction_key)

@@ -241,6 +241,10 @@ def _order(step: StepState) -> tuple[object, ...]:
     return (step.sequence, step.first_at or 0, step.step_id)
 
 
+#: Every step starts as a copy of this one (``replace`` is cheaper than the frozen ``__init__``).
+_NEW_STEP = StepState("", StepStatus.INTENDED)
+
+
 def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
     """Fold a workflow's events, in log order, into its state."""
     state = WorkflowState(workflow_id)
@@ -321,7 +325,7 @@ def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | N
     if step is None:
         if not isinstance(body, ev.StepIntended | ev.ApprovalRequested):
             return ("no_intent", f"{body.type} for a step with no intent")
-        step = StepState(step_id, StepStatus.INTENDED, first_at=event.occurred_at)
+        step = replace(_NEW_STEP, step_id=step_id, first_at=event.occurred_at)
     new, problem = _transition(step, event)
     if new is not None:
         # Every transition returns a copy made for this event alone: stamping it in place

@@ -411,7 +411,7 @@ class Workflow:
             self.appended += 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _PendingCall:
     event: ev.Event | None
     step_id: str

@@ -254,10 +254,13 @@ def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
 
 
 Problem = tuple[str, str]
+_STEP_BODIES = frozenset({ev.StepIntended, ev.StepOutcome})
 
 
 def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     body = event.body
+    if type(body) in _STEP_BODIES and event.step_id is not None:
+        return _apply_step(wf, event, event.step_id)  # most events: skip the chain below
     if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):

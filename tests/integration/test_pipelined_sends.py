@@ -45,6 +45,7 @@ def test_sends_from_many_threads_land_in_order_per_workflow(settings: Settings) 
         assert offsets == sorted(offsets) and len(set(offsets)) == PER_WORKFLOW, workflow
     read: dict[str, list[str]] = {}
     for record in read_topic(settings, Codec(), idle_timeout=0.3):
+        assert record.event is not None
         read.setdefault(record.event.workflow_id, []).append(record.event.event_id)
     assert read == sent
 

@@ -77,11 +77,14 @@ def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
 
 
 def to_record(event: Event) -> dict[str, Any]:
-    """Turn an event into the dict fastavro writes (the body as a named union branch)."""
-    record = event.model_dump()
-    body = record["body"]
-    body_type = body.pop("type")
-    record["body"] = (_NAME_BY_TYPE[body_type], body)
+    """Turn an event into the dict fastavro writes (the body as a named union branch).
+
+    Read from the models' fields directly (every field is a scalar, an enum or a time):
+    ``model_dump`` would serialise the same values again on every event.
+    """
+    record = dict(event.__dict__)
+    body = dict(record["body"].__dict__)
+    record["body"] = (_NAME_BY_TYPE[body.pop("type")], body)
     return record
 
 
@@ -168,8 +171,8 @@ class Codec:
 
     def encode(self, event: Event) -> bytes:
         """Return the framed Avro bytes of one event."""
-        buf = io.BytesIO()
-        buf.write(self._prefix)
+        buf = io.BytesIO(self._prefix)
+        buf.seek(len(self._prefix))
         try:
             fastavro.schemaless_writer(buf, self.schema, to_record(event))
         except (ValueError, TypeError, KeyError) as exc:

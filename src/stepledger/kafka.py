@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -131,22 +131,38 @@ class DurableProducer:
         while not self._closed.is_set():
             self._poll_once(0.01)
 
-    def _poll_once(self, timeout: float, future: Future[Position] | None = None) -> None:
+    def _poll_once(self, timeout: float, waiting: _Waiting | None = None) -> None:
         # librdkafka's poll returns as soon as it served a report, so holding the lock
         # for one poll costs other waiters at most the time to the next report.
         with self._poll_lock:
-            if self._producer is not None and not (future is not None and future.done()):
+            if self._producer is not None and not (waiting is not None and waiting.done()):
                 self._producer.poll(timeout)
 
     def wait(self, future: Future[Position], timeout: float | None = None) -> Position:
         """Wait for one record's acknowledgement, serving delivery reports meanwhile."""
+        self._serve_until(future, timeout)
+        return future.result()
+
+    def wait_served(self, future: Future[Position], timeout: float | None = None) -> Position:
+        """Wait for a record whose report the background delivery thread serves.
+
+        For many threads waiting at once (the recovery daemon's workers): taking turns at
+        polling, each report would cost a hand-over of the poll lock between them.
+        """
+        self._start_background_poller()
+        limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
+        try:
+            return future.result(limit)
+        except TimeoutError:
+            raise DurabilityError(f"no acknowledgement within {limit:.1f}s") from None
+
+    def _serve_until(self, waiting: _Waiting, timeout: float | None) -> None:
         limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
         deadline = time.monotonic() + limit
-        while not future.done():
+        while not waiting.done():
             if time.monotonic() > deadline:
                 raise DurabilityError(f"no acknowledgement within {limit:.1f}s")
-            self._poll_once(0.01, future)
-        return future.result()
+            self._poll_once(0.01, waiting)
 
     def _on_error(self, err: KafkaError) -> None:
         # Connection errors are retried by librdkafka; a record that cannot be delivered in
@@ -180,8 +196,16 @@ class DurableProducer:
     def append(
         self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Position:
-        """Produce one record and block until the broker acknowledged it."""
-        return self.wait(self.send(topic, key, value, headers))
+        """Produce one record and block until the broker acknowledged it.
+
+        The caller's own thread serves the reports (see the module doc), so the record's
+        outcome lands in a plain slot: a ``Future``'s condition variable would be set on
+        every record and never waited on.
+        """
+        slot = _Slot()
+        self._produce(topic, key, value, headers, slot.settle)
+        self._serve_until(slot, None)
+        return slot.result()
 
     def _produce(
         self,
@@ -241,6 +265,33 @@ class DurableProducer:
 def position_of(msg: Message) -> Position:
     """The topic, partition and offset of a delivered or consumed message."""
     return Position(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
+
+
+class _Waiting(Protocol):
+    def done(self) -> bool: ...
+
+
+class _Slot:
+    """One record's outcome, set once by its delivery report (a minimal future)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self) -> None:
+        self.outcome: Position | BaseException | None = None
+
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def settle(self, outcome: Position | BaseException) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+
+    def result(self) -> Position:
+        outcome = self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
 
 
 def _resolve_into(

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, get_args
 
 from stepledger.codec import Codec, RegistryFraming
 from stepledger.config import Settings
-from stepledger.domain.events import Event
+from stepledger.domain.events import Event, EventType
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, Headers, Position
+
+#: Blocks until the event sent is acknowledged and returns where it landed (or raises).
+Acknowledgement = Callable[[], Position]
 
 
 class EventLog(Protocol):
@@ -24,6 +29,14 @@ class EventLog(Protocol):
         """Append one event and await its acknowledgement."""
         ...
 
+    def send(self, event: Event) -> Acknowledgement:
+        """Queue one event and return the wait for its acknowledgement, without waiting.
+
+        Events of one workflow sent one after another land in that order (one partition,
+        an idempotent producer), so a caller may send several and then wait for them all.
+        """
+        ...
+
     def close(self) -> None:
         """Release the log's resources."""
         ...
@@ -33,10 +46,18 @@ def event_headers(event: Event) -> Headers:
     """CloudEvents binary-mode headers, so consumers can route without decoding."""
     return [
         ("ce_specversion", b"1.0"),
-        ("ce_type", f"stepledger.{event.type}".encode()),
+        ("ce_type", _CE_TYPE[event.type]),
         ("ce_id", event.event_id.encode()),
-        ("ce_source", f"stepledger/{event.fleet_id}/{event.producer_id}".encode()),
+        ("ce_source", _ce_source(event.fleet_id, event.producer_id)),
     ]
+
+
+_CE_TYPE = {t: f"stepledger.{t}".encode() for t in get_args(EventType)}
+
+
+@functools.lru_cache(maxsize=64)
+def _ce_source(fleet_id: str, producer_id: str) -> bytes:
+    return f"stepledger/{fleet_id}/{producer_id}".encode()
 
 
 def codec_for(settings: Settings) -> Codec:
@@ -95,6 +116,24 @@ class KafkaEventLog:
             self._journal.record(event.event_id)
         return position
 
+    def send(self, event: Event) -> Acknowledgement:
+        """Queue one event; the returned wait blocks until its acknowledgement.
+
+        Its report is served by the producer's delivery thread: ``send`` is for many
+        threads sending at once (the recovery daemon's workers), which would otherwise
+        take turns at polling the producer.
+        """
+        key, value = event.workflow_id.encode(), self.codec.encode(event)
+        future = self._producer.send(self.settings.topic, key, value, event_headers(event))
+
+        def acknowledged() -> Position:
+            position = self._producer.wait_served(future)
+            if self._journal is not None:
+                self._journal.record(event.event_id)
+            return position
+
+        return acknowledged
+
     async def append_async(self, event: Event) -> Position:
         """Append one event and await its own acknowledgement."""
         key, value = event.workflow_id.encode(), self.codec.encode(event)
@@ -135,6 +174,11 @@ class InMemoryEventLog:
     async def append_async(self, event: Event) -> Position:
         """Append one event."""
         return self.append(event)
+
+    def send(self, event: Event) -> Acknowledgement:
+        """Append one event now (an in-memory log acknowledges at once)."""
+        position = self.append(event)
+        return lambda: position
 
     def workflow_events(self, workflow_id: str) -> list[Event]:
         """The events of one workflow in log order."""

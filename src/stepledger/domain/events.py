@@ -7,7 +7,7 @@ envelope's union branch, which is how JSON (``tail``/``append``) tells bodies ap
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -20,6 +20,7 @@ from stepledger.domain.enums import (
     Verdict,
     WorkflowStatus,
 )
+from stepledger.errors import EventValidationError
 
 #: Avro's ``int`` is 32-bit and its ``long`` 64-bit, signed.  fastavro writes a Python int of
 #: any size into either unchecked, and the projector's Arrow columns then refuse it, so every
@@ -39,7 +40,8 @@ def _utc_millis(value: datetime) -> datetime:
     """Normalise to aware UTC with millisecond precision, as Avro timestamp-millis stores it."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    value = value.astimezone(UTC)
+    elif value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
@@ -265,3 +267,43 @@ class Event(_Frozen):
     def type(self) -> EventType:
         """The body's type tag, e.g. ``step_intended``."""
         return self.body.type
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def avro_int(name: str, value: int, low: int = INT32_MIN) -> int:
+    """Return ``value`` if it fits Avro's ``int`` and is at least ``low``; else raise."""
+    if type(value) is not int or not low <= value <= INT32_MAX:
+        raise EventValidationError(f"{name}={value!r} is not an Avro int >= {low}")
+    return value
+
+
+def utc_millis(value: datetime) -> datetime:
+    """Normalise a time as every event stores it (aware UTC, millisecond precision)."""
+    return _utc_millis(value)
+
+
+def trusted(model: type[M], values: dict[str, Any]) -> M:
+    """Build a model from values the SDK computed itself, without validating them again.
+
+    Only for values whose types the caller guarantees (times normalised by
+    :func:`utc_millis`, integers checked by :func:`avro_int`, strings, enums, bools): a
+    test decodes what this builds with the strict model (``Event.model_validate``) and
+    compares.  Missing fields take their defaults, as validation would give them.
+    """
+    obj = object.__new__(model)
+    state = {**_DEFAULTS[model], **values}
+    object.__setattr__(obj, "__dict__", state)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+def _defaults(model: type[BaseModel]) -> dict[str, Any]:
+    return {n: f.default for n, f in model.model_fields.items() if not f.is_required()}
+
+
+_TRUSTED: tuple[type[BaseModel], ...] = (*BODY_TYPES, Event)
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {m: _defaults(m) for m in _TRUSTED}

@@ -1,4 +1,11 @@
-"""Builders of well-formed events with deterministic ids (pure: the clock is passed in)."""
+"""Builders of well-formed events with deterministic ids (pure: the clock is passed in).
+
+The per-step events (an intent, an outcome) are built on every agent's critical path, from
+values this module computes itself or that were validated where the user gave them (a
+``Tool`` when it was defined, ids here, once): they are constructed without running
+pydantic's validation again (:func:`~stepledger.domain.events.trusted`), and the tests
+decode what they produce with the strict model.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.ids import canonical_json, event_id, idempotency_key
 from stepledger.domain.secrets import RedactionKey, Scrubber
 from stepledger.domain.tools import Tool
+from stepledger.errors import EventValidationError
 
 Clock = Callable[[], datetime]
 
@@ -37,6 +45,12 @@ class EventFactory:
     redaction_key: RedactionKey | None = field(default=None, repr=False, compare=False)
     """Keys the markers of secret arguments; without it they are a fixed marker."""
 
+    def __post_init__(self) -> None:
+        for name in ("fleet_id", "producer_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise EventValidationError(f"{name} must be a non-empty string, not {value!r}")
+
     def envelope(
         self, workflow_id: str, step_id: str | None, body: ev.Body, *qualifiers: object
     ) -> ev.Event:
@@ -47,15 +61,28 @@ class EventFactory:
         """
         if not qualifiers:
             qualifiers = (_content(body),)
-        return ev.Event(
-            event_id=event_id(workflow_id, step_id, body.type, *qualifiers),
-            workflow_id=workflow_id,
-            step_id=step_id,
-            fleet_id=self.fleet_id,
-            producer_id=self.producer_id,
-            occurred_at=self.clock(),
-            body=body,
-        )
+        eid = event_id(workflow_id, step_id, body.type, *qualifiers)
+        return self._wrap(workflow_id, step_id, body, eid)
+
+    def _wrap(
+        self,
+        workflow_id: str,
+        step_id: str | None,
+        body: ev.Body,
+        eid: str,
+        now: datetime | None = None,
+    ) -> ev.Event:
+        _check_ids(workflow_id, step_id)
+        values = {
+            "event_id": eid,
+            "workflow_id": workflow_id,
+            "step_id": step_id,
+            "fleet_id": self.fleet_id,
+            "producer_id": self.producer_id,
+            "occurred_at": ev.utc_millis(self.clock()) if now is None else now,
+            "body": body,
+        }
+        return ev.trusted(ev.Event, values)
 
     def workflow_started(
         self, workflow_id: str, *, name: str, attempt: int, read_only: bool, max_attempts: int
@@ -83,23 +110,26 @@ class EventFactory:
         recovery must never compensate it (see :mod:`stepledger.domain.saga`).
         """
         key = idempotency_key(workflow_id, step_id, tool.name, attempt)
-        recorded = tool.redact(arguments, key, self.redaction_key)
-        body = ev.StepIntended(
-            sequence=sequence,
-            tool=tool.name,
-            effect=tool.effect_class,
-            policy=tool.resolution,
-            idempotency_key=key,
-            arguments_json=canonical_json(recorded),
-            arguments_digest=tool.arguments_digest(arguments),
-            deadline=self.clock() + timedelta(seconds=tool.timeout_s),
-            attempt=attempt,
-            requires_approval=tool.requires_approval,
-            repeatable=tool.repeatable,
-            undoable=tool.undoable,
-            after_pivot=after_pivot,
-        )
-        return self.envelope(workflow_id, step_id, body, attempt)
+        now = ev.utc_millis(self.clock())  # one reading: the deadline is occurred_at + timeout
+        arguments_json, digest = tool.recorded_arguments(arguments, key, self.redaction_key)
+        values = {
+            "sequence": ev.avro_int("sequence", sequence, 0),
+            "tool": tool.name,
+            "effect": tool.effect_class,
+            "policy": tool.resolution,
+            "idempotency_key": key,
+            "arguments_json": arguments_json,
+            "arguments_digest": digest,
+            "deadline": ev.utc_millis(now + timedelta(seconds=tool.timeout_s)),
+            "attempt": ev.avro_int("attempt", attempt, 1),
+            "requires_approval": tool.requires_approval,
+            "repeatable": tool.repeatable,
+            "undoable": tool.undoable,
+            "after_pivot": bool(after_pivot),
+        }
+        body = ev.trusted(ev.StepIntended, values)
+        eid = event_id(workflow_id, step_id, body.type, attempt)
+        return self._wrap(workflow_id, step_id, body, eid, now)
 
     def outcome(
         self,
@@ -125,14 +155,31 @@ class EventFactory:
         if scrub:
             result = scrub.value(result)
             text = None if text is None else scrub.text(text)
-        body = ev.StepOutcome(
-            status=status,
-            result_json=None if result is None else canonical_json(result),
-            error=text,
-            error_type=type(error).__name__ if isinstance(error, BaseException) else None,
-            source=source,
-            evidence_json=None if evidence is None else canonical_json(evidence),
-            attempt=attempt,
-            result_type=None if result is None else result_type,
-        )
-        return self.envelope(workflow_id, step_id, body, attempt, source.value)
+        source = Source(source)
+        values = {
+            "status": OutcomeStatus(status),
+            "result_json": None if result is None else canonical_json(result),
+            "error": text,
+            "error_type": type(error).__name__ if isinstance(error, BaseException) else None,
+            "source": source,
+            "evidence_json": None if evidence is None else canonical_json(evidence),
+            "attempt": ev.avro_int("attempt", attempt),
+            "result_type": None if result is None else _optional_text("result_type", result_type),
+        }
+        body = ev.trusted(ev.StepOutcome, values)
+        eid = event_id(workflow_id, step_id, body.type, attempt, source.value)
+        return self._wrap(workflow_id, step_id, body, eid)
+
+
+def _check_ids(workflow_id: object, step_id: object) -> None:
+    """The ids a caller gives, checked once where the event that carries them is built."""
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise EventValidationError(f"workflow id must be a non-empty string, not {workflow_id!r}")
+    if step_id is not None and not isinstance(step_id, str):
+        raise EventValidationError(f"step id must be a string, not {step_id!r}")
+
+
+def _optional_text(name: str, value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise EventValidationError(f"{name} must be a string, not {value!r}")
+    return value

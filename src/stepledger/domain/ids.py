@@ -11,12 +11,18 @@ _SEP = "\x1f"
 
 def digest(*parts: object) -> str:
     """Return the SHA-256 hex digest of the parts joined by a separator no id contains."""
-    return hashlib.sha256(_SEP.join(str(p) for p in parts).encode()).hexdigest()
+    return hashlib.sha256(_SEP.join(map(str, parts)).encode()).hexdigest()
 
 
 def canonical_json(value: Any) -> str:
     """Serialise to JSON with sorted keys and no spaces, so equal values give equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL.encode(value)
+
+
+#: One encoder for every canonical text (``json.dumps`` with options builds one per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+)
 
 
 def typed_canonical_json(value: Any) -> str:
@@ -33,6 +39,27 @@ def typed_canonical_json(value: Any) -> str:
 
 
 _TYPE_TAG = "\u0000type"
+
+
+def plain_json(value: Any) -> bool:
+    """True when ``typed_canonical_json`` would tag nothing in the value (it is plain JSON).
+
+    Exact types only (a ``str`` subclass answers False): a False answer costs the caller
+    the typed pass, never a wrong text.
+    """
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is dict:
+        return all(
+            type(k) is str and (type(v) in _SCALARS or plain_json(v)) for k, v in value.items()
+        )
+    if kind is list:
+        return all(type(v) in _SCALARS or plain_json(v) for v in value)
+    return False
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _tagged(value: Any) -> Any:

@@ -22,7 +22,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stepledger.domain.state import StepState, StepStatus, WorkflowState
+from stepledger.domain.state import (
+    StepState,
+    StepStatus,
+    WorkflowState,
+)
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
 
@@ -85,19 +89,6 @@ class PlanRules:
         return self.pivot_needs_approval or self.irreversible_needs_approval
 
 
-#: Undoable steps in these states block a pivot: their effect is unknown or being undone.
-UNRESOLVED = frozenset(
-    {
-        StepStatus.INTENDED,
-        StepStatus.COMPENSATING,
-        StepStatus.ABANDONED,
-        StepStatus.COMPENSATION_FAILED,
-    }
-)
-#: A pivot step in these states may have happened: the saga can only go forward.
-MAY_HAVE_HAPPENED = frozenset({StepStatus.INTENDED, StepStatus.SUCCEEDED, StepStatus.ABANDONED})
-
-
 def check_plan(
     steps: Iterable[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
 ) -> list[Violation]:
@@ -125,50 +116,44 @@ def ensure_plan(
 
 def pivot_passed(state: WorkflowState, step_id: str | None = None) -> list[StepState]:
     """The pivot steps (other than ``step_id``) that may have happened: the saga goes forward."""
-    # Filtered before sorting: this runs on every step, and a long workflow has many steps.
-    return _in_order(
-        s
-        for s in state.steps.values()
-        if s.step_id != step_id and s.pivot and s.status in MAY_HAVE_HAPPENED
-    )
+    if not pivot_may_have_passed(state, step_id):
+        return []
+    return [s for s in state.ordered_steps() if s.step_id != step_id and s.pivot_happened]
 
 
-def pivot_happened(state: WorkflowState, step_id: str | None = None) -> bool:
-    """True when a pivot step (other than ``step_id``) may have happened (stops at the first)."""
-    return any(
-        s.step_id != step_id and s.pivot and s.status in MAY_HAVE_HAPPENED
-        for s in state.steps.values()
-    )
+def pivot_may_have_passed(state: WorkflowState, step_id: str | None = None) -> bool:
+    """True when a pivot step other than ``step_id`` may have happened (O(1), per step call)."""
+    own = state.steps.get(step_id) if step_id is not None else None
+    return state.pivots_happened - (own is not None and own.pivot_happened) > 0
 
 
-def _in_order(steps: Iterable[StepState]) -> list[StepState]:
-    """Steps by their sequence in the workflow (as ``WorkflowState.ordered_steps``)."""
-    return sorted(steps, key=lambda s: (s.sequence, s.first_at or 0, s.step_id))
+def _blocking(state: WorkflowState, step_id: str) -> list[StepState]:
+    own = state.steps.get(step_id)
+    if state.unresolved_undoable - (own is not None and own.unresolved_undoable) <= 0:
+        return []
+    return [s for s in state.ordered_steps() if s.step_id != step_id and s.unresolved_undoable]
 
 
 def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Violation]:
-    """The violations running ``tool`` as ``step_id`` now would commit, given the log."""
+    """The violations running ``tool`` as ``step_id`` now would commit, given the log.
+
+    Checked on every step call, so it reads the fold's counts of pivots and unresolved
+    undoable steps and passes over every step only to name the ones breaking a rule.
+    """
     found: list[Violation] = []
     if tool.read_only:
         return found  # the common case, kept free of a pass over every step
     if state.read_only:
         detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect_class.value}"
         found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step_id, detail))
-    if tool.pivot:
-        blocking = _in_order(
-            s
-            for s in state.steps.values()
-            if s.step_id != step_id and s.undoable and _unresolved(s)
-        )
-        if blocking:
-            names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blocking)
-            detail = f"{tool.name!r} cannot be undone; refused while unresolved: {names}"
-            found.append(_with(ViolationKind.UNRESOLVED_BEFORE_PIVOT, step_id, detail, blocking))
-    if tool.repeatable and not tool.undoable:
-        return found  # nothing a passed pivot forbids: skip listing them (every step pays it)
-    pivots = pivot_passed(state, step_id)
-    if not pivots:
+    blocking = _blocking(state, step_id) if tool.pivot else []
+    if blocking:
+        names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blocking)
+        detail = f"{tool.name!r} cannot be undone; refused while unresolved: {names}"
+        found.append(_with(ViolationKind.UNRESOLVED_BEFORE_PIVOT, step_id, detail, blocking))
+    if not (tool.undoable or not tool.repeatable) or not pivot_may_have_passed(state, step_id):
         return found
+    pivots = pivot_passed(state, step_id)
     names = ", ".join(s.step_id for s in pivots)
     if tool.undoable:
         detail = f"undoable {tool.name!r} after the pivot {names}: it could not be unwound"
@@ -275,10 +260,6 @@ def _duplicates(plan: list[PlanStep]) -> list[Violation]:
 
 def _with(kind: ViolationKind, step_id: str, detail: str, steps: list[StepState]) -> Violation:
     return Violation(kind, step_id, detail, tuple(s.step_id for s in steps))
-
-
-def _unresolved(step: StepState) -> bool:
-    return step.status in UNRESOLVED or step.escalation_open
 
 
 def _unknown(step: StepState) -> bool:

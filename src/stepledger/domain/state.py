@@ -69,6 +69,17 @@ ENDED = frozenset(
 RETRYABLE = frozenset(
     {StepStatus.FAILED, StepStatus.NOT_HAPPENED, StepStatus.APPROVED, StepStatus.AWAITING_APPROVAL}
 )
+#: Undoable steps in these states block a pivot: their effect is unknown or being undone.
+UNRESOLVED = frozenset(
+    {
+        StepStatus.INTENDED,
+        StepStatus.COMPENSATING,
+        StepStatus.ABANDONED,
+        StepStatus.COMPENSATION_FAILED,
+    }
+)
+#: A pivot step in these states may have happened: the saga can only go forward.
+MAY_HAVE_HAPPENED = frozenset({StepStatus.INTENDED, StepStatus.SUCCEEDED, StepStatus.ABANDONED})
 #: Statuses in which the step's effect is settled and nothing runs.
 SETTLED = frozenset(
     {StepStatus.SUCCEEDED, StepStatus.COMPENSATED, StepStatus.FAILED, StepStatus.NOT_HAPPENED}
@@ -136,6 +147,16 @@ class StepState:
         """True when the step's effect cannot be undone."""
         return self.effect is not None and self.effectful and not self.undoable
 
+    @property
+    def pivot_happened(self) -> bool:
+        """True when the step is a pivot that may have happened: the saga goes forward."""
+        return self.status in MAY_HAVE_HAPPENED and self.pivot
+
+    @property
+    def unresolved_undoable(self) -> bool:
+        """True when the step can be undone but its effect is unknown or being undone."""
+        return self.undoable and (self.status in UNRESOLVED or self.escalation_open)
+
 
 _STEP_FIELDS = frozenset(f.name for f in fields(StepState))
 
@@ -146,9 +167,8 @@ def replace(step: StepState, **changes: object) -> StepState:
     The fold runs this twice per event; ``dataclasses.replace`` re-runs the frozen
     ``__init__`` field by field, which made it most of the projector's fold time.
     """
-    unknown = changes.keys() - _STEP_FIELDS
-    if unknown:
-        raise TypeError(f"StepState has no fields {sorted(unknown)}")
+    if not _STEP_FIELDS.issuperset(changes):
+        raise TypeError(f"StepState has no fields {sorted(changes.keys() - _STEP_FIELDS)}")
     new = object.__new__(StepState)
     new.__dict__.update(step.__dict__, **changes)
     return new
@@ -171,10 +191,35 @@ class WorkflowState:
     steps: dict[str, StepState] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     anomalies: list[Anomaly] = field(default_factory=list)
+    pivots_happened: int = field(init=False, repr=False, compare=False)
+    """How many steps are pivots that may have happened (kept by the fold: O(1) saga checks).
+
+    Counts, not sets of ids: every tracked step of the recovery daemon holds a state."""
+    unresolved_undoable: int = field(init=False, repr=False, compare=False)
+    """How many undoable steps have an effect unknown or being undone (kept by the fold)."""
+
+    def __post_init__(self) -> None:
+        self.pivots_happened = sum(1 for s in self.steps.values() if s.pivot_happened)
+        self.unresolved_undoable = sum(1 for s in self.steps.values() if s.unresolved_undoable)
+
+    def put(self, step: StepState) -> None:
+        """Store a step's new state and keep the saga counts in step with it."""
+        old = self.steps.get(step.step_id)
+        if old is not None:
+            self.pivots_happened -= old.pivot_happened
+            self.unresolved_undoable -= old.unresolved_undoable
+        self.steps[step.step_id] = step
+        self.pivots_happened += step.pivot_happened
+        self.unresolved_undoable += step.unresolved_undoable
+
+    def clear_steps(self) -> None:
+        """Forget every step (a read-only workflow started over)."""
+        self.steps.clear()
+        self.pivots_happened = self.unresolved_undoable = 0
 
     def ordered_steps(self) -> list[StepState]:
         """Steps by their sequence in the workflow."""
-        return sorted(self.steps.values(), key=lambda s: (s.sequence, s.first_at or 0, s.step_id))
+        return sorted(self.steps.values(), key=_order)
 
     def in_doubt(self) -> list[StepState]:
         """Steps with an intent and no outcome."""
@@ -196,6 +241,10 @@ class WorkflowState:
         return anomaly
 
 
+def _order(step: StepState) -> tuple[object, ...]:
+    return (step.sequence, step.first_at or 0, step.step_id)
+
+
 def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
     """Fold a workflow's events, in log order, into its state."""
     state = WorkflowState(workflow_id)
@@ -205,10 +254,13 @@ def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
 
 
 Problem = tuple[str, str]
+_STEP_BODIES = frozenset({ev.StepIntended, ev.StepOutcome})
 
 
 def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     body = event.body
+    if type(body) in _STEP_BODIES and event.step_id is not None:
+        return _apply_step(wf, event, event.step_id)  # most events: skip the chain below
     if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):
@@ -235,7 +287,7 @@ def _on_workflow_run(
         wf.name, wf.read_only, wf.max_attempts = body.name, body.read_only, body.max_attempts
         if body.attempt > 1 and wf.read_only:
             # A read-only workflow restarts from scratch: earlier steps no longer count.
-            wf.steps.clear()
+            wf.clear_steps()
     wf.attempt = max(wf.attempt, body.attempt)
     if wf.status is RunStatus.DEAD_LETTERED:
         return ("run_while_dead_lettered", f"attempt {body.attempt} after the dead letter")
@@ -290,7 +342,7 @@ def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | N
     changes, problem = transition(step, body, at)
     if changes is not None:
         changes["last_at"] = at
-        wf.steps[step_id] = replace(step, **changes)
+        wf.put(replace(step, **changes))
     return problem
 
 

@@ -35,13 +35,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from stepledger.domain import secrets
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
-from stepledger.domain.ids import canonical_digest, typed_canonical_json
+from stepledger.domain.ids import (
+    canonical_digest,
+    canonical_json,
+    plain_json,
+    typed_canonical_json,
+)
 from stepledger.domain.results import ResultCodec, result_codec
 from stepledger.errors import ToolDefinitionError
 
@@ -162,7 +167,9 @@ class Tool(BaseModel):
     @property
     def results(self) -> ResultCodec:
         """How this tool's results are recorded and replayed (same value, same type)."""
-        return self._results
+        # Read from pydantic's private store directly: ``self._results`` goes through
+        # ``BaseModel.__getattr__`` on every step.
+        return cast(ResultCodec, self.__pydantic_private__["_results"])  # type: ignore[index]
 
     @property
     def effect_class(self) -> EffectClass:
@@ -213,6 +220,20 @@ class Tool(BaseModel):
             return dict(arguments)
         mark = secrets.fixed_mark if key is None else secrets.keyed_mark(key, salt)
         return secrets.redact(arguments, self.secret_args, mark)
+
+    def recorded_arguments(
+        self, arguments: Mapping[str, Any], salt: str, key: secrets.RedactionKey | None = None
+    ) -> tuple[str, str]:
+        """An intent's ``arguments_json`` and ``arguments_digest``, in one pass where it can.
+
+        For plain JSON arguments without keyed markers both are the same canonical text
+        (``typed_canonical_json`` writes JSON values exactly as ``canonical_json`` does).
+        """
+        recorded = self.redact(arguments, salt, key)
+        text = canonical_json(recorded)
+        if (key is None or not self.secret_args) and plain_json(recorded):
+            return text, canonical_digest(text)
+        return text, self.arguments_digest(arguments)
 
     def arguments_digest(self, arguments: Mapping[str, Any]) -> str:
         """The digest an intent records to detect a changed plan; secret values take no part."""

@@ -257,7 +257,7 @@ def _forward(state: WorkflowState, step: StepState, tool: Tool) -> WorkflowState
     if not step.undoable or step.status is not StepStatus.INTENDED:
         return state
     shadow = _copy(state)
-    shadow.steps[step.step_id] = replace(step, policy=ResolutionPolicy.QUERY)
+    shadow.put(replace(step, policy=ResolutionPolicy.QUERY))
     return shadow
 
 

@@ -21,7 +21,13 @@ from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.results import Encoded
-from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan, ensure_step, pivot_happened
+from stepledger.domain.saga import (
+    PlanRules,
+    PlanStep,
+    ensure_plan,
+    ensure_step,
+    pivot_may_have_passed,
+)
 from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
     ENDED,
@@ -380,7 +386,7 @@ class Workflow:
                 None, step_id, step.idempotency_key, args, step.attempt, scrub, None
             )
         with self._lock:
-            after_pivot = tool.effectful and pivot_happened(self.state, step_id)
+            after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
         event = self.ledger.events.intent(
             self.workflow_id,
             step_id,
@@ -422,7 +428,7 @@ class Workflow:
             self.appended += 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _PendingCall:
     event: ev.Event | None
     step_id: str

@@ -108,6 +108,7 @@ class RecoveryDaemon:
             retry_base_s=options.retry_base_s,
             observer=self.metrics.observe,
             confirm=self._claims.wait,
+            pipeline=True,
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.assigned: set[int] = set()

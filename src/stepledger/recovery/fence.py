@@ -22,7 +22,7 @@ from typing import Any
 from stepledger.domain.events import Event
 from stepledger.errors import OwnershipLostError
 from stepledger.kafka import Position
-from stepledger.log import EventLog
+from stepledger.log import Acknowledgement, EventLog
 
 
 class Fence:
@@ -102,6 +102,11 @@ class FencedLog:
         """Append (asyncio) if the worker's partition is still ours."""
         self.fence.check()
         return await self.log.append_async(event)
+
+    def send(self, event: Event) -> Acknowledgement:
+        """Queue an append if the worker's partition is still ours (checked before it leaves)."""
+        self.fence.check()
+        return self.log.send(event)
 
     def close(self) -> None:
         """Close the wrapped log."""

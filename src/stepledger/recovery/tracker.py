@@ -29,7 +29,7 @@ DueFn = Callable[[StepState], datetime | None]
 LATE_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 
 
-@dataclass
+@dataclass(slots=True)
 class Tracked:
     """One tracked step: its partition, its events and the fold of them."""
 

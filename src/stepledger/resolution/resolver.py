@@ -38,7 +38,7 @@ from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
 from stepledger.kafka import Position
-from stepledger.log import EventLog
+from stepledger.log import Acknowledgement, EventLog
 from stepledger.resolution.deadletters import DeadLetterSink
 from stepledger.resolution.hooks import (
     HookPool,
@@ -118,6 +118,13 @@ class _Attempt:
     positions: list[Position] = field(default_factory=list)
     error: str | None = None
     lost: bool = False
+    pending: list[Acknowledgement] = field(default_factory=list)
+    """Events sent and not yet acknowledged (pipelined mode), in the order sent."""
+
+    def settle(self) -> None:
+        """Wait for every event sent: each one acknowledged, or the first refusal raised."""
+        while self.pending:
+            self.positions.append(self.pending.pop(0)())
 
     def result(self) -> Resolution:
         step = self.state.steps.get(self.step.step_id, self.step)
@@ -151,6 +158,7 @@ class Resolver:
         hooks: HookPool | None = None,
         confirm: ClaimCheck | None = None,
         claimant: str | None = None,
+        pipeline: bool = False,
     ) -> None:
         self.log = log
         self.events = events
@@ -165,6 +173,8 @@ class Resolver:
         """How a claim is read back; None trusts the local fold (one resolver only)."""
         self.claimant = claimant or uuid.uuid4().hex[:16]
         """Part of this resolver's claim ids: two resolvers' claims are never duplicates."""
+        self.pipeline = pipeline
+        """Send a resolution's events back to back and wait for them together (see _record)."""
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""
@@ -192,6 +202,7 @@ class Resolver:
             # A lost claim leaves the decision to whoever came first in the log.
             with contextlib.suppress(_HookFailed, _ClaimLost):
                 self._carry_out_counted(run)
+        run.settle()
         resolution = run.result()
         if self.observer is not None and run.events:
             self.observer(resolution, run.tool)
@@ -260,6 +271,7 @@ class Resolver:
                 f"{body.attempt} after the step was decided {step.status.value}"
             )
             self._abandon(run, reason, escalation, detail)
+        run.settle()
         return run.result()
 
     # -- carrying out one action -------------------------------------------------------
@@ -370,11 +382,13 @@ class Resolver:
         reason = run.action.reason
         evidence = {"recovery_attempts": run.step.recovery_attempts, "reason": reason}
         abandonment = self._abandon(run, reason, self._escalation_id(run), evidence)
+        run.settle()
         if run.action.dead_letter and self.dead_letters is not None:
             self.dead_letters.publish(abandonment, reason=reason)
 
     def _ensure_claim(self, run: _Attempt, claim: ev.Event) -> None:
         """Go on only if the log took the claim as the step's first decision."""
+        run.settle()
         if self.confirm is None:
             return
         logged = self.confirm(claim, run.positions[-1])
@@ -396,6 +410,7 @@ class Resolver:
     ) -> Any:
         """Run a hook bounded by the tool's timeout and record the attempt either way."""
         assert run.tool is not None
+        run.settle()  # what was recorded before the hook is durable before its effect
         name = f"{run.tool.name}.{policy.value}"
         try:
             answer = self.hooks.call(hook, args, run.tool.timeout_s, name)
@@ -457,8 +472,16 @@ class Resolver:
         return event
 
     def _record(self, run: _Attempt, event: ev.Event) -> None:
-        # Durable first, folded second: the state never runs ahead of the log.
-        run.positions.append(self.log.append(event))
+        # Durable first, folded second: the state never runs ahead of the log.  Pipelined,
+        # the events of one resolution are sent back to back (one workflow: one partition,
+        # kept in order by the idempotent producer) and the resolution is settled, every
+        # event acknowledged, before any hook runs, a claim is read back, a dead letter is
+        # published or the resolution is returned: no effect and no reader runs ahead of
+        # the log, and a refused event fails the whole resolution as a refused append did.
+        if self.pipeline:
+            run.pending.append(self.log.send(event))
+        else:
+            run.positions.append(self.log.append(event))
         run.events.append(event)
         run.state.apply(event)
 

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from stepledger.broker import LocalBroker
 from stepledger.config import Settings
+from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
 
 
@@ -60,7 +60,7 @@ def run_broker(engine: str, bootstrap: str | None) -> Iterator[str | None]:
     if engine == "kafka":
         if bootstrap:
             raise SystemExit("--engine kafka starts its own broker: drop --bootstrap")
-        from stepledger.apache_kafka import KafkaBroker
+        from stepledger.dev.apache_kafka import KafkaBroker
 
         with KafkaBroker(nodes=1) as kafka:
             yield kafka.bootstrap

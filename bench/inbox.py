@@ -32,12 +32,13 @@ from confluent_kafka import Message
 
 from bench.common import Row, cli, fixed_clock, median, percentile
 from stepledger.codec import Codec
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.inbox.queue import QueueFilter, read_page
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.engine import Projector
 from stepledger.projector.snapshot import connect_read_only, snapshot_path
 from stepledger.projector.store import ProjectionStore
 
@@ -86,7 +87,7 @@ def build_projection(path: Path, cases: int) -> int:
         messages.append(Message(topic="log", partition=p, offset=offsets[p], key=key, value=value))
         offsets[p] += 1
     with ProjectionStore(path) as store:
-        projector = Projector(store, codec, MemoryDeadLetters())
+        projector = Projector(store, codec, MemoryRecordLetters())
         for i in range(0, len(messages), 20_000):
             projector.process(messages[i : i + 20_000])
         store.checkpoint()

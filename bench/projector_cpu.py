@@ -25,7 +25,8 @@ from confluent_kafka import Message
 
 from bench.projector import _RAW_COLUMNS, workload
 from stepledger.codec import Codec
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.deadletters.records import MemoryRecordLetters
+from stepledger.projector.engine import Projector
 from stepledger.projector.store import CHECKPOINT_THRESHOLD, DEFAULT_MEMORY_LIMIT, ProjectionStore
 
 N = 30_000
@@ -76,7 +77,7 @@ def _raw(msgs: list[Message], db: Path, schema: Any) -> float:
 def _projector(batches: list[list[Message]], db: Path, codec: Codec) -> tuple[float, float]:
     prepare = commit = 0.0
     with ProjectionStore(db) as store:
-        projector = Projector(store, codec, MemoryDeadLetters())
+        projector = Projector(store, codec, MemoryRecordLetters())
         for records in batches:
             t0 = time.thread_time()
             batch = projector.prepare(records)

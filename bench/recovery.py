@@ -36,6 +36,7 @@ from bench.common import (
 )
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
@@ -45,7 +46,6 @@ from stepledger.log import KafkaEventLog
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import Tracker
-from stepledger.resolution.deadletters import InMemoryDeadLetters
 from stepledger.resolution.registry import ToolRegistry
 
 ARGS = {"amount": 1250, "currency": "EUR", "customer": "cus_0001", "memo": "x" * 120}
@@ -111,7 +111,7 @@ class Running:
             consumer=FAST_FETCH,
             health_interval_s=60.0,
         )
-        self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=InMemoryDeadLetters())
+        self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=MemoryEventLetters())
         self.started = time.perf_counter()
         self.thread = threading.Thread(target=self.daemon.run, daemon=True)
         self.thread.start()

@@ -1,7 +1,7 @@
 """Shared fixtures: a real Kafka-protocol broker on loopback, unique topics, settings factories.
 
 The broker engine is ``--engine kafka|tansu`` or ``STEPLEDGER_TEST_ENGINE``.  The default is
-Apache Kafka (a 1-node KRaft cluster started by ``stepledger.apache_kafka.KafkaBroker``)
+Apache Kafka (a 1-node KRaft cluster started by ``stepledger.dev.apache_kafka.KafkaBroker``)
 when ``java`` is on PATH, else the bundled Tansu broker.  Set
 ``STEPLEDGER_TEST_BOOTSTRAP=HOST:PORT`` to run every test against a broker you started.
 """
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from stepledger.apache_kafka import KafkaBroker
-from stepledger.broker import LocalBroker
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
+from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
 
 Factory = Callable[..., Settings]

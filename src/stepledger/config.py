@@ -34,7 +34,7 @@ class Settings(BaseModel):
     """Kafka bootstrap servers, HOST:PORT[,HOST:PORT]."""
     topic: str = "stepledger.events"
     """The step-log topic."""
-    dlq_topic: str = "stepledger.deadletter"
+    dlq_topic: str = "stepledger.deadletters.letter"
     """Where undecodable or invalid input goes, with the reason in headers."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""

@@ -24,20 +24,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.ledger import Ledger
 from stepledger.producer.reader import InMemoryWorkflowReader
 from stepledger.producer.resume import ResumeOptions
-from stepledger.resolution.deadletters import InMemoryDeadLetters
 from stepledger.resolution.registry import ToolRegistry
 
 __all__ = [
     "Crash",
-    "InMemoryDeadLetters",
     "InMemoryEventLog",
     "InMemoryWorkflowReader",
     "ManualClock",
+    "MemoryEventLetters",
     "ledger_over",
 ]
 

@@ -22,9 +22,9 @@ from stepledger.cli._common import run_guarded
 from stepledger.cli._recovery import register
 from stepledger.config import Settings
 from stepledger.consume import FAST_CONSUMER, read_topic
+from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
-from stepledger.examples.clients import RunningService, start_service
 from stepledger.kafka import topic_partitions
 from stepledger.log import KafkaEventLog, codec_for
 
@@ -149,7 +149,7 @@ class Stack:
         settings: Settings,
         state_dir: Path,
         *,
-        tools: str = "stepledger.examples.tools:registry",
+        tools: str = "stepledger.dev.examples.tools:registry",
         log: Path | None = None,
         group: str | None = None,
         **extra_env: str,
@@ -219,7 +219,7 @@ class Stack:
         command = [
             sys.executable,
             "-m",
-            "stepledger.examples.agent",
+            "stepledger.dev.examples.agent",
             "--tool",
             tool,
             "--workflow",

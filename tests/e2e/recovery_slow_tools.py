@@ -6,8 +6,8 @@ import os
 import time
 from typing import Any
 
+from stepledger.dev.examples.tools import bookings_tool, payments_tool
 from stepledger.domain.tools import NotFound
-from stepledger.examples.tools import bookings_tool, payments_tool
 from stepledger.resolution.registry import ToolRegistry
 
 STALL_S = 20.0

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 CHAOS = [sys.executable, "-m", "stepledger", "chaos"]
+# The same command with the test-only switches (--break), kept out of the shipped CLI.
+CHAOS_TEST = [sys.executable, "-m", "stepledger.dev.chaos"]
 
 
 @pytest.fixture
@@ -27,15 +29,19 @@ def external(engine: str, request: pytest.FixtureRequest) -> Callable[..., list[
     return args
 
 
-def run_chaos(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
-    report = tmp_path / "report.json"
+def run_chaos(
+    tmp_path: Path, env: dict[str, str], *args: str, command: list[str] = CHAOS
+) -> tuple[int, dict[str, Any], str]:
+    report = tmp_path / "work" / "chaos-report.json"  # its default place
     proc = subprocess.run(
-        [*CHAOS, "--report", str(report), "--workdir", str(tmp_path / "work"), *args],
+        [*command, "--workdir", str(tmp_path / "work"), *args],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         env=env,
         timeout=600,
     )
+    assert not (tmp_path / "chaos-report.json").exists(), "a report left in the cwd"
     return proc.returncode, json.loads(report.read_text()), proc.stdout + proc.stderr
 
 
@@ -65,6 +71,7 @@ def test_a_broken_build_fails_with_the_violation_named(
         *external("--workflows", "30", "--seed", "1", "--duration", "300"),
         "--break",
         "redrive-ignores-key",
+        command=CHAOS_TEST,
     )
     assert code != 0
     assert not report["passed"]
@@ -116,3 +123,14 @@ def test_three_kafka_nodes_lose_leaders_and_every_invariant_holds(
     assert any(f.startswith("sigkill node") for f in report["broker_faults"])
     assert report["acked_in_broker_faults"] >= 1, "no agent wrote while a broker was down"
     assert report["seconds"] <= 240
+
+
+def test_the_shipped_cli_has_no_test_only_switch(src_env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [*CHAOS, "--break", "redrive-ignores-key"],
+        capture_output=True,
+        text=True,
+        env=src_env,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "No such option" in done.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.demo.effects import UNKNOWN, EffectCounts
+from stepledger.dev.demo.effects import UNKNOWN, EffectCounts
 
 DEMO = [sys.executable, "-m", "stepledger", "demo"]
 MARK = "STEPLEDGER_DEMO_TEST_MARK"

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.broker import free_port
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import dead_letter_info
+from stepledger.deadletters.letter import dead_letter_info
+from stepledger.dev.broker import free_port
+from stepledger.dev.examples.clients import _JsonClient
+from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, payments_tool
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus
-from stepledger.examples.clients import _JsonClient
-from stepledger.examples.tools import BOOKINGS, PAYMENTS, payments_tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory

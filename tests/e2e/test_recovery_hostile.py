@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.broker import LocalBroker, free_port
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import dead_letter_info
+from stepledger.deadletters.letter import dead_letter_info
+from stepledger.dev.broker import LocalBroker, free_port
+from stepledger.dev.examples.tools import payments_tool
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState, StepStatus
-from stepledger.examples.tools import payments_tool
 from stepledger.kafka import ensure_topics
 from stepledger.log import codec_for
 from tests.conftest import Factory
@@ -228,7 +228,7 @@ def test_recover_without_a_broker_or_topic_fails_in_one_line(
             CLI,
             "recover",
             "--tools",
-            "stepledger.examples.tools:registry",
+            "stepledger.dev.examples.tools:registry",
             "--no-entry-points",
             "--state-dir",
             str(tmp_path),

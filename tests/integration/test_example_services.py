@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.examples.clients import (
+from stepledger.dev.examples.clients import (
     BookingsClient,
     EmailClient,
     PaymentsClient,

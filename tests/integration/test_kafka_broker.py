@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from stepledger.apache_kafka import KafkaBroker, dist
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker, dist
 from stepledger.kafka import DurableProducer, ensure_topics
 
 CLI = [sys.executable, "-m", "stepledger"]

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from stepledger.broker import free_port
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
+from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import DurabilityError

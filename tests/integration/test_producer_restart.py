@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepledger.broker import LocalBroker
 from stepledger.config import Settings
+from stepledger.dev.broker import LocalBroker
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, ensure_topics
 

@@ -11,7 +11,7 @@ import pytest
 from stepledger.codec import SINGLE_OBJECT_MAGIC, Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import dead_letter_info, original_headers
+from stepledger.deadletters.letter import dead_letter_info, original_headers
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source
 from stepledger.domain.state import replay

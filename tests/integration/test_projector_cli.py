@@ -13,12 +13,12 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from stepledger.broker import free_port
 from stepledger.cli import cli as main_group
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import original_headers
+from stepledger.deadletters.letter import original_headers
+from stepledger.dev.broker import free_port
 from stepledger.errors import ConfigError
 from stepledger.projector.snapshot import latest_snapshot
 from tests.integration.projector_helpers import (

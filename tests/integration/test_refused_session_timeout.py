@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.apache_kafka import KafkaBroker
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.kafka import ensure_topics
 
 CLI = [sys.executable, "-m", "stepledger"]
@@ -83,7 +83,7 @@ def test_recovery_stops_on_a_refused_session_timeout(
         env,
         "recover",
         "--tools",
-        "stepledger.examples.tools:registry",
+        "stepledger.dev.examples.tools:registry",
         "--no-entry-points",
         "--state-dir",
         f"{tmp_path}/state",

@@ -15,11 +15,11 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
+from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
-from stepledger.examples.clients import RunningService, start_service
 from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog
 from stepledger.partitioner import partition_of
@@ -33,7 +33,7 @@ from stepledger.producer import (
 from stepledger.projector.rebuild import rebuild
 
 CLI = [sys.executable, "-m", "stepledger"]
-AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
+AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 READ = Tool(name="read", effect="read_only")
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
 BOOK = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: None)
@@ -200,7 +200,7 @@ def agent_env(
 
 
 def email_count(services: dict[str, RunningService]) -> int:
-    from stepledger.examples.clients import EmailClient
+    from stepledger.dev.examples.clients import EmailClient
 
     return EmailClient(services["email"].url).effect_count("email")
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from stepledger.broker import free_port
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
+from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stepledger.broker import free_port
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
+from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.producer import Ledger

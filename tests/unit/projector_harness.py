@@ -11,8 +11,9 @@ from typing import Any
 from confluent_kafka import Message
 
 from stepledger.codec import Codec
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.domain import events as ev
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.engine import Projector
 from stepledger.projector.schema import TABLES
 from stepledger.projector.store import ProjectionStore
 
@@ -62,10 +63,10 @@ def project(
     seed: int = 0,
     largest_batch: int = 50,
     cache: int = 1000,
-    letters: MemoryDeadLetters | None = None,
-) -> MemoryDeadLetters:
+    letters: MemoryRecordLetters | None = None,
+) -> MemoryRecordLetters:
     """Project the messages into a fresh or existing file in random batches; return the letters."""
-    letters = letters if letters is not None else MemoryDeadLetters()
+    letters = letters if letters is not None else MemoryRecordLetters()
     rng = random.Random(seed)
     with ProjectionStore(path) as store:
         projector = Projector(store, CODEC, letters, cache_workflows=cache)

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.resolution.deadletters import InMemoryDeadLetters
 
 
 class Crash(BaseException):
@@ -123,7 +123,7 @@ class World:
         self.log = InMemoryEventLog()
         self.clock = MovableClock()
         self.services = Services()
-        self.dead_letters = InMemoryDeadLetters()
+        self.dead_letters = MemoryEventLetters()
         self.options = ResumeOptions(**{"grace_s": 0.0, "resolve_timeout_s": 2.0, **options})
 
     def ledger(self, *, tools: bool = True, **options: Any) -> Ledger:

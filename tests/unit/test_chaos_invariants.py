@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from stepledger.chaos.invariants import (
+from stepledger.dev.chaos.invariants import (
     Evidence,
     check_all,
     daemon_decisions,
     decided_by_one_daemon,
     replayed_from_zero_once,
 )
-from stepledger.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
+from stepledger.dev.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.tools import Found, Tool

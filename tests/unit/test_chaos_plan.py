@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from stepledger.chaos.plan import CLUSTER_POINTS, CrashPoint, make_plan
 from stepledger.cli import cli
+from stepledger.dev.chaos.plan import CLUSTER_POINTS, CrashPoint, make_plan
 
 
 def test_broker_kills_add_the_cluster_points_and_leave_the_rest_of_the_plan() -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from stepledger.config import Settings
-from stepledger.deadletter import (
+from stepledger.deadletters.letter import (
     TRUNCATED,
     DeadLetter,
     dead_letter_info,
     max_message_bytes,
     original_headers,
 )
+from stepledger.deadletters.readback import StoredLetter, replay_letters
 from stepledger.errors import ConfigError
 from stepledger.kafka import Headers, Position
-from stepledger.projector.dlq import StoredLetter, replay_letters
 
 LIMIT = 1_000_000
 

@@ -10,10 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from stepledger.codec import Codec
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.domain import events as ev
 from stepledger.domain.state import StepState, WorkflowState
 from stepledger.errors import EventValidationError
-from stepledger.projector.engine import PROJECT_STAGE, MemoryDeadLetters, Projector
+from stepledger.projector.engine import PROJECT_STAGE, Projector
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.rows import STEP_INT32, WORKFLOW_INT32
 from stepledger.projector.schema import ARROW
@@ -82,7 +83,7 @@ def test_an_event_whose_rows_cannot_be_staged_is_dead_lettered_and_the_rest_proj
     raw = encode_unchecked(with_body(good_after[0], attempt=2**31))
     messages.insert(2, record("log", 0, 99, raw))
     messages[3:] = [record("log", 0, 100 + i, m.value()) for i, m in enumerate(messages[3:])]
-    letters = MemoryDeadLetters()
+    letters = MemoryRecordLetters()
     db = tmp_path / f"p{largest}.duckdb"
     with ProjectionStore(db) as store:
         pipeline = Pipeline(Projector(store, CODEC, letters))

@@ -9,8 +9,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.engine import Projector
 from stepledger.projector.fold import WorkflowCache, WorkflowProjection
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import latest_snapshot
@@ -50,13 +51,13 @@ def test_pipelined_batches_build_the_same_tables_and_snapshots_hold_what_came_be
     messages = to_messages(random_log(seed=12, workflows=30))
     direct, piped = tmp_path / "direct.duckdb", tmp_path / "piped.duckdb"
     with ProjectionStore(direct) as store:
-        projector = Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=4)
+        projector = Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=4)
         for batch in batches(messages, random.Random(3), 40):
             projector.process(batch)
     committed: list[int] = []
     with ProjectionStore(piped) as store:
         pipeline = Pipeline(
-            Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=4),
+            Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=4),
             on_commit=lambda report: committed.append(report.received),
         )
         parts = list(batches(messages, random.Random(3), 40))
@@ -94,7 +95,7 @@ def test_a_failed_commit_surfaces_at_the_next_drain_and_nothing_half_written_rem
     messages = to_messages(random_log(seed=13, workflows=5))
     db = tmp_path / "p.duckdb"
     with BrokenStore(db) as store:
-        pipeline = Pipeline(Projector(store, CODEC, MemoryDeadLetters()))
+        pipeline = Pipeline(Projector(store, CODEC, MemoryRecordLetters()))
         pipeline.feed(messages[:10])
         pipeline.feed(messages[10:20])
         with pytest.raises(ViewStoreError, match="disk full"):

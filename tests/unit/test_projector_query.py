@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from stepledger.cli import cli
+from stepledger.deadletters.readback import StoredLetter, parse_position, select_letters
 from stepledger.errors import ConfigError, ReadOnlyQueryError, ViewStoreError
 from stepledger.kafka import Position
-from stepledger.projector.dlq import StoredLetter, parse_position, select_letters
 from stepledger.projector.query import (
     QueryResult,
     check_read_only,

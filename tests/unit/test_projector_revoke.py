@@ -20,9 +20,10 @@ from confluent_kafka import TopicPartition
 
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Membership
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
 from stepledger.projector.daemon import ProjectorOptions, _Loop, _on_revoke
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.engine import Projector
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.shards import ShardDir
@@ -36,7 +37,7 @@ WHERE = ("log", 0)
 
 def make_pipeline(store: ProjectionStore) -> Pipeline:
     # A one-workflow cache: nearly every batch loads histories from the store.
-    return Pipeline(Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=1))
+    return Pipeline(Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=1))
 
 
 def snapshot_offset(shards: Path, where: tuple[str, int] = WHERE) -> int | None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message
 
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
-from stepledger.projector.engine import MemoryDeadLetters, Projector
+from stepledger.projector.engine import Projector
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.query import run_query, workflow_status
 from stepledger.projector.schema import TABLES, VIEWS
@@ -32,7 +33,7 @@ VIEW_SQL = "SELECT COLUMNS(lambda c: c != 'age') FROM {0} ORDER BY ALL"
 
 
 def make_pipeline(store: ProjectionStore) -> Pipeline:
-    return Pipeline(Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=8))
+    return Pipeline(Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=8))
 
 
 def feed(shards: ShardDir, messages: list[Message]) -> None:
@@ -62,7 +63,7 @@ def test_the_union_of_shards_equals_one_file_built_from_the_same_log(tmp_path: P
     messages = to_messages(random_log(seed=21, workflows=40), partitions=PARTITIONS)
     single = tmp_path / "one.duckdb"
     with ProjectionStore(single) as store:
-        projector = Projector(store, CODEC, MemoryDeadLetters(), cache_workflows=8)
+        projector = Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=8)
         for batch in batches(messages, random.Random(5), 30):
             projector.process(batch)
     shards = ShardDir(tmp_path / "shards", make_pipeline)

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import SqliteCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.deadletters import InMemoryDeadLetters
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 from tests.fuzz_events import EventFuzzer
 
 LATE = datetime(9000, 1, 1, tzinfo=UTC)  # everything ordinary is due by then
@@ -82,7 +82,7 @@ def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
         options,
         log=InMemoryEventLog(),
         store=SqliteCheckpointStore(tmp_path / "recovery.sqlite", options.group),
-        dead_letters=InMemoryDeadLetters(),
+        dead_letters=MemoryEventLetters(),
         clock=lambda: LATE,
     )
 

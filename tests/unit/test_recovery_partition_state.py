@@ -10,6 +10,7 @@ from confluent_kafka import TopicPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import (
     CheckpointBatch,
@@ -17,9 +18,8 @@ from stepledger.recovery.checkpoint import (
     PartitionedCheckpointStore,
 )
 from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.deadletters import InMemoryDeadLetters
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 from tests.unit.factories import factory, pay_tool
 
 
@@ -80,7 +80,7 @@ def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
         DaemonOptions(state_dir=tmp_path, workers=1),
         log=InMemoryEventLog(),
         store=store,
-        dead_letters=InMemoryDeadLetters(),
+        dead_letters=MemoryEventLetters(),
     )
 
 

@@ -18,7 +18,7 @@ from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import HookTimeoutError, RecoveryError
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.escalations import EscalationQueue, answer
-from stepledger.resolution import InMemoryDeadLetters, Resolver, ToolRegistry
+from stepledger.resolution import MemoryEventLetters, Resolver, ToolRegistry
 from stepledger.resolution.hooks import HookPool
 from tests.unit.factories import Clock
 
@@ -53,7 +53,7 @@ class Setup:
         self.clock = Clock()
         self.agent = EventFactory(fleet, "agent", self.clock)
         self.log = InMemoryEventLog()
-        self.letters = InMemoryDeadLetters()
+        self.letters = MemoryEventLetters()
         self.tool = tool
         self.resolver = Resolver(
             self.log,

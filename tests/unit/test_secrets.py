@@ -10,6 +10,7 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import load_settings
+from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain.context import render
 from stepledger.domain.enums import OutcomeStatus
@@ -22,7 +23,6 @@ from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import ConfigError, PlanMismatchError, StepInDoubtError, ToolDefinitionError
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger
-from stepledger.resolution.deadletters import InMemoryDeadLetters
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver
 from tests.unit.factories import Clock, factory
@@ -255,7 +255,7 @@ def test_the_sdk_and_recovery_record_no_secret_anywhere(caplog: pytest.LogCaptur
         raise RuntimeError(f"lookup of {args} failed")
 
     tool = secret_tool(query=query, timeout_s=1, max_attempts=1)
-    log, clock, letters = InMemoryEventLog(), MovableClock(), InMemoryDeadLetters()
+    log, clock, letters = InMemoryEventLog(), MovableClock(), MemoryEventLetters()
     ledger = Ledger(log=log, clock=clock, tools=[tool], dead_letters=letters)
     wf = ledger.workflow("w")
 

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from stepledger.cli._chaos import register as register_chaos
 from stepledger.cli._common import run_guarded
 from stepledger.cli._demo import register as register_demo
 from stepledger.cli._inbox import register as register_inbox
@@ -14,6 +13,7 @@ from stepledger.cli._ledger import register as register_ledger
 from stepledger.cli._projector import register as register_projector
 from stepledger.cli._recovery import register as register_recovery
 from stepledger.cli._runtime import register as register_runtime
+from stepledger.dev.chaos.command import register as register_chaos
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -49,7 +49,7 @@ def inbox_command(
     events `escalations resolve`, `approve` and `deny` append.
     """
     from stepledger.inbox.server import ServeOptions, serve
-    from stepledger.recovery.registry import load_registries
+    from stepledger.resolution.registry import load_registries
 
     tools = load_registries(tool_specs, entry_points_too=False) if tool_specs else None
     options = ServeOptions(db_path=db_path, host=host, port=port, token=token, tools=tools)

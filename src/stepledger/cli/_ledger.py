@@ -11,7 +11,7 @@ import click
 from stepledger.cli._common import with_settings
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import max_message_bytes
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, CodecError
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
@@ -19,8 +19,8 @@ from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_part
 from stepledger.log import codec_for, event_headers
 
 if TYPE_CHECKING:
-    from stepledger.apache_kafka import KafkaBroker
-    from stepledger.broker import LocalBroker
+    from stepledger.dev.apache_kafka import KafkaBroker
+    from stepledger.dev.broker import LocalBroker
 
 Engine = Literal["tansu", "kafka"]
 
@@ -80,8 +80,8 @@ def broker(
 def _dev_broker(
     engine: Engine, port: int, nodes: int, log_dir: Path | None
 ) -> LocalBroker | KafkaBroker:
-    from stepledger.apache_kafka import KafkaBroker
-    from stepledger.broker import LocalBroker
+    from stepledger.dev.apache_kafka import KafkaBroker
+    from stepledger.dev.broker import LocalBroker
 
     if engine == "kafka":
         return KafkaBroker(nodes=nodes, port=port, log_dir=log_dir)

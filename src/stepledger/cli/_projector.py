@@ -20,15 +20,15 @@ from rich.table import Table
 
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
-from stepledger.ops import Shutdown, configure_logging, serve_metrics
-from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
-from stepledger.projector.dlq import (
+from stepledger.deadletters.readback import (
     parse_position,
     read_dead_letters,
     replay_letters,
     select_letters,
 )
-from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, DEFAULT_GROUP
+from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
+from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.query import (
     DEFAULT_TIMEOUT_S,
@@ -74,7 +74,7 @@ def register(group: click.Group) -> None:
 @with_settings
 @_DB
 @_EXTRA_TOPICS
-@click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group id.")
+@click.option("--group", default=PROJECTOR_GROUP, show_default=True, help="Consumer group id.")
 @click.option(
     "--batch-size",
     default=10_000,

@@ -26,7 +26,7 @@ from stepledger.producer.reader import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.escalations import read_queue, select
 from stepledger.recovery.metrics import RecoveryMetrics
-from stepledger.recovery.options import DEFAULT_GROUP, DaemonOptions
+from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.resolution.registry import ToolRegistry, load_registries
 
@@ -53,7 +53,7 @@ def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         multiple=True,
         envvar="STEPLEDGER_TOOLS",
         metavar="MODULE:ATTR",
-        help="Tool registry to load (repeatable), e.g. stepledger.examples.tools:registry.",
+        help="Tool registry to load (repeatable), e.g. stepledger.dev.examples.tools:registry.",
     )(fn)
 
 
@@ -92,7 +92,7 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="A directory every daemon of the group reaches: one checkpoint per partition, so a "
     "partition that moves resumes from its checkpoint (run several daemons with this).",
 )
-@click.option("--group", default=DEFAULT_GROUP, show_default=True, help="Consumer group.")
+@click.option("--group", default=RECOVERY_GROUP, show_default=True, help="Consumer group.")
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
 @click.option(
     "--workers",
@@ -168,7 +168,7 @@ def recover_command(
     default=Path(".stepledger-recovery"),
     show_default=True,
 )
-@click.option("--group", default=DEFAULT_GROUP, show_default=True)
+@click.option("--group", default=RECOVERY_GROUP, show_default=True)
 @click.option(
     "--max-age",
     default="10s",

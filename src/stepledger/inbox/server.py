@@ -18,7 +18,7 @@ from stepledger.inbox.auth import MIN_TOKEN, new_token
 from stepledger.inbox.cases import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
-from stepledger.recovery.registry import ToolRegistry
+from stepledger.resolution.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
 

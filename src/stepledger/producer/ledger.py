@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from stepledger.config import Settings
+from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
 from stepledger.domain.secrets import RedactionKey
@@ -32,7 +33,6 @@ from stepledger.producer.reader import (
 )
 from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
 from stepledger.resolution.registry import ToolRegistry
 
 
@@ -47,7 +47,7 @@ class Ledger:
         clock: Clock = utc_now,
         tools: ToolRegistry | Iterable[Tool] | None = None,
         reader: WorkflowReader | None = None,
-        dead_letters: DeadLetterSink | None = None,
+        dead_letters: EventLetterSink | None = None,
         options: ResumeOptions | None = None,
     ) -> None:
         self.settings = settings or Settings()
@@ -76,15 +76,15 @@ class Ledger:
         return self._reader
 
     @property
-    def dead_letters(self) -> DeadLetterSink:
+    def dead_letters(self) -> EventLetterSink:
         """Where dead-lettered workflows are published (the dead-letter topic by default)."""
         if self._dead_letters is None:
             if isinstance(self.log, InMemoryEventLog):
-                self._dead_letters = InMemoryDeadLetters()
+                self._dead_letters = MemoryEventLetters()
             else:
                 from stepledger.log import codec_for
 
-                self._dead_letters = KafkaDeadLetters(
+                self._dead_letters = KafkaEventLetters(
                     self.settings, codec_for(self.settings), stage=STAGE
                 )
         return self._dead_letters

@@ -21,14 +21,14 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, GroupProtocol, Membership
+from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.kafka import ensure_topics, topic_partitions
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
-    DEFAULT_GROUP,
+    PROJECTOR_GROUP,
     BatchReport,
-    KafkaDeadLetters,
     Projector,
 )
 from stepledger.projector.metrics import ProjectorMetrics
@@ -52,7 +52,7 @@ class ProjectorOptions:
     shared by every projector of the group; a path not ending in ``.duckdb``)."""
     topics: tuple[str, ...] = ()
     """Topics to project; empty means the settings' step-log topic."""
-    group: str = DEFAULT_GROUP
+    group: str = PROJECTOR_GROUP
     """Consumer group id; give each projection file its own."""
     batch_size: int = 10_000
     """Most records per batch (one DuckDB transaction)."""
@@ -126,7 +126,7 @@ def run_projector(
         topic_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
     metrics = metrics or ProjectorMetrics()
-    dead_letters = KafkaDeadLetters(settings)
+    dead_letters = KafkaRecordLetters(settings)
     watch = BrokerWatch(logger, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
     metrics.broker_up.set(1)
     consumer = GroupConsumer(

@@ -12,15 +12,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
 
 import pyarrow as pa
 from confluent_kafka import Message
 
 from stepledger.codec import Codec
-from stepledger.config import Settings
 from stepledger.consume import message_headers
-from stepledger.deadletter import DeadLetter, send_dead_letters
+from stepledger.deadletters.letter import DeadLetter
+from stepledger.deadletters.records import RecordLetterSink
 from stepledger.domain.events import Event
 from stepledger.errors import (
     CodecError,
@@ -29,14 +28,14 @@ from stepledger.errors import (
     UnknownSchemaError,
     ViewStoreError,
 )
-from stepledger.kafka import DurableProducer, Position
+from stepledger.kafka import Position
 from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GROUP = "stepledger-projector"
+PROJECTOR_GROUP = "stepledger-projector"
 DEFAULT_CACHE_WORKFLOWS = 20_000
 #: The dead-letter stage of an event that decodes but whose rows cannot be staged.
 PROJECT_STAGE = "project"
@@ -48,41 +47,6 @@ Decoded = tuple[Event, Coordinates, bytes]
 
 def _nothing() -> None:
     return None
-
-
-class DeadLetterSink(Protocol):
-    """Where refused records go; ``publish`` returns only when every letter is durable."""
-
-    def publish(self, letters: Sequence[DeadLetter]) -> None:
-        """Publish the letters and wait until each one is acknowledged."""
-        ...
-
-
-class KafkaDeadLetters:
-    """Dead letters on the settings' dead-letter topic, each acknowledged before returning."""
-
-    def __init__(self, settings: Settings, producer: DurableProducer | None = None) -> None:
-        self._settings = settings
-        self._producer = producer or DurableProducer(settings)
-
-    def publish(self, letters: Sequence[DeadLetter]) -> None:
-        """Send every letter (cut to fit if needed), then wait for each one's acknowledgement."""
-        send_dead_letters(self._producer, self._settings, letters)
-
-    def close(self) -> None:
-        """Flush and close the producer."""
-        self._producer.close()
-
-
-@dataclass
-class MemoryDeadLetters:
-    """Dead letters kept in a list (for tests, and for a rebuild that must not re-publish)."""
-
-    letters: list[DeadLetter] = field(default_factory=list)
-
-    def publish(self, letters: Sequence[DeadLetter]) -> None:
-        """Keep the letters."""
-        self.letters.extend(letters)
 
 
 @dataclass
@@ -135,9 +99,9 @@ class Projector:
         self,
         store: ProjectionStore,
         codec: Codec,
-        dead_letters: DeadLetterSink,
+        dead_letters: RecordLetterSink,
         *,
-        group: str = DEFAULT_GROUP,
+        group: str = PROJECTOR_GROUP,
         cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
     ) -> None:
         self.store = store

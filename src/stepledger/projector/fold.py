@@ -34,7 +34,7 @@ from stepledger.projector.rows import (
 
 
 @dataclass
-class Escalation:
+class EscalationRow:
     """An escalation as the log tells it: opened by an abandonment or a dead letter."""
 
     escalation_id: str
@@ -55,7 +55,7 @@ class WorkflowProjection:
 
     def __init__(self, workflow_id: str) -> None:
         self.state = WorkflowState(workflow_id)
-        self.escalations: dict[str, Escalation] = {}
+        self.escalations: dict[str, EscalationRow] = {}
         self.events = 0
 
     def is_duplicate(self, event: ev.Event) -> bool:
@@ -75,17 +75,17 @@ class WorkflowProjection:
         if type(body) not in _ESCALATING:
             return
         if isinstance(body, ev.StepAbandoned) and body.escalation_id is not None:
-            self.escalations[body.escalation_id] = Escalation(
+            self.escalations[body.escalation_id] = EscalationRow(
                 body.escalation_id, "step", event.step_id, body.reason, at
             )
         elif isinstance(body, ev.WorkflowDeadLettered):
-            self.escalations[body.escalation_id] = Escalation(
+            self.escalations[body.escalation_id] = EscalationRow(
                 body.escalation_id, "workflow", None, body.reason, at
             )
         elif isinstance(body, ev.WorkflowFinished) and body.escalation_id is not None:
             # compensation_incomplete: effects left standing wait for a human's forward action.
             reason = body.left_standing_json or body.detail or ""
-            self.escalations[body.escalation_id] = Escalation(
+            self.escalations[body.escalation_id] = EscalationRow(
                 body.escalation_id, "left_standing", None, reason, at
             )
         elif isinstance(body, ev.EscalationResolved):
@@ -94,7 +94,7 @@ class WorkflowProjection:
                 known.verdict, known.resolved_by = body.verdict.value, body.by
                 known.note, known.resolved_at = body.note, at
 
-    def escalation_status(self, esc: Escalation) -> str:
+    def escalation_status(self, esc: EscalationRow) -> str:
         """``open`` while the fold holds it, ``resolved`` once answered, else ``superseded``."""
         state = self.state
         if esc.kind == "workflow":

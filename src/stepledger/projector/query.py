@@ -135,7 +135,7 @@ def to_json(result: QueryResult) -> str:
 
 
 @dataclass(frozen=True)
-class WorkflowStatus:
+class WorkflowView:
     """A workflow's row and its steps in order, as projected."""
 
     workflow: dict[str, Any]
@@ -149,7 +149,7 @@ _STEP_FIELDS = (
 )
 
 
-def workflow_status(path: str | Path, workflow_id: str) -> WorkflowStatus:
+def workflow_status(path: str | Path, workflow_id: str) -> WorkflowView:
     """A workflow's projected state; a ViewStoreError if the projection does not know it."""
     con = connect_projection(path)
     try:
@@ -173,7 +173,7 @@ def workflow_status(path: str | Path, workflow_id: str) -> WorkflowStatus:
         raise ViewStoreError(f"cannot read {path}: {_first_line(exc)}") from exc
     finally:
         con.close()
-    return WorkflowStatus(to_records(QueryResult(columns, [row]))[0], steps)
+    return WorkflowView(to_records(QueryResult(columns, [row]))[0], steps)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -19,16 +19,14 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer
+from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLetters, RecordLetterSink
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
 from stepledger.kafka import topic_partitions
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
-    DEFAULT_GROUP,
+    PROJECTOR_GROUP,
     BatchReport,
-    DeadLetterSink,
-    KafkaDeadLetters,
-    MemoryDeadLetters,
     Projector,
 )
 from stepledger.projector.pipeline import Pipeline
@@ -65,7 +63,7 @@ def rebuild(
     republish_dead_letters: bool = False,
     batch_size: int = 10_000,
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
-    group: str = DEFAULT_GROUP,
+    group: str = PROJECTOR_GROUP,
     progress: ProgressHook | None = None,
 ) -> RebuildReport:
     """Rebuild the projection file from offset 0 up to the current end of every partition."""
@@ -73,8 +71,8 @@ def rebuild(
     _check_target(target, force)
     partial = target.with_name(target.name + ".rebuilding")
     _remove_db(partial)
-    sink: DeadLetterSink = (
-        KafkaDeadLetters(settings) if republish_dead_letters else MemoryDeadLetters()
+    sink: RecordLetterSink = (
+        KafkaRecordLetters(settings) if republish_dead_letters else MemoryRecordLetters()
     )
     report = RebuildReport()
     began = time.monotonic()
@@ -83,7 +81,7 @@ def rebuild(
             store, codec_for(settings), sink, group=group, cache_workflows=cache_workflows
         )
         _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
-    if isinstance(sink, KafkaDeadLetters):
+    if isinstance(sink, KafkaRecordLetters):
         sink.close()
     # Checked again: a projector may have started on the file while this one rebuilt.
     _check_target(target, force)
@@ -137,7 +135,7 @@ def read_partitions(
     One consumer reads every partition; each projector (one store) gets its own pipeline.
     """
     partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
-    group = next(iter(projectors.values())).group if projectors else DEFAULT_GROUP
+    group = next(iter(projectors.values())).group if projectors else PROJECTOR_GROUP
     route: dict[Where, Pipeline] = {}
     made: dict[int, Pipeline] = {}
     for where, projector in projectors.items():

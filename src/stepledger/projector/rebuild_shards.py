@@ -17,15 +17,11 @@ from pathlib import Path
 import duckdb
 
 from stepledger.config import Settings
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ConfigError, ViewStoreError
 from stepledger.kafka import topic_partitions
 from stepledger.log import codec_for
-from stepledger.projector.engine import (
-    DEFAULT_CACHE_WORKFLOWS,
-    DEFAULT_GROUP,
-    MemoryDeadLetters,
-    Projector,
-)
+from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP, Projector
 from stepledger.projector.rebuild import ProgressHook, RebuildReport, read_partitions
 from stepledger.projector.schema import TABLES
 from stepledger.projector.snapshot import publish_snapshot
@@ -44,7 +40,7 @@ def rebuild_shards(
     force: bool = False,
     batch_size: int = 10_000,
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
-    group: str = DEFAULT_GROUP,
+    group: str = PROJECTOR_GROUP,
     progress: ProgressHook | None = None,
 ) -> RebuildReport:
     """Rebuild every partition's shard (or only ``partitions``) of the topics from offset 0."""
@@ -71,7 +67,7 @@ def rebuild_shards(
         for where, store in stores:
             _empty(store)
             projectors[where] = Projector(
-                store, codec, MemoryDeadLetters(), group=group, cache_workflows=cache_workflows
+                store, codec, MemoryRecordLetters(), group=group, cache_workflows=cache_workflows
             )
         read_partitions(settings, projectors, batch_size, report, progress)
         for _, store in stores:

@@ -14,7 +14,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.state import Anomaly, StepState, StepStatus, WorkflowState
 
 if TYPE_CHECKING:
-    from stepledger.projector.fold import Escalation, WorkflowProjection
+    from stepledger.projector.fold import EscalationRow, WorkflowProjection
 
 Columns = dict[str, list[Any]]
 Coordinates = tuple[str, int, int]
@@ -243,7 +243,7 @@ def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
     )
 
 
-def escalation_row(projection: WorkflowProjection, esc: Escalation) -> tuple[Any, ...]:
+def escalation_row(projection: WorkflowProjection, esc: EscalationRow) -> tuple[Any, ...]:
     """The ``escalations`` row of one escalation, in ESCALATION_COLUMNS order."""
     state = projection.state
     return (

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from stepledger.resolution.deadletters import DeadLetterSink, InMemoryDeadLetters, KafkaDeadLetters
+from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
 from stepledger.resolution.hooks import call_bounded
 from stepledger.resolution.registry import ToolRegistry, load_registries, load_registry
 from stepledger.resolution.resolver import Resolution, Resolver
 
 __all__ = [
-    "DeadLetterSink",
-    "InMemoryDeadLetters",
-    "KafkaDeadLetters",
+    "EventLetterSink",
+    "KafkaEventLetters",
+    "MemoryEventLetters",
     "Resolution",
     "Resolver",
     "ToolRegistry",

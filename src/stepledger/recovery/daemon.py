@@ -2,7 +2,7 @@
 
 One loop on the main thread reads events, folds them into the tracked steps (log order
 decides), checkpoints, and hands due steps to a small pool of workers that run the
-:class:`~stepledger.recovery.resolver.Resolver` on a copy of the step.  A worker's events
+:class:`~stepledger.resolution.resolver.Resolver` on a copy of the step.  A worker's events
 reach the daemon's state only when they are read back from the log, and the step is not
 judged again before then, so a decision is never taken twice from a stale state.  A
 compensation (the one decision whose hook has an effect) is carried out only after the loop
@@ -35,6 +35,7 @@ from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Polled
+from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -50,13 +51,12 @@ from stepledger.recovery.checkpoint import (
     SqliteCheckpointStore,
 )
 from stepledger.recovery.claims import ClaimBoard
-from stepledger.recovery.deadletters import DeadLetterSink, KafkaDeadLetters
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.registry import ToolRegistry
-from stepledger.recovery.resolver import Resolution, Resolver
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
+from stepledger.resolution.registry import ToolRegistry
+from stepledger.resolution.resolver import Resolution, Resolver
 
 logger = logging.getLogger(__name__)
 CLIENT_ID = "stepledger-recovery"
@@ -74,7 +74,7 @@ class RecoveryDaemon:
         *,
         log: EventLog | None = None,
         store: CheckpointStore | None = None,
-        dead_letters: DeadLetterSink | None = None,
+        dead_letters: EventLetterSink | None = None,
         metrics: RecoveryMetrics | None = None,
         codec: Codec | None = None,
         clock: Clock = utc_now,
@@ -85,7 +85,7 @@ class RecoveryDaemon:
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = store or _checkpoints(options)
-        self.dead_letters = dead_letters or KafkaDeadLetters(
+        self.dead_letters = dead_letters or KafkaEventLetters(
             settings, self.codec, group=options.group
         )
         self.metrics = metrics or RecoveryMetrics()
@@ -466,7 +466,7 @@ class RecoveryDaemon:
             consumer.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self.log.close()
-            if isinstance(self.dead_letters, KafkaDeadLetters):
+            if isinstance(self.dead_letters, KafkaEventLetters):
                 self.dead_letters.close()
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)

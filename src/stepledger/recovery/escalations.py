@@ -40,7 +40,7 @@ _WORKFLOW_OPTIONS = {
 
 
 @dataclass(frozen=True)
-class Escalation:
+class OpenEscalation:
     """One open escalation with everything a human needs to answer it."""
 
     escalation_id: str
@@ -148,25 +148,25 @@ class EscalationQueue:
                 }
             )
 
-    def open(self) -> list[Escalation]:
+    def open(self) -> list[OpenEscalation]:
         """Every open escalation, oldest first."""
         found = [e for wf in self.workflows.values() for e in self._of(wf)]
         return sorted(found, key=lambda e: (e.opened_at is None, e.opened_at or 0, e.escalation_id))
 
-    def get(self, escalation_id: str) -> Escalation:
+    def get(self, escalation_id: str) -> OpenEscalation:
         """The open escalation with that id; UnknownEscalationError if none is open."""
         for escalation in self.open():
             if escalation.escalation_id == escalation_id:
                 return escalation
         raise UnknownEscalationError(f"no open escalation {escalation_id!r}")
 
-    def _of(self, wf: WorkflowState) -> list[Escalation]:
+    def _of(self, wf: WorkflowState) -> list[OpenEscalation]:
         found = [self._step(wf, s) for s in wf.steps.values() if s.escalation_open]
         options = _WORKFLOW_OPTIONS.get(wf.status)
         if options is not None and wf.escalation_id:
             notes = self._notes.get((wf.workflow_id, None), _StepNotes())
             found.append(
-                Escalation(
+                OpenEscalation(
                     wf.escalation_id,
                     wf.workflow_id,
                     None,
@@ -181,9 +181,9 @@ class EscalationQueue:
             )
         return found
 
-    def _step(self, wf: WorkflowState, step: StepState) -> Escalation:
+    def _step(self, wf: WorkflowState, step: StepState) -> OpenEscalation:
         notes = self._notes.get((wf.workflow_id, step.step_id), _StepNotes())
-        return Escalation(
+        return OpenEscalation(
             escalation_id=step.escalation_id or "",
             workflow_id=wf.workflow_id,
             step_id=step.step_id,
@@ -210,13 +210,13 @@ def read_queue(settings: Settings, codec: Codec, *, max_time: float = 300.0) -> 
 
 
 def select(
-    escalations: Iterable[Escalation],
+    escalations: Iterable[OpenEscalation],
     *,
     now: datetime,
     fleet: str | None = None,
     tool: str | None = None,
     older_than: timedelta | None = None,
-) -> list[Escalation]:
+) -> list[OpenEscalation]:
     """Filter escalations by fleet, tool and minimum age."""
     return [
         e
@@ -230,7 +230,7 @@ def select(
 def answer(
     log: EventLog,
     factory: EventFactory,
-    escalation: Escalation,
+    escalation: OpenEscalation,
     verdict: Verdict,
     *,
     by: str,

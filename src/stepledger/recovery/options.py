@@ -8,7 +8,7 @@ from typing import Any
 
 from stepledger.consume import GroupProtocol, Membership
 
-DEFAULT_GROUP = "stepledger-recovery"
+RECOVERY_GROUP = "stepledger-recovery"
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class DaemonOptions:
 
     state_dir: Path
     """Where the checkpoint database (``recovery.sqlite``) and the health file live."""
-    group: str = DEFAULT_GROUP
+    group: str = RECOVERY_GROUP
     """Consumer group; daemons in one group split the partitions."""
     grace_s: float = 2.0
     """Extra wait after an intent's deadline before recovery acts (slow agents' margin)."""

@@ -26,7 +26,7 @@ from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint,
 StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
 #: Anomaly kinds of an outcome that arrived after the step was decided.
-LATE_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
+LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 
 
 @dataclass(slots=True)
@@ -110,7 +110,7 @@ class Tracker:
 
     def _late_in_checkpoint(self, key: StepKey, tracked: Tracked, events: list[ev.Event]) -> None:
         # A late outcome read before a crash but not judged yet must still be judged.
-        late_ids = {a.event_id for a in tracked.state.anomalies if a.kind in LATE_KINDS}
+        late_ids = {a.event_id for a in tracked.state.anomalies if a.kind in LATE_OUTCOME_KINDS}
         self.late.extend(LateOutcome(key, e) for e in events if e.event_id in late_ids)
 
     def drop_partition(self, partition: int) -> None:
@@ -153,7 +153,7 @@ class Tracker:
         self.steps[key] = tracked
         self._dirty.add(key)
         self._schedule(key, tracked)
-        if anomaly is not None and anomaly.kind in LATE_KINDS:
+        if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
         return None
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
+from stepledger.deadletters.events import EventLetterSink
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -39,7 +40,6 @@ from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
 from stepledger.kafka import Position
 from stepledger.log import Acknowledgement, EventLog
-from stepledger.resolution.deadletters import DeadLetterSink
 from stepledger.resolution.hooks import (
     HookPool,
     checked_query,
@@ -51,7 +51,7 @@ from stepledger.resolution.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
 
-LATE_KINDS = {
+LATE_VERDICT_KINDS = {
     rs.LateVerdict.SUPERSEDED: "late_outcome_superseded",
     rs.LateVerdict.EVIDENCE: "late_outcome_evidence",
     rs.LateVerdict.CONFLICT: "conflicting_late_outcome",
@@ -150,7 +150,7 @@ class Resolver:
         events: EventFactory,
         tools: ToolRegistry,
         *,
-        dead_letters: DeadLetterSink | None = None,
+        dead_letters: EventLetterSink | None = None,
         clock: Clock = utc_now,
         grace: timedelta = timedelta(0),
         retry_base_s: float = 0.25,
@@ -260,7 +260,9 @@ class Resolver:
         run = _Attempt(state, step, self.tools.get(step.tool), rs.Action(rs.ActionKind.NONE))
         detail = late_detail(step, outcome, body, verdict)
         anomaly = ev.AnomalyObserved(
-            kind=LATE_KINDS[verdict], detail=ids.canonical_json(detail), source=Source.RECOVERY
+            kind=LATE_VERDICT_KINDS[verdict],
+            detail=ids.canonical_json(detail),
+            source=Source.RECOVERY,
         )
         self._append(run, anomaly, outcome.event_id)
         if verdict is rs.LateVerdict.CONFLICT:

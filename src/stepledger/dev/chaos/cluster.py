@@ -13,8 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from stepledger.apache_kafka import KafkaBroker
-from stepledger.chaos.procs import wait_until
+from stepledger.dev.apache_kafka import KafkaBroker
+from stepledger.dev.chaos.procs import wait_until
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError
 

@@ -1,9 +1,9 @@
 """A tiny agent that runs one step of an example tool, and can die at a chosen point.
 
-Run: ``python -m stepledger.examples.agent --tool payments.charge --workflow W --step S
+Run: ``python -m stepledger.dev.examples.agent --tool payments.charge --workflow W --step S
 --args '{"amount": 5, ...}' [--kill after_intent|after_effect] [--slow SECONDS]``.
 Settings come from ``STEPLEDGER_*`` (bootstrap, topic, fleet), the tools from
-``stepledger.examples.tools:registry`` (``STEPLEDGER_*_URL``).  ``--kill after_intent``
+``stepledger.dev.examples.tools:registry`` (``STEPLEDGER_*_URL``).  ``--kill after_intent``
 SIGKILLs the process once the intent is durable and before the call; ``after_effect``
 once the service performed the effect and before the outcome is recorded.  ``--slow``
 makes a live but slow agent: the outcome is recorded that many seconds after the effect;
@@ -22,8 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 from stepledger.config import load_settings
+from stepledger.dev.examples.tools import (
+    BOOKINGS,
+    EMAIL,
+    ENV_URLS,
+    PAYMENTS,
+    make_registry,
+    registry,
+)
 from stepledger.errors import StepCompensatedError
-from stepledger.examples.tools import BOOKINGS, EMAIL, ENV_URLS, PAYMENTS, make_registry, registry
 from stepledger.producer.ledger import Ledger
 
 KILL_POINTS = ("after_intent", "after_effect")
@@ -47,7 +54,7 @@ def _faulty_run(name: str, fault: str) -> Callable[[dict[str, Any], str], Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one step and print its result as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m stepledger.examples.agent")
+    parser = argparse.ArgumentParser(prog="python -m stepledger.dev.examples.agent")
     parser.add_argument("--tool", required=True)
     parser.add_argument("--workflow", required=True)
     parser.add_argument("--step", required=True)

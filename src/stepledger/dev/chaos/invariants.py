@@ -26,7 +26,7 @@ UNKEYED_TOOLS = {"email.send"}
 
 
 @dataclass(frozen=True)
-class Violation:
+class InvariantViolation:
     """One broken invariant, with the workflow it concerns."""
 
     invariant: str
@@ -65,7 +65,7 @@ def workflows_of(events: Iterable[Event]) -> dict[str, WorkflowState]:
     return {wf: replay(wf, evs) for wf, evs in grouped.items()}
 
 
-def check_all(evidence: Evidence) -> list[Violation]:
+def check_all(evidence: Evidence) -> list[InvariantViolation]:
     """Every violation of every invariant."""
     workflows = workflows_of(evidence.events)
     keys_by_step = _keys_by_step(evidence.events)
@@ -81,30 +81,32 @@ def check_all(evidence: Evidence) -> list[Violation]:
         violations += charges_per_workflow(wf, evidence.charges_by_workflow)
         violations += compensated_leaves_nothing_standing(wf, evidence, keys_by_step)
     violations += [
-        Violation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
+        InvariantViolation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
     violations += decided_by_one_daemon(evidence.events, evidence.recovery_producers)
     violations += replayed_from_zero_once(evidence.replays_from_zero, evidence.partitions)
     if evidence.undecodable:
         violations.append(
-            Violation("log_decodes", None, f"{evidence.undecodable} undecodable records")
+            InvariantViolation("log_decodes", None, f"{evidence.undecodable} undecodable records")
         )
     return violations
 
 
-def lost_acknowledged(evidence: Evidence) -> list[Violation]:
+def lost_acknowledged(evidence: Evidence) -> list[InvariantViolation]:
     """An event an agent saw acknowledged must be in the log."""
     present = {e.event_id for e in evidence.events}
     return [
-        Violation("no_acknowledged_event_lost", None, f"acknowledged event {eid} not in the log")
+        InvariantViolation(
+            "no_acknowledged_event_lost", None, f"acknowledged event {eid} not in the log"
+        )
         for eid in sorted(evidence.acked_event_ids - present)
     ]
 
 
-def unresolved(wf: WorkflowState) -> list[Violation]:
+def unresolved(wf: WorkflowState) -> list[InvariantViolation]:
     """Every intent ends resolved or escalated; no compensation is left running."""
     return [
-        Violation(
+        InvariantViolation(
             "every_intent_resolved_or_escalated",
             wf.workflow_id,
             f"step {s.step_id} ({s.tool}) is still {s.status.value}",
@@ -114,14 +116,14 @@ def unresolved(wf: WorkflowState) -> list[Violation]:
     ]
 
 
-def resumption_limit(wf: WorkflowState) -> list[Violation]:
+def resumption_limit(wf: WorkflowState) -> list[InvariantViolation]:
     """No workflow runs past its limit: past it, it is dead-lettered and stays so."""
     found = []
     if wf.attempt > wf.max_attempts and wf.status is not RunStatus.DEAD_LETTERED:
         detail = f"attempt {wf.attempt} of {wf.max_attempts} without a dead letter"
-        found.append(Violation("resumption_bounded", wf.workflow_id, detail))
+        found.append(InvariantViolation("resumption_bounded", wf.workflow_id, detail))
     found += [
-        Violation("resumption_bounded", wf.workflow_id, a.detail)
+        InvariantViolation("resumption_bounded", wf.workflow_id, a.detail)
         for a in wf.anomalies
         if a.kind == "run_while_dead_lettered"
     ]
@@ -130,7 +132,7 @@ def resumption_limit(wf: WorkflowState) -> list[Violation]:
 
 def keyed_effects(
     workflow_id: str, step: StepState, keys: list[str], effects: Mapping[str, Mapping[str, int]]
-) -> list[Violation]:
+) -> list[InvariantViolation]:
     """A keyed tool's effect happens at most once per key, and exactly as the ledger says."""
     kind = EFFECT_KIND.get(step.tool)
     if kind is None:
@@ -169,7 +171,7 @@ def keyed_effects(
 
 def compensation_effects(
     workflow_id: str, step: StepState, keys: list[str], effects: Mapping[str, Mapping[str, int]]
-) -> list[Violation]:
+) -> list[InvariantViolation]:
     """A compensation takes effect at most once, and only where there was something to undo."""
     kind = COMPENSATION_KIND.get(step.tool)
     if kind is None:
@@ -206,13 +208,15 @@ def compensation_effects(
     return found
 
 
-def unkeyed_effects(wf: WorkflowState, emails: Mapping[str, int]) -> list[Violation]:
+def unkeyed_effects(wf: WorkflowState, emails: Mapping[str, int]) -> list[InvariantViolation]:
     """An unkeyed irreversible effect is never repeated: at most one per workflow."""
     sent = emails.get(wf.workflow_id, 0)
     steps = [s for s in wf.steps.values() if s.tool in UNKEYED_TOOLS]
     found = []
     if sent > 1:
-        found.append(Violation("unkeyed_effect_at_most_once", wf.workflow_id, f"{sent} emails"))
+        found.append(
+            InvariantViolation("unkeyed_effect_at_most_once", wf.workflow_id, f"{sent} emails")
+        )
     for step in steps:
         if step.status is StepStatus.SUCCEEDED and sent != 1:
             found.append(
@@ -235,7 +239,7 @@ def unkeyed_effects(wf: WorkflowState, emails: Mapping[str, int]) -> list[Violat
     return found
 
 
-def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[Violation]:
+def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[InvariantViolation]:
     """Whatever keys were used, a workflow is charged at most once, and once if it says so.
 
     This catches a tool that breaks its key (a re-drive under a fresh key), which per-key
@@ -244,7 +248,9 @@ def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[
     found = []
     charged = charges.get(wf.workflow_id, 0)
     if charged > 1:
-        found.append(Violation("keyed_effect_exactly_once", wf.workflow_id, f"charged {charged}x"))
+        found.append(
+            InvariantViolation("keyed_effect_exactly_once", wf.workflow_id, f"charged {charged}x")
+        )
     for step in wf.steps.values():
         if step.tool == "payments.charge" and step.status is StepStatus.SUCCEEDED and charged != 1:
             found.append(
@@ -260,7 +266,7 @@ def charges_per_workflow(wf: WorkflowState, charges: Mapping[str, int]) -> list[
 
 def compensated_leaves_nothing_standing(
     wf: WorkflowState, evidence: Evidence, keys_by_step: Mapping[tuple[str, str], list[str]]
-) -> list[Violation]:
+) -> list[InvariantViolation]:
     """A workflow that ended ``compensated`` has no effect left standing, by the services' state.
 
     A charge still captured (not refunded), a booking still confirmed (not cancelled) under
@@ -278,11 +284,14 @@ def compensated_leaves_nothing_standing(
     if n := evidence.emails_by_workflow.get(wf.workflow_id, 0):
         standing.append(f"{n} email(s) sent")
     return [
-        Violation("compensated_leaves_nothing_standing", wf.workflow_id, what) for what in standing
+        InvariantViolation("compensated_leaves_nothing_standing", wf.workflow_id, what)
+        for what in standing
     ]
 
 
-def decided_by_one_daemon(events: Iterable[Event], daemons: frozenset[str]) -> list[Violation]:
+def decided_by_one_daemon(
+    events: Iterable[Event], daemons: frozenset[str]
+) -> list[InvariantViolation]:
     """Each attempt of a step is decided by at most one recovery daemon process, once.
 
     A decision is an outcome, a compensation claim or an abandonment appended by a daemon
@@ -291,7 +300,7 @@ def decided_by_one_daemon(events: Iterable[Event], daemons: frozenset[str]) -> l
     mean two daemons judged the step: the fence failed, or a restart decided it again.
     """
     return [
-        Violation(
+        InvariantViolation(
             "in_doubt_step_decided_once",
             wf,
             f"step {step} attempt {attempt}: {len(found)} decisions ({'; '.join(found)})",
@@ -330,14 +339,14 @@ def _decides(body: object, *, already: bool) -> bool:
 
 def replayed_from_zero_once(
     replays: Mapping[str, Mapping[int, int]], partitions: int
-) -> list[Violation]:
+) -> list[InvariantViolation]:
     """Each partition is replayed from offset 0 once per daemon kind: only while it has no state.
 
     In a run whose shards and checkpoints start empty and are never removed, a second replay
     means a member ignored the state its predecessor left.
     """
     return [
-        Violation(
+        InvariantViolation(
             "replayed_from_zero_only_without_state",
             None,
             f"{role}: partition {p} replayed from offset 0 {replays.get(role, {}).get(p, 0)} "
@@ -364,5 +373,7 @@ def _keys_by_step(events: Iterable[Event]) -> dict[tuple[str, str], list[str]]:
     return keys
 
 
-def _v(invariant: str, workflow_id: str, step: StepState, detail: str) -> Violation:
-    return Violation(invariant, workflow_id, f"step {step.step_id} ({step.tool}): {detail}")
+def _v(invariant: str, workflow_id: str, step: StepState, detail: str) -> InvariantViolation:
+    return InvariantViolation(
+        invariant, workflow_id, f"step {step.step_id} ({step.tool}): {detail}"
+    )

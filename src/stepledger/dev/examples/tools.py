@@ -9,7 +9,7 @@
 - ``email.send``: neither (no key, no undo): the trip's pivot; policy escalate (a human
   decides); its ``correction`` names what a human can do instead (a correction email).
 
-Load it in the daemon with ``--tools stepledger.examples.tools:registry``; the service URLs
+Load it in the daemon with ``--tools stepledger.dev.examples.tools:registry``; the service URLs
 come from ``STEPLEDGER_PAYMENTS_URL``, ``STEPLEDGER_BOOKINGS_URL`` and
 ``STEPLEDGER_EMAIL_URL`` (a tool whose URL is unset is left out), the limits from
 ``STEPLEDGER_TOOL_TIMEOUT_S`` and ``STEPLEDGER_TOOL_MAX_ATTEMPTS``.
@@ -22,17 +22,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from stepledger.domain.enums import ResolutionPolicy
-from stepledger.domain.ids import compensation_key
-from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import ToolRegistryError, ToolServiceError
-from stepledger.examples.clients import (
+from stepledger.dev.examples.clients import (
     BookingsClient,
     EmailClient,
     JsonObject,
     PaymentsClient,
     ServiceError,
 )
+from stepledger.domain.enums import ResolutionPolicy
+from stepledger.domain.ids import compensation_key
+from stepledger.domain.tools import Found, NotFound, Tool
+from stepledger.errors import ToolRegistryError, ToolServiceError
 from stepledger.resolution.registry import ToolRegistry
 
 PAYMENTS = "payments.charge"

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.deadletter import DeadLetter, publish_dead_letter
+from stepledger.deadletters.letter import DeadLetter, publish_dead_letter
 from stepledger.domain.events import Event
 from stepledger.kafka import DurableProducer
 from stepledger.log import event_headers
@@ -16,7 +16,7 @@ from stepledger.log import event_headers
 STAGE = "recovery"
 
 
-class DeadLetterSink(Protocol):
+class EventLetterSink(Protocol):
     """Receives the abandonment of every step whose recovery attempts ran out."""
 
     def publish(self, event: Event, *, reason: str) -> None:
@@ -24,7 +24,7 @@ class DeadLetterSink(Protocol):
         ...
 
 
-class KafkaDeadLetters:
+class KafkaEventLetters:
     """Dead letters on the settings' dead-letter topic: the event, encoded as on the log.
 
     ``stage`` names who gave up (``recovery`` for an exhausted step, ``resume`` for a
@@ -76,7 +76,7 @@ class GivenUp:
     reason: str
 
 
-class InMemoryDeadLetters:
+class MemoryEventLetters:
     """Dead letters in a list, for tests."""
 
     def __init__(self) -> None:

@@ -29,27 +29,27 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepledger.broker import LocalBroker
-from stepledger.chaos import evidence as gather
-from stepledger.chaos.cluster import ClusterFaults
-from stepledger.chaos.invariants import (
+from stepledger.dev.broker import LocalBroker
+from stepledger.dev.chaos import evidence as gather
+from stepledger.dev.chaos.cluster import ClusterFaults
+from stepledger.dev.chaos.invariants import (
     Evidence,
-    Violation,
+    InvariantViolation,
     check_all,
     daemon_decisions,
     workflows_of,
 )
-from stepledger.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
-from stepledger.chaos.procs import Proc, wait_until
+from stepledger.dev.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFault, make_plan
+from stepledger.dev.chaos.procs import Proc, wait_until
+from stepledger.dev.examples.clients import RunningService
+from stepledger.dev.examples.tools import BREAK_ENV
+from stepledger.dev.stack import DaemonRole, Engine, LocalStack, StackOptions
 from stepledger.domain.state import StepStatus
-from stepledger.examples.clients import RunningService
-from stepledger.examples.tools import BREAK_ENV
 from stepledger.recovery.checkpoint import partition_checkpoint_path
-from stepledger.recovery.options import DEFAULT_GROUP as RECOVERY_GROUP
+from stepledger.recovery.options import RECOVERY_GROUP as RECOVERY_GROUP
 from stepledger.snapshots import shard_path
-from stepledger.stack import DaemonRole, Engine, LocalStack, StackOptions
 
-AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
+AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
 AGENT_POINT = {
     CrashPoint.BEFORE_INTENT: "before_intent",
@@ -98,7 +98,7 @@ class RunResult:
     """What the run did and found."""
 
     plan: ChaosPlan
-    violations: list[Violation]
+    violations: list[InvariantViolation]
     status: dict[str, str]
     infra_done: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -131,7 +131,7 @@ class Run:
                 stack.kafka, self.settings.topic, random.Random(options.seed)
             )
         self.fault_errors: list[str] = []
-        self.problems: list[Violation] = []
+        self.problems: list[InvariantViolation] = []
         """What the run itself saw go wrong (a member not stopping cleanly, ...)."""
         self.acks: list[Path] = []
         self.infra_done: list[str] = []
@@ -327,7 +327,7 @@ class Run:
             code = projector.stop()
             if code != 0:
                 detail = f"{projector.name} exited {code} on SIGTERM"
-                self.problems.append(Violation("daemons_stop_cleanly", None, detail))
+                self.problems.append(InvariantViolation("daemons_stop_cleanly", None, detail))
 
     def evidence(self) -> Evidence:
         """Gather everything the invariants need."""
@@ -407,7 +407,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
     run.stack.start_daemons()
     if run.options.scaled and not run.wait_members_settled(timeout=min(90.0, run.left())):
         detail = "not every partition had a shard and a recovery checkpoint in time"
-        run.problems.append(Violation("members_settled", None, detail))
+        run.problems.append(InvariantViolation("members_settled", None, detail))
     status: dict[str, str] = {}
     faults = list(plan.infra)
     rounds = max(len(w.kills) for w in plan.workflows) + 2
@@ -430,10 +430,12 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
     run.stop_projector_caught_up(timeout=60.0)
     found = run.evidence()
     violations = check_all(found)
-    violations += [Violation("infra_fault_injected", None, e) for e in run.fault_errors]
+    violations += [InvariantViolation("infra_fault_injected", None, e) for e in run.fault_errors]
     violations += run.problems
     if run.left() <= 0:
-        violations.append(Violation("finished_within_duration", None, "time budget exhausted"))
+        violations.append(
+            InvariantViolation("finished_within_duration", None, "time budget exhausted")
+        )
     return RunResult(
         plan,
         violations,

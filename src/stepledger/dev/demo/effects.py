@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stepledger.chaos.evidence import email_workflow, records_by, refunds_by_customer
-from stepledger.examples.clients import BookingsClient, RunningService
-from stepledger.examples.tools import BOOKINGS
+from stepledger.dev.chaos.evidence import email_workflow, records_by, refunds_by_customer
+from stepledger.dev.examples.clients import BookingsClient, RunningService
+from stepledger.dev.examples.tools import BOOKINGS
 
 KINDS: tuple[str, ...] = ("charge", "refund", "booking", "cancel", "email")
 #: Effects a workflow may cause at most once (a refund or cancellation undoes its one effect).

@@ -1,9 +1,9 @@
 """An example multi-step agent: quote (read) -> charge -> book -> email, resumable and killable.
 
-Run: ``python -m stepledger.examples.trip_agent WORKFLOW[@STEP:POINT] ...``.  Each workflow
+Run: ``python -m stepledger.dev.examples.trip_agent WORKFLOW[@STEP:POINT] ...``.  Each workflow
 id is started, or resumed if it is already in the log (``Ledger.workflow``).  Settings
 come from ``STEPLEDGER_*``; the payments, bookings and email tools from
-``stepledger.examples.tools`` (``STEPLEDGER_*_URL``, ``STEPLEDGER_TOOL_TIMEOUT_S``).
+``stepledger.dev.examples.tools`` (``STEPLEDGER_*_URL``, ``STEPLEDGER_TOOL_TIMEOUT_S``).
 
 ``@STEP:POINT`` is a kill point: STEP is a step number (1-4) or id (quote, charge, book,
 email), POINT one of ``before_intent``, ``after_intent`` (intent durable, no call),
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import load_settings
+from stepledger.dev.examples.tools import BOOKINGS, DEFAULT_TIMEOUT_S, EMAIL, PAYMENTS, email_tool
+from stepledger.dev.examples.tools import registry as example_registry
 from stepledger.domain.enums import EffectClass
 from stepledger.domain.ids import digest
 from stepledger.domain.tools import Tool
@@ -41,8 +43,6 @@ from stepledger.errors import (
     StepLedgerError,
     WorkflowDeadLetteredError,
 )
-from stepledger.examples.tools import BOOKINGS, DEFAULT_TIMEOUT_S, EMAIL, PAYMENTS, email_tool
-from stepledger.examples.tools import registry as example_registry
 from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
 from stepledger.resolution.registry import ToolRegistry
 
@@ -221,7 +221,7 @@ def parse_target(text: str) -> tuple[str, KillPoint | None]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run every given workflow concurrently; die once all reached their kill points."""
-    parser = argparse.ArgumentParser(prog="python -m stepledger.examples.trip_agent")
+    parser = argparse.ArgumentParser(prog="python -m stepledger.dev.examples.trip_agent")
     parser.add_argument("targets", nargs="+", metavar="WORKFLOW[@STEP:POINT]")
     parser.add_argument(
         "--db",

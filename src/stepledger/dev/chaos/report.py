@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from stepledger.chaos.harness import RunResult
-from stepledger.chaos.plan import CrashPoint
+from stepledger.dev.chaos.harness import RunResult
+from stepledger.dev.chaos.plan import CrashPoint
 
 
 def rows(result: RunResult) -> list[tuple[str, int, int]]:

@@ -27,21 +27,21 @@ from typing import IO, Any, Literal
 
 import duckdb
 
-from stepledger.apache_kafka import KafkaBroker
-from stepledger.broker import LocalBroker, S3Storage
-from stepledger.chaos.procs import STEPLEDGER, Proc, wait_until
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
+from stepledger.dev.broker import LocalBroker, S3Storage
+from stepledger.dev.chaos.procs import STEPLEDGER, Proc, wait_until
+from stepledger.dev.examples.clients import RunningService, ServiceKind, start_service
 from stepledger.errors import ViewStoreError
-from stepledger.examples.clients import RunningService, ServiceKind, start_service
 from stepledger.kafka import ensure_topics
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.snapshots import connect_union, shard_snapshots
 
 SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
-TOOLS = "stepledger.examples.tools:registry"
+TOOLS = "stepledger.dev.examples.tools:registry"
 # The directory holding the `stepledger` package: children import it even when it is only
 # on this process's path (tests run with PYTHONPATH=src).
-_IMPORT_ROOT = Path(__file__).resolve().parents[1]
+_IMPORT_ROOT = Path(__file__).resolve().parents[2]
 Engine = Literal["tansu", "kafka"]
 DaemonRole = Literal["projector", "recovery"]
 

@@ -1,6 +1,6 @@
 """Small loopback HTTP tool services that count their real side effects.
 
-Run: ``python -m stepledger.examples.services payments|bookings|email --port 0
+Run: ``python -m stepledger.dev.examples.services payments|bookings|email --port 0
 --state PATH.sqlite [--port-file FILE] [--ignore-keys]``. Binds 127.0.0.1 only; with
 ``--port 0`` it picks a free port, writes it atomically to ``--port-file`` and prints
 ``listening on http://127.0.0.1:PORT``. SIGTERM/SIGINT stop it cleanly. State is sqlite
@@ -467,7 +467,7 @@ def make_server(
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m stepledger.examples.services")
+    parser = argparse.ArgumentParser(prog="python -m stepledger.dev.examples.services")
     parser.add_argument("kind", choices=sorted(SERVICES))
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state", type=Path, required=True)

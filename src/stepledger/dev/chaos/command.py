@@ -1,8 +1,9 @@
-"""CLI: ``stepledger chaos``, the crash-window fault-injection harness."""
+"""``stepledger chaos``, the crash-window fault-injection harness."""
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -29,13 +30,14 @@ import click
     "--report",
     "report_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("chaos-report.json"),
-    show_default=True,
+    default=None,
+    help="Where to write the JSON report (default: chaos-report.json in the work directory).",
 )
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep logs and state here (default: a temporary directory).",
+    help="Keep logs, state and the report here (default: a new directory under "
+    "the system temp dir, kept).",
 )
 @click.option(
     "--durable-broker",
@@ -73,18 +75,12 @@ import click
     help="Recovery daemons in one group, sharing per-partition checkpoints (as --projectors).",
 )
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
-@click.option(
-    "--break",
-    "break_mode",
-    type=click.Choice(["redrive-ignores-key"]),
-    help="Test-only: run a deliberately broken build that the harness must catch.",
-)
 def chaos(
     workflows: int,
     seed: int,
     duration: float,
     bootstrap: str | None,
-    report_path: Path,
+    report_path: Path | None,
     workdir: Path | None,
     durable_broker: bool,
     engine: Literal["tansu", "kafka"],
@@ -92,11 +88,11 @@ def chaos(
     projectors: int,
     recoverers: int,
     parallel: int,
-    break_mode: str | None,
+    break_mode: str | None = None,
 ) -> None:
     """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
-    from stepledger.chaos import report
-    from stepledger.chaos.harness import ChaosOptions, run_chaos
+    from stepledger.dev.chaos import report
+    from stepledger.dev.chaos.harness import ChaosOptions, run_chaos
 
     if engine == "tansu" and nodes != 1:
         raise click.UsageError("--nodes needs --engine kafka")
@@ -104,6 +100,8 @@ def chaos(
         raise click.UsageError(
             "--engine kafka starts its own broker: drop --bootstrap and --durable-broker"
         )
+    if workdir is None:
+        workdir = Path(tempfile.mkdtemp(prefix="stepledger-chaos-"))
     options = ChaosOptions(
         workflows=workflows,
         seed=seed,
@@ -131,7 +129,7 @@ def chaos(
         click.echo(f"members started: {result.members}")
         click.echo(f"step attempts decided by recovery daemons: {result.decided_by_daemons}")
         click.echo(f"partitions replayed from offset 0 (no state yet): {result.replays_from_zero}")
-    path = report_path
+    path = report_path or workdir / "chaos-report.json"
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))
     for violation in result.violations[:20]:

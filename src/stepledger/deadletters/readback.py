@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletter import TRUNCATED, dead_letter_info, original_headers
+from stepledger.deadletters.letter import TRUNCATED, dead_letter_info, original_headers
 from stepledger.errors import ConfigError
 from stepledger.kafka import DurableProducer, Headers, Position
 

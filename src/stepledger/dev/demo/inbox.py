@@ -8,11 +8,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from stepledger.broker import LOOPBACK, free_port
-from stepledger.chaos.procs import STEPLEDGER
+from stepledger.dev.broker import LOOPBACK, free_port
+from stepledger.dev.chaos.procs import STEPLEDGER
+from stepledger.dev.stack import LocalStack
 from stepledger.errors import DemoError
 from stepledger.inbox.auth import new_token
-from stepledger.stack import LocalStack
 
 READY_S = 30.0
 

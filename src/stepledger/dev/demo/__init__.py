@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from stepledger.demo.run import DemoOptions, DemoResult, run_demo
+from stepledger.dev.demo.run import DemoOptions, DemoResult, run_demo
 
 __all__ = ["DemoOptions", "DemoResult", "run_demo"]

@@ -13,7 +13,7 @@ class Trip:
     step: str | None
     """The step the agent dies in (None: the trip runs to its end)."""
     point: str | None
-    """``after_intent`` or ``after_effect`` (see ``stepledger.examples.trip_agent``)."""
+    """``after_intent`` or ``after_effect`` (see ``stepledger.dev.examples.trip_agent``)."""
     story: str
     """What the crash leaves behind, in words."""
 

@@ -27,8 +27,8 @@ from importlib import resources
 from pathlib import Path
 from types import TracebackType
 
-from stepledger.apache_kafka.dist import KAFKA_VERSION, java_executable, kafka_libs
-from stepledger.broker import LOOPBACK, free_port, wait_for_port
+from stepledger.dev.apache_kafka.dist import KAFKA_VERSION, java_executable, kafka_libs
+from stepledger.dev.broker import LOOPBACK, free_port, wait_for_port
 from stepledger.errors import BrokerError
 
 #: JVM options for one node: a small heap and a quick start on a 2-core machine.

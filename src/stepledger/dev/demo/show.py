@@ -7,13 +7,13 @@ from typing import Any
 
 from rich.table import Table
 
-from stepledger.demo.effects import KINDS, EffectCounts
-from stepledger.demo.script import Trip
+from stepledger.dev.demo.effects import KINDS, EffectCounts
+from stepledger.dev.demo.script import Trip
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.projector.query import QueryResult, plain
-from stepledger.recovery.escalations import Escalation
+from stepledger.recovery.escalations import OpenEscalation
 
 STEP_COLUMNS = (
     "workflow_id",
@@ -103,7 +103,7 @@ def effects_table(counts: EffectCounts) -> Table:
     return table
 
 
-def escalation_lines(item: Escalation, answer_flag: str, connect: str) -> list[str]:
+def escalation_lines(item: OpenEscalation, answer_flag: str, connect: str) -> list[str]:
     """One open escalation and the exact command that answers it."""
     where = f"{item.workflow_id}/{item.step_id or '-'}"
     return [

@@ -29,7 +29,7 @@ STOP_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.02
 # The directory that holds the `stepledger` package, so a child process can import it
 # even when the package is not installed (e.g. tests run with PYTHONPATH=src).
-_IMPORT_ROOT = Path(__file__).resolve().parents[2]
+_IMPORT_ROOT = Path(__file__).resolve().parents[3]
 
 
 class ServiceError(Exception):
@@ -252,7 +252,7 @@ def start_service(
     command = [
         sys.executable,
         "-m",
-        "stepledger.examples.services",
+        "stepledger.dev.examples.services",
         kind,
         "--port",
         "0",

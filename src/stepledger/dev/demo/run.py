@@ -25,22 +25,22 @@ from typing import Any
 from rich.console import Console
 
 from stepledger.config import Settings
-from stepledger.demo import show
-from stepledger.demo.effects import EffectCounts, booking_keys, count_effects
-from stepledger.demo.inbox import start_inbox, wait_for_person
-from stepledger.demo.script import TRIPS, killed
-from stepledger.demo.watch import LogWatcher, reached, settled
+from stepledger.dev.demo import show
+from stepledger.dev.demo.effects import EffectCounts, booking_keys, count_effects
+from stepledger.dev.demo.inbox import start_inbox, wait_for_person
+from stepledger.dev.demo.script import TRIPS, killed
+from stepledger.dev.demo.watch import LogWatcher, reached, settled
+from stepledger.dev.examples.tools import EMAIL
+from stepledger.dev.stack import LocalStack, StackOptions
 from stepledger.domain.events import Event
 from stepledger.errors import DemoError
-from stepledger.examples.tools import EMAIL
 from stepledger.log import codec_for
 from stepledger.ops import sigterm_interrupts
 from stepledger.projector.query import QueryResult, run_query, to_records
 from stepledger.projector.snapshot import latest_snapshot
-from stepledger.recovery.escalations import Escalation, read_queue
-from stepledger.stack import LocalStack, StackOptions
+from stepledger.recovery.escalations import OpenEscalation, read_queue
 
-AGENT = [sys.executable, "-m", "stepledger.examples.trip_agent"]
+AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEPS_SQL = f"SELECT {', '.join(show.STEP_COLUMNS)} FROM steps ORDER BY workflow_id, sequence"
 KEYS_SQL = "SELECT workflow_id, tool, idempotency_key FROM steps"
 AGENT_TIMEOUT_S = 60.0
@@ -63,7 +63,7 @@ class DemoResult:
 
     statuses: dict[str, str] = field(default_factory=dict)
     effects: EffectCounts = field(default_factory=EffectCounts)
-    escalations: list[Escalation] = field(default_factory=list)
+    escalations: list[OpenEscalation] = field(default_factory=list)
     ran_twice: list[str] = field(default_factory=list)
     left_standing: list[str] = field(default_factory=list)
     """Workflows that ended compensated with an effect the services still hold."""

@@ -33,7 +33,9 @@ All: ``GET /health`` -> {"ok": true}; ``GET /effects`` -> {"effects": {kind: n},
 Fault injection per request, header ``X-Fault: SPEC`` or query ``?fault=SPEC``, SPEC a
 comma-separated list of: ``delay=SECONDS`` (sleep first, then handle normally: a hung
 call whose effect lands after the caller gave up); ``fail-before`` (503, no effect);
-``fail-after`` (perform and commit the effect, then reply 503).
+``fail-after`` (perform and commit the effect, then reply 503); ``ignore-void`` (this
+request ignores keys an undo voided: a service that does not remember undone keys, where a
+late call after its compensation still lands).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
@@ -81,6 +83,7 @@ class Options:
     """Process-wide switches for a running service."""
 
     ignore_keys: bool = False
+    ignore_void: bool = False
 
 
 PostHandler = Callable[[sqlite3.Connection, JsonObject, Options], Reply]
@@ -195,13 +198,14 @@ def _create_once(
     fields: JsonObject,
     *,
     ignore_key: bool = False,
+    ignore_void: bool = False,
 ) -> Reply:
     """Create a `kind` record once per key; a replay must carry the same `params`.
 
     A key an undo voided (it found nothing to undo: the call had not arrived yet) is
     refused, so a call that arrives after its compensation makes no effect.
     """
-    if not ignore_key and find(conn, f"{kind}_void", key) is not None:
+    if not (ignore_key or ignore_void) and find(conn, f"{kind}_void", key) is not None:
         return 409, {
             "error": "voided",
             "detail": f"key {key!r} was voided by an undo that came before the {kind}",
@@ -241,6 +245,7 @@ def post_charge(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> Re
         params,
         {"status": "captured"},
         ignore_key=opts.ignore_keys,
+        ignore_void=opts.ignore_void,
     )
 
 
@@ -289,7 +294,12 @@ def post_booking(conn: sqlite3.Connection, body: JsonObject, opts: Options) -> R
     """Confirm a booking once per idempotency key."""
     params = {"hotel": _text(body, "hotel"), "nights": _positive_int(body, "nights")}
     return _create_once(
-        conn, "booking", _text(body, "idempotency_key"), params, {"status": "confirmed"}
+        conn,
+        "booking",
+        _text(body, "idempotency_key"),
+        params,
+        {"status": "confirmed"},
+        ignore_void=opts.ignore_void,
     )
 
 
@@ -344,11 +354,12 @@ class Fault:
     delay: float = 0.0
     fail_before: bool = False
     fail_after: bool = False
+    ignore_void: bool = False
 
     @classmethod
     def parse(cls, spec: str | None) -> Fault:
         """Parse a comma-separated fault spec such as ``delay=2,fail-after``."""
-        delay, before, after = 0.0, False, False
+        delay, before, after, ignore_void = 0.0, False, False, False
         for raw in (spec or "").split(","):
             part = raw.strip()
             if part.startswith("delay="):
@@ -357,9 +368,11 @@ class Fault:
                     raise ValueError(f"delay must be within 0..{MAX_DELAY_SECONDS}")
             elif part in ("fail-before", "fail-after"):
                 before, after = before or part == "fail-before", after or part == "fail-after"
+            elif part == "ignore-void":
+                ignore_void = True
             elif part:
                 raise ValueError(f"unknown fault {part!r}")
-        return cls(delay, before, after)
+        return cls(delay, before, after, ignore_void)
 
 
 class ServiceServer(ThreadingHTTPServer):
@@ -402,7 +415,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
             self._send(503, {"error": "injected_fault", "fault": "fail-before"})
             return
         try:
-            status, payload = self._route(method, url.path)
+            status, payload = self._route(method, url.path, fault)
         except BadRequest as exc:
             status, payload = 400, {"error": "bad_request", "detail": str(exc)}
         except Exception as exc:  # a bug must still answer, or the caller hangs
@@ -412,7 +425,7 @@ class ServiceHandler(BaseHTTPRequestHandler):
             status, payload = 503, {"error": "injected_fault", "fault": "fail-after"}
         self._send(status, payload)
 
-    def _route(self, method: str, path: str) -> Reply:
+    def _route(self, method: str, path: str, fault: Fault) -> Reply:
         server = cast(ServiceServer, self.server)
         spec = server.spec
         if method == "GET":
@@ -428,8 +441,11 @@ class ServiceHandler(BaseHTTPRequestHandler):
                     return (404, {"error": "not_found"}) if record is None else (200, record)
         elif method == "POST" and path in spec.posts:
             body = self._read_json()
+            options = server.options
+            if fault.ignore_void:
+                options = replace(options, ignore_void=True)
             with server.store.transaction(write=True) as conn:
-                return spec.posts[path](conn, body, server.options)
+                return spec.posts[path](conn, body, options)
         return 404, {"error": "no_route", "detail": f"{method} {path}"}
 
     def _read_json(self) -> JsonObject:

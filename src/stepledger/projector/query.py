@@ -7,10 +7,12 @@ arbitrary files) is disabled with the configuration locked.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -66,34 +68,56 @@ def run_query(
     """
     statements = check_read_only(sql)
     con = connect_projection(path)
-    timer = None if timeout is None else threading.Timer(timeout, con.interrupt)
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            results = []
+            for statement in statements:
+                cursor = con.execute(statement.query)
+                columns = [d[0] for d in cursor.description or []]
+                results.append(QueryResult(columns, cursor.fetchall()))
+            done["results"] = results
+        except BaseException as exc:  # handed to the caller's thread below
+            done["error"] = exc
+
+    # The statements run in a worker so that this (main) thread stays in Python and takes
+    # Ctrl-C at once, whatever DuckDB is doing; the timeout interrupts from here too.
+    worker = threading.Thread(target=work, name="stepledger-query", daemon=True)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    timed_out = False
     try:
-        results = []
-        for statement in statements:
-            cursor = con.execute(statement.query)
-            columns = [d[0] for d in cursor.description or []]
-            results.append(QueryResult(columns, cursor.fetchall()))
-        return results
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.05)
+                if deadline is not None and not timed_out and time.monotonic() > deadline:
+                    timed_out = True
+                    con.interrupt()
+        except KeyboardInterrupt:
+            con.interrupt()
+            worker.join(10)
+            raise ViewStoreError("the query was interrupted") from None
+        if "error" not in done:
+            return list(done["results"])
+        raise done["error"]
     except duckdb.InterruptException as exc:
-        timed_out = timer is not None and timer.finished.is_set()
         why = f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
         raise ViewStoreError(f"the query {why}") from exc
     except RuntimeError as exc:
-        # DuckDB turns Ctrl-C during a statement into RuntimeError("Query interrupted").
+        # DuckDB turns an interrupt during a statement into RuntimeError("Query interrupted").
         if "interrupt" not in str(exc).lower():
             raise
-        raise ViewStoreError("the query was interrupted") from exc
+        why = f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
+        raise ViewStoreError(f"the query {why}") from exc
     except duckdb.PermissionException as exc:
         raise ReadOnlyQueryError(f"refused: {_first_line(exc)}") from exc
     except duckdb.Error as exc:
         raise ViewStoreError(f"query failed: {_first_line(exc)}") from exc
     finally:
-        if timer is not None:
-            timer.cancel()
-        con.close()
+        # Still busy with an interrupted statement: the process lets it go.
+        with contextlib.suppress(duckdb.Error):
+            con.close()
 
 
 def plain(value: Any) -> Any:

@@ -123,26 +123,31 @@ def projecting(settings: Settings, db: Path, **options: Any) -> Iterator[Project
         thread.stop()
 
 
+def projector_command(settings: Settings, db: Path, *extra: str) -> list[str]:
+    """The ``stepledger project`` command line of a test's projector (its topic's group)."""
+    return [
+        *STEPLEDGER,
+        "project",
+        "--bootstrap",
+        settings.bootstrap,
+        "--topic",
+        settings.topic,
+        "--dlq-topic",
+        settings.dlq_topic,
+        "--db",
+        str(db),
+        "--group",
+        f"projector-{settings.topic}",
+        *extra,
+    ]
+
+
 def spawn_projector(
     settings: Settings, db: Path, env: dict[str, str], *extra: str
 ) -> subprocess.Popen[str]:
     """``stepledger project`` as a real process."""
     return subprocess.Popen(
-        [
-            *STEPLEDGER,
-            "project",
-            "--bootstrap",
-            settings.bootstrap,
-            "--topic",
-            settings.topic,
-            "--dlq-topic",
-            settings.dlq_topic,
-            "--db",
-            str(db),
-            "--group",
-            f"projector-{settings.topic}",
-            *extra,
-        ],
+        projector_command(settings, db, *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

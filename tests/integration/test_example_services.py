@@ -164,6 +164,16 @@ def test_a_booking_arriving_after_its_cancel_found_nothing_is_refused(
     assert bookings.find_booking("late-trip") is None
 
 
+def test_a_request_ignoring_the_void_lands_as_a_service_without_memory_would(
+    bookings: BookingsClient,
+) -> None:
+    # The fault the e2e conflict test uses: the late booking lands despite the void.
+    assert bookings.cancel("late-trip")["status"] == "nothing_to_undo"
+    landed = bookings.book("late-trip", "Hotel Adlon", 2, fault="ignore-void")
+    assert landed["status"] == "confirmed" and landed["replayed"] is False
+    assert bookings.effect_count("booking") == 1
+
+
 def test_cancel_twice_is_a_noop_the_second_time(bookings: BookingsClient) -> None:
     bookings.book("trip-1", "Hotel Adlon", 2)
     assert bookings.cancel("trip-1")["status"] == "cancelled"

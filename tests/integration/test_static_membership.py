@@ -17,7 +17,12 @@ import pytest
 
 from stepledger.config import Settings
 from tests.conftest import Factory
-from tests.integration.projector_helpers import STEPLEDGER, produce_events, projected, wait_for
+from tests.integration.projector_helpers import (
+    produce_events,
+    projected,
+    projector_command,
+    wait_for,
+)
 from tests.unit.projector_logs import random_log
 
 PARTITIONS = 4
@@ -39,28 +44,12 @@ class Member:
         self.log = log
         with open(log, "w") as err:
             self.proc = subprocess.Popen(
-                [
-                    *STEPLEDGER,
-                    "project",
-                    "--bootstrap",
-                    settings.bootstrap,
-                    "--topic",
-                    settings.topic,
-                    "--dlq-topic",
-                    settings.dlq_topic,
-                    "--db",
-                    str(shards),
-                    "--group",
-                    f"projector-{settings.topic}",
-                    "--session-timeout",
-                    "10",
-                    "--snapshot-interval",
-                    "0.3",
-                    "--instance-id",
-                    instance,
-                    "--group-protocol",
-                    protocol,
-                ],
+                projector_command(
+                    settings,
+                    shards,
+                    *("--session-timeout", "10", "--snapshot-interval", "0.3"),
+                    *("--instance-id", instance, "--group-protocol", protocol),
+                ),
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 text=True,

@@ -1,0 +1,239 @@
+"""What every framework integration needs: step ids a model cannot change, model turns as steps.
+
+A model's tool-call ids change on every run, so they never name a step.  A step is named by
+its tool and occurrence (``bookings.book#1``), and a call is matched to a recorded step of
+the same tool **with the same arguments** that this run has not used yet: a resumed agent
+that runs from the top replays its recorded steps, one that continues from a context rebuilt
+from the log gets the recorded result when the model asks again for a call that was made,
+and a call never made becomes a new step after the recorded prefix
+(:meth:`~stepledger.producer.workflow.Workflow.fast_forward`).
+
+A **model turn** is a read-only step (tool ``model``) whose argument is a digest of the
+request and whose result is the serialized response: a resume replays the recorded turn
+instead of asking the model again, and recovery never resolves it (a read-only intent in
+doubt is simply asked again).  Recording turns is opt-in: it saves the cost of asking the
+model again and keeps its plan, while correctness comes from the tool steps alone.
+
+Tool calls of one model turn run one at a time, in the order of the turn's response
+(:class:`Turnstile`), so the order of steps does not depend on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from stepledger.domain.context import StepSummary
+from stepledger.domain.state import StepState, StepStatus
+from stepledger.domain.tools import Tool
+from stepledger.errors import StepLedgerError, ToolCallError
+from stepledger.producer.workflow import Workflow
+
+MODEL_TOOL = "model"
+"""The tool name of recorded model turns (a read-only step)."""
+_VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
+"""Keys left out of a request's digest: the framework makes them up anew on every run."""
+_TURN_WAIT_S = 300.0
+
+
+class ToolFailure(Exception):
+    """A tool's own error, recorded as a failed outcome: the model may be told about it."""
+
+    def __init__(self, error: BaseException, step_id: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.step_id = step_id
+
+
+def model_tool(name: str = MODEL_TOOL) -> Tool:
+    """The read-only tool a model turn is recorded under."""
+    return Tool(name=name, read_only=True, timeout_s=600.0)
+
+
+def request_digest(*parts: Any) -> str:
+    """A digest of a model request that ignores what a framework regenerates per run."""
+    text = json.dumps(_stable(to_jsonable_python(parts, fallback=repr)), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def to_json_text(value: Any) -> str:
+    """A tool result as the JSON text a model reads (strings stay as they are)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False, sort_keys=True)
+
+
+class Turnstile:
+    """Lets the tool calls of one model turn through one at a time, in the response's order."""
+
+    def __init__(self) -> None:
+        self._order: list[str] = []
+        self._done: set[str] = set()
+        self._changed = asyncio.Condition()
+
+    def expect(self, call_ids: Iterable[str]) -> None:
+        """The call ids of the latest model turn, in the order the model gave them."""
+        self._order = [c for c in call_ids if c]
+        self._done = set()
+
+    async def enter(self, call_id: str | None) -> None:
+        """Wait until every call before ``call_id`` in its turn has finished."""
+        async with self._changed:
+            if call_id not in self._order:
+                return
+            ahead = self._order[: self._order.index(call_id)]
+            await asyncio.wait_for(
+                self._changed.wait_for(lambda: all(c in self._done for c in ahead)), _TURN_WAIT_S
+            )
+
+    async def leave(self, call_id: str | None) -> None:
+        """Mark a call finished, whatever its outcome."""
+        async with self._changed:
+            if call_id is not None:
+                self._done.add(call_id)
+            self._changed.notify_all()
+
+
+class AgentSteps:
+    """Names, orders and runs the steps a model asks for in one run of one workflow."""
+
+    def __init__(self, workflow: Workflow, *, model: Tool | None = None) -> None:
+        self.workflow = workflow
+        self.model = model
+        """The tool model turns are recorded under, or None: turns are not recorded."""
+        self.turnstile = Turnstile()
+        self._used: set[str] = set()
+        self._lock = asyncio.Lock()
+        workflow.fast_forward()
+
+    def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
+        """The step this call is: a recorded one of the same tool and arguments, or a new one."""
+        digest = tool.arguments_digest(arguments)
+        recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
+        for step in recorded:
+            if step.step_id not in self._used and step.arguments_digest == digest:
+                return self._use(step.step_id)
+        taken = {s.step_id for s in recorded} | self._used
+        n = len(recorded) + 1
+        while f"{tool.name}#{n}" in taken or f"{tool.name}#{n}" in self.workflow.state.steps:
+            n += 1
+        return self._use(f"{tool.name}#{n}")
+
+    def _use(self, step_id: str) -> str:
+        self._used.add(step_id)
+        return step_id
+
+    async def call(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], str], Any] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> Any:
+        """Run one tool call as a step, after the calls before it in its model turn.
+
+        Raises ToolFailure for the tool's own error (recorded as failed) and lets every
+        other StepLedgerError through as it is.
+        """
+        await self.turnstile.enter(call_id)
+        try:
+            async with self._lock:
+                return await self._call(tool, dict(arguments), fn)
+        finally:
+            await self.turnstile.leave(call_id)
+
+    async def _call(
+        self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
+    ) -> Any:
+        step_id = self.step_id(tool, args)
+        known = self.workflow.state.steps.get(step_id)
+        if known is not None and known.status is StepStatus.FAILED:
+            # The model saw this failure in the run that recorded it: it sees it again.
+            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+        run = fn or tool.run
+        raised: list[BaseException] = []
+
+        async def tracked(a: dict[str, Any], key: str) -> Any:
+            try:
+                assert run is not None
+                result = run(a, key)
+                return await result if isinstance(result, Awaitable) else result
+            except Exception as exc:
+                raised.append(exc)
+                raise
+
+        try:
+            return await self.workflow.astep(step_id, tool, args, fn=tracked)
+        except Exception as exc:
+            state = self.workflow.state.steps.get(step_id)
+            failed = state is not None and state.status is StepStatus.FAILED
+            if raised and exc is raised[-1] and failed:
+                raise ToolFailure(exc, step_id) from exc
+            raise
+
+    async def model_turn(
+        self, digest: str, ask: Callable[[], Awaitable[Any]], *, step_digest: str | None = None
+    ) -> Any:
+        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
+        if self.model is None:
+            return await ask()
+        tool = self.model
+        args = {"request": step_digest or digest}
+
+        async def asked(_: dict[str, Any], __: str) -> Any:
+            return await ask()
+
+        async with self._lock:
+            step_id = self.step_id(tool, args)
+            return await self.workflow.astep(step_id, tool, args, fn=asked)
+
+
+_CURRENT: contextvars.ContextVar[AgentSteps | None] = contextvars.ContextVar(
+    "stepledger_agent_steps", default=None
+)
+
+
+def current() -> AgentSteps:
+    """The steps of the run under way (set by an integration's ``run``)."""
+    steps = _CURRENT.get()
+    if steps is None:
+        raise StepLedgerError(
+            "no stepledger workflow is running: start the agent with the integration's "
+            "run(agent, prompt, workflow)"
+        )
+    return steps
+
+
+def bind(steps: AgentSteps) -> contextvars.Token[AgentSteps | None]:
+    """Make ``steps`` the current run's steps (tasks started from here inherit them)."""
+    return _CURRENT.set(steps)
+
+
+def unbind(token: contextvars.Token[AgentSteps | None]) -> None:
+    """Undo :func:`bind`."""
+    _CURRENT.reset(token)
+
+
+def tool_steps(summaries: Iterable[StepSummary], model: str = MODEL_TOOL) -> list[StepSummary]:
+    """The summaries of tool steps (model turns left out), in log order."""
+    return [s for s in summaries if s.tool != model]
+
+
+def is_model_step(step: StepState, model: str = MODEL_TOOL) -> bool:
+    """True for a recorded model turn."""
+    return step.tool == model

@@ -65,6 +65,10 @@ def runner(framework: str) -> Runner:
         from tests.e2e.framework_openai import run_trip
 
         return run_trip
+    if framework == "pydantic-ai":
+        from tests.e2e.framework_pydantic_ai import run_trip as run_pydantic_ai
+
+        return run_pydantic_ai
     raise SystemExit(f"unknown framework {framework!r}")
 
 

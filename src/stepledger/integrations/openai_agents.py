@@ -41,56 +41,33 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
         "stepledger.integrations.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'stepledger[openai-agents]'"
     ) from exc
-from pydantic import BaseModel, TypeAdapter, create_model
+from pydantic import BaseModel, TypeAdapter
 
-from stepledger.domain.decorator import KEY
 from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepLedgerError, ToolDefinitionError
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
+from stepledger.integrations._schema import (
+    arguments_model,
+    model_name,
+    parameters_schema,
+    tool_function,
+)
 from stepledger.producer.workflow import Workflow
 
-__all__ = ["RecordedModel", "function_tool", "history_from_log", "run", "steps_for"]
+__all__ = [
+    "RecordedModel",
+    "function_tool",
+    "history_from_log",
+    "model_name",
+    "parameters_schema",
+    "run",
+    "steps_for",
+]
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(TResponseOutputItem)
 _ESCAPES: dict[type[BaseException], type[BaseException]] = {}
-
-
-def model_name(tool: Tool | str) -> str:
-    """The name the model sees for a tool (OpenAI allows letters, digits, ``_`` and ``-``)."""
-    name = tool if isinstance(tool, str) else tool.name
-    return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)
-
-
-def parameters_schema(tool: Tool, parameters: type[BaseModel] | None = None) -> dict[str, Any]:
-    """The JSON schema of a tool's arguments, without ``idempotency_key``."""
-    if parameters is None:
-        parameters = _model_of(tool)
-    schema = parameters.model_json_schema()
-    schema.get("properties", {}).pop(KEY, None)
-    if KEY in schema.get("required", []):
-        schema["required"].remove(KEY)
-    schema.setdefault("additionalProperties", False)
-    return schema
-
-
-def _model_of(tool: Tool) -> type[BaseModel]:
-    fn = _function_of(tool)
-    if fn is None:
-        raise ToolDefinitionError(
-            f"tool {tool.name!r} was not made from a function: pass parameters= (a pydantic "
-            "model of its arguments)",
-            tool=tool.name,
-        )
-    fields: dict[str, Any] = {}
-    hints = inspect.get_annotations(fn, eval_str=True)
-    for name, param in inspect.signature(fn).parameters.items():
-        if name == KEY or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        default = ... if param.default is param.empty else param.default
-        fields[name] = (hints.get(name, Any), default)
-    return cast(type[BaseModel], create_model(f"{model_name(tool)}_args", **fields))
 
 
 def function_tool(
@@ -108,8 +85,8 @@ def function_tool(
     raises (a compensated step, a step in doubt, a mismatch) always leave the run as they are.
     """
     schema = parameters_schema(tool, parameters)
-    validator = parameters or _model_of_or_none(tool)
-    fn = _function_of(tool)
+    validator = parameters or arguments_model(tool)
+    fn = tool_function(tool)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> Any:
         args = json.loads(raw or "{}")
@@ -136,18 +113,6 @@ def function_tool(
     )
     made._stepledger_tool = tool  # type: ignore[attr-defined]
     return made
-
-
-def _function_of(tool: Tool) -> Callable[..., Any] | None:
-    private = tool.__pydantic_private__ or {}
-    return cast("Callable[..., Any] | None", private.get("_function"))
-
-
-def _model_of_or_none(tool: Tool) -> type[BaseModel] | None:
-    try:
-        return _model_of(tool)
-    except ToolDefinitionError:
-        return None
 
 
 def escaped(exc: BaseException) -> BaseException:

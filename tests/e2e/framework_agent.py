@@ -69,6 +69,10 @@ def runner(framework: str) -> Runner:
         from tests.e2e.framework_pydantic_ai import run_trip as run_pydantic_ai
 
         return run_pydantic_ai
+    if framework == "langgraph":
+        from tests.e2e.framework_langgraph import run_trip as run_langgraph
+
+        return run_langgraph
     raise SystemExit(f"unknown framework {framework!r}")
 
 

@@ -33,7 +33,7 @@ from tests.e2e.recovery_helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-FRAMEWORKS = ["openai-agents", "pydantic-ai"]
+FRAMEWORKS = ["openai-agents", "pydantic-ai", "langgraph"]
 AGENT = [sys.executable, "-m", "tests.e2e.framework_agent"]
 
 

@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import hashlib
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -118,6 +119,7 @@ class AgentSteps:
         self.turnstile = Turnstile()
         self._used: set[str] = set()
         self._lock = asyncio.Lock()
+        self._sync_lock = threading.Lock()
         workflow.fast_forward()
 
     def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
@@ -161,10 +163,7 @@ class AgentSteps:
         self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
     ) -> Any:
         step_id = self.step_id(tool, args)
-        known = self.workflow.state.steps.get(step_id)
-        if known is not None and known.status is StepStatus.FAILED:
-            # The model saw this failure in the run that recorded it: it sees it again.
-            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+        self._raise_recorded_failure(step_id)
         run = fn or tool.run
         raised: list[BaseException] = []
 
@@ -180,11 +179,58 @@ class AgentSteps:
         try:
             return await self.workflow.astep(step_id, tool, args, fn=tracked)
         except Exception as exc:
-            state = self.workflow.state.steps.get(step_id)
-            failed = state is not None and state.status is StepStatus.FAILED
-            if raised and exc is raised[-1] and failed:
-                raise ToolFailure(exc, step_id) from exc
+            self._tool_failure(step_id, exc, raised)
             raise
+
+    def call_sync(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], str], Any] | None = None,
+    ) -> Any:
+        """Run one tool call as a step from synchronous code (one at a time per run)."""
+        with self._sync_lock:
+            args = dict(arguments)
+            step_id = self.step_id(tool, args)
+            self._raise_recorded_failure(step_id)
+            raised: list[BaseException] = []
+            run = fn or tool.run
+            assert run is not None
+
+            def tracked(a: dict[str, Any], key: str) -> Any:
+                try:
+                    return run(a, key)
+                except Exception as exc:
+                    raised.append(exc)
+                    raise
+
+            try:
+                return self.workflow.step(step_id, tool, args, fn=tracked)
+            except Exception as exc:
+                self._tool_failure(step_id, exc, raised)
+                raise
+
+    def model_turn_sync(self, digest: str, ask: Callable[[], Any]) -> Any:
+        """The model's answer to one request from synchronous code (recorded or asked)."""
+        if self.model is None:
+            return ask()
+        tool, args = self.model, {"request": digest}
+        with self._sync_lock:
+            step_id = self.step_id(tool, args)
+            return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
+
+    def _raise_recorded_failure(self, step_id: str) -> None:
+        known = self.workflow.state.steps.get(step_id)
+        if known is not None and known.status is StepStatus.FAILED:
+            # The model saw this failure in the run that recorded it: it sees it again.
+            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+
+    def _tool_failure(self, step_id: str, exc: Exception, raised: list[BaseException]) -> None:
+        """Raise ToolFailure when ``exc`` is the tool's own error, recorded as failed."""
+        state = self.workflow.state.steps.get(step_id)
+        failed = state is not None and state.status is StepStatus.FAILED
+        if raised and exc is raised[-1] and failed:
+            raise ToolFailure(exc, step_id) from exc
 
     async def model_turn(
         self, digest: str, ask: Callable[[], Awaitable[Any]], *, step_digest: str | None = None

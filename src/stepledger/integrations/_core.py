@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -33,7 +34,7 @@ from pydantic_core import to_jsonable_python
 from stepledger.domain.context import StepSummary
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.errors import StepLedgerError, ToolCallError
+from stepledger.errors import StepLedgerError, ToolCallError, ToolDefinitionError
 from stepledger.producer.workflow import Workflow
 
 MODEL_TOOL = "model"
@@ -126,8 +127,13 @@ class AgentSteps:
         """The step this call is: a recorded one of the same tool and arguments, or a new one."""
         digest = tool.arguments_digest(arguments)
         recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
-        for step in recorded:
-            if step.step_id not in self._used and step.arguments_digest == digest:
+        unused = [s for s in recorded if s.step_id not in self._used]
+        for step in unused:
+            if step.arguments_digest == digest:
+                return self._use(step.step_id)
+        for step in unused:
+            if step.attempt == 0:
+                # Asked for and never run (an approval requested): no arguments recorded yet.
                 return self._use(step.step_id)
         taken = {s.step_id for s in recorded} | self._used
         n = len(recorded) + 1
@@ -199,7 +205,8 @@ class AgentSteps:
 
             def tracked(a: dict[str, Any], key: str) -> Any:
                 try:
-                    return run(a, key)
+                    result = run(a, key)
+                    return _finish(result) if inspect.isawaitable(result) else result
                 except Exception as exc:
                     raised.append(exc)
                     raise
@@ -247,6 +254,22 @@ class AgentSteps:
         async with self._lock:
             step_id = self.step_id(tool, args)
             return await self.workflow.astep(step_id, tool, args, fn=asked)
+
+
+def _finish(pending: Awaitable[Any]) -> Any:
+    """An async tool's result, from synchronous code (a graph node runs in its own thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(pending))
+    raise ToolDefinitionError(
+        "an async tool was called from synchronous code inside an event loop: run the graph "
+        "with its async API or make the tool synchronous"
+    )
+
+
+async def _awaited(pending: Awaitable[Any]) -> Any:
+    return await pending
 
 
 _CURRENT: contextvars.ContextVar[AgentSteps | None] = contextvars.ContextVar(

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -391,3 +393,12 @@ def test_langgraph_tool_node_steps_errors_and_history(
     history = sll.history_from_log(wf)
     assert [m.type for m in history] == ["ai", "tool"] * 4
     assert json.loads(str(history[1].content)) == {"city": "Paris", "hotel": "Ritz"}
+
+
+def test_each_framework_takes_at_most_fifteen_lines_in_the_docs() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "frameworks.md").read_text()
+    blocks = re.findall(r"<!-- framework: ([\w-]+) -->\n```python\n(.*?)\n```", text, re.S)
+    assert {name for name, _ in blocks} == {"openai-agents", "pydantic-ai", "langgraph"}
+    for name, code in blocks:
+        lines = [line for line in code.splitlines() if line.strip()]
+        assert len(lines) <= 15, (name, len(lines))

@@ -31,6 +31,7 @@ from tests.e2e.recovery_helpers import (
     services_stack,
     wait_for,
 )
+from tests.integration.projector_helpers import projecting, query_one
 
 pytestmark = pytest.mark.e2e
 FRAMEWORKS = ["openai-agents", "pydantic-ai", "langgraph"]
@@ -76,6 +77,17 @@ class Trip:
         }
 
 
+def projected(trip: Trip, workflow: str, db: Path) -> tuple[str, dict[str, str]]:
+    """The workflow's status and step statuses as the DuckDB projection has them."""
+    events = len(LogWatcher(trip.settings).refresh().events)
+    with projecting(trip.settings, db) as projector:
+        projector.wait_received(events)
+    sql = "SELECT step_id, status FROM steps WHERE workflow_id = ? AND tool <> 'model'"
+    steps = dict(query_one(db, sql, [workflow]))
+    (status,) = query_one(db, "SELECT status FROM workflows WHERE workflow_id = ?", [workflow])[0]
+    return status, steps
+
+
 def emails_in(path: Path, address: str) -> int:
     """Emails the email service sent to ``address`` (it has no key to count by)."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
@@ -111,6 +123,10 @@ def test_killed_after_a_keyed_charge_resumes_and_charges_once(trip: Trip) -> Non
     state = LogWatcher(trip.settings).refresh().states["t-charge"]
     assert state.status is RunStatus.COMPLETED
     assert state.steps[f"{PAYMENTS}#1"].status is StepStatus.SUCCEEDED
+    assert projected(trip, "t-charge", trip.model_log.with_suffix(".duckdb")) == (
+        "completed",
+        {f"{PAYMENTS}#1": "succeeded", f"{BOOKINGS}#1": "succeeded", f"{EMAIL}#1": "succeeded"},
+    )
 
 
 def test_a_booking_recovery_compensated_is_not_booked_again(trip: Trip, tmp_path: Path) -> None:
@@ -139,6 +155,10 @@ def test_a_booking_recovery_compensated_is_not_booked_again(trip: Trip, tmp_path
     assert trip.model_turns() == [0, 1], "no turn asked again, none after the undone booking"
     assert watcher.refresh().states["t-book"].status is RunStatus.COMPENSATED
     watcher.close()
+    assert projected(trip, "t-book", tmp_path / "p.duckdb") == (
+        "compensated",
+        {f"{PAYMENTS}#1": "compensated", f"{BOOKINGS}#1": "compensated"},
+    )
 
 
 def test_an_unkeyed_email_is_escalated_answered_and_finished(trip: Trip) -> None:
@@ -161,3 +181,5 @@ def test_an_unkeyed_email_is_escalated_answered_and_finished(trip: Trip) -> None
         "email": 1,
     }
     assert trip.model_turns() == [0, 1, 2, 3]
+    status, steps = projected(trip, "t-mail", trip.model_log.with_suffix(".duckdb"))
+    assert status == "completed" and steps[f"{EMAIL}#1"] == "succeeded"

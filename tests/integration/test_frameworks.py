@@ -305,20 +305,28 @@ def test_pydantic_ai_steps_keys_and_replay(
 ) -> None:
     schema = slp.toolset([tools["book"]]).tools["book"].tool_def.parameters_json_schema
     assert "idempotency_key" not in json.dumps(schema)
-    plan: Plan = [[("lookup", {"city": "Paris"})], [("book", {"hotel_name": "Ritz", "nights": 2})]]
+    both = [
+        ("book", {"hotel_name": "Slow", "nights": 1}),
+        ("book", {"hotel_name": "Ritz", "nights": 2}),
+    ]
+    plan: Plan = [[("lookup", {"city": "Paris"})], both]
     workflow_id = f"pai-{uuid.uuid4().hex[:6]}"
     turns: list[int] = []
     result = asyncio.run(slp.run(pai_agent(tools, plan, turns), "go", ledger.workflow(workflow_id)))
     assert turns == [0, 1, 2] and result.output.startswith("done")
-    assert list(hotel.booked) == [idempotency_key(workflow_id, "book#1", "book")]
+    keys = [idempotency_key(workflow_id, f"book#{n}", "book") for n in (1, 2)]
+    assert list(hotel.booked) == keys, "the keys came from the steps, in the model's order"
     with reopen(settings, tools) as again:
         wf = again.workflow(workflow_id)
         replayed: list[int] = []
         asyncio.run(slp.run(pai_agent(tools, plan, replayed), "go", wf))
     assert replayed == [], "no recorded model request was sent again"
     ids = [s.step_id for s in wf.state.ordered_steps()]
-    assert ids == ["model#1", "lookup#1", "model#2", "book#1", "model#3"]
-    assert hotel.looked_up == ["Paris"] and len(hotel.booked) == 1
+    assert ids == ["model#1", "lookup#1", "model#2", "book#1", "book#2", "model#3"]
+    assert hotel.looked_up == ["Paris"] and len(hotel.booked) == 2
+    history = slp.history_from_log(wf)
+    assert [m.kind for m in history] == ["response", "request"] * 3
+    assert history[1].parts[0].content == {"city": "Paris", "hotel": "Ritz"}  # type: ignore[union-attr]
 
 
 def test_pydantic_ai_ledger_errors_leave_the_run_as_they_are(

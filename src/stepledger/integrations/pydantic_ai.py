@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,15 @@ try:
     )
     from pydantic_ai.durable_exec._operation_names import JournalOperationNamer
     from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
-    from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
     from pydantic_ai.tools import Tool as AiTool
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
@@ -54,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 
 from pydantic import BaseModel
 
+from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
@@ -62,7 +72,7 @@ from stepledger.producer.workflow import Workflow
 
 TOOLSET_ID = "stepledger"
 """The id of the toolsets :func:`toolset` builds (their calls are steps already)."""
-__all__ = ["StepLedgerDurability", "run", "steps_for", "toolset"]
+__all__ = ["StepLedgerDurability", "history_from_log", "run", "steps_for", "toolset"]
 
 _PARAMS: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "stepledger_pydantic_ai_params", default=None
@@ -239,3 +249,28 @@ async def run(
     finally:
         _SL_TOOLS.reset(tools)
         _core.unbind(token)
+
+
+def history_from_log(workflow: Workflow) -> list[ModelMessage]:
+    """The log's tool steps as messages: a tool call and its return per settled step.
+
+    Steps that did not succeed are told in one system prompt part, so the model knows what
+    is open; pass the list as ``message_history`` and the run continues after them.
+    """
+    out: list[ModelMessage] = []
+    notes: list[str] = []
+    for step in workflow.state.ordered_steps():
+        if _core.is_model_step(step):
+            continue
+        if step.status is not StepStatus.SUCCEEDED:
+            notes.append(f"{step.step_id} ({step.tool}): {step.status.value} {step.error or ''}")
+            continue
+        call_id = f"sl-{step.step_id}"
+        name = model_name(step.tool)
+        args = json.loads(step.arguments_json or "{}")
+        result = json.loads(step.result_json) if step.result_json else None
+        out.append(ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=call_id)]))
+        out.append(ModelRequest(parts=[ToolReturnPart(name, result, tool_call_id=call_id)]))
+    if notes:
+        out.append(ModelRequest(parts=[SystemPromptPart("Steps not done: " + "; ".join(notes))]))
+    return out

@@ -227,6 +227,33 @@ def test_openai_parallel_calls_run_in_the_order_the_model_gave(
     assert steps[0].resolved_at <= steps[1].intended_at, "one at a time, the model's order"
 
 
+def test_openai_bad_arguments_and_plain_tools_are_the_models_business(
+    ledger: sl.Ledger, tools: dict[str, sl.Tool], hotel: Hotel
+) -> None:
+    from agents import function_tool as sdk_tool
+
+    @sdk_tool
+    def weather(city: str) -> str:
+        """A plain SDK tool: not a step."""
+        return "sunny"
+
+    turn = [
+        ("weather", {"city": "Paris"}),
+        ("book", {"hotel_name": "Ritz", "nights": "two"}),
+        ("book", {"hotel_name": "Ritz", "nights": 2}),
+    ]
+    model = ScriptedModel([turn])
+    agent = oa_agent(sla.RecordedModel(model), tools)
+    agent.tools.append(weather)
+    wf = ledger.workflow(f"oa-bad-{uuid.uuid4().hex[:6]}")
+    result = asyncio.run(asyncio.wait_for(sla.run(agent, "go", wf), 60))
+    assert result.final_output == "done"
+    assert model.outputs[0] == "sunny" and "error" in model.outputs[1].lower()
+    assert json.loads(model.outputs[2]) == {"hotel": "Ritz", "nights": 2}
+    assert [s.step_id for s in wf.state.ordered_steps() if s.tool == "book"] == ["book#1"]
+    assert len(hotel.booked) == 1
+
+
 def test_openai_resume_from_the_log_continues_without_reissuing_steps(
     settings: Settings, ledger: sl.Ledger, tools: dict[str, sl.Tool], hotel: Hotel
 ) -> None:
@@ -400,6 +427,7 @@ def test_langgraph_tool_node_steps_errors_and_history(
     assert hotel.sent == ["ana"] and len(hotel.booked) == 2 and hotel.looked_up == ["Paris"]
     history = sll.history_from_log(wf)
     assert [m.type for m in history] == ["ai", "tool"] * 4
+    assert set(sll.tools([tools["book"]])[0].args) == {"hotel_name", "nights"}
     assert json.loads(str(history[1].content)) == {"city": "Paris", "hotel": "Ritz"}
 
 

@@ -67,6 +67,8 @@ __all__ = [
 ]
 
 _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(TResponseOutputItem)
+_MARK = "_stepledger_tool"
+"""The attribute that marks a FunctionTool whose calls are steps (the sl.Tool it runs)."""
 _ESCAPES: dict[type[BaseException], type[BaseException]] = {}
 
 
@@ -89,17 +91,19 @@ def function_tool(
     fn = tool_function(tool)
 
     async def invoke(ctx: ToolContext[Any], raw: str) -> Any:
-        args = json.loads(raw or "{}")
-        if validator is not None:
-            args = validator.model_validate(args).model_dump(mode="json", exclude_unset=False)
+        steps = _core.current()
         try:
-            result = await _core.current().call(tool, args, call_id=ctx.tool_call_id)
+            args = json.loads(raw or "{}")
+            if validator is not None:
+                args = validator.model_validate(args).model_dump(mode="json")
+        except ValueError as exc:  # the model's arguments are not the tool's: no step
+            await steps.turnstile.leave(ctx.tool_call_id)
+            return await _told(failure_error_function, ctx, exc)
+        try:
+            result = await steps.call(tool, args, call_id=ctx.tool_call_id)
         except ToolFailure as failure:
-            if failure_error_function is None:
-                raise escaped(failure.error) from failure.error
             error = failure.error if isinstance(failure.error, Exception) else Exception()
-            text = failure_error_function(ctx, error)
-            return await text if inspect.isawaitable(text) else text
+            return await _told(failure_error_function, ctx, error)
         except StepLedgerError as exc:
             raise escaped(exc) from exc.__cause__
         return _core.to_json_text(result)
@@ -111,8 +115,18 @@ def function_tool(
         on_invoke_tool=invoke,
         strict_json_schema=False,
     )
-    made._stepledger_tool = tool  # type: ignore[attr-defined]
+    setattr(made, _MARK, tool)
     return made
+
+
+async def _told(
+    failure_error_function: ToolErrorFunction | None, ctx: ToolContext[Any], error: Exception
+) -> Any:
+    """What the model is told of a tool's own error (raised when no function is given)."""
+    if failure_error_function is None:
+        raise error
+    text = failure_error_function(ctx, error)
+    return await text if inspect.isawaitable(text) else text
 
 
 def escaped(exc: BaseException) -> BaseException:
@@ -153,10 +167,11 @@ class RecordedModel(Model):
 
         output = await steps.model_turn(digest, ask)
         items = [_OUTPUT_ITEM.validate_python(item) for item in output]
+        ours = {t.name for t in bound.arguments.get("tools", []) if hasattr(t, _MARK)}
         steps.turnstile.expect(
             getattr(item, "call_id", "")
             for item in items
-            if getattr(item, "type", "") == "function_call"
+            if getattr(item, "type", "") == "function_call" and getattr(item, "name", "") in ours
         )
         return ModelResponse(output=items, usage=Usage(), response_id=None)
 

@@ -237,7 +237,7 @@ def test_openai_bad_arguments_and_plain_tools_are_the_models_business(
         """A plain SDK tool: not a step."""
         return "sunny"
 
-    turn = [
+    turn: list[tuple[str, dict[str, Any]]] = [
         ("weather", {"city": "Paris"}),
         ("book", {"hotel_name": "Ritz", "nights": "two"}),
         ("book", {"hotel_name": "Ritz", "nights": 2}),

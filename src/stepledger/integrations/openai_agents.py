@@ -154,32 +154,41 @@ class RecordedModel(Model):
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         """Replay the recorded response to this request, or ask the model and record it."""
         steps = _core.current()
-        bound = inspect.signature(Model.get_response).bind(self, *args, **kwargs)
+        named = _arguments(args, kwargs)
+        tools = list(named.get("tools") or [])
         request = {
-            k: v for k, v in bound.arguments.items() if k in ("system_instructions", "input")
+            "system_instructions": named.get("system_instructions"),
+            "input": named.get("input"),
+            "tools": [getattr(t, "name", str(t)) for t in tools],
         }
-        request["tools"] = [getattr(t, "name", str(t)) for t in bound.arguments.get("tools", [])]
-        digest = _core.request_digest(request)
 
         async def ask() -> Any:
             response = await self.model.get_response(*args, **kwargs)
-            return [item.model_dump(mode="json") for item in response.output]
+            output = [item.model_dump(mode="json") for item in response.output]
+            return {"output": output, "response_id": response.response_id}
 
-        output = await steps.model_turn(digest, ask)
-        items = [_OUTPUT_ITEM.validate_python(item) for item in output]
-        ours = {t.name for t in bound.arguments.get("tools", []) if hasattr(t, _MARK)}
+        recorded = await steps.model_turn(_core.request_digest(request), ask)
+        items = [_OUTPUT_ITEM.validate_python(item) for item in recorded["output"]]
+        ours = {t.name for t in tools if hasattr(t, _MARK)}
         steps.turnstile.expect(
             getattr(item, "call_id", "")
             for item in items
             if getattr(item, "type", "") == "function_call" and getattr(item, "name", "") in ours
         )
-        return ModelResponse(output=items, usage=Usage(), response_id=None)
+        # A replayed turn cost nothing: its usage is zero.
+        return ModelResponse(output=items, usage=Usage(), response_id=recorded["response_id"])
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Streaming is not recorded: refused rather than run without a record."""
         raise ToolDefinitionError(
             "a RecordedModel does not stream: run the agent with Runner.run (sla.run)"
         )
+
+
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``get_response``'s arguments by name (the SDK passes them by keyword)."""
+    names = list(inspect.signature(Model.get_response).parameters)[1:]
+    return {**dict(zip(names, args, strict=False)), **kwargs}
 
 
 def steps_for(workflow: Workflow, *, record_model: bool = True) -> AgentSteps:

@@ -32,6 +32,7 @@ from stepledger.integrations import langgraph as sll
 from stepledger.integrations import openai_agents as sla
 from stepledger.integrations import pydantic_ai as slp
 from stepledger.producer import approval
+from tests.e2e.recovery_helpers import read_events
 
 Plan = list[list[tuple[str, dict[str, Any]]]]
 
@@ -252,6 +253,26 @@ def test_openai_bad_arguments_and_plain_tools_are_the_models_business(
     assert json.loads(model.outputs[2]) == {"hotel": "Ritz", "nights": 2}
     assert [s.step_id for s in wf.state.ordered_steps() if s.tool == "book"] == ["book#1"]
     assert len(hotel.booked) == 1
+
+
+def test_openai_turns_are_not_recorded_when_a_tool_has_secret_arguments(
+    settings: Settings, ledger: sl.Ledger
+) -> None:
+    @sl.tool(keyed=True, secret_args={"card"}, policy=sl.ResolutionPolicy.ESCALATE)
+    def pay(amount: int, card: str, *, idempotency_key: str) -> dict[str, Any]:
+        """Pay with a card."""
+        return {"paid": amount}
+
+    secret = "4111111111111111"
+    model = ScriptedModel([[("pay", {"amount": 5, "card": secret})]])
+    agent = oa_agent(sla.RecordedModel(model), {"pay": pay})
+    wf = ledger.workflow(f"oa-secret-{uuid.uuid4().hex[:6]}")
+    assert asyncio.run(sla.run(agent, "go", wf)).final_output == "done"
+    assert [s.step_id for s in wf.state.ordered_steps()] == ["pay#1"], "no model step"
+    written = [
+        e.model_dump_json() for e in read_events(settings) if e.workflow_id == wf.workflow_id
+    ]
+    assert written and not any(secret in text for text in written)
 
 
 def test_openai_resume_from_the_log_continues_without_reissuing_steps(

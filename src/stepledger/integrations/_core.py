@@ -119,6 +119,7 @@ class AgentSteps:
         """The tool model turns are recorded under, or None: turns are not recorded."""
         self.turnstile = Turnstile()
         self._used: set[str] = set()
+        self._known: dict[str, Tool] = {}
         self._lock = asyncio.Lock()
         self._sync_lock = threading.Lock()
         workflow.fast_forward()
@@ -168,6 +169,7 @@ class AgentSteps:
     async def _call(
         self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
     ) -> Any:
+        self.know([tool])
         step_id = self.step_id(tool, args)
         self._raise_recorded_failure(step_id)
         run = fn or tool.run
@@ -197,6 +199,7 @@ class AgentSteps:
         """Run one tool call as a step from synchronous code (one at a time per run)."""
         with self._sync_lock:
             args = dict(arguments)
+            self.know([tool])
             step_id = self.step_id(tool, args)
             self._raise_recorded_failure(step_id)
             raised: list[BaseException] = []
@@ -219,7 +222,7 @@ class AgentSteps:
 
     def model_turn_sync(self, digest: str, ask: Callable[[], Any]) -> Any:
         """The model's answer to one request from synchronous code (recorded or asked)."""
-        if self.model is None:
+        if self.model is None or not self.records_model:
             return ask()
         tool, args = self.model, {"request": digest}
         with self._sync_lock:
@@ -239,14 +242,29 @@ class AgentSteps:
         if raised and exc is raised[-1] and failed:
             raise ToolFailure(exc, step_id) from exc
 
-    async def model_turn(
-        self, digest: str, ask: Callable[[], Awaitable[Any]], *, step_digest: str | None = None
-    ) -> Any:
-        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
+    def know(self, tools: Iterable[Tool]) -> None:
+        """Tools this run may call, beside the ledger's (see :attr:`records_model`)."""
+        self._known.update({t.name: t for t in tools})
+
+    @property
+    def records_model(self) -> bool:
+        """Whether model turns are recorded: asked for, and no known tool has secret arguments.
+
+        A model's response holds the arguments of the calls it asks for, secrets included,
+        and the log must never hold a secret (nor could a replay give it back): with a tool
+        that declares ``secret_args``, turns are asked anew on a resume instead.
+        """
         if self.model is None:
+            return False
+        known = [*self.workflow.ledger.tools, *self._known.values()]
+        return not any(t.secret_args for t in known)
+
+    async def model_turn(self, digest: str, ask: Callable[[], Awaitable[Any]]) -> Any:
+        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
+        if self.model is None or not self.records_model:
             return await ask()
         tool = self.model
-        args = {"request": step_digest or digest}
+        args = {"request": digest}
 
         async def asked(_: dict[str, Any], __: str) -> Any:
             return await ask()

@@ -207,6 +207,7 @@ async def run(
     A StepLedgerError raised inside the run leaves it as itself (never as ``UserError``).
     """
     steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
+    steps.know(getattr(t, _MARK) for t in getattr(agent, "tools", []) if hasattr(t, _MARK))
     token = _core.bind(steps)
     try:
         return await Runner.run(agent, input, **kwargs)

@@ -74,6 +74,7 @@ TOOLSET_ID = "stepledger"
 """The id of the toolsets :func:`toolset` builds (their calls are steps already)."""
 __all__ = ["StepLedgerDurability", "history_from_log", "run", "steps_for", "toolset"]
 
+_MARK = "_stepledger_tool"
 _PARAMS: contextvars.ContextVar[object | None] = contextvars.ContextVar(
     "stepledger_pydantic_ai_params", default=None
 )
@@ -117,6 +118,7 @@ def _runner(tool: Tool) -> Callable[..., Awaitable[Any]]:
             raise failure.error from failure.error.__cause__
 
     call.__name__ = tool.name.replace(".", "_")
+    setattr(call, _MARK, tool)
     return call
 
 
@@ -237,12 +239,14 @@ async def run(
 ) -> Any:
     """``agent.run`` with its model requests and tool calls recorded as steps of ``workflow``."""
     steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
-    names = frozenset(
-        name
+    ours = {
+        name: tool
         for ts in agent.toolsets
         if isinstance(ts, FunctionToolset) and ts.id == TOOLSET_ID
-        for name in ts.tools
-    )
+        for name, tool in ts.tools.items()
+    }
+    names = frozenset(ours)
+    steps.know(getattr(t.function, _MARK) for t in ours.values() if hasattr(t.function, _MARK))
     token, tools = _core.bind(steps), _SL_TOOLS.set(names)
     try:
         return await agent.run(prompt, **kwargs)

@@ -35,6 +35,7 @@ from stepledger.producer import approval
 from tests.e2e.recovery_helpers import read_events
 
 Plan = list[list[tuple[str, dict[str, Any]]]]
+WEATHER: list[str] = []
 
 
 class Hotel:
@@ -342,10 +343,17 @@ def pai_agent(tools: dict[str, sl.Tool], plan: Plan, turns: list[int]) -> Any:
             return ModelResponse(parts=list(parts))
         return ModelResponse(parts=[TextPart("done " + ";".join(str(r.content) for r in results))])
 
+    from pydantic_ai.toolsets import FunctionToolset
+
+    def weather(city: str) -> str:
+        """A plain Pydantic AI tool: it runs as a read-only step."""
+        WEATHER.append(city)
+        return "sunny"
+
     return PaiAgent(
         FunctionModel(respond),
         name="trip",
-        toolsets=[slp.toolset(tools.values())],
+        toolsets=[slp.toolset(tools.values()), FunctionToolset([weather], id="plain")],
         capabilities=[slp.StepLedgerDurability()],
     )
 
@@ -359,8 +367,9 @@ def test_pydantic_ai_steps_keys_and_replay(
         ("book", {"hotel_name": "Slow", "nights": 1}),
         ("book", {"hotel_name": "Ritz", "nights": 2}),
     ]
-    plan: Plan = [[("lookup", {"city": "Paris"})], both]
+    plan: Plan = [[("lookup", {"city": "Paris"}), ("weather", {"city": "Paris"})], both]
     workflow_id = f"pai-{uuid.uuid4().hex[:6]}"
+    WEATHER.clear()
     turns: list[int] = []
     result = asyncio.run(slp.run(pai_agent(tools, plan, turns), "go", ledger.workflow(workflow_id)))
     assert turns == [0, 1, 2] and result.output.startswith("done")
@@ -372,10 +381,10 @@ def test_pydantic_ai_steps_keys_and_replay(
         asyncio.run(slp.run(pai_agent(tools, plan, replayed), "go", wf))
     assert replayed == [], "no recorded model request was sent again"
     ids = [s.step_id for s in wf.state.ordered_steps()]
-    assert ids == ["model#1", "lookup#1", "model#2", "book#1", "book#2", "model#3"]
-    assert hotel.looked_up == ["Paris"] and len(hotel.booked) == 2
+    assert ids == ["model#1", "lookup#1", "weather#1", "model#2", "book#1", "book#2", "model#3"]
+    assert hotel.looked_up == ["Paris"] and len(hotel.booked) == 2 and WEATHER == ["Paris"]
     history = slp.history_from_log(wf)
-    assert [m.kind for m in history] == ["response", "request"] * 3
+    assert [m.kind for m in history] == ["response", "request"] * 4
     assert history[1].parts[0].content == {"city": "Paris", "hotel": "Ritz"}  # type: ignore[union-attr]
 
 

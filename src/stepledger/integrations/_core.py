@@ -178,8 +178,11 @@ class AgentSteps:
         async def tracked(a: dict[str, Any], key: str) -> Any:
             try:
                 assert run is not None
-                result = run(a, key)
-                return await result if isinstance(result, Awaitable) else result
+                if inspect.iscoroutinefunction(run):
+                    return await run(a, key)
+                # A blocking call (a service over HTTP) keeps off the event loop.
+                result = await asyncio.to_thread(run, a, key)
+                return await result if inspect.isawaitable(result) else result
             except Exception as exc:
                 raised.append(exc)
                 raise

@@ -154,7 +154,11 @@ class _Backend(CallableOperationBackend[None]):
             if params.name in _SL_TOOLS.get():
                 return await body()  # the tool's own function runs the step (see toolset)
             plain = Tool(name=params.name, read_only=True)
-            return await steps.call(plain, params.tool_args, lambda _a, _k: body())
+
+            async def run_plain(_: dict[str, Any], __: str) -> object:
+                return await body()
+
+            return await steps.call(plain, params.tool_args, run_plain)
         return await body()
 
 

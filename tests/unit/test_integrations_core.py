@@ -54,3 +54,14 @@ def test_the_turnstile_lets_calls_through_in_the_models_order() -> None:
 
     seen = asyncio.run(scenario())
     assert [c for c in seen if c != "not-listed"] == ["a", "b", "c"]
+
+
+def test_the_turnstile_does_not_wait_for_a_call_that_never_comes() -> None:
+    async def scenario() -> list[str]:
+        gate, seen = Turnstile(arrival_s=0.1), list[str]()
+        gate.expect(["held-back", "b"])
+        await asyncio.wait_for(gate.enter("b"), 5)
+        seen.append("b")
+        return seen
+
+    assert asyncio.run(scenario()) == ["b"]

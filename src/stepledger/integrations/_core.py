@@ -21,11 +21,13 @@ Tool calls of one model turn run one at a time, in the order of the turn's respo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import inspect
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -42,6 +44,9 @@ MODEL_TOOL = "model"
 _VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
 """Keys left out of a request's digest: the framework makes them up anew on every run."""
 _TURN_WAIT_S = 300.0
+"""The longest a call waits for the calls before it in its turn."""
+_ARRIVAL_S = 2.0
+"""How long a call waits for an earlier call of its turn to arrive at all."""
 
 
 class ToolFailure(Exception):
@@ -80,27 +85,47 @@ def to_json_text(value: Any) -> str:
 
 
 class Turnstile:
-    """Lets the tool calls of one model turn through one at a time, in the response's order."""
+    """Lets the tool calls of one model turn through one at a time, in the response's order.
 
-    def __init__(self) -> None:
+    A call waits for the calls before it that arrived; one that has not arrived within
+    ``arrival_s`` of the turn (the framework held it back: an approval of its own, a
+    guardrail) is not waited for.
+    """
+
+    def __init__(self, arrival_s: float = _ARRIVAL_S) -> None:
+        self.arrival_s = arrival_s
         self._order: list[str] = []
+        self._arrived: set[str] = set()
         self._done: set[str] = set()
+        self._since = 0.0
         self._changed = asyncio.Condition()
 
     def expect(self, call_ids: Iterable[str]) -> None:
         """The call ids of the latest model turn, in the order the model gave them."""
         self._order = [c for c in call_ids if c]
-        self._done = set()
+        self._arrived, self._done = set(), set()
+        self._since = time.monotonic()
 
     async def enter(self, call_id: str | None) -> None:
-        """Wait until every call before ``call_id`` in its turn has finished."""
+        """Wait until every call before ``call_id`` in its turn has finished (bounded)."""
         async with self._changed:
             if call_id not in self._order:
                 return
+            self._arrived.add(call_id)
+            self._changed.notify_all()
             ahead = self._order[: self._order.index(call_id)]
-            await asyncio.wait_for(
-                self._changed.wait_for(lambda: all(c in self._done for c in ahead)), _TURN_WAIT_S
-            )
+            give_up = time.monotonic() + _TURN_WAIT_S
+            while time.monotonic() < give_up:
+                late = self._since + self.arrival_s - time.monotonic()
+                waiting = [
+                    c for c in ahead if c not in self._done and (c in self._arrived or late > 0)
+                ]
+                if not waiting:
+                    return
+                absent = any(c not in self._arrived for c in waiting)
+                timeout = max(late, 0.01) if absent else give_up - time.monotonic()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def leave(self, call_id: str | None) -> None:
         """Mark a call finished, whatever its outcome."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import stepledger as sl
 from stepledger.integrations._core import AgentSteps, Turnstile, request_digest, to_json_text
 from stepledger.testing import InMemoryEventLog, ledger_over
@@ -65,3 +67,9 @@ def test_the_turnstile_does_not_wait_for_a_call_that_never_comes() -> None:
         return seen
 
     assert asyncio.run(scenario()) == ["b"]
+
+
+def test_a_tool_may_not_take_the_model_steps_name() -> None:
+    steps = AgentSteps(ledger_over(InMemoryEventLog()).workflow("w"))
+    with pytest.raises(sl.ToolDefinitionError, match="model turns"):
+        steps.know([sl.Tool(name="model", read_only=True)])

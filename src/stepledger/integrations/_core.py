@@ -272,7 +272,13 @@ class AgentSteps:
 
     def know(self, tools: Iterable[Tool]) -> None:
         """Tools this run may call, beside the ledger's (see :attr:`records_model`)."""
-        self._known.update({t.name: t for t in tools})
+        for tool in tools:
+            if tool.name == MODEL_TOOL and tool is not self.model:
+                raise ToolDefinitionError(
+                    f"a tool may not be named {MODEL_TOOL!r}: model turns are recorded under it",
+                    tool=tool.name,
+                )
+            self._known[tool.name] = tool
 
     @property
     def records_model(self) -> bool:

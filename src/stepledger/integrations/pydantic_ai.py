@@ -34,16 +34,20 @@ from typing import Any
 
 try:
     from pydantic_ai import Agent
-    from pydantic_ai.durable_exec import _operation as ops
-    from pydantic_ai.durable_exec._base import BaseDurabilityCapability
-    from pydantic_ai.durable_exec._codec import JSON_CODEC
-    from pydantic_ai.durable_exec._operation_backend import (
+    from pydantic_ai.durable_exec import (
+        JSON_CODEC,
+        BaseDurabilityCapability,
         BoundDurableOperation,
         CallableOperationBackend,
+        DurabilityEngineSpec,
+        DurableOperationId,
+        JournalOperationNamer,
+        ModelRequestId,
+        ModelRequestParams,
         RoleBasedOperationConfig,
+        ToolsetCallToolId,
+        ToolsetCallToolParams,
     )
-    from pydantic_ai.durable_exec._operation_names import JournalOperationNamer
-    from pydantic_ai.durable_exec._spec import DurabilityEngineSpec
     from pydantic_ai.messages import (
         ModelMessage,
         ModelMessagesTypeAdapter,
@@ -136,7 +140,7 @@ class _Backend(CallableOperationBackend[None]):
     async def execute(
         self,
         *,
-        operation_id: ops.DurableOperationId,
+        operation_id: DurableOperationId,
         name: str,
         body: Callable[[], Awaitable[object]],
         cache_key: tuple[object, ...],
@@ -144,12 +148,10 @@ class _Backend(CallableOperationBackend[None]):
     ) -> object:
         params = _PARAMS.get()
         steps = _core.current()
-        if isinstance(operation_id, ops.ModelRequestId) and isinstance(
-            params, ops.ModelRequestParams
-        ):
+        if isinstance(operation_id, ModelRequestId) and isinstance(params, ModelRequestParams):
             return await steps.model_turn(_messages_digest(params.messages), body)
-        if isinstance(operation_id, ops.ToolsetCallToolId) and isinstance(
-            params, ops.ToolsetCallToolParams
+        if isinstance(operation_id, ToolsetCallToolId) and isinstance(
+            params, ToolsetCallToolParams
         ):
             if params.name in _SL_TOOLS.get():
                 return await body()  # the tool's own function runs the step (see toolset)

@@ -11,7 +11,7 @@ an answer that came too late.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -122,6 +122,27 @@ class Decision:
     counted: bool = True
     """False when the fold refused it: an earlier answer had already decided the case."""
     detail: str = ""
+    auth: str = ""
+    """How its author was authenticated (``AuthMethod``; empty for answers before 0.3)."""
+    digest: str = ""
+    """For an approval: the digest of the call it decided on."""
+
+
+@dataclass(frozen=True)
+class ShownCall:
+    """What an approval request shows: the exact call, redacted, and the saga around it."""
+
+    request: int
+    """Which request of the step this is (a newer one voids the earlier ones)."""
+    digest: str
+    """The digest of the call's arguments: what an approval binds (empty: bound to nothing)."""
+    arguments: Any
+    """The arguments as the intent will record them (secret values redacted)."""
+    saga: Any
+    """What already happened, what a denial would undo and what it leaves standing."""
+    valid_for_s: int
+    """How long an approval stays valid once given (0: no expiry)."""
+    requested_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -146,6 +167,8 @@ class Case:
     probes: tuple[Probe, ...] = ()
     anomalies: tuple[str, ...] = ()
     decisions: tuple[Decision, ...] = ()
+    shown: ShownCall | None = None
+    """For an approval: the call the pending (or decided) request shows."""
 
     @property
     def decision(self) -> Decision | None:
@@ -254,7 +277,7 @@ def approval_case(
     step = state.steps.get(step_id)
     is_open = step is not None and step.status is StepStatus.AWAITING_APPROVAL
     options = (Answer.APPROVE, Answer.DENY)
-    return _case(
+    case = _case(
         CaseKind.APPROVAL,
         approval_key(workflow_id, step_id),
         state,
@@ -262,6 +285,24 @@ def approval_case(
         is_open,
         options,
         redactor,
+    )
+    return replace(case, shown=_shown(step, redactor))
+
+
+def _shown(step: StepState | None, redactor: Redactor | None) -> ShownCall | None:
+    gate = None if step is None else step.approval
+    if step is None or gate is None:
+        return None
+    arguments = loads_or_text(gate.arguments_json)
+    if redactor is not None and isinstance(arguments, dict) and step.tool:
+        arguments = redactor(step.tool, arguments)
+    return ShownCall(
+        request=gate.request,
+        digest=gate.digest or "",
+        arguments=arguments,
+        saga=loads_or_text(gate.saga_json),
+        valid_for_s=gate.valid_for_s,
+        requested_at=gate.requested_at,
     )
 
 
@@ -295,9 +336,12 @@ def _trace_escalation(
 
 def _trace_approval(trace: _Trace, event: ev.Event, anomaly: object | None) -> None:
     body = event.body
-    if isinstance(body, ev.ApprovalRequested) and not trace.found:
+    if isinstance(body, ev.ApprovalRequested) and anomaly is None:
+        # The newest request is the case: a request asked again voids the earlier ones.
         trace.found, trace.opened_at = True, event.occurred_at
         trace.reason = body.reason or f"{body.tool} is a pivot: it runs only once approved"
+        earlier = f"answered request {body.request - 1}; the agent asked again since"
+        trace.decisions = [replace(d, counted=False, detail=earlier) for d in trace.decisions]
     elif isinstance(body, ev.ApprovalDecided):
         answer = Answer.APPROVE if body.granted else Answer.DENY
         trace.decisions.append(
@@ -309,6 +353,8 @@ def _trace_approval(trace: _Trace, event: ev.Event, anomaly: object | None) -> N
                 event.occurred_at,
                 counted=anomaly is None,
                 detail=_detail(anomaly),
+                auth=body.auth or "",
+                digest=body.arguments_digest or "",
             )
         )
     elif isinstance(body, ev.ResolutionAttempted):
@@ -332,6 +378,7 @@ def _verdict(event: ev.Event, body: ev.EscalationResolved, anomaly: object | Non
         result=loads_or_text(body.result_json),
         counted=anomaly is None,
         detail=_detail(anomaly),
+        auth=body.auth or "",
     )
 
 

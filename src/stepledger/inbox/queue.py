@@ -26,6 +26,8 @@ from stepledger.projector.snapshot import connect_read_only, latest_snapshot, re
 
 PAGE_SIZE = 50
 MAX_PAGE = 10_000
+MAX_AGE_DAYS = 36_500
+"""The oldest age a filter may name (a hundred years); more is a typo, not a filter."""
 
 #: Every open case, one row each: an escalation (of a step or a workflow) or an approval.
 _CASES = """
@@ -63,10 +65,13 @@ def parse_age(text: str) -> timedelta | None:
     """``90``, ``90s``, ``15m``, ``2h`` or ``7d`` as a timedelta; empty is no filter."""
     if not text.strip():
         return None
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"expected an age like 90s, 15m, 2h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+    match = _DURATION.match(text[:40])
+    if match is None or len(text) > 40:
+        raise ValueError(f"expected an age like 90s, 15m, 2h or 7d, got {text[:40]!r}")
+    seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if not seconds <= MAX_AGE_DAYS * 86400:
+        raise ValueError(f"an age of at most {MAX_AGE_DAYS} days, got {text!r}")
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)

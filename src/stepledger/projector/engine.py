@@ -30,7 +30,8 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import Position
-from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
+from stepledger.projector.fold import BatchFold, WorkflowCache
+from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 

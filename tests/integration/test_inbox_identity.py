@@ -164,7 +164,9 @@ def test_every_bad_filter_is_a_400_with_a_message(tmp_path: Path, query: str) ->
     assert page.status_code == 400, (query, page.status_code)
     problem = re.search(r'<p class="notice" id="problem">([^<]+)</p>', page.text)
     assert problem is not None, query
-    assert re.search(r"expected an age|at most|unknown page, kind or order", problem.group(1))
+    assert re.search(
+        r"expected a duration|longer than|unknown page, kind or order", problem.group(1)
+    )
     rows = client.get(f"/queue/rows?{query}")
     assert rows.status_code == 400 and rows.text.startswith("400: "), query
 

@@ -290,7 +290,7 @@ class TokenGate:
             session = config.sessions.get(_cookie(headers, config.cookie))
             if session is not None:
                 return session, ""
-            return None, "401: this session expired or was closed: open the URL again"
+            return None, _REFUSED + " (no live session: it expired, was closed, or never was)"
         return None, _REFUSED
 
     def _trade(self, scope: Scope, query: dict[str, str]) -> Response:

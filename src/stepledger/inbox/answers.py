@@ -32,7 +32,8 @@ from stepledger.errors import (
     LedgerStateError,
     UnknownEscalationError,
 )
-from stepledger.inbox.cases import Answer, Case, Decision, Redactor, approval_case, escalation_case
+from stepledger.inbox.cases import Answer, Case, Decision, approval_case, escalation_case
+from stepledger.inbox.shown import Redactor
 from stepledger.log import EventLog
 from stepledger.producer import approval
 from stepledger.producer.reader import WorkflowReader

@@ -55,6 +55,7 @@ from stepledger.inbox.auth import (
     session_id,
 )
 from stepledger.inbox.cases import Answer, Case, CaseKind
+from stepledger.inbox.filters import an_id, query_without_page, read_filter
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -160,7 +161,7 @@ class _Pages:
         return response
 
     async def queue(self, request: Request) -> Response:
-        wanted, problem = _filter(request)
+        wanted, problem = read_filter(request.query_params)
         context = await run_in_threadpool(self._queue_context, wanted, problem)
         # A filter that could not be read is the asker's mistake: 400, the default shown.
         status = 400 if problem is not None else 200
@@ -168,7 +169,7 @@ class _Pages:
 
     async def rows(self, request: Request) -> Response:
         version = await run_in_threadpool(q.snapshot_version, self.config.db_path)
-        wanted, problem = _filter(request)
+        wanted, problem = read_filter(request.query_params)
         if problem is not None:
             return PlainTextResponse(f"400: {problem}", status_code=400)
         if request.query_params.get("v") == version:
@@ -190,7 +191,7 @@ class _Pages:
             "problem": problem,
             "version": version,
             "poll_ms": self.config.poll_ms,
-            "query": _query_without_page(wanted),
+            "query": query_without_page(wanted),
         }
 
     async def escalation(self, request: Request) -> Response:
@@ -212,7 +213,7 @@ class _Pages:
         if request.method == "POST":
             form = await request.form()
             workflow_id, step_id = str(form.get("workflow", "")), str(form.get("step", ""))
-            if not _an_id(workflow_id) or not _an_id(step_id):
+            if not an_id(workflow_id) or not an_id(step_id):
                 return PlainTextResponse(
                     "400: an approval is answered for a workflow and a step (form fields "
                     "'workflow' and 'step', 1-200 characters)",
@@ -220,7 +221,7 @@ class _Pages:
                 )
             return await self._answer(request, workflow_id, None, step_id=step_id)
         workflow_id, step_id = source.get("workflow", ""), source.get("step", "")
-        if not _an_id(workflow_id) or not _an_id(step_id):
+        if not an_id(workflow_id) or not an_id(step_id):
             return self._missing(request, "an approval is named by ?workflow=...&step=...")
         case = await run_in_threadpool(self.answerer.approval_case, workflow_id, step_id)
         return self._case(request, case, f"approval of {workflow_id}/{step_id}")
@@ -360,51 +361,6 @@ class _Pages:
             **context,
         }
         return self.templates.TemplateResponse(request, name, context, status_code=status_code)
-
-
-def _an_id(value: str) -> bool:
-    return 0 < len(value) <= 200 and value.isprintable()
-
-
-def _filter(request: Request) -> tuple[q.QueueFilter, str | None]:
-    params = request.query_params
-    problem = None
-    try:
-        older = q.parse_age(params.get("age", ""))
-    except ValueError as exc:
-        older, problem = None, str(exc)
-    try:
-        page = int(params.get("page", "1")[:12] or 1)
-        kind = q.KindFilter(params.get("kind", ""))
-        order = q.Order(params.get("order", "newest") or "newest")
-        if not 1 <= page <= q.MAX_PAGE:
-            raise ValueError(page)
-    except ValueError:
-        page, kind, order = 1, q.KindFilter.ALL, q.Order.NEWEST
-        problem = problem or "unknown page, kind or order: showing the default"
-    wanted = q.QueueFilter(
-        fleet=params.get("fleet", ""),
-        tool=params.get("tool", ""),
-        workflow=params.get("workflow", "").strip(),
-        older_than=older,
-        kind=kind,
-        order=order,
-        page=page,
-    )
-    return wanted, problem
-
-
-def _query_without_page(wanted: q.QueueFilter) -> str:
-    age = "" if wanted.older_than is None else f"{int(wanted.older_than.total_seconds())}s"
-    params = {
-        "fleet": wanted.fleet,
-        "tool": wanted.tool,
-        "workflow": wanted.workflow,
-        "age": age,
-        "kind": wanted.kind.value,
-        "order": wanted.order.value,
-    }
-    return urlencode({k: v for k, v in params.items() if v})
 
 
 def case_url(kind: str, case_id: str | None, workflow_id: str, step_id: str | None) -> str:

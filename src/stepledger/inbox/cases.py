@@ -10,7 +10,7 @@ an answer that came too late.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -20,10 +20,8 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
+from stepledger.inbox.shown import Redactor, ShownCall, shown_call
 from stepledger.recovery.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
-
-#: Re-redacts recorded arguments with the tool's declared secrets (a registry was given).
-Redactor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class CaseKind(StrEnum):
@@ -126,23 +124,6 @@ class Decision:
     """How its author was authenticated (``AuthMethod``; empty for answers before 0.3)."""
     digest: str = ""
     """For an approval: the digest of the call it decided on."""
-
-
-@dataclass(frozen=True)
-class ShownCall:
-    """What an approval request shows: the exact call, redacted, and the saga around it."""
-
-    request: int
-    """Which request of the step this is (a newer one voids the earlier ones)."""
-    digest: str
-    """The digest of the call's arguments: what an approval binds (empty: bound to nothing)."""
-    arguments: Any
-    """The arguments as the intent will record them (secret values redacted)."""
-    saga: Any
-    """What already happened, what a denial would undo and what it leaves standing."""
-    valid_for_s: int
-    """How long an approval stays valid once given (0: no expiry)."""
-    requested_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -286,24 +267,7 @@ def approval_case(
         options,
         redactor,
     )
-    return replace(case, shown=_shown(step, redactor))
-
-
-def _shown(step: StepState | None, redactor: Redactor | None) -> ShownCall | None:
-    gate = None if step is None else step.approval
-    if step is None or gate is None:
-        return None
-    arguments = loads_or_text(gate.arguments_json)
-    if redactor is not None and isinstance(arguments, dict) and step.tool:
-        arguments = redactor(step.tool, arguments)
-    return ShownCall(
-        request=gate.request,
-        digest=gate.digest or "",
-        arguments=arguments,
-        saga=loads_or_text(gate.saga_json),
-        valid_for_s=gate.valid_for_s,
-        requested_at=gate.requested_at,
-    )
+    return replace(case, shown=shown_call(step, redactor))
 
 
 def approval_key(workflow_id: str, step_id: str) -> str:

@@ -15,7 +15,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError
 from stepledger.inbox.answers import Answerer
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
-from stepledger.inbox.cases import Redactor
+from stepledger.inbox.shown import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry

@@ -69,7 +69,10 @@ def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: A
     ensure_counted(receipt)
     verdict = "approved" if granted else "denied"
     event = receipt.event
-    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})")
+    body = event.body
+    digest = body.arguments_digest if isinstance(body, ev.ApprovalDecided) else None
+    call = f", call {digest[:16]}" if digest else ", a request that names no call"
+    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id}{call})")
 
 
 @click.command("approve")

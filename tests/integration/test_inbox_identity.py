@@ -94,6 +94,8 @@ def test_behind_a_trusted_proxy_the_header_names_the_user(tmp_path: Path) -> Non
     direct = TestClient(app.app)
     assert direct.get("/", headers=bearer).status_code == 401  # no name: not via the proxy
     assert direct.get("/", headers={"X-Forwarded-User": "mallory"}).status_code == 401
+    forged = {"Authorization": "Bearer not-the-inbox-token-at-all", "X-Forwarded-User": "m"}
+    assert direct.get("/", headers=forged).status_code == 401
     proxied = TestClient(
         app.app, headers={**bearer, "X-Forwarded-User": "carol"}, follow_redirects=False
     )

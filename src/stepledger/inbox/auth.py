@@ -275,7 +275,7 @@ class TokenGate:
         if config.proxy_header is not None:
             # Behind the proxy every request carries the inbox token and the user's name.
             name = headers.get(config.proxy_header, "").strip()
-            if bearer is None or not name:
+            if bearer != SHARED or not name:
                 return (
                     None,
                     f"401: this inbox is served through a proxy that names its user "

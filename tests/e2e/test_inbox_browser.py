@@ -272,7 +272,7 @@ def test_a_second_browser_answering_the_same_case_is_refused(stack: Stack, brows
 
 
 def test_an_approval_shows_the_exact_call_and_the_saga_and_binds_it(
-    stack: Stack, browser: Any
+    stack: Stack, browser: Any, tmp_path: Path
 ) -> None:
     context = _context(browser)
     page = context.new_page()
@@ -289,6 +289,7 @@ def test_an_approval_shows_the_exact_call_and_the_saga_and_binds_it(
     assert "hold" in page.inner_text("#saga-undone")
     assert "none" in page.inner_text("#saga-standing")
     _answer(page, "approve", "dana", "customer confirmed by phone")
+    _shot(page, "inbox-approval.png", tmp_path, full=True)
     page.click("#submit")
     page.wait_for_selector("#outcome")
     (answer,) = stack.answers("trip-faro")

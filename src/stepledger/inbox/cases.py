@@ -394,7 +394,10 @@ def _in_order(state: WorkflowState) -> list[StepState]:
 
 
 def _view(step: StepState, redactor: Redactor | None) -> StepView:
-    arguments = loads_or_text(step.arguments_json)
+    recorded = step.arguments_json
+    if step.attempt == 0 and step.approval is not None and step.approval.arguments_json:
+        recorded = step.approval.arguments_json  # no intent yet: the call its request shows
+    arguments = loads_or_text(recorded)
     if redactor is not None and isinstance(arguments, dict) and step.tool:
         arguments = redactor(step.tool, arguments)
     return StepView(

@@ -2,12 +2,19 @@
 
 The app over a real projection file and an in-memory log (as ``test_inbox`` does): a
 users file, a trusted proxy header, the call an approval binds, and each bad filter or
-answer the issue names.
+answer the issue names; and, as processes, `stepledger inbox` taking its credentials
+from a file or the environment, never from its command line.
 """
 
 from __future__ import annotations
 
 import re
+import select
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -197,3 +204,83 @@ def test_every_bad_answer_is_a_4xx_with_a_message(tmp_path: Path) -> None:
         assert response.status_code == status and message in response.text, (fields, response)
     assert app.answers() == []
     assert client.get("/approval").status_code == 404
+
+
+def _serve(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stepledger", "inbox", "--port", "0", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.2)[0]:
+            line = proc.stdout.readline()
+            if "open http" in line:
+                return proc, line.split("open ", 1)[1].strip()
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"the inbox printed no URL (exit {proc.poll()})")
+
+
+def _status(url: str, token: str) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_inbox_process_takes_its_credentials_from_a_file_never_the_command_line(
+    tmp_path: Path, src_env: dict[str, str]
+) -> None:
+    env = {k: v for k, v in src_env.items() if not k.startswith("STEPLEDGER_")}
+    db = str(tmp_path / "none.duckdb")
+    shown = subprocess.run(
+        [sys.executable, "-m", "stepledger", "inbox", "--db", db, "--token", TOKEN],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 2 and TOKEN not in shown.stdout
+    assert [line for line in shown.stderr.splitlines() if line.startswith("Error")] == [
+        "Error: --token on the command line is readable by every local user (the process "
+        "list): set STEPLEDGER_INBOX_TOKEN or use --token-file"
+    ]
+    users = tmp_path / "users"
+    added = subprocess.run(
+        [sys.executable, "-m", "stepledger", "inbox-user", "ana", "--users", str(users)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    ana = added.stdout.strip().split(": ", 1)[1]
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    proc, url = _serve(["--db", db, "--users", str(users), "--token-file", str(token_file)], env)
+    try:
+        base = url.split("/?")[0]
+        assert url.endswith(f"/?token={TOKEN}")
+        assert _status(base + "/health", ana) == 200
+        assert _status(base + "/health", TOKEN) == 200
+        assert _status(base + "/health", "ana-but-not-her-token-123") == 401
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    proc, url = _serve(["--db", db, "--users", str(users)], env)
+    try:
+        assert url.endswith("/?token=YOUR_TOKEN")  # only users open it: no shared token
+        base = url.split("/?")[0]
+        assert _status(base + "/health", ana) == 200
+        assert _status(base + "/health", TOKEN) == 401
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -191,3 +191,28 @@ def test_a_denied_step_stays_denied_whatever_it_is_called_with() -> None:
 def test_approval_valid_for_needs_an_approval_gate() -> None:
     with pytest.raises(ToolDefinitionError, match="approval_valid_for needs"):
         Tool(name="x", effect="irreversible", approval_valid_for=10)
+
+
+def test_the_fold_keeps_one_request_per_number_and_a_denial_final() -> None:
+    f = EventFactory("fleet", "agent")
+
+    def asked(number: int, digest: str) -> ev.Event:
+        body = ev.ApprovalRequested(tool="wire", arguments_digest=digest, request=number)
+        return f.envelope("wf", "wire", body, "request", number, digest)
+
+    def answer(granted: bool, digest: str, number: int) -> ev.Event:
+        body = ev.ApprovalDecided(
+            granted=granted, by="ann", arguments_digest=digest, request=number
+        )
+        return f.envelope("wf", "wire", body)
+
+    state = replay("wf", [asked(1, "a" * 64), asked(1, "b" * 64)])
+    gate = state.steps["wire"].approval
+    assert gate is not None and gate.digest == "a" * 64  # the log's first request 1 stands
+    assert [a.kind for a in state.anomalies] == ["stale_approval_request"]
+    state = replay("wf", [asked(1, "a" * 64), asked(2, "b" * 64), answer(True, "b" * 64, 1)])
+    assert state.steps["wire"].status is StepStatus.AWAITING_APPROVAL  # it named request 1
+    assert [a.kind for a in state.anomalies] == ["stale_approval"]
+    state = replay("wf", [asked(1, "a" * 64), answer(False, "a" * 64, 1), asked(2, "b" * 64)])
+    assert state.steps["wire"].status is StepStatus.DENIED
+    assert [a.kind for a in state.anomalies] == ["late_approval_request"]

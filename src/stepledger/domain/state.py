@@ -356,8 +356,11 @@ def _on_resolution_attempted(
 
 def _on_approval_requested(step: StepState, body: ev.ApprovalRequested, at: datetime) -> Transition:
     gate = step.approval
-    if gate is not None and step.status in RETRYABLE:
-        # Asked again (another call, or an expired approval): the new request voids the old.
+    if gate is not None:
+        # Asked again (another call, or an expired approval): the new request voids the old;
+        # a denied (or running) step is never asked again.
+        if step.status not in RETRYABLE:
+            return None, ("late_approval_request", f"step is already {step.status}")
         problem = approvals.request_problem(gate, body)
         if problem is not None:
             return None, problem

@@ -374,8 +374,9 @@ class Workflow:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
         if status is StepStatus.AWAITING_APPROVAL:
             raise ApprovalPendingError(
-                f"step {step_id!r} awaits approval: `stepledger approvals show "
-                f"{self.workflow_id} {step_id}`, then `stepledger approve ... --digest D`",
+                f"step {step_id!r} awaits approval of its call: `stepledger approvals show "
+                f"{self.workflow_id} {step_id}` shows it, `stepledger approve {self.workflow_id} "
+                f"{step_id} --digest D` approves it",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )

@@ -58,6 +58,13 @@ DEAD_LETTER_HEADERS = frozenset(
 INBOX_VERSION_HEADER = "x-inbox-version"
 """The inbox's answer header naming the version of the queue a page was built from."""
 
+# -- steps the framework integrations name --------------------------------------------------
+
+MODEL_STEP_TOOL = "model"
+"""The tool name of a recorded model turn (a read-only step; ``stepledger.integrations``)."""
+AUTO_STEP_ID_SEPARATOR = "#"
+"""Step ids the integrations give a model's calls: tool, this separator, occurrence (from 1)."""
+
 # -- metrics (Prometheus names, without the ``_total`` suffix of counters) ----------------------
 
 PROJECTOR_METRICS = frozenset(

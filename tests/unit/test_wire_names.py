@@ -44,6 +44,8 @@ PINNED = {
     "CE_SOURCE_PREFIX": "stepledger/",
     "DEAD_LETTER_HEADER_PREFIX": "dlq_",
     "INBOX_VERSION_HEADER": "x-inbox-version",
+    "MODEL_STEP_TOOL": "model",
+    "AUTO_STEP_ID_SEPARATOR": "#",
 }
 
 EVENT_TYPES = (

@@ -38,8 +38,9 @@ from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepLedgerError, ToolCallError, ToolDefinitionError
 from stepledger.producer.workflow import Workflow
+from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
 
-MODEL_TOOL = "model"
+MODEL_TOOL = MODEL_STEP_TOOL
 """The tool name of recorded model turns (a read-only step)."""
 _VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
 """Keys left out of a request's digest: the framework makes them up anew on every run."""
@@ -163,9 +164,11 @@ class AgentSteps:
                 return self._use(step.step_id)
         taken = {s.step_id for s in recorded} | self._used
         n = len(recorded) + 1
-        while f"{tool.name}#{n}" in taken or f"{tool.name}#{n}" in self.workflow.state.steps:
+        while (
+            _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps
+        ):
             n += 1
-        return self._use(f"{tool.name}#{n}")
+        return self._use(_auto_id(tool.name, n))
 
     def _use(self, step_id: str) -> str:
         self._used.add(step_id)
@@ -306,6 +309,10 @@ class AgentSteps:
         async with self._lock:
             step_id = self.step_id(tool, args)
             return await self.workflow.astep(step_id, tool, args, fn=asked)
+
+
+def _auto_id(tool: str, occurrence: int) -> str:
+    return f"{tool}{AUTO_STEP_ID_SEPARATOR}{occurrence}"
 
 
 def _finish(pending: Awaitable[Any]) -> Any:

@@ -36,6 +36,8 @@ class Settings(BaseModel):
     """The step-log topic."""
     dlq_topic: str = "stepledger.deadletters.letter"
     """Where undecodable or invalid input goes, with the reason in headers."""
+    checkpoint_topic: str = "stepledger.checkpoints.workflow"
+    """The compacted topic of workflow checkpoints (partitioned like the step log)."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")

@@ -339,17 +339,27 @@ def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> li
 
 
 def ensure_topics(
-    settings: Settings, topics: list[str], partitions: int = 3, timeout: float = 10.0
+    settings: Settings,
+    topics: list[str],
+    partitions: int = 3,
+    timeout: float = 10.0,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Create the topics that do not exist yet (idempotent), replicated as the cluster's
     ``default.replication.factor`` says (a fixed factor of 1 would leave the log on one
-    broker of a cluster, where ``acks=all`` means only that broker)."""
+    broker of a cluster, where ``acks=all`` means only that broker).
+
+    ``configs`` gives a created topic its settings (see :mod:`stepledger.topics`); an
+    existing topic keeps its own."""
     client = admin(settings)
     try:
         existing = set(client.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    missing = [NewTopic(t, partitions) for t in topics if t not in existing]
+    given = configs or {}
+    missing = [
+        NewTopic(t, partitions, config=given.get(t, {})) for t in topics if t not in existing
+    ]
     if not missing:
         return
     for topic, future in client.create_topics(missing, operation_timeout=timeout).items():

@@ -18,6 +18,7 @@ PINNED = [
     "DurabilityError",
     "EffectClass",
     "Found",
+    "HistoryExpiredError",
     "Ledger",
     "LedgerStateError",
     "NotFound",

@@ -19,6 +19,7 @@ from stepledger.inbox.cases import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def serve(
     hosts = ("127.0.0.1", "localhost", "[::1]", options.host, f"[{options.host}]")
     config = InboxConfig(db_path=options.db_path, token=token, port=port, allowed_hosts=hosts)
     answerer = answerer_for(settings, options)
+    check_retention(settings, "inbox")
     app = create_app(config, answerer)
     warm(app)
     shown = f"[{options.host}]" if ":" in options.host else options.host

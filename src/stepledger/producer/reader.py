@@ -41,7 +41,9 @@ from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.partitioner import configured, partition_of
+from stepledger.producer.history import HistoryGuard
 from stepledger.producer.index import PartitionIndex
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -177,15 +179,26 @@ class KafkaPartitionReader(KafkaScanReader):
         super().__init__(settings, codec)
         self.index = PartitionIndex(settings)
         """Where each workflow starts in its partition, kept up to date incrementally."""
+        self.history = HistoryGuard(settings, self.codec)
+        """Completes what the log still holds with checkpoints, or refuses (expired head)."""
 
     def read(self, workflow_id: str) -> list[Event]:
         """Every event of the workflow: its partition from the workflow's first record on.
 
         The index is caught up first (the records since the last read, keys only): a
-        workflow not in it has no events and nothing more is read.
+        workflow not in it has no events and nothing more is read.  Where the partition's
+        head was deleted, the history is completed from the workflow's checkpoint, or the
+        read raises HistoryExpiredError (see :mod:`stepledger.producer.history`).
         """
-        began = time.perf_counter()
+        check_retention(self.settings, "sdk")
         mine = self._workflow_partitions(workflow_id)
+        events = self._read_log(workflow_id, mine)
+        if len(mine) != 1:
+            return events
+        return self.history.complete(workflow_id, mine[0][1], events)
+
+    def _read_log(self, workflow_id: str, mine: list[tuple[str, int]]) -> list[Event]:
+        began = time.perf_counter()
         starts = dict.fromkeys(mine, FIRST_OFFSET)
         if len(mine) == 1:
             indexed = self.index.records
@@ -204,8 +217,9 @@ class KafkaPartitionReader(KafkaScanReader):
         return events
 
     def close(self) -> None:
-        """Close the index's consumer."""
+        """Close the index's consumer and the history guard's clients."""
         self.index.close()
+        self.history.close()
 
     def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
         known = self._partitions()

@@ -37,6 +37,7 @@ from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.snapshots import is_shard_dir
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,7 @@ def run_projector(
     for topic in topics:
         topic_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
+    check_retention(settings, "projector")
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaRecordLetters(settings)
     watch = BrokerWatch(logger, on_change=lambda up: metrics.broker_up.set(1 if up else 0))

@@ -57,6 +57,7 @@ from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 CLIENT_ID = "stepledger-recovery"
@@ -129,6 +130,7 @@ class RecoveryDaemon:
         # projector does) instead of logging connection errors forever while "healthy".
         topic_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
+        check_retention(self.settings, "recovery")
         consumer = GroupConsumer(
             self.settings,
             self.membership,

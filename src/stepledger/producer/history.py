@@ -1,0 +1,142 @@
+"""Whether a workflow's history read from the log is all of it, or comes from checkpoints.
+
+Retention (or ``DeleteRecords``) removes the head of a partition: a reader that reads "from
+the beginning" silently starts at the log start.  For a workflow that means a partial
+history, and for one whose records all expired, an id that looks new: opening it would
+run its steps again.  :class:`HistoryGuard` composes the log's tail with the checkpoint
+topic:
+
+- log start 0 (the usual case, and always on Tansu): the tail is everything;
+- the workflow's checkpoint covers up to the log start (or the partition's checkpointer
+  progress does): the checkpoint's values, then the tail's events not in it;
+- the partition's progress covers the log start and the workflow has no checkpoint: none
+  of its records expired; the tail is everything (a new id is proven new);
+- the tail starts with the workflow's first start (``workflow_started`` attempt 1): it
+  began after the log start;
+- otherwise :class:`~stepledger.errors.HistoryExpiredError`: never run as new.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from stepledger.checkpoints.view import CheckpointView, Covering
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.domain import events as ev
+from stepledger.errors import BrokerError, CodecError, HistoryExpiredError
+from stepledger.topics import topic_exists
+
+logger = logging.getLogger(__name__)
+
+_WATERMARK_TIMEOUT_S = 5.0
+
+
+class LogStart:
+    """The first offset each partition still holds (ListOffsets EARLIEST, one client)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def of(self, topic: str, partition: int) -> int:
+        """The partition's log start now (0 when the broker does not say)."""
+        with self._lock:
+            if self._consumer is None:
+                conf = {"group.id": "stepledger-log-start", "enable.auto.commit": False}
+                self._consumer = Consumer(self.settings.client_config(**conf))
+            try:
+                low, _ = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
+                )
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot read the log start of {topic}[{partition}]: {exc}"
+                ) from None
+        return max(0, int(low))
+
+    def close(self) -> None:
+        """Close the client."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+class HistoryGuard:
+    """Completes a workflow's tail with its checkpoint, or refuses when history expired."""
+
+    def __init__(self, settings: Settings, codec: Codec) -> None:
+        self.settings = settings
+        self.codec = codec
+        self.log_start = LogStart(settings)
+        self._view: CheckpointView | None = None
+        self._has_checkpoints: bool | None = None
+
+    def complete(self, workflow_id: str, partition: int, tail: list[ev.Event]) -> list[ev.Event]:
+        """The workflow's whole history: ``tail`` (read from the log start on) made complete."""
+        topic = self.settings.topic
+        low = self.log_start.of(topic, partition)
+        if low == 0:
+            return tail
+        covering = self._covering(partition, workflow_id)
+        progress = None if covering is None else covering.progress
+        checkpoint = None if covering is None else covering.checkpoint
+        covers_start = progress is not None and progress >= low - 1
+        if checkpoint is not None and (covers_start or checkpoint.covered_offset >= low - 1):
+            stored = self._decode(checkpoint.events)
+            seen = {e.event_id for e in stored}
+            return stored + [e for e in tail if e.event_id not in seen]
+        if checkpoint is None and covers_start:
+            return tail
+        if tail and _first_start(tail[0]):
+            return tail
+        logger.warning(
+            "workflow %s: %s[%d] starts at offset %d (records 0-%d gone) and no checkpoint "
+            "covers it: refusing to open it",
+            workflow_id,
+            topic,
+            partition,
+            low,
+            low - 1,
+        )
+        raise HistoryExpiredError(
+            f"workflow {workflow_id!r}: {topic}[{partition}] no longer holds its history "
+            f"(first offset still there: {low}) and no checkpoint covers it; it is not run "
+            "as new (run a checkpointer, or start a known-new id with Ledger.start)",
+            workflow_id=workflow_id,
+            topic=topic,
+            partition=partition,
+            log_start=low,
+        )
+
+    def close(self) -> None:
+        """Close the clients."""
+        self.log_start.close()
+
+    def _covering(self, partition: int, workflow_id: str) -> Covering | None:
+        if self._has_checkpoints is None:
+            self._has_checkpoints = topic_exists(self.settings, self.settings.checkpoint_topic)
+        if not self._has_checkpoints:
+            return None
+        if self._view is None:
+            self._view = CheckpointView(self.settings)
+        return self._view.lookup(partition, workflow_id)
+
+    def _decode(self, values: tuple[bytes, ...]) -> list[ev.Event]:
+        events: list[ev.Event] = []
+        for value in values:
+            try:
+                events.append(self.codec.decode(value))
+            except CodecError as exc:
+                logger.warning("skipped an undecodable checkpointed record: %s", exc)
+        return events
+
+
+def _first_start(event: ev.Event) -> bool:
+    body = event.body
+    return isinstance(body, ev.WorkflowStarted) and body.attempt == 1

@@ -1,0 +1,148 @@
+"""Retention that cannot silently delete state (Apache Kafka: Tansu deletes nothing).
+
+The head of a partition is removed with the admin client's DeleteRecords, which is what
+segment expiry does to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from stepledger.config import Settings
+from stepledger.domain.tools import Tool
+from stepledger.errors import HistoryExpiredError
+from stepledger.kafka import admin, ensure_topics
+from stepledger.partitioner import configured, partition_of
+from stepledger.producer import Ledger
+from stepledger.topics import describe_retention
+from tests.conftest import unique
+
+kafka_only = pytest.mark.kafka_only
+CLI = [sys.executable, "-m", "stepledger"]
+EMAIL = Tool(name="email", effect="irreversible")
+
+
+def cli(settings: Settings, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    where = ["--bootstrap", settings.bootstrap, "--topic", settings.topic]
+    return subprocess.run(
+        [*CLI, *args, *where, "--dlq-topic", settings.dlq_topic],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def partition_for(settings: Settings, workflow_id: str, partitions: int = 3) -> int:
+    chosen = partition_of(workflow_id.encode(), partitions, configured(settings.client_config()))
+    assert chosen is not None
+    return chosen
+
+
+def delete_head(settings: Settings, partition: int, before: int | None = None) -> int:
+    """Delete a partition's records below ``before`` (default: all of them); the new start."""
+    client = admin(settings)
+    consumer_conf = settings.client_config(**{"group.id": unique("probe")})
+    from confluent_kafka import Consumer
+
+    probe = Consumer(consumer_conf)
+    try:
+        _, high = probe.get_watermark_offsets(TopicPartition(settings.topic, partition), 5.0)
+    finally:
+        probe.close()
+    upto = high if before is None else before
+    futures = client.delete_records([TopicPartition(settings.topic, partition, upto)])
+    for future in futures.values():
+        done = future.result(10)
+        assert done.low_watermark == upto
+    return int(upto)
+
+
+def sender() -> tuple[list[str], Callable[[dict[str, Any], str], str]]:
+    sent: list[str] = []
+
+    def send(args: dict[str, Any], key: str) -> str:
+        sent.append(str(args["to"]))
+        return "sent"
+
+    return sent, send
+
+
+@kafka_only
+def test_init_keeps_the_step_log_forever_and_refuses_a_bare_finite_retention(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> None:
+    settings = make_settings(create=False)
+    done = cli(settings, src_env, "init")
+    assert done.returncode == 0, done.stderr
+    found = describe_retention(settings, settings.topic)
+    assert found.retention_ms == -1 and not found.deletes
+
+    other = make_settings(create=False)
+    refused = cli(other, src_env, "init", "--retention-ms", "86400000")
+    assert refused.returncode == 1
+    assert "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "needs checkpoints" in refused.stderr
+
+    with_checkpoints = make_settings(create=False, checkpoint_topic=unique("ckpt"))
+    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": with_checkpoints.checkpoint_topic}
+    accepted = cli(with_checkpoints, env, "init", "--retention-ms", "86400000", "--checkpoints")
+    assert accepted.returncode == 0, accepted.stderr
+    assert describe_retention(with_checkpoints, with_checkpoints.topic).retention_ms == 86400000
+    compacted = describe_retention(with_checkpoints, with_checkpoints.checkpoint_topic)
+    assert compacted.cleanup_policy == "compact" and not compacted.deletes
+
+
+@kafka_only
+def test_a_reader_warns_once_when_the_step_log_can_expire(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(create=False)
+    # As a topic made by the broker's defaults (7 days, delete): what init did before.
+    ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=3)
+    caplog.set_level(logging.INFO, logger="stepledger")
+    with Ledger(settings) as ledger:
+        ledger.workflow(unique("wf"))
+        ledger.workflow(unique("wf"))
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    lines = [r.getMessage() for r in warnings if "retention.ms=604800000" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in warnings]
+    assert settings.topic in lines[0] and "loses its state" in lines[0]
+
+
+@kafka_only
+def test_a_workflow_whose_history_expired_is_never_run_as_new(settings: Settings) -> None:
+    sent, send = sender()
+    workflow_id = unique("expired")
+    with Ledger(settings) as ledger:
+        wf = ledger.workflow(workflow_id)
+        wf.step("email", EMAIL, {"to": "ann@example.com"}, send)
+    assert sent == ["ann@example.com"]
+    partition = partition_for(settings, workflow_id)
+    start = delete_head(settings, partition)
+
+    with Ledger(settings) as ledger, pytest.raises(HistoryExpiredError) as caught:
+        wf = ledger.workflow(workflow_id)
+        wf.step("email", EMAIL, {"to": "ann@example.com"}, send)
+    error = caught.value
+    assert (error.workflow_id, error.partition, error.log_start) == (workflow_id, partition, start)
+    assert f"first offset still there: {start}" in str(error)
+    assert "\n" not in str(error)
+    assert sent == ["ann@example.com"]  # on main the email went out twice
+    # Nothing was appended for it: the partition still starts and ends at the deletion.
+    from confluent_kafka import Consumer
+
+    probe = Consumer(settings.client_config(**{"group.id": unique("probe")}))
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(settings.topic, partition), 5.0)
+    finally:
+        probe.close()
+    assert (low, high) == (start, start)

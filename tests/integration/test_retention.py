@@ -10,6 +10,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from stepledger.partitioner import configured, partition_of
 from stepledger.producer import Ledger
 from stepledger.topics import describe_retention
 from tests.conftest import unique
+from tests.integration.projector_helpers import projecting, query_one
 
 kafka_only = pytest.mark.kafka_only
 CLI = [sys.executable, "-m", "stepledger"]
@@ -146,3 +148,56 @@ def test_a_workflow_whose_history_expired_is_never_run_as_new(settings: Settings
     finally:
         probe.close()
     assert (low, high) == (start, start)
+
+
+def watermarks(settings: Settings, partition: int) -> tuple[int, int]:
+    from confluent_kafka import Consumer
+
+    probe = Consumer(settings.client_config(**{"group.id": unique("probe")}))
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(settings.topic, partition), 5.0)
+    finally:
+        probe.close()
+    return int(low), int(high)
+
+
+def start_workflows(settings: Settings, count: int) -> None:
+    with Ledger(settings) as ledger:
+        for _ in range(count):
+            ledger.start(unique("wf"))
+
+
+@kafka_only
+def test_a_projector_down_across_a_deletion_reports_the_gap_and_keeps_it_queryable(
+    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(partitions=1)
+    db = tmp_path / "view.duckdb"
+    start_workflows(settings, 30)
+    with projecting(settings, db) as projector:
+        projector.wait_received(30)
+    start_workflows(settings, 70)  # projected by nobody: the projector is down
+    assert delete_head(settings, 0) == 100
+    start_workflows(settings, 10)
+    caplog.set_level(logging.WARNING, logger="stepledger")
+    with projecting(settings, db) as projector:
+        projector.wait_received(10)
+    lines = [r.getMessage() for r in caplog.records if "records lost" in r.getMessage()]
+    assert lines == [
+        f"projector: {settings.topic}[0] starts at offset 100, past the expected offset 30: "
+        "70 records lost to retention or deletion before they were read"
+    ]
+    gaps = query_one(
+        db, "SELECT topic, partition, expected_offset, log_start, records_lost FROM gaps"
+    )
+    assert gaps == [(settings.topic, 0, 30, 100, 70)]
+    assert query_one(db, "SELECT count(*) FROM events") == [(40,)]
+    assert query_one(db, "SELECT next_offset FROM offsets") == [(110,)]
+
+    # A projector that never saw the partition says how far back it could go.
+    fresh = tmp_path / "fresh.duckdb"
+    with projecting(settings, fresh, group=unique("projector")) as projector:
+        projector.wait_received(10)
+    assert query_one(fresh, "SELECT expected_offset, log_start, records_lost FROM gaps") == [
+        (0, 100, 100)
+    ]

@@ -19,52 +19,16 @@ topic:
 from __future__ import annotations
 
 import logging
-import threading
-
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from stepledger.checkpoints.view import CheckpointView, Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.errors import BrokerError, CodecError, HistoryExpiredError
+from stepledger.errors import CodecError, HistoryExpiredError
+from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.topics import topic_exists
 
 logger = logging.getLogger(__name__)
-
-_WATERMARK_TIMEOUT_S = 5.0
-
-
-class LogStart:
-    """The first offset each partition still holds (ListOffsets EARLIEST, one client)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._consumer: Consumer | None = None
-        self._lock = threading.Lock()
-
-    def of(self, topic: str, partition: int) -> int:
-        """The partition's log start now (0 when the broker does not say)."""
-        with self._lock:
-            if self._consumer is None:
-                conf = {"group.id": "stepledger-log-start", "enable.auto.commit": False}
-                self._consumer = Consumer(self.settings.client_config(**conf))
-            try:
-                low, _ = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
-                )
-            except KafkaException as exc:
-                raise BrokerError(
-                    f"cannot read the log start of {topic}[{partition}]: {exc}"
-                ) from None
-        return max(0, int(low))
-
-    def close(self) -> None:
-        """Close the client."""
-        with self._lock:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
 
 
 class HistoryGuard:
@@ -95,15 +59,7 @@ class HistoryGuard:
             return tail
         if tail and _first_start(tail[0]):
             return tail
-        logger.warning(
-            "workflow %s: %s[%d] starts at offset %d (records 0-%d gone) and no checkpoint "
-            "covers it: refusing to open it",
-            workflow_id,
-            topic,
-            partition,
-            low,
-            low - 1,
-        )
+        report_gap(Gap(topic, partition, 0, low), f"sdk: workflow {workflow_id}")
         raise HistoryExpiredError(
             f"workflow {workflow_id!r}: {topic}[{partition}] no longer holds its history "
             f"(first offset still there: {low}) and no checkpoint covers it; it is not run "

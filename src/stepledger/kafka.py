@@ -170,11 +170,19 @@ class DurableProducer:
         self._note(err)
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        *,
+        partition: int | None = None,
     ) -> Future[Position]:
-        """Queue one record and return a future resolved by its own delivery report."""
+        """Queue one record and return a future resolved by its own delivery report.
+
+        ``partition`` places it explicitly (None: the partitioner chooses by key)."""
         future: Future[Position] = Future()
-        self._produce(topic, key, value, headers, _resolve_into(future))
+        self._produce(topic, key, value, headers, _resolve_into(future), partition)
         return future
 
     def send_async(
@@ -214,8 +222,11 @@ class DurableProducer:
         value: bytes | None,
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
+        partition: int | None = None,
     ) -> None:
         producer = self._client()
+        # -1: no partition given, the partitioner chooses (librdkafka's RD_KAFKA_PARTITION_UA).
+        placed = -1 if partition is None else partition
         deadline = time.monotonic() + self._settings.durable_timeout_s
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
@@ -234,6 +245,7 @@ class DurableProducer:
                     key,
                     headers=headers,  # type: ignore[arg-type]
                     on_delivery=on_delivery,
+                    partition=placed,
                 )
                 return
             except BufferError:

@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
-from stepledger.errors import HistoryExpiredError
+from stepledger.errors import ApprovalPendingError, HistoryExpiredError
 from stepledger.kafka import admin, ensure_topics
 from stepledger.partitioner import configured, partition_of
 from stepledger.producer import Ledger
@@ -201,3 +201,64 @@ def test_a_projector_down_across_a_deletion_reports_the_gap_and_keeps_it_queryab
     assert query_one(fresh, "SELECT expected_offset, log_start, records_lost FROM gaps") == [
         (0, 100, 100)
     ]
+
+
+class Effects:
+    """Counts each tool's effects, as the services would."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def fn(self, name: str) -> Callable[[dict[str, Any], str], str]:
+        def call(args: dict[str, Any], key: str) -> str:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return f"{name}-done"
+
+        return call
+
+
+BOOK = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: None)
+NOTIFY = Tool(name="notify", effect="irreversible", requires_approval=True)
+PAY = Tool(name="pay", effect="idempotent", keyed=True)
+
+
+def run_trip(ledger: Ledger, workflow_id: str, effects: Effects) -> None:
+    wf = ledger.workflow(workflow_id)
+    wf.step("book", BOOK, {"room": 1}, effects.fn("book"))
+    wf.step("notify", NOTIFY, {"to": "ann"}, effects.fn("notify"))
+    wf.step("pay", PAY, {"cents": 100}, effects.fn("pay"))
+    wf.finish()
+
+
+@kafka_only
+def test_a_workflow_waiting_on_an_approval_resumes_from_its_checkpoint_after_the_head_expired(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> None:
+    settings = make_settings(create=False)
+    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
+    made = cli(settings, env, "init", "--partitions", "1", "--checkpoints")
+    assert made.returncode == 0, made.stderr
+    effects = Effects()
+    workflow_id = unique("trip")
+    with Ledger(settings) as ledger:
+        with pytest.raises(ApprovalPendingError):
+            run_trip(ledger, workflow_id, effects)
+        for _ in range(20):  # other workflows share the partition
+            ledger.start(unique("other"))
+    assert effects.calls == {"book": 1}
+    once = cli(settings, env, "checkpoint", "--once")
+    assert once.returncode == 0, once.stderr
+    start = delete_head(settings, 0)
+    assert watermarks(settings, 0) == (start, start)
+
+    approved = cli(settings, env, "approve", workflow_id, "notify", "--by", "qa")
+    assert approved.returncode == 0, approved.stderr
+    with Ledger(settings) as ledger:
+        run_trip(ledger, workflow_id, effects)
+        # An id with no checkpoint and no record is proven new by the partition's progress.
+        fresh = ledger.workflow(unique("fresh"))
+        assert fresh.state.attempt == 1
+    assert effects.calls == {"book": 1, "notify": 1, "pay": 1}
+    with Ledger(settings) as ledger:
+        run_trip(ledger, workflow_id, effects)  # finished: every step replays
+    assert effects.calls == {"book": 1, "notify": 1, "pay": 1}

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from stepledger.cli._checkpoints import register as register_checkpoints
 from stepledger.cli._common import run_guarded
 from stepledger.cli._demo import register as register_demo
 from stepledger.cli._inbox import register as register_inbox
@@ -26,6 +27,7 @@ for _register in (
     register_ledger,
     register_projector,
     register_recovery,
+    register_checkpoints,
     register_runtime,
     register_demo,
     register_inbox,

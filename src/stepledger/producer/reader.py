@@ -137,14 +137,22 @@ class KafkaScanReader:
         self.codec = codec or codec_for(settings)
         self.last = ReadStats()
         self._known: list[tuple[str, int]] | None = None
+        self.history = HistoryGuard(settings, self.codec)
+        """Completes what the log still holds with checkpoints, or refuses (expired head)."""
 
     def read(self, workflow_id: str) -> list[Event]:
-        """Every event of the workflow: a scan of the whole topic (cost grows with the log)."""
+        """Every event of the workflow: a scan of the whole topic (cost grows with the log).
+
+        Where the workflow's partition can be computed and its head was deleted, the
+        history is completed from the workflow's checkpoint, or HistoryExpiredError.
+        """
+        check_retention(self.settings, "reader")
         began = time.perf_counter()
         starts = dict.fromkeys(self._partitions(), FIRST_OFFSET)
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
-        return events
+        home = self._home(workflow_id)
+        return events if home is None else self.history.complete(workflow_id, home, events)
 
     def follow(
         self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
@@ -153,7 +161,15 @@ class KafkaScanReader:
         return follow_partition(self.settings, self.codec, workflow_id, after, until, timeout_s)
 
     def close(self) -> None:
-        """Nothing is held between reads."""
+        """Close the history guard's clients."""
+        self.history.close()
+
+    def _home(self, workflow_id: str) -> int | None:
+        """The workflow's partition as the producers' partitioner picks it (None: random)."""
+        known = self._partitions()
+        partitioner = configured(self.settings.client_config())
+        chosen = partition_of(workflow_id.encode(), len(known), partitioner)
+        return None if chosen is None or (self.settings.topic, chosen) not in known else chosen
 
     def _partitions(self) -> list[tuple[str, int]]:
         # Asked once per reader: a metadata round costs more than reading a short tail.
@@ -179,8 +195,6 @@ class KafkaPartitionReader(KafkaScanReader):
         super().__init__(settings, codec)
         self.index = PartitionIndex(settings)
         """Where each workflow starts in its partition, kept up to date incrementally."""
-        self.history = HistoryGuard(settings, self.codec)
-        """Completes what the log still holds with checkpoints, or refuses (expired head)."""
 
     def read(self, workflow_id: str) -> list[Event]:
         """Every event of the workflow: its partition from the workflow's first record on.

@@ -169,7 +169,10 @@ def start_workflows(settings: Settings, count: int) -> None:
 
 @kafka_only
 def test_a_projector_down_across_a_deletion_reports_the_gap_and_keeps_it_queryable(
-    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    make_settings: Callable[..., Settings],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    src_env: dict[str, str],
 ) -> None:
     settings = make_settings(partitions=1)
     db = tmp_path / "view.duckdb"
@@ -201,6 +204,19 @@ def test_a_projector_down_across_a_deletion_reports_the_gap_and_keeps_it_queryab
     assert query_one(fresh, "SELECT expected_offset, log_start, records_lost FROM gaps") == [
         (0, 100, 100)
     ]
+
+    # A rebuild and a tail from the beginning say how far back they could go.
+    rebuilt = tmp_path / "rebuilt.duckdb"
+    done = cli(settings, src_env, "rebuild", "--db", str(rebuilt))
+    assert done.returncode == 0, done.stderr
+    assert f"history before the log start is gone ({settings.topic}[0] from offset 100: 100 " in (
+        done.stdout
+    )
+    assert query_one(rebuilt, "SELECT expected_offset, log_start FROM gaps") == [(0, 100)]
+    tailed = cli(settings, src_env, "tail", "--from-beginning", "--no-follow")
+    assert tailed.returncode == 0, tailed.stderr
+    assert f"tail: {settings.topic}[0] starts at offset 100" in tailed.stderr
+    assert len(tailed.stdout.strip().splitlines()) == 10
 
 
 class Effects:
@@ -262,3 +278,36 @@ def test_a_workflow_waiting_on_an_approval_resumes_from_its_checkpoint_after_the
     with Ledger(settings) as ledger:
         run_trip(ledger, workflow_id, effects)  # finished: every step replays
     assert effects.calls == {"book": 1, "notify": 1, "pay": 1}
+
+
+@kafka_only
+def test_a_recovery_daemon_starting_below_the_log_start_reports_the_gap(
+    make_settings: Callable[..., Settings], src_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=1)
+    start_workflows(settings, 12)
+    assert delete_head(settings, 0, before=12) == 12
+    start_workflows(settings, 3)
+    # The example tools are loaded, never called: no step of these workflows is in doubt.
+    env = {**src_env, "STEPLEDGER_EMAIL_URL": "http://127.0.0.1:9"}
+    done = cli(
+        settings,
+        env,
+        "recover",
+        "--tools",
+        "stepledger.dev.examples.tools:registry",
+        "--no-entry-points",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--group",
+        unique("recovery"),
+        "--max-seconds",
+        "6",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "records lost" in line]
+    assert len(lines) == 1, done.stderr
+    assert (
+        f"recovery: {settings.topic}[0] starts at offset 12, past the expected offset 0: "
+        "12 records lost" in lines[0]
+    )

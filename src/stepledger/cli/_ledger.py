@@ -15,6 +15,7 @@ from stepledger.consume import read_topic
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, CodecError, ConfigError
+from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
@@ -200,6 +201,18 @@ def produce_all(settings: Settings, records: list[Encoded]) -> int:
     return len(records)
 
 
+def _head_gaps(settings: Settings) -> list[Gap]:
+    """Partitions whose head the broker deleted: "from the beginning" starts later there."""
+    log_start = LogStart(settings)
+    try:
+        wanted = dict.fromkeys(
+            ((settings.topic, p) for p in topic_partitions(settings, settings.topic)), 0
+        )
+        return log_start.gaps(wanted)
+    finally:
+        log_start.close()
+
+
 @click.command()
 @click.option("--from-beginning", is_flag=True, help="Start at the oldest event, not the newest.")
 @click.option("--follow/--no-follow", default=None, help="Keep waiting for new events.")
@@ -220,6 +233,9 @@ def tail(
     notice = retention_notice(settings, "tail")
     if notice is not None and notice.level >= logging.WARNING:
         click.echo(f"warning: {notice.message}", err=True)
+    if from_beginning:
+        for gap in _head_gaps(settings):
+            click.echo(f"warning: {gap.line('tail')}", err=True)
     shown = 0
     records = read_topic(
         settings, codec_for(settings), from_beginning=from_beginning, follow=follow

@@ -42,6 +42,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
 from stepledger.errors import OwnershipLostError, StepLedgerError
+from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import admin, topic_partitions
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
@@ -90,6 +91,7 @@ class RecoveryDaemon:
             settings, self.codec, group=options.group
         )
         self.metrics = metrics or RecoveryMetrics()
+        self._log_start: LogStart | None = None
         self.metrics.broker_up.set(1)
         self.watch = BrokerWatch(
             logger, on_change=lambda up: self.metrics.broker_up.set(1 if up else 0)
@@ -373,6 +375,9 @@ class RecoveryDaemon:
                     extra={"topic": tp.topic, "partition": tp.partition},
                 )
             tp.offset = OFFSET_BEGINNING if offset is None else offset
+            gap = self._gap(tp.topic, tp.partition, offset or 0)
+            if gap is not None:
+                tp.offset = gap.log_start
             self.caught_up.discard(tp.partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
@@ -391,6 +396,20 @@ class RecoveryDaemon:
             "partitions assigned",
             extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
         )
+
+    def _gap(self, topic: str, partition: int, expected: int) -> Gap | None:
+        """A gap below the log start: one line and a count (its intents are never seen)."""
+        if self._log_start is None:
+            self._log_start = LogStart(self.settings)
+        try:
+            gaps = self._log_start.gaps({(topic, partition): expected})
+        except StepLedgerError as exc:
+            logger.warning("could not read the log start of %s[%d]: %s", topic, partition, exc)
+            return None
+        for gap in gaps:
+            report_gap(gap, "recovery")
+            self.metrics.records_lost.labels(topic, str(partition)).inc(gap.records_lost)
+        return gaps[0] if gaps else None
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         """Partitions are handed over in order: queued work dropped, running work finished."""

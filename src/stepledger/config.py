@@ -38,6 +38,8 @@ class Settings(BaseModel):
     """Where undecodable or invalid input goes, with the reason in headers."""
     checkpoint_topic: str = "stepledger.checkpoints.workflow"
     """The compacted topic of workflow checkpoints (partitioned like the step log)."""
+    recovery_state_topic: str = "stepledger.recovery.changelog"
+    """The compacted topic of the recovery daemons' per-partition state (``--state-in-kafka``)."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")

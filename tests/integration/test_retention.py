@@ -6,6 +6,7 @@ segment expiry does to it.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -17,11 +18,13 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from stepledger.config import Settings
+from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalPendingError, HistoryExpiredError
 from stepledger.kafka import admin, ensure_topics
 from stepledger.partitioner import configured, partition_of
 from stepledger.producer import Ledger
+from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger.topics import describe_retention
 from tests.conftest import unique
 from tests.integration.projector_helpers import projecting, query_one
@@ -311,3 +314,55 @@ def test_a_recovery_daemon_starting_below_the_log_start_reports_the_gap(
         f"recovery: {settings.topic}[0] starts at offset 12, past the expected offset 0: "
         "12 records lost" in lines[0]
     )
+
+
+def recover(settings: Settings, env: dict[str, str], state: Path, group: str) -> list[str]:
+    done = cli(
+        settings,
+        env,
+        "recover",
+        "--tools",
+        "stepledger.dev.examples.tools:registry",
+        "--no-entry-points",
+        "--state-in-kafka",
+        "--state-dir",
+        str(state),
+        "--group",
+        group,
+        "--log-format",
+        "json",
+        "--max-seconds",
+        "5",
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr.splitlines() + done.stdout.splitlines()
+
+
+@kafka_only
+def test_a_recovery_daemon_elsewhere_takes_a_partition_over_from_the_changelog(
+    make_settings: Callable[..., Settings], src_env: dict[str, str], tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=1, recovery_state_topic=unique("changelog"))
+    env = {
+        **src_env,
+        "STEPLEDGER_EMAIL_URL": "http://127.0.0.1:9",
+        "STEPLEDGER_RECOVERY_STATE_TOPIC": settings.recovery_state_topic,
+    }
+    never_due = Tool(name="email.send", effect="irreversible", timeout_s=3600)
+    factory = EventFactory(settings.fleet_id, "agent")
+    with Ledger(settings) as ledger:
+        ledger.start("wf-open")
+        ledger.log.append(factory.intent("wf-open", "s", never_due, {"to": "a"}, sequence=0))
+    group = unique("recovery")
+    first = recover(settings, env, tmp_path / "machine-a", group)
+    assert any("no checkpoint for" in line for line in first)
+    # Another machine: its own, empty state directory; nothing shared but Kafka.
+    second = recover(settings, env, tmp_path / "machine-b", group)
+    assert not any("no checkpoint for" in line for line in second), second
+    assigned = [json.loads(line) for line in second if "partitions assigned" in line]
+    assert assigned and assigned[0]["partitions"] == [[0, 2]]
+    store = KafkaCheckpointStore(settings, group)
+    restored = store.load(settings.topic, 0)
+    store.close()
+    assert restored is not None and restored.next_offset == 2
+    assert list(restored.steps) == [("wf-open", "s")]

@@ -41,11 +41,17 @@ class HistoryGuard:
         self._view: CheckpointView | None = None
         self._has_checkpoints: bool | None = None
 
-    def complete(self, workflow_id: str, partition: int, tail: list[ev.Event]) -> list[ev.Event]:
-        """The workflow's whole history: ``tail`` (read from the log start on) made complete."""
+    def complete(
+        self, workflow_id: str, partition: int, tail: list[ev.Event], read_from: int = 0
+    ) -> list[ev.Event]:
+        """The workflow's whole history: ``tail`` made complete.
+
+        ``tail`` holds every event of the workflow from ``read_from`` on (0: the log's
+        beginning; a snapshot's offset when the events below it came from the snapshot).
+        """
         topic = self.settings.topic
         low = self.log_start.of(topic, partition)
-        if low == 0:
+        if low <= read_from:
             return tail
         covering = self._covering(partition, workflow_id)
         progress = None if covering is None else covering.progress

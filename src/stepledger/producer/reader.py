@@ -292,7 +292,11 @@ class SnapshotTailReader(KafkaPartitionReader):
         events = stored + [e for e in tail if e.event_id not in seen]
         elapsed = time.perf_counter() - began
         self.last = ReadStats(len(stored), scanned, len(tail), elapsed, source)
-        return events
+        if len(mine) != 1:
+            return events
+        # The snapshot holds what was projected below its offset: only a log start past
+        # that offset lost something the reader needs.
+        return self.history.complete(workflow_id, mine[0][1], events, starts[mine[0]])
 
 
 def read_to_end(

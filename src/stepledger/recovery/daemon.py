@@ -86,7 +86,7 @@ class RecoveryDaemon:
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = store or _checkpoints(options)
+        self.store = store or _checkpoints(settings, options)
         self.dead_letters = dead_letters or KafkaEventLetters(
             settings, self.codec, group=options.group
         )
@@ -494,7 +494,11 @@ class RecoveryDaemon:
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
 
 
-def _checkpoints(options: DaemonOptions) -> CheckpointStore:
+def _checkpoints(settings: Settings, options: DaemonOptions) -> CheckpointStore:
+    if options.state_in_kafka:
+        from stepledger.recovery.changelog import KafkaCheckpointStore
+
+        return KafkaCheckpointStore(settings, options.group)
     if options.shared_state_dir is not None:
         return PartitionedCheckpointStore(options.shared_state_dir, options.group)
     return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,9 +26,9 @@ from stepledger.kafka import admin, ensure_topics
 from stepledger.partitioner import configured, partition_of
 from stepledger.producer import Ledger
 from stepledger.recovery.changelog import KafkaCheckpointStore
-from stepledger.topics import describe_retention
+from stepledger.topics import checkpoint_topic_config, describe_retention
 from tests.conftest import unique
-from tests.integration.projector_helpers import projecting, query_one
+from tests.integration.projector_helpers import projecting, query_one, wait_for
 
 kafka_only = pytest.mark.kafka_only
 CLI = [sys.executable, "-m", "stepledger"]
@@ -236,6 +237,7 @@ class Effects:
         return call
 
 
+LOOKUP = Tool(name="lookup", effect="read_only")
 BOOK = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: None)
 NOTIFY = Tool(name="notify", effect="irreversible", requires_approval=True)
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
@@ -243,6 +245,7 @@ PAY = Tool(name="pay", effect="idempotent", keyed=True)
 
 def run_trip(ledger: Ledger, workflow_id: str, effects: Effects) -> None:
     wf = ledger.workflow(workflow_id)
+    wf.step("lookup", LOOKUP, {"room": 1}, effects.fn("lookup"))
     wf.step("book", BOOK, {"room": 1}, effects.fn("book"))
     wf.step("notify", NOTIFY, {"to": "ann"}, effects.fn("notify"))
     wf.step("pay", PAY, {"cents": 100}, effects.fn("pay"))
@@ -264,7 +267,7 @@ def test_a_workflow_waiting_on_an_approval_resumes_from_its_checkpoint_after_the
             run_trip(ledger, workflow_id, effects)
         for _ in range(20):  # other workflows share the partition
             ledger.start(unique("other"))
-    assert effects.calls == {"book": 1}
+    assert effects.calls == {"lookup": 1, "book": 1}
     once = cli(settings, env, "checkpoint", "--once")
     assert once.returncode == 0, once.stderr
     start = delete_head(settings, 0)
@@ -277,10 +280,10 @@ def test_a_workflow_waiting_on_an_approval_resumes_from_its_checkpoint_after_the
         # An id with no checkpoint and no record is proven new by the partition's progress.
         fresh = ledger.workflow(unique("fresh"))
         assert fresh.state.attempt == 1
-    assert effects.calls == {"book": 1, "notify": 1, "pay": 1}
+    assert effects.calls == {"lookup": 1, "book": 1, "notify": 1, "pay": 1}
     with Ledger(settings) as ledger:
         run_trip(ledger, workflow_id, effects)  # finished: every step replays
-    assert effects.calls == {"book": 1, "notify": 1, "pay": 1}
+    assert effects.calls == {"lookup": 1, "book": 1, "notify": 1, "pay": 1}
 
 
 @kafka_only
@@ -366,3 +369,62 @@ def test_a_recovery_daemon_elsewhere_takes_a_partition_over_from_the_changelog(
     store.close()
     assert restored is not None and restored.next_offset == 2
     assert list(restored.steps) == [("wf-open", "s")]
+
+
+def broker_setting(settings: Settings, name: str) -> str | None:
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    client = admin(settings)
+    broker = next(iter(client.list_topics(timeout=5).brokers))
+    futures = client.describe_configs([ConfigResource("broker", str(broker))])
+    entries = next(iter(futures.values())).result(10)
+    return entries[name].value if name in entries else None
+
+
+@kafka_only
+def test_real_segment_expiry_then_an_approval_resumes_from_the_checkpoint(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> None:
+    settings = make_settings(create=False)
+    interval = broker_setting(settings, "log.retention.check.interval.ms")
+    if interval is None or int(interval) > 1000:
+        # The brokers the tests start check every second (stepledger.dev.apache_kafka).
+        pytest.skip(f"the broker checks retention every {interval} ms, not every second")
+    short = {"retention.ms": "2000", "segment.ms": "500", "cleanup.policy": "delete"}
+    configs = {settings.topic: short, settings.checkpoint_topic: checkpoint_topic_config()}
+    topics = [settings.topic, settings.dlq_topic, settings.checkpoint_topic]
+    ensure_topics(settings, topics, partitions=1, configs=configs)
+    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
+    effects = Effects()
+    workflow_id = unique("trip")
+    with Ledger(settings) as ledger, pytest.raises(ApprovalPendingError):
+        run_trip(ledger, workflow_id, effects)
+    _, waited_at = watermarks(settings, 0)
+    # The checkpointer runs all along, as in production.
+    where = ["--bootstrap", settings.bootstrap, "--topic", settings.topic]
+    checkpointer = subprocess.Popen(
+        [*CLI, "checkpoint", *where, "--every", "0.2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def expired() -> bool:
+            # Each append after segment.ms rolls the active segment; the broker then
+            # deletes the closed ones older than retention.ms.
+            start_workflows(settings, 1)
+            return watermarks(settings, 0)[0] >= waited_at
+
+        wait_for(expired, 90, "the broker to expire the workflow's segments")
+        approved = cli(settings, env, "approve", workflow_id, "notify", "--by", "qa")
+        assert approved.returncode == 0, approved.stderr
+        with Ledger(settings) as ledger:
+            run_trip(ledger, workflow_id, effects)
+    finally:
+        checkpointer.send_signal(signal.SIGTERM)
+        _, err = checkpointer.communicate(timeout=30)
+    assert effects.calls == {"lookup": 1, "book": 1, "notify": 1, "pay": 1}
+    assert checkpointer.returncode == 0, err
+    assert "records lost" not in err

@@ -36,6 +36,7 @@ from stepledger.config import Settings
 from stepledger.consume import assigned_consumer, partition_end
 from stepledger.domain.state import replay
 from stepledger.errors import CodecError, StepLedgerError
+from stepledger.gaps import LogStart, report_gap
 from stepledger.kafka import DurableProducer, Position, topic_partitions
 from stepledger.log import codec_for
 
@@ -69,6 +70,8 @@ class _Workflow:
 @dataclass
 class _Partition:
     number: int
+    broken: bool = False
+    """Records it never read were deleted: nothing more is vouched for (see ``_gap``)."""
     progress: int = -1
     read_to: int = -1
     """The offset of the newest step-log record taken in."""
@@ -101,6 +104,7 @@ class Checkpointer:
         self._wanted = None if partitions is None else sorted(set(partitions))
         self._parts: dict[int, _Partition] = {}
         self._producer = DurableProducer(settings)
+        self._log_start = LogStart(settings)
         self.written = 0
         """Checkpoints (workflow and progress records) acknowledged so far."""
 
@@ -117,6 +121,7 @@ class Checkpointer:
                 covered = found.covered_offset
                 part.workflows[key] = _Workflow(list(found.events), covered, covered)
             self._parts[number] = part
+            self._check_start(part, part.progress + 1)
         logger.info(
             "checkpointer restored %s",
             ", ".join(
@@ -125,6 +130,25 @@ class Checkpointer:
             ),
         )
 
+    def _check_start(self, part: _Partition, expected: int) -> None:
+        """Stop vouching for a partition whose records past ``expected`` were deleted unread.
+
+        Progress promises that every workflow with a record up to it has a checkpoint; a
+        record the checkpointer never read breaks that promise for good, so the partition's
+        progress stays where it was (readers refuse what it cannot prove) and its
+        checkpoints are no longer extended (one could otherwise miss records in the middle).
+        """
+        for gap in self._log_start.gaps({(self.settings.topic, part.number): expected}):
+            report_gap(gap, "checkpointer")
+            logger.error(
+                "checkpointer: %s[%d] is no longer checkpointed: its history before offset %d "
+                "expired unread; workflows with records there raise HistoryExpiredError",
+                gap.topic,
+                gap.partition,
+                gap.log_start,
+            )
+            part.broken = True
+
     def catch_up(self, timeout_s: float = 120.0) -> None:
         """Read every owned partition to its end, then write a round (tests, one-shot runs)."""
         if not self._parts:
@@ -132,7 +156,9 @@ class Checkpointer:
         deadline = time.monotonic() + timeout_s
         at_end: set[int] = set()
         with self._consumer() as consumer:
-            while len(at_end) < len(self._parts):
+            while len(at_end | {p.number for p in self._parts.values() if p.broken}) < len(
+                self._parts
+            ):
                 if time.monotonic() > deadline:
                     raise StepLedgerError("the checkpointer did not reach the log's end in time")
                 for msg in consumer.consume(_BATCH, _POLL_S):
@@ -159,6 +185,8 @@ class Checkpointer:
     def round(self) -> None:
         """Checkpoint every workflow with new records, then each partition's progress."""
         for part in self._parts.values():
+            if part.broken:
+                continue
             self._flush(part, [k for k, w in part.workflows.items() if w.covered > w.written])
             if part.read_to > part.progress:
                 progress = WorkflowCheckpoint(None, self.settings.topic, part.number, part.read_to)
@@ -168,17 +196,25 @@ class Checkpointer:
     def close(self) -> None:
         """Flush the producer."""
         self._producer.close()
+        self._log_start.close()
 
     def _consumer(self) -> _ConsumerContext:
         starts = [
             TopicPartition(self.settings.topic, p.number, p.progress + 1)
             for p in self._parts.values()
+            if not p.broken
         ]
         return assigned_consumer(self.settings, starts, group=_GROUP, **{"fetch.wait.max.ms": 50})
 
     def _take(self, msg: Message) -> None:
         part = self._parts[int(msg.partition() or 0)]
         offset = int(msg.offset() or 0)
+        if offset > part.read_to + 1:
+            # Offsets of an idempotent, non-transactional log are contiguous: a jump is a
+            # deletion ahead of this reader (it lagged by more than the retention).
+            self._check_start(part, part.read_to + 1)
+        if part.broken:
+            return
         key = msg.key() or b""
         held = part.workflows.setdefault(key, _Workflow())
         part.read_to = max(part.read_to, offset)

@@ -19,6 +19,7 @@ topic:
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from stepledger.checkpoints.view import CheckpointView, Covering
 from stepledger.codec import Codec
@@ -31,15 +32,39 @@ from stepledger.topics import topic_exists
 logger = logging.getLogger(__name__)
 
 
-class HistoryGuard:
-    """Completes a workflow's tail with its checkpoint, or refuses when history expired."""
+class LogStarts(Protocol):
+    """Where each partition starts now (a :class:`~stepledger.gaps.LogStart`)."""
 
-    def __init__(self, settings: Settings, codec: Codec) -> None:
+    def of(self, topic: str, partition: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Checkpoints(Protocol):
+    """What the checkpoint topic says (a :class:`~stepledger.checkpoints.view.CheckpointView`)."""
+
+    def lookup(self, partition: int, workflow_id: str) -> Covering: ...
+
+
+class HistoryGuard:
+    """Completes a workflow's tail with its checkpoint, or refuses when history expired.
+
+    ``log_start`` and ``checkpoints`` default to the broker's (given: for tests).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        codec: Codec,
+        *,
+        log_start: LogStarts | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> None:
         self.settings = settings
         self.codec = codec
-        self.log_start = LogStart(settings)
-        self._view: CheckpointView | None = None
-        self._has_checkpoints: bool | None = None
+        self.log_start: LogStarts = log_start or LogStart(settings)
+        self._view: Checkpoints | None = checkpoints
+        self._has_checkpoints: bool | None = None if checkpoints is None else True
 
     def complete(
         self, workflow_id: str, partition: int, tail: list[ev.Event], read_from: int = 0

@@ -32,7 +32,7 @@ class View:
     def __init__(self, checkpoint: WorkflowCheckpoint | None, progress: int | None) -> None:
         self.covering = Covering(checkpoint, progress)
 
-    def lookup(self, partition: int, workflow_id: str) -> Covering:
+    def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
         return self.covering
 
 

@@ -50,10 +50,15 @@ class CheckpointView:
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, WorkflowCheckpoint]] = {}
 
-    def lookup(self, partition: int, workflow_id: str) -> Covering:
-        """Catch the partition up, then return the workflow's checkpoint and the progress."""
+    def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
+        """The workflow's checkpoint and the partition's progress.
+
+        ``fresh``: catch the partition up first; otherwise what was read so far (only a
+        partition never read is read now).
+        """
         with self._lock:
-            self._catch_up(partition)
+            if fresh or partition not in self._next:
+                self._catch_up(partition)
             latest = self._latest.get(partition, {})
             progress = latest.get(PROGRESS_KEY)
             return Covering(

@@ -43,7 +43,7 @@ class LogStarts(Protocol):
 class Checkpoints(Protocol):
     """What the checkpoint topic says (a :class:`~stepledger.checkpoints.view.CheckpointView`)."""
 
-    def lookup(self, partition: int, workflow_id: str) -> Covering: ...
+    def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering: ...
 
 
 class HistoryGuard:
@@ -78,18 +78,15 @@ class HistoryGuard:
         low = self.log_start.of(topic, partition)
         if low <= read_from:
             return tail
-        covering = self._covering(partition, workflow_id)
-        progress = None if covering is None else covering.progress
-        checkpoint = None if covering is None else covering.checkpoint
-        covers_start = progress is not None and progress >= low - 1
-        if checkpoint is not None and (covers_start or checkpoint.covered_offset >= low - 1):
-            stored = self._decode(checkpoint.events)
-            seen = {e.event_id for e in stored}
-            return stored + [e for e in tail if e.event_id not in seen]
-        if checkpoint is None and covers_start:
-            return tail
         if tail and _first_start(tail[0]):
             return tail
+        # What the view already read proves as much as a fresh read would (a checkpoint and
+        # the progress that vouches for it are read in log order), so the checkpoint topic
+        # is read again only when the cached answer proves nothing.
+        for fresh in (False, True):
+            done = self._with_checkpoint(self._covering(partition, workflow_id, fresh), low, tail)
+            if done is not None:
+                return done
         report_gap(Gap(topic, partition, 0, low), f"sdk: workflow {workflow_id}")
         raise HistoryExpiredError(
             f"workflow {workflow_id!r}: {topic}[{partition}] no longer holds its history "
@@ -105,14 +102,30 @@ class HistoryGuard:
         """Close the clients."""
         self.log_start.close()
 
-    def _covering(self, partition: int, workflow_id: str) -> Covering | None:
+    def _with_checkpoint(
+        self, covering: Covering | None, low: int, tail: list[ev.Event]
+    ) -> list[ev.Event] | None:
+        """The whole history if the checkpoint topic proves it complete, else None."""
+        if covering is None:
+            return None
+        checkpoint, progress = covering.checkpoint, covering.progress
+        covers_start = progress is not None and progress >= low - 1
+        if checkpoint is not None and (covers_start or checkpoint.covered_offset >= low - 1):
+            stored = self._decode(checkpoint.events)
+            seen = {e.event_id for e in stored}
+            return stored + [e for e in tail if e.event_id not in seen]
+        if checkpoint is None and covers_start:
+            return tail
+        return None
+
+    def _covering(self, partition: int, workflow_id: str, fresh: bool) -> Covering | None:
         if self._has_checkpoints is None:
             self._has_checkpoints = topic_exists(self.settings, self.settings.checkpoint_topic)
         if not self._has_checkpoints:
             return None
         if self._view is None:
             self._view = CheckpointView(self.settings)
-        return self._view.lookup(partition, workflow_id)
+        return self._view.lookup(partition, workflow_id, fresh=fresh)
 
     def _decode(self, values: tuple[bytes, ...]) -> list[ev.Event]:
         events: list[ev.Event] = []

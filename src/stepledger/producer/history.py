@@ -84,6 +84,8 @@ class HistoryGuard:
         # the progress that vouches for it are read in log order), so the checkpoint topic
         # is read again only when the cached answer proves nothing.
         for fresh in (False, True):
+            if fresh and not self._has_checkpoints:
+                self._has_checkpoints = None  # created since the last look?
             done = self._with_checkpoint(self._covering(partition, workflow_id, fresh), low, tail)
             if done is not None:
                 return done

@@ -22,6 +22,7 @@ from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
+from stepledger.errors import BrokerError
 from stepledger.gaps import LogStart
 from stepledger.kafka import ensure_topics, topic_partitions
 from stepledger.log import codec_for
@@ -247,7 +248,13 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
         return None if pipeline is None else pipeline.projector.store
 
     gapped: set[Where] = set()
-    for gap in record_gaps(loop.log_start, keys, stored, store_of, loop.options.group):
+    try:
+        gaps = record_gaps(loop.log_start, keys, stored, store_of, loop.options.group)
+    except BrokerError as exc:
+        # Not knowing the log start stops nothing: the position check below still runs.
+        logger.warning("could not compare the stored offsets with the log start: %s", exc)
+        return gapped
+    for gap in gaps:
         loop.metrics.records_lost.labels(gap.topic, str(gap.partition)).inc(gap.records_lost)
         pipeline = loop.state.pipeline((gap.topic, gap.partition))
         if pipeline is not None:

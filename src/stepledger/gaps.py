@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
 
@@ -75,7 +76,7 @@ class LogStart:
         """The partition's log start now (0 when the broker says nothing)."""
         with self._lock:
             if self._consumer is None:
-                conf = {"group.id": "stepledger-log-start", "enable.auto.commit": False}
+                conf = {"group.id": wire.LOG_START_GROUP, "enable.auto.commit": False}
                 self._consumer = Consumer(self.settings.client_config(**conf))
             try:
                 low, _ = self._consumer.get_watermark_offsets(

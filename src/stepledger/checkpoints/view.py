@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import TopicPartition
 
+from stepledger import wire
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, decode
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer, partition_end
@@ -23,7 +24,7 @@ from stepledger.errors import BrokerError, CodecError
 
 logger = logging.getLogger(__name__)
 
-_GROUP = "stepledger-checkpoint-reader"
+_GROUP = wire.CHECKPOINT_READER_GROUP
 _BATCH = 5000
 _POLL_S = 0.01
 #: A catch-up never takes longer than this.

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from stepledger import wire
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.codec import Codec
@@ -43,10 +44,12 @@ from stepledger.log import codec_for
 logger = logging.getLogger(__name__)
 
 #: The event types after which a workflow runs nothing new: it is checkpointed at once.
-_ENDINGS = (b"stepledger.workflow_finished", b"stepledger.workflow_dead_lettered")
+_ENDINGS = tuple(
+    f"{wire.CE_TYPE_PREFIX}{t}".encode() for t in ("workflow_finished", "workflow_dead_lettered")
+)
 _BATCH = 5000
 _POLL_S = 0.05
-_GROUP = "stepledger-checkpointer"
+_GROUP = wire.CHECKPOINTER_GROUP
 
 
 class _Stop(Protocol):
@@ -271,4 +274,4 @@ class Checkpointer:
 def _ends(msg: Message) -> bool:
     headers = msg.headers() or []
     pairs = headers.items() if isinstance(headers, dict) else headers
-    return any(name == "ce_type" and value in _ENDINGS for name, value in pairs)
+    return any(name == wire.CE_TYPE_HEADER and value in _ENDINGS for name, value in pairs)

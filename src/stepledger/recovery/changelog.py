@@ -23,13 +23,14 @@ from concurrent.futures import Future
 
 from confluent_kafka import TopicPartition
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer, partition_end
 from stepledger.errors import RecoveryError, StepLedgerError
 from stepledger.kafka import DurableProducer, Position
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
 
-_READER_GROUP = "stepledger-recovery-changelog-reader"
+_READER_GROUP = wire.RECOVERY_CHANGELOG_GROUP
 _BATCH = 5000
 _POLL_S = 0.05
 #: Restoring a partition never takes longer than this.

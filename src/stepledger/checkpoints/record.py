@@ -50,6 +50,8 @@ class WorkflowCheckpoint:
     """How many steps the fold knows."""
     events: tuple[bytes, ...] = field(default_factory=tuple)
     """The workflow's step-log values up to ``covered_offset``, in log order."""
+    offsets: tuple[int, ...] = field(default_factory=tuple)
+    """The step-log offset of each value of ``events`` (empty: not known)."""
 
     @property
     def key(self) -> bytes:
@@ -86,6 +88,7 @@ def encode(checkpoint: WorkflowCheckpoint) -> bytes:
         "attempt": checkpoint.attempt,
         "steps": checkpoint.steps,
         "events": list(checkpoint.events),
+        "offsets": list(checkpoint.offsets),
     }
     buf = io.BytesIO()
     buf.write(_prefix())
@@ -112,4 +115,5 @@ def decode(data: bytes | None) -> WorkflowCheckpoint:
         attempt=record["attempt"],
         steps=record["steps"],
         events=tuple(record["events"]),
+        offsets=tuple(record["offsets"]),
     )

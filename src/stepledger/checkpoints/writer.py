@@ -63,6 +63,7 @@ _ConsumerContext = contextlib.AbstractContextManager[Consumer]
 @dataclass
 class _Workflow:
     values: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
     covered: int = -1
     """The offset of the newest record in ``values``."""
     written: int = -1
@@ -122,7 +123,8 @@ class Checkpointer:
                     part.progress = part.read_to = found.covered_offset
                     continue
                 covered = found.covered_offset
-                part.workflows[key] = _Workflow(list(found.events), covered, covered)
+                offsets = list(found.offsets) or [-1] * len(found.events)
+                part.workflows[key] = _Workflow(list(found.events), offsets, covered, covered)
             self._parts[number] = part
             self._check_start(part, part.progress + 1)
         logger.info(
@@ -224,6 +226,7 @@ class Checkpointer:
         if offset <= held.covered:
             return  # already in its restored checkpoint
         held.values.append(msg.value() or b"")
+        held.offsets.append(offset)
         held.covered = offset
         held.pending += 1
         if held.pending >= self.options.every_events or _ends(msg):
@@ -256,6 +259,7 @@ class Checkpointer:
             attempt=state.attempt,
             steps=len(state.steps),
             events=tuple(held.values),
+            offsets=tuple(held.offsets),
         )
 
     def _send(self, records: list[tuple[int, WorkflowCheckpoint]]) -> None:

@@ -23,7 +23,7 @@ from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
-from stepledger.gaps import LogStart
+from stepledger.gaps import Gap, LogStart
 from stepledger.kafka import ensure_topics, topic_partitions
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
@@ -33,7 +33,7 @@ from stepledger.projector.engine import (
     BatchReport,
     Projector,
 )
-from stepledger.projector.gaps import record_gaps
+from stepledger.projector.gaps import record_gaps, restore_from_checkpoints
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
@@ -248,14 +248,23 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
         return None if pipeline is None else pipeline.projector.store
 
     gapped: set[Where] = set()
+    settings = loop.settings
+
+    def restore(gap: Gap) -> bool:
+        pipeline = loop.state.pipeline((gap.topic, gap.partition))
+        return pipeline is not None and restore_from_checkpoints(settings, pipeline, gap)
+
     try:
-        gaps = record_gaps(loop.log_start, keys, stored, store_of, loop.options.group)
+        found = record_gaps(loop.log_start, keys, stored, store_of, loop.options.group, restore)
     except BrokerError as exc:
         # Not knowing the log start stops nothing: the position check below still runs.
         logger.warning("could not compare the stored offsets with the log start: %s", exc)
         return gapped
+    gaps, restored = found
     for gap in gaps:
-        loop.metrics.records_lost.labels(gap.topic, str(gap.partition)).inc(gap.records_lost)
+        if gap not in restored:
+            loop.metrics.records_lost.labels(gap.topic, str(gap.partition)).inc(gap.records_lost)
+        # Restored or not, the partition starts at its log start now.
         pipeline = loop.state.pipeline((gap.topic, gap.partition))
         if pipeline is not None:
             pipeline.projector.reload_offsets()

@@ -21,6 +21,7 @@ from stepledger.config import Settings
 from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
+from stepledger.topics import step_log_config
 
 Factory = Callable[..., Settings]
 
@@ -100,6 +101,7 @@ def make_settings(bootstrap: str) -> Factory:
             "bootstrap": bootstrap,
             "topic": unique("events"),
             "dlq_topic": unique("dlq"),
+            "checkpoint_topic": unique("checkpoints"),
             "fleet_id": "test-fleet",
             "producer_id": "test",
             "durable_timeout_s": 10.0,
@@ -107,7 +109,10 @@ def make_settings(bootstrap: str) -> Factory:
         values.update(overrides)
         settings = Settings(**values)
         if create:
-            ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
+            # As `stepledger init` makes them: the step log keeps every record.
+            configs = {settings.topic: step_log_config()}
+            topics = [settings.topic, settings.dlq_topic]
+            ensure_topics(settings, topics, partitions=partitions, configs=configs)
         return settings
 
     return build

@@ -37,6 +37,10 @@ class Settings(BaseModel):
     """The step-log topic."""
     dlq_topic: str = wire.DEAD_LETTER_TOPIC
     """Where undecodable or invalid input goes, with the reason in headers."""
+    checkpoint_topic: str = wire.CHECKPOINT_TOPIC
+    """The compacted topic of workflow checkpoints (partitioned like the step log)."""
+    recovery_state_topic: str = wire.RECOVERY_STATE_TOPIC
+    """The compacted topic of the recovery daemons' per-partition state (``--state-in-kafka``)."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")

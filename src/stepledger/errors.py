@@ -20,6 +20,7 @@
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
 │   ├── StepCompensatedError         the log's first decision for a step undid its effect
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
+    │   ├── HistoryExpiredError          the log's head expired and no checkpoint covers it
     │   └── AlreadyAnsweredError         a person's answer came after the case was decided
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
@@ -193,6 +194,22 @@ class WorkflowDeadLetteredError(LedgerStateError):
     def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.escalation_id = escalation_id
+
+
+class HistoryExpiredError(LedgerStateError):
+    """The broker deleted the head of a workflow's partition and no checkpoint covers it.
+
+    Whether the workflow ran before cannot be known, so it is neither resumed from a part
+    of its history nor started as new (which would repeat its effects).
+    """
+
+    def __init__(
+        self, message: str, *, topic: str, partition: int, log_start: int, **kw: object
+    ) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.topic = topic
+        self.partition = partition
+        self.log_start = log_start
 
 
 class ToolCallError(StepLedgerError):

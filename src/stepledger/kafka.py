@@ -170,11 +170,19 @@ class DurableProducer:
         self._note(err)
 
     def send(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        *,
+        partition: int | None = None,
     ) -> Future[Position]:
-        """Queue one record and return a future resolved by its own delivery report."""
+        """Queue one record and return a future resolved by its own delivery report.
+
+        ``partition`` places it explicitly (None: the partitioner chooses by key)."""
         future: Future[Position] = Future()
-        self._produce(topic, key, value, headers, _resolve_into(future))
+        self._produce(topic, key, value, headers, _resolve_into(future), partition)
         return future
 
     def send_async(
@@ -214,8 +222,11 @@ class DurableProducer:
         value: bytes | None,
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
+        partition: int | None = None,
     ) -> None:
         producer = self._client()
+        # -1: no partition given, the partitioner chooses (librdkafka's RD_KAFKA_PARTITION_UA).
+        placed = -1 if partition is None else partition
         deadline = time.monotonic() + self._settings.durable_timeout_s
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
@@ -234,6 +245,7 @@ class DurableProducer:
                     key,
                     headers=headers,  # type: ignore[arg-type]
                     on_delivery=on_delivery,
+                    partition=placed,
                 )
                 return
             except BufferError:
@@ -339,17 +351,27 @@ def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> li
 
 
 def ensure_topics(
-    settings: Settings, topics: list[str], partitions: int = 3, timeout: float = 10.0
+    settings: Settings,
+    topics: list[str],
+    partitions: int = 3,
+    timeout: float = 10.0,
+    configs: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Create the topics that do not exist yet (idempotent), replicated as the cluster's
     ``default.replication.factor`` says (a fixed factor of 1 would leave the log on one
-    broker of a cluster, where ``acks=all`` means only that broker)."""
+    broker of a cluster, where ``acks=all`` means only that broker).
+
+    ``configs`` gives a created topic its settings (see :mod:`stepledger.topics`); an
+    existing topic keeps its own."""
     client = admin(settings)
     try:
         existing = set(client.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    missing = [NewTopic(t, partitions) for t in topics if t not in existing]
+    given = configs or {}
+    missing = [
+        NewTopic(t, partitions, config=given.get(t, {})) for t in topics if t not in existing
+    ]
     if not missing:
         return
     for topic, future in client.create_topics(missing, operation_timeout=timeout).items():

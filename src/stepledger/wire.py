@@ -17,6 +17,10 @@ DEAD_LETTER_TOPIC = "stepledger.deadletter"
 """The default dead-letter topic (undecodable or invalid input, with the reason in headers)."""
 RENAMED_DEAD_LETTER_TOPIC = "stepledger.deadletters.letter"
 """The dead-letter default a refactor put on ``main`` by mistake; ``dlq list`` points to it."""
+CHECKPOINT_TOPIC = "stepledger.checkpoints.workflow"
+"""The default compacted topic of workflow checkpoints (partitioned like the step log)."""
+RECOVERY_STATE_TOPIC = "stepledger.recovery.changelog"
+"""The default compacted topic of the recovery daemons' per-partition state."""
 
 # -- consumer groups and client ids -----------------------------------------------------------
 
@@ -34,6 +38,14 @@ POSITION_CHECK_GROUP = "stepledger-position-check"
 """The group id of the projector's position check (assigned, never committed)."""
 READER_GROUP = "stepledger-reader"
 """The group id of whole-topic reads (tail, dead letters, escalations; never committed)."""
+CHECKPOINTER_GROUP = "stepledger-checkpointer"
+"""The group id of the checkpointer's step-log reads (assigned, never joined nor committed)."""
+CHECKPOINT_READER_GROUP = "stepledger-checkpoint-reader"
+"""The group id of checkpoint-topic reads (assigned, never committed)."""
+LOG_START_GROUP = "stepledger-log-start"
+"""The group id of the client that asks partitions' log starts (never reads, never commits)."""
+RECOVERY_CHANGELOG_GROUP = "stepledger-recovery-changelog-reader"
+"""The group id of a recovery daemon's changelog restore (assigned, never committed)."""
 TOOLS_ENTRY_POINT_GROUP = "stepledger.tools"
 """The Python entry-point group where packages register their tools."""
 
@@ -77,6 +89,7 @@ PROJECTOR_METRICS = frozenset(
         "stepledger_projector_dead_letters",
         "stepledger_projector_duplicates",
         "stepledger_projector_events",
+        "stepledger_projector_records_lost",
         "stepledger_projector_snapshot_timestamp_seconds",
     }
 )
@@ -96,6 +109,7 @@ RECOVERY_METRICS = frozenset(
         "stepledger_recovery_oldest_overdue_intent_seconds",
         "stepledger_recovery_open_intents",
         "stepledger_recovery_poison_events",
+        "stepledger_recovery_records_lost",
         "stepledger_recovery_resolution_latency_seconds",
         "stepledger_recovery_resolutions",
         "stepledger_recovery_tracked_steps",

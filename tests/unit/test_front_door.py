@@ -13,11 +13,13 @@ from stepledger.testing import Crash, InMemoryEventLog, ManualClock, ledger_over
 
 PINNED = [
     "ApprovalDeniedError",
+    "ApprovalMismatchError",
     "ApprovalPendingError",
     "BrokerError",
     "DurabilityError",
     "EffectClass",
     "Found",
+    "HistoryExpiredError",
     "Ledger",
     "LedgerStateError",
     "NotFound",

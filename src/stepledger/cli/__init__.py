@@ -24,6 +24,7 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("recover", "recover-health", "escalations", "reconcile"),
     ),
     "stepledger.cli._runtime": ("", ("approve", "deny", "approvals", "workflows")),
+    "stepledger.cli._checkpoints": ("", ("checkpoint",)),
     "stepledger.cli._demo": ("local", ("demo",)),
     "stepledger.cli._inbox": ("inbox", ("inbox", "inbox-user")),
     "stepledger.dev.chaos.command": ("local", ("chaos",)),

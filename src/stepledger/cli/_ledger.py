@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -13,10 +14,12 @@ from stepledger.config import Settings
 from stepledger.consume import read_topic
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError, CodecError
+from stepledger.errors import BrokerError, CodecError, ConfigError
+from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
+from stepledger.topics import INFINITE, checkpoint_topic_config, retention_notice, step_log_config
 
 if TYPE_CHECKING:
     from stepledger.dev.apache_kafka import KafkaBroker
@@ -90,15 +93,37 @@ def _dev_broker(
 
 @click.command()
 @click.option("--partitions", type=int, default=3, show_default=True)
+@click.option(
+    "--retention-ms",
+    type=int,
+    default=INFINITE,
+    show_default=True,
+    help="The step log's retention.ms (-1: keep everything). A finite retention needs "
+    "--checkpoints: the broker would otherwise delete waiting workflows' only state.",
+)
+@click.option(
+    "--checkpoints/--no-checkpoints",
+    default=False,
+    show_default=True,
+    help="Also create the compacted workflow-checkpoint topic (partitioned like the step log).",
+)
 @with_settings
-def init(settings: Settings, partitions: int) -> None:
-    """Create the step-log and dead-letter topics if they do not exist.
+def init(settings: Settings, partitions: int, retention_ms: int, checkpoints: bool) -> None:
+    """Create the step-log and dead-letter topics (and checkpoints) if they do not exist.
 
     An existing topic keeps its partitions: adding some would move existing workflows'
     keys to other partitions and break their order, so a mismatch is an error, not a fix.
+    An existing topic keeps its settings too; what it says is checked and reported.
     """
+    try:
+        configs = {settings.topic: step_log_config(retention_ms, checkpoints=checkpoints)}
+    except ConfigError as exc:
+        raise click.ClickException(exc.message) from None
     topics = [settings.topic, settings.dlq_topic]
-    ensure_topics(settings, topics, partitions=partitions)
+    if checkpoints:
+        topics.append(settings.checkpoint_topic)
+        configs[settings.checkpoint_topic] = checkpoint_topic_config()
+    ensure_topics(settings, topics, partitions=partitions, configs=configs)
     counts = {t: len(topic_partitions(settings, t)) for t in topics}
     fewer = {t: n for t, n in counts.items() if n < partitions}
     if fewer:
@@ -108,6 +133,15 @@ def init(settings: Settings, partitions: int) -> None:
             "(a workflow's events would change partition and lose their order); "
             "use a new topic for more partitions"
         )
+    if checkpoints and counts[settings.checkpoint_topic] != counts[settings.topic]:
+        raise click.ClickException(
+            f"{settings.checkpoint_topic} has {counts[settings.checkpoint_topic]} partitions "
+            f"and {settings.topic} {counts[settings.topic]}: checkpoints are partitioned "
+            "like the step log; use a new checkpoint topic"
+        )
+    notice = retention_notice(settings, "init")
+    if notice is not None and notice.level >= logging.WARNING:
+        click.echo(f"warning: {notice.message}", err=True)
     click.echo(f"topics ready: {', '.join(f'{t} ({n} partitions)' for t, n in counts.items())}")
 
 
@@ -167,6 +201,18 @@ def produce_all(settings: Settings, records: list[Encoded]) -> int:
     return len(records)
 
 
+def _head_gaps(settings: Settings) -> list[Gap]:
+    """Partitions whose head the broker deleted: "from the beginning" starts later there."""
+    log_start = LogStart(settings)
+    try:
+        wanted = dict.fromkeys(
+            ((settings.topic, p) for p in topic_partitions(settings, settings.topic)), 0
+        )
+        return log_start.gaps(wanted)
+    finally:
+        log_start.close()
+
+
 @click.command()
 @click.option("--from-beginning", is_flag=True, help="Start at the oldest event, not the newest.")
 @click.option("--follow/--no-follow", default=None, help="Keep waiting for new events.")
@@ -184,6 +230,12 @@ def tail(
 ) -> None:
     """Print the topic's events; with --from-beginning it stops at the end unless --follow."""
     follow = (not from_beginning) if follow is None else follow
+    notice = retention_notice(settings, "tail")
+    if notice is not None and notice.level >= logging.WARNING:
+        click.echo(f"warning: {notice.message}", err=True)
+    if from_beginning:
+        for gap in _head_gaps(settings):
+            click.echo(f"warning: {gap.line('tail')}", err=True)
     shown = 0
     records = read_topic(
         settings, codec_for(settings), from_beginning=from_beginning, follow=follow

@@ -308,7 +308,7 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
     click.echo(
         f"rebuilt {opts['db_path']}: {report.records} records, {report.projected} events, "
         f"{report.duplicates} duplicates, {report.dead_letters} refused, "
-        f"{report.rate:,.0f} records/s"
+        f"{report.rate:,.0f} records/s{report.since()}"
     )
 
 

@@ -91,6 +91,13 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="A directory every daemon of the group reaches: one checkpoint per partition, so a "
     "partition that moves resumes from its checkpoint (run several daemons with this).",
 )
+@click.option(
+    "--state-in-kafka",
+    is_flag=True,
+    envvar="STEPLEDGER_RECOVERY_STATE_IN_KAFKA",
+    help="Keep the per-partition checkpoints on the compacted recovery changelog topic "
+    "(created if missing) instead of files: no shared directory between machines.",
+)
 @click.option("--group", default=RECOVERY_GROUP, show_default=True, help="Consumer group.")
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
 @click.option(
@@ -125,6 +132,7 @@ def recover_command(
     no_entry_points: bool,
     state_dir: Path,
     shared_state: Path | None,
+    state_in_kafka: bool,
     group: str,
     grace: str,
     workers: int,
@@ -150,7 +158,10 @@ def recover_command(
         instance_id=instance_id,
         group_protocol=group_protocol,
         shared_state_dir=shared_state,
+        state_in_kafka=state_in_kafka,
     )
+    if state_in_kafka:
+        _ensure_state_topic(settings)
     metrics = RecoveryMetrics()
     serve_metrics(metrics.registry, metrics_port)
     daemon = RecoveryDaemon(
@@ -356,3 +367,19 @@ def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
     for command in (recover_command, health_command, escalations_group, reconcile_command):
         group.add_command(command)
+
+
+def _ensure_state_topic(settings: Settings) -> None:
+    """The recovery changelog: compacted, with the step log's partition count."""
+    from stepledger.kafka import ensure_topics, topic_partitions
+    from stepledger.topics import COMPACTED
+
+    count = len(topic_partitions(settings, settings.topic))
+    topic = settings.recovery_state_topic
+    ensure_topics(settings, [topic], partitions=count, configs={topic: dict(COMPACTED)})
+    have = len(topic_partitions(settings, topic))
+    if have != count:
+        raise click.ClickException(
+            f"{topic} has {have} partitions and {settings.topic} {count}: the recovery "
+            "changelog is partitioned like the step log; use a new changelog topic"
+        )

@@ -84,6 +84,9 @@ class StackOptions:
     """Projector processes in one group; more than one project into a shard directory."""
     recoverers: int = 1
     """Recovery daemons in one group; more than one share per-partition checkpoints."""
+    recovery_state_in_kafka: bool = False
+    """Recovery daemons keep their checkpoints on a compacted topic, each with its own
+    state directory: nothing shared between them but Kafka."""
 
     @property
     def scaled(self) -> bool:
@@ -142,6 +145,7 @@ class LocalStack:
                     "bootstrap": self.options.bootstrap or self._local_bootstrap(),
                     "topic": f"{prefix}-{suffix}",
                     "dlq_topic": f"{prefix}-dlq-{suffix}",
+                    "recovery_state_topic": f"{prefix}-recovery-{suffix}",
                     "fleet_id": self.options.fleet_id,
                 }
             )
@@ -245,6 +249,8 @@ class LocalStack:
 
     def _recovery_argv(self, name: str) -> list[str]:
         shared = ["--shared-state", str(self.shared_state)] if self.options.recoverers > 1 else []
+        if self.options.recovery_state_in_kafka:
+            shared = ["--state-in-kafka"]
         return [
             *STEPLEDGER,
             "recover",
@@ -272,6 +278,7 @@ class LocalStack:
             "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
             "STEPLEDGER_TOPIC": self.settings.topic,
             "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
+            "STEPLEDGER_RECOVERY_STATE_TOPIC": self.settings.recovery_state_topic,
             "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
             "STEPLEDGER_TOOL_TIMEOUT_S": str(self.options.tool_timeout_s),
             "STEPLEDGER_MAX_ATTEMPTS": str(self.options.max_attempts),

@@ -19,6 +19,7 @@ from stepledger.inbox.shown import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def serve(
         allowed_hosts=hosts,
     )
     answerer = answerer_for(settings, options)
+    check_retention(settings, "inbox")
     app = create_app(config, answerer)
     warm(app)
     shown = f"[{options.host}]" if ":" in options.host else options.host

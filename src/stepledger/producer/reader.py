@@ -42,7 +42,9 @@ from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, topic_partitions
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.partitioner import configured, partition_of
+from stepledger.producer.history import HistoryGuard
 from stepledger.producer.index import PartitionIndex
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +138,22 @@ class KafkaScanReader:
         self.codec = codec or codec_for(settings)
         self.last = ReadStats()
         self._known: list[tuple[str, int]] | None = None
+        self.history = HistoryGuard(settings, self.codec)
+        """Completes what the log still holds with checkpoints, or refuses (expired head)."""
 
     def read(self, workflow_id: str) -> list[Event]:
-        """Every event of the workflow: a scan of the whole topic (cost grows with the log)."""
+        """Every event of the workflow: a scan of the whole topic (cost grows with the log).
+
+        Where the workflow's partition can be computed and its head was deleted, the
+        history is completed from the workflow's checkpoint, or HistoryExpiredError.
+        """
+        check_retention(self.settings, "reader")
         began = time.perf_counter()
         starts = dict.fromkeys(self._partitions(), FIRST_OFFSET)
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
-        return events
+        home = self._home(workflow_id)
+        return events if home is None else self.history.complete(workflow_id, home, events)
 
     def follow(
         self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
@@ -152,7 +162,15 @@ class KafkaScanReader:
         return follow_partition(self.settings, self.codec, workflow_id, after, until, timeout_s)
 
     def close(self) -> None:
-        """Nothing is held between reads."""
+        """Close the history guard's clients."""
+        self.history.close()
+
+    def _home(self, workflow_id: str) -> int | None:
+        """The workflow's partition as the producers' partitioner picks it (None: random)."""
+        known = self._partitions()
+        partitioner = configured(self.settings.client_config())
+        chosen = partition_of(workflow_id.encode(), len(known), partitioner)
+        return None if chosen is None or (self.settings.topic, chosen) not in known else chosen
 
     def _partitions(self) -> list[tuple[str, int]]:
         # Asked once per reader: a metadata round costs more than reading a short tail.
@@ -183,10 +201,19 @@ class KafkaPartitionReader(KafkaScanReader):
         """Every event of the workflow: its partition from the workflow's first record on.
 
         The index is caught up first (the records since the last read, keys only): a
-        workflow not in it has no events and nothing more is read.
+        workflow not in it has no events and nothing more is read.  Where the partition's
+        head was deleted, the history is completed from the workflow's checkpoint, or the
+        read raises HistoryExpiredError (see :mod:`stepledger.producer.history`).
         """
-        began = time.perf_counter()
+        check_retention(self.settings, "sdk")
         mine = self._workflow_partitions(workflow_id)
+        events = self._read_log(workflow_id, mine)
+        if len(mine) != 1:
+            return events
+        return self.history.complete(workflow_id, mine[0][1], events)
+
+    def _read_log(self, workflow_id: str, mine: list[tuple[str, int]]) -> list[Event]:
+        began = time.perf_counter()
         starts = dict.fromkeys(mine, FIRST_OFFSET)
         if len(mine) == 1:
             indexed = self.index.records
@@ -205,8 +232,9 @@ class KafkaPartitionReader(KafkaScanReader):
         return events
 
     def close(self) -> None:
-        """Close the index's consumer."""
+        """Close the index's consumer and the history guard's clients."""
         self.index.close()
+        self.history.close()
 
     def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
         known = self._partitions()
@@ -265,7 +293,11 @@ class SnapshotTailReader(KafkaPartitionReader):
         events = stored + [e for e in tail if e.event_id not in seen]
         elapsed = time.perf_counter() - began
         self.last = ReadStats(len(stored), scanned, len(tail), elapsed, source)
-        return events
+        if len(mine) != 1:
+            return events
+        # The snapshot holds what was projected below its offset: only a log start past
+        # that offset lost something the reader needs.
+        return self.history.complete(workflow_id, mine[0][1], events, starts[mine[0]])
 
 
 def read_to_end(

@@ -22,6 +22,8 @@ from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
+from stepledger.errors import BrokerError
+from stepledger.gaps import Gap, LogStart
 from stepledger.kafka import ensure_topics, topic_partitions
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
@@ -31,12 +33,14 @@ from stepledger.projector.engine import (
     BatchReport,
     Projector,
 )
+from stepledger.projector.gaps import record_gaps, restore_from_checkpoints
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.snapshots import is_shard_dir
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +108,8 @@ class _Loop:
     assigned: list[KafkaPartition] = field(default_factory=list)
     watch: BrokerWatch | None = None
     """One line when the broker is lost and one when it is back."""
+    log_start: LogStart | None = None
+    """Each partition's log start, compared with the stored offsets on assignment."""
 
     @property
     def state(self) -> Shards:
@@ -125,6 +131,7 @@ def run_projector(
     for topic in topics:
         topic_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
+    check_retention(settings, "projector")
     metrics = metrics or ProjectorMetrics()
     dead_letters = KafkaRecordLetters(settings)
     watch = BrokerWatch(logger, on_change=lambda up: metrics.broker_up.set(1 if up else 0))
@@ -212,8 +219,11 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     keys = [(tp.topic, tp.partition) for tp in partitions]
     stored = state.open(keys)
     if loop.settings is not None:
+        gapped = _record_gaps(loop, keys, stored)
+        # A partition past a gap starts at the log start: nothing below it to read back.
+        probed = {where: n for where, n in stored.items() if where not in gapped}
         check_positions(
-            loop.settings, stored, lambda *at: _last_event(state, *at), db=str(loop.options.db_path)
+            loop.settings, probed, lambda *at: _last_event(state, *at), db=str(loop.options.db_path)
         )
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
@@ -225,6 +235,41 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
         ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
         extra={"partitions": len(partitions)},
     )
+
+
+def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> set[Where]:
+    """Gaps below the log start: reported, counted, kept in ``gaps``; ``stored`` moves on."""
+    assert loop.settings is not None
+    if loop.log_start is None:
+        loop.log_start = LogStart(loop.settings)
+
+    def store_of(where: Where) -> ProjectionStore | None:
+        pipeline = loop.state.pipeline(where)
+        return None if pipeline is None else pipeline.projector.store
+
+    gapped: set[Where] = set()
+    settings = loop.settings
+
+    def restore(gap: Gap) -> bool:
+        pipeline = loop.state.pipeline((gap.topic, gap.partition))
+        return pipeline is not None and restore_from_checkpoints(settings, pipeline, gap)
+
+    try:
+        found = record_gaps(loop.log_start, keys, stored, store_of, loop.options.group, restore)
+    except BrokerError as exc:
+        # Not knowing the log start stops nothing: the position check below still runs.
+        logger.warning("could not compare the stored offsets with the log start: %s", exc)
+        return gapped
+    gaps, restored = found
+    for gap in gaps:
+        if gap not in restored:
+            loop.metrics.records_lost.labels(gap.topic, str(gap.partition)).inc(gap.records_lost)
+        # Restored or not, the partition starts at its log start now.
+        pipeline = loop.state.pipeline((gap.topic, gap.partition))
+        if pipeline is not None:
+            pipeline.projector.reload_offsets()
+        gapped.add((gap.topic, gap.partition))
+    return gapped
 
 
 def _last_event(state: Shards, topic: str, partition: int, below: int) -> tuple[int, bytes] | None:

@@ -33,6 +33,12 @@ class ProjectorMetrics:
         self.anomalies = Counter(
             "stepledger_projector_anomalies", "Invalid transitions recorded.", registry=r
         )
+        self.records_lost = Counter(
+            "stepledger_projector_records_lost",
+            "Records deleted from the log (retention, DeleteRecords) before they were projected.",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "stepledger_projector_batch_seconds",
             "Time to project one batch (decode, fold, dead letters, commit).",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
@@ -21,6 +21,7 @@ from stepledger.config import Settings
 from stepledger.consume import assigned_consumer
 from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLetters, RecordLetterSink
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
+from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import topic_partitions
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
@@ -29,9 +30,10 @@ from stepledger.projector.engine import (
     BatchReport,
     Projector,
 )
+from stepledger.projector.gaps import gap_rows
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
-from stepledger.projector.store import ProjectionStore
+from stepledger.projector.store import ProjectionStore, stage
 
 Where = tuple[str, int]
 #: Called after each batch with (records read, records expected so far).
@@ -47,6 +49,16 @@ class RebuildReport:
     duplicates: int = 0
     dead_letters: int = 0
     seconds: float = 0.0
+    gaps: list[Gap] = field(default_factory=list)
+    """Partitions whose head the log no longer holds: the rebuild starts at their log start."""
+
+    def since(self) -> str:
+        """How far back the rebuild could go, for its closing line ('' when to offset 0)."""
+        if not self.gaps:
+            return ""
+        starts = ", ".join(f"{g.topic}[{g.partition}] from offset {g.log_start}" for g in self.gaps)
+        lost = sum(g.records_lost for g in self.gaps)
+        return f"; history before the log start is gone ({starts}: {lost} records)"
 
     @property
     def rate(self) -> float:
@@ -136,6 +148,7 @@ def read_partitions(
     """
     partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
     group = next(iter(projectors.values())).group if projectors else PROJECTOR_GROUP
+    _record_gaps(settings, projectors, report, group)
     route: dict[Where, Pipeline] = {}
     made: dict[int, Pipeline] = {}
     for where, projector in projectors.items():
@@ -152,6 +165,22 @@ def read_partitions(
     finally:
         for pipeline in made.values():
             pipeline.stop()
+
+
+def _record_gaps(
+    settings: Settings, projectors: Mapping[Where, Projector], report: RebuildReport, group: str
+) -> None:
+    """Gaps at the head: one line each, a row in the store's ``gaps`` table, the report."""
+    log_start = LogStart(settings)
+    try:
+        gaps = log_start.gaps(dict.fromkeys(projectors, 0))
+    finally:
+        log_start.close()
+    for gap in gaps:
+        report_gap(gap, "rebuild")
+        store = projectors[(gap.topic, gap.partition)].store
+        store.write(stage({"gaps": gap_rows([gap], f"{group}-rebuild")}, {}), [])
+    report.gaps.extend(gaps)
 
 
 def _read_routed(

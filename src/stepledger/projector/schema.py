@@ -128,6 +128,18 @@ ARROW: dict[str, pa.Schema] = {
     "offsets": pa.schema(
         [("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64())]
     ),
+    # History the projection never saw: the log's head was deleted before it was read.
+    "gaps": pa.schema(
+        [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("expected_offset", pa.int64()),
+            ("log_start", pa.int64()),
+            ("records_lost", pa.int64()),
+            ("detected_at", _TS),
+            ("detected_by", pa.string()),
+        ]
+    ),
 }
 
 #: Primary keys of the tables that are upserted; the others only ever grow.
@@ -138,10 +150,19 @@ KEYS: dict[str, tuple[str, ...]] = {
     # so: two workflows naming one id must not overwrite each other's row.
     "escalations": ("workflow_id", "escalation_id"),
     "offsets": ("topic", "partition"),
+    "gaps": ("topic", "partition", "expected_offset"),
 }
 
 #: The projected tables, in the order a batch writes them (offsets last).
-TABLES: tuple[str, ...] = ("events", "steps", "workflows", "escalations", "anomalies", "offsets")
+TABLES: tuple[str, ...] = (
+    "events",
+    "steps",
+    "workflows",
+    "escalations",
+    "anomalies",
+    "gaps",
+    "offsets",
+)
 VIEWS: tuple[str, ...] = ("open_intents", "unresolved_escalations", "tool_stats", "fleet_summary")
 
 _DUCK_TYPES = {

@@ -43,6 +43,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
 from stepledger.errors import OwnershipLostError, StepLedgerError
+from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import admin, topic_partitions
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
@@ -58,6 +59,7 @@ from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver
+from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 CLIENT_ID = wire.RECOVERY_CLIENT_ID
@@ -85,11 +87,12 @@ class RecoveryDaemon:
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = store or _checkpoints(options)
+        self.store = store or _checkpoints(settings, options)
         self.dead_letters = dead_letters or KafkaEventLetters(
             settings, self.codec, group=options.group
         )
         self.metrics = metrics or RecoveryMetrics()
+        self._log_start: LogStart | None = None
         self.metrics.broker_up.set(1)
         self.watch = BrokerWatch(
             logger, on_change=lambda up: self.metrics.broker_up.set(1 if up else 0)
@@ -130,6 +133,7 @@ class RecoveryDaemon:
         # projector does) instead of logging connection errors forever while "healthy".
         topic_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
+        check_retention(self.settings, "recovery")
         consumer = GroupConsumer(
             self.settings,
             self.membership,
@@ -372,6 +376,9 @@ class RecoveryDaemon:
                     extra={"topic": tp.topic, "partition": tp.partition},
                 )
             tp.offset = OFFSET_BEGINNING if offset is None else offset
+            gap = self._gap(tp.topic, tp.partition, offset or 0)
+            if gap is not None:
+                tp.offset = gap.log_start
             self.caught_up.discard(tp.partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
@@ -390,6 +397,20 @@ class RecoveryDaemon:
             "partitions assigned",
             extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
         )
+
+    def _gap(self, topic: str, partition: int, expected: int) -> Gap | None:
+        """A gap below the log start: one line and a count (its intents are never seen)."""
+        if self._log_start is None:
+            self._log_start = LogStart(self.settings)
+        try:
+            gaps = self._log_start.gaps({(topic, partition): expected})
+        except StepLedgerError as exc:
+            logger.warning("could not read the log start of %s[%d]: %s", topic, partition, exc)
+            return None
+        for gap in gaps:
+            report_gap(gap, "recovery")
+            self.metrics.records_lost.labels(topic, str(partition)).inc(gap.records_lost)
+        return gaps[0] if gaps else None
 
     def _on_revoke(self, partitions: list[TopicPartition]) -> None:
         """Partitions are handed over in order: queued work dropped, running work finished."""
@@ -474,7 +495,11 @@ class RecoveryDaemon:
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
 
 
-def _checkpoints(options: DaemonOptions) -> CheckpointStore:
+def _checkpoints(settings: Settings, options: DaemonOptions) -> CheckpointStore:
+    if options.state_in_kafka:
+        from stepledger.recovery.changelog import KafkaCheckpointStore
+
+        return KafkaCheckpointStore(settings, options.group)
     if options.shared_state_dir is not None:
         return PartitionedCheckpointStore(options.shared_state_dir, options.group)
     return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group)

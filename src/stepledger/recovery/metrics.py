@@ -44,6 +44,12 @@ class RecoveryMetrics:
         self.escalations = Counter(
             "stepledger_recovery_escalations", "Steps put in the human queue.", ["kind"], registry=r
         )
+        self.records_lost = Counter(
+            "stepledger_recovery_records_lost",
+            "Records deleted from the log (retention, DeleteRecords) before recovery read them.",
+            ["topic", "partition"],
+            registry=r,
+        )
         self.hook_errors = Counter(
             "stepledger_recovery_hook_errors",
             "Recovery hooks that raised or timed out.",

@@ -53,6 +53,9 @@ class DaemonOptions:
     shared_state_dir: Path | None = None
     """A directory every daemon of the group reaches: one checkpoint file per partition
     there, so a moved partition resumes from its checkpoint (None: ``state_dir``'s own file)."""
+    state_in_kafka: bool = False
+    """Keep the per-partition checkpoints on the compacted ``recovery_state_topic`` instead
+    of files: daemons on different machines need no shared directory."""
 
     def membership(self, client_id: str) -> Membership:
         """How the daemon takes part in its consumer group."""

@@ -247,6 +247,9 @@ def server_properties(
         "broker.heartbeat.interval.ms": 500,
         "broker.session.timeout.ms": 3000,
         "log.segment.bytes": 16 * 1024 * 1024,
+        # Retention tests expire segments for real (short retention.ms and segment.ms on
+        # their topic); every other topic keeps everything, so the check finds nothing.
+        "log.retention.check.interval.ms": 1000,
         "num.network.threads": 2,
         "num.io.threads": 2,
         "num.recovery.threads.per.data.dir": 1,

@@ -74,6 +74,13 @@ import click
     show_default=True,
     help="Recovery daemons in one group, sharing per-partition checkpoints (as --projectors).",
 )
+@click.option(
+    "--state-in-kafka",
+    "state_in_kafka",
+    is_flag=True,
+    help="Recovery daemons keep their checkpoints on a compacted topic, each with its own "
+    "state directory: no shared state between members but Kafka.",
+)
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 def chaos(
     workflows: int,
@@ -87,6 +94,7 @@ def chaos(
     nodes: int,
     projectors: int,
     recoverers: int,
+    state_in_kafka: bool,
     parallel: int,
     break_mode: str | None = None,
 ) -> None:
@@ -115,6 +123,7 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
+        recovery_state_in_kafka=state_in_kafka,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts

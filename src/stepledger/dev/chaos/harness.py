@@ -45,6 +45,7 @@ from stepledger.dev.examples.clients import RunningService
 from stepledger.dev.examples.tools import BREAK_ENV
 from stepledger.dev.stack import DaemonRole, Engine, LocalStack, StackOptions
 from stepledger.domain.state import StepStatus
+from stepledger.errors import StepLedgerError
 from stepledger.recovery.checkpoint import partition_checkpoint_path
 from stepledger.recovery.options import RECOVERY_GROUP as RECOVERY_GROUP
 from stepledger.snapshots import shard_path
@@ -86,6 +87,8 @@ class ChaosOptions:
     """Projector processes in one group (more than one: a shard directory)."""
     recoverers: int = 1
     """Recovery daemons in one group (more than one: shared per-partition checkpoints)."""
+    recovery_state_in_kafka: bool = False
+    """Recovery checkpoints on a compacted topic, no shared directory (``--state-in-kafka``)."""
 
     @property
     def scaled(self) -> bool:
@@ -293,12 +296,25 @@ class Run:
                 shard_path(self.db, topic, p).exists() for p in range(count)
             )
             saved = self.options.recoverers < 2 or all(
-                gather.checkpointed(partition_checkpoint_path(shared, RECOVERY_GROUP, topic, p))
-                for p in range(count)
+                self._checkpointed(shared, topic, p) for p in range(count)
             )
             return shards and saved
 
         return wait_until(ready, timeout, interval=0.2)
+
+    def _checkpointed(self, shared: Path, topic: str, partition: int) -> bool:
+        if not self.options.recovery_state_in_kafka:
+            path = partition_checkpoint_path(shared, RECOVERY_GROUP, topic, partition)
+            return gather.checkpointed(path)
+        from stepledger.recovery.changelog import KafkaCheckpointStore
+
+        store = KafkaCheckpointStore(self.settings, RECOVERY_GROUP)
+        try:
+            return store.load(topic, partition) is not None
+        except StepLedgerError:
+            return False  # the changelog is created by the first daemon
+        finally:
+            store.close()
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -398,6 +414,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         partitions=SCALED_PARTITIONS if options.scaled else 3,
         projectors=options.projectors,
         recoverers=options.recoverers,
+        recovery_state_in_kafka=options.recovery_state_in_kafka,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
         return _execute(Run(options, stack), plan, echo)

@@ -1,0 +1,281 @@
+"""The checkpointer: folds the step log into per-workflow checkpoints on a compacted topic.
+
+One checkpointer owns a set of step-log partitions (all by default; ``--partitions`` splits
+them between processes).  Per partition it restores what the checkpoint topic holds (every
+workflow's newest checkpoint and the partition's progress), then follows the step log from
+the record after the progress, keeping each workflow's values.  A workflow is checkpointed
+after ``every_events`` new records, when it finishes, and every ``every_s`` seconds (a
+*round*), which also writes the partition's progress: the offset up to which every workflow
+that has a record there has a checkpoint covering it.  A reader uses the progress to prove
+that an id with no checkpoint and no record after the log start is new.
+
+Exactly once relative to the input, without transactions: a checkpoint is a function of
+the step log up to its covered offset (the workflow's values in log order, byte for byte,
+and the fold's summary of them), so writing it again, after a crash or by a second owner
+of the partition, writes the same record; a reader takes the checkpoint with the highest
+covered offset and reads the tail after it, deduplicating by event id.  Progress is written
+only after every checkpoint it vouches for was acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from stepledger import wire
+from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, encode
+from stepledger.checkpoints.view import CheckpointView
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.consume import assigned_consumer, partition_end
+from stepledger.domain.state import replay
+from stepledger.errors import CodecError, StepLedgerError
+from stepledger.gaps import LogStart, report_gap
+from stepledger.kafka import DurableProducer, Position, topic_partitions
+from stepledger.log import codec_for
+
+logger = logging.getLogger(__name__)
+
+#: The event types after which a workflow runs nothing new: it is checkpointed at once.
+_ENDINGS = tuple(
+    f"{wire.CE_TYPE_PREFIX}{t}".encode() for t in ("workflow_finished", "workflow_dead_lettered")
+)
+_BATCH = 5000
+_POLL_S = 0.05
+_GROUP = wire.CHECKPOINTER_GROUP
+
+
+class _Stop(Protocol):
+    @property
+    def requested(self) -> bool: ...
+
+
+_ConsumerContext = contextlib.AbstractContextManager[Consumer]
+
+
+@dataclass
+class _Workflow:
+    values: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    covered: int = -1
+    """The offset of the newest record in ``values``."""
+    written: int = -1
+    """The covered offset of the newest checkpoint acknowledged."""
+    pending: int = 0
+
+
+@dataclass
+class _Partition:
+    number: int
+    broken: bool = False
+    """Records it never read were deleted: nothing more is vouched for (see ``_gap``)."""
+    progress: int = -1
+    read_to: int = -1
+    """The offset of the newest step-log record taken in."""
+    workflows: dict[bytes, _Workflow] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    """When workflows are checkpointed."""
+
+    every_events: int = 100
+    """A workflow is checkpointed after this many new records."""
+    every_s: float = 5.0
+    """Every workflow with new records, and each partition's progress, at this interval."""
+
+
+class Checkpointer:
+    """Writes workflow checkpoints for the step-log partitions it owns."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        partitions: Iterable[int] | None = None,
+        options: CheckpointOptions | None = None,
+        codec: Codec | None = None,
+    ) -> None:
+        self.settings = settings
+        self.options = options or CheckpointOptions()
+        self.codec = codec or codec_for(settings)
+        self._wanted = None if partitions is None else sorted(set(partitions))
+        self._parts: dict[int, _Partition] = {}
+        self._producer = DurableProducer(settings)
+        self._log_start = LogStart(settings)
+        self.written = 0
+        """Checkpoints (workflow and progress records) acknowledged so far."""
+
+    def restore(self) -> None:
+        """Load what the checkpoint topic holds for the owned partitions."""
+        numbers = self._wanted or topic_partitions(self.settings, self.settings.topic)
+        view = CheckpointView(self.settings)
+        for number in numbers:
+            part = _Partition(number)
+            for key, found in view.partition(number).items():
+                if key == PROGRESS_KEY:
+                    part.progress = part.read_to = found.covered_offset
+                    continue
+                covered = found.covered_offset
+                offsets = list(found.offsets) or [-1] * len(found.events)
+                part.workflows[key] = _Workflow(list(found.events), offsets, covered, covered)
+            self._parts[number] = part
+            self._check_start(part, part.progress + 1)
+        logger.info(
+            "checkpointer restored %s",
+            ", ".join(
+                f"[{p.number}] {len(p.workflows)} workflows@{p.progress}"
+                for p in self._parts.values()
+            ),
+        )
+
+    def _check_start(self, part: _Partition, expected: int) -> None:
+        """Stop vouching for a partition whose records past ``expected`` were deleted unread.
+
+        Progress promises that every workflow with a record up to it has a checkpoint; a
+        record the checkpointer never read breaks that promise for good, so the partition's
+        progress stays where it was (readers refuse what it cannot prove) and its
+        checkpoints are no longer extended (one could otherwise miss records in the middle).
+        """
+        for gap in self._log_start.gaps({(self.settings.topic, part.number): expected}):
+            report_gap(gap, "checkpointer")
+            logger.error(
+                "checkpointer: %s[%d] is no longer checkpointed: its history before offset %d "
+                "expired unread; workflows with records there raise HistoryExpiredError",
+                gap.topic,
+                gap.partition,
+                gap.log_start,
+            )
+            part.broken = True
+
+    def catch_up(self, timeout_s: float = 120.0) -> None:
+        """Read every owned partition to its end, then write a round (tests, one-shot runs)."""
+        if not self._parts:
+            self.restore()
+        deadline = time.monotonic() + timeout_s
+        at_end: set[int] = set()
+        with self._consumer() as consumer:
+            while len(at_end | {p.number for p in self._parts.values() if p.broken}) < len(
+                self._parts
+            ):
+                if time.monotonic() > deadline:
+                    raise StepLedgerError("the checkpointer did not reach the log's end in time")
+                for msg in consumer.consume(_BATCH, _POLL_S):
+                    if partition_end(msg):
+                        at_end.add(int(msg.partition() or 0))
+                        continue
+                    self._take(msg)
+        self.round()
+
+    def run(self, stop: _Stop) -> None:
+        """Follow the log until ``stop.requested``, writing a round every ``every_s``."""
+        self.restore()
+        last = time.monotonic()
+        with self._consumer() as consumer:
+            while not stop.requested:
+                for msg in consumer.consume(_BATCH, _POLL_S):
+                    if not partition_end(msg):
+                        self._take(msg)
+                if time.monotonic() - last >= self.options.every_s:
+                    self.round()
+                    last = time.monotonic()
+        self.round()
+
+    def round(self) -> None:
+        """Checkpoint every workflow with new records, then each partition's progress."""
+        for part in self._parts.values():
+            if part.broken:
+                continue
+            self._flush(part, [k for k, w in part.workflows.items() if w.covered > w.written])
+            if part.read_to > part.progress:
+                progress = WorkflowCheckpoint(None, self.settings.topic, part.number, part.read_to)
+                self._send([(part.number, progress)])
+                part.progress = part.read_to
+
+    def close(self) -> None:
+        """Flush the producer."""
+        self._producer.close()
+        self._log_start.close()
+
+    def _consumer(self) -> _ConsumerContext:
+        starts = [
+            TopicPartition(self.settings.topic, p.number, p.progress + 1)
+            for p in self._parts.values()
+            if not p.broken
+        ]
+        return assigned_consumer(self.settings, starts, group=_GROUP, **{"fetch.wait.max.ms": 50})
+
+    def _take(self, msg: Message) -> None:
+        part = self._parts[int(msg.partition() or 0)]
+        offset = int(msg.offset() or 0)
+        if offset > part.read_to + 1:
+            # Offsets of an idempotent, non-transactional log are contiguous: a jump is a
+            # deletion ahead of this reader (it lagged by more than the retention).
+            self._check_start(part, part.read_to + 1)
+        if part.broken:
+            return
+        key = msg.key() or b""
+        held = part.workflows.setdefault(key, _Workflow())
+        part.read_to = max(part.read_to, offset)
+        if offset <= held.covered:
+            return  # already in its restored checkpoint
+        held.values.append(msg.value() or b"")
+        held.offsets.append(offset)
+        held.covered = offset
+        held.pending += 1
+        if held.pending >= self.options.every_events or _ends(msg):
+            self._flush(part, [key])
+
+    def _flush(self, part: _Partition, keys: list[bytes]) -> None:
+        records = [
+            (part.number, self._checkpoint(part.number, key, part.workflows[key])) for key in keys
+        ]
+        self._send(records)
+        for key in keys:
+            held = part.workflows[key]
+            held.written, held.pending = held.covered, 0
+
+    def _checkpoint(self, partition: int, key: bytes, held: _Workflow) -> WorkflowCheckpoint:
+        workflow_id = key.decode("utf-8", "replace")
+        events = []
+        for value in held.values:
+            try:
+                events.append(self.codec.decode(value))
+            except CodecError:
+                continue  # kept as bytes; every reader skips it as the fold does
+        state = replay(workflow_id, events)
+        return WorkflowCheckpoint(
+            workflow_id,
+            self.settings.topic,
+            partition,
+            held.covered,
+            status=state.status.value,
+            attempt=state.attempt,
+            steps=len(state.steps),
+            events=tuple(held.values),
+            offsets=tuple(held.offsets),
+        )
+
+    def _send(self, records: list[tuple[int, WorkflowCheckpoint]]) -> None:
+        futures: list[Future[Position]] = []
+        for _, checkpoint in records:
+            topic, value = self.settings.checkpoint_topic, encode(checkpoint)
+            # The checkpoint's partition is the step log's, whatever the key hashes to.
+            futures.append(
+                self._producer.send(topic, checkpoint.key, value, partition=checkpoint.partition)
+            )
+        for future in futures:
+            self._producer.wait(future)
+        self.written += len(futures)
+
+
+def _ends(msg: Message) -> bool:
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return any(name == wire.CE_TYPE_HEADER and value in _ENDINGS for name, value in pairs)

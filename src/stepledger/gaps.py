@@ -1,0 +1,105 @@
+"""Gaps: a reader whose position is below the log start says so, in one line and a metric.
+
+Retention (or ``DeleteRecords``) moves a partition's log start forward.  A reader asked to
+read from an offset below it gets the records from the log start on (``auto.offset.reset``)
+and, unless it looks, carries on as if it had read everything.  Every reader (the projector,
+recovery, a rebuild, ``tail``, the SDK) compares where it meant to start with the log start
+through :class:`LogStart` and reports a :class:`Gap` with :func:`report_gap`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from stepledger import wire
+from stepledger.config import Settings
+from stepledger.errors import BrokerError
+
+logger = logging.getLogger(__name__)
+
+_WATERMARK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Records a reader needed that the log no longer holds."""
+
+    topic: str
+    partition: int
+    expected_offset: int
+    """Where the reader meant to go on from."""
+    log_start: int
+    """The first offset the partition still holds."""
+
+    @property
+    def records_lost(self) -> int:
+        """How many offsets between the two are gone."""
+        return self.log_start - self.expected_offset
+
+    def line(self, role: str) -> str:
+        """The one line naming the gap."""
+        return (
+            f"{role}: {self.topic}[{self.partition}] starts at offset {self.log_start}, past "
+            f"the expected offset {self.expected_offset}: {self.records_lost} records lost "
+            "to retention or deletion before they were read"
+        )
+
+
+def report_gap(gap: Gap, role: str) -> None:
+    """Log the gap's one warning line."""
+    logger.warning(
+        "%s",
+        gap.line(role),
+        extra={
+            "topic": gap.topic,
+            "partition": gap.partition,
+            "expected_offset": gap.expected_offset,
+            "log_start": gap.log_start,
+            "records_lost": gap.records_lost,
+        },
+    )
+
+
+class LogStart:
+    """The first offset each partition still holds (ListOffsets EARLIEST, one client)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def of(self, topic: str, partition: int) -> int:
+        """The partition's log start now (0 when the broker says nothing)."""
+        with self._lock:
+            if self._consumer is None:
+                conf = {"group.id": wire.LOG_START_GROUP, "enable.auto.commit": False}
+                self._consumer = Consumer(self.settings.client_config(**conf))
+            try:
+                low, _ = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
+                )
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"cannot read the log start of {topic}[{partition}]: {exc}"
+                ) from None
+        return max(0, int(low))
+
+    def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
+        """The partitions whose wanted next offset is below their log start."""
+        found = []
+        for (topic, partition), expected in sorted(wanted.items()):
+            low = self.of(topic, partition)
+            if low > max(0, expected):
+                found.append(Gap(topic, partition, max(0, expected), low))
+        return found
+
+    def close(self) -> None:
+        """Close the client."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None

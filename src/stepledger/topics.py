@@ -1,0 +1,157 @@
+"""Topic settings in one place: what ``init`` creates, and what every reader checks at start.
+
+The step log is the state (invariant 16): the broker may delete nothing that is the only copy
+of it.  So the step log is created with ``retention.ms=-1`` unless an operator asks for a
+finite retention, which is accepted only together with the compacted checkpoint topic
+(:mod:`stepledger.checkpoints`) that covers what retention deletes.
+
+Every process that reads the log (the SDK, the projector, the recovery daemon, the inbox,
+the CLI) calls :func:`check_retention` once at start: one warning line when the broker may
+delete history that no checkpoint covers.  Tansu enforces no retention and answers no
+``DescribeConfigs`` the way Apache Kafka does; the check then says nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+from stepledger.config import Settings
+from stepledger.errors import ConfigError
+from stepledger.kafka import admin
+
+logger = logging.getLogger(__name__)
+
+#: Keep every record: the step log is the state.
+INFINITE = -1
+#: A compacted topic keeps the newest record of every key for good.
+COMPACTED = {"cleanup.policy": "compact"}
+_DESCRIBE_TIMEOUT_S = 5.0
+
+
+def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) -> dict[str, str]:
+    """The topic settings ``init`` gives the step log (the one place they are decided).
+
+    A finite ``retention_ms`` without checkpoints is refused: history the broker deletes
+    would be gone with nothing to resume a waiting workflow from.
+    """
+    if retention_ms != INFINITE and retention_ms <= 0:
+        raise ConfigError(f"retention {retention_ms} ms: give -1 (keep everything) or a positive")
+    if retention_ms != INFINITE and not checkpoints:
+        raise ConfigError(
+            f"a finite retention ({retention_ms} ms) needs checkpoints (--checkpoints): "
+            "without them the broker deletes the only copy of waiting workflows' state"
+        )
+    return {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
+
+
+def checkpoint_topic_config() -> dict[str, str]:
+    """The checkpoint topic's settings: compacted, so each workflow's newest checkpoint stays."""
+    return dict(COMPACTED)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """What the broker may delete from a topic, as its configuration says."""
+
+    topic: str
+    retention_ms: int | None
+    """``retention.ms`` (-1: forever; None: the broker did not say)."""
+    cleanup_policy: str | None
+    """``cleanup.policy`` (``delete``, ``compact`` or both; None: the broker did not say)."""
+
+    @property
+    def deletes(self) -> bool:
+        """True when the broker deletes records by age (not kept forever, not compact-only)."""
+        policy = self.cleanup_policy or "delete"
+        if "delete" not in policy:
+            return False
+        return self.retention_ms is not None and self.retention_ms != INFINITE
+
+
+def describe_retention(settings: Settings, topic: str) -> Retention:
+    """Read a topic's ``retention.ms`` and ``cleanup.policy`` (None where the broker is silent)."""
+    values = _describe(settings, topic, ("retention.ms", "cleanup.policy"))
+    raw = values.get("retention.ms")
+    retention = int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+    return Retention(topic, retention, values.get("cleanup.policy"))
+
+
+def topic_exists(settings: Settings, topic: str) -> bool:
+    """True when the broker lists the topic (no auto-creation: every topic is listed)."""
+    try:
+        listed = admin(settings).list_topics(timeout=_DESCRIBE_TIMEOUT_S).topics
+    except KafkaException:
+        return False
+    return topic in listed
+
+
+_checked: set[tuple[str, str]] = set()
+_checked_lock = threading.Lock()
+
+
+def check_retention(settings: Settings, role: str) -> Notice | None:
+    """Once per process and topic: log one warning line when the step log's state can expire.
+
+    Finite retention with the checkpoint topic present is an info line (checkpoints cover
+    what is deleted, as long as a checkpointer runs); finite retention without it is the
+    warning.  Returns what was logged (None: nothing, or already checked in this process).
+    """
+    where = (settings.bootstrap, settings.topic)
+    with _checked_lock:
+        if where in _checked:
+            return None
+        _checked.add(where)
+    notice = retention_notice(settings, role)
+    if notice is not None:
+        logger.log(notice.level, "%s", notice.message)
+    return notice
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One line about the step log's retention, and how loud it is."""
+
+    level: int
+    message: str
+
+
+def retention_notice(settings: Settings, role: str) -> Notice | None:
+    """What to say about the step log's retention (None: nothing can expire, or no answer)."""
+    try:
+        found = describe_retention(settings, settings.topic)
+    except Exception as exc:  # a check at start must never stop the process
+        logger.info("%s: could not read %s's retention: %s", role, settings.topic, exc)
+        return None
+    if not found.deletes:
+        return None
+    days = f"{(found.retention_ms or 0) / 86_400_000:.3g}"
+    if topic_exists(settings, settings.checkpoint_topic):
+        return Notice(
+            logging.INFO,
+            f"{role}: {settings.topic} deletes records after {days} days "
+            f"(retention.ms={found.retention_ms}); older history is read from the checkpoints "
+            f"on {settings.checkpoint_topic}, which a checkpointer must keep writing",
+        )
+    return Notice(
+        logging.WARNING,
+        f"{role}: {settings.topic} deletes records after {days} days "
+        f"(retention.ms={found.retention_ms}, cleanup.policy={found.cleanup_policy}) and "
+        f"{settings.checkpoint_topic} does not exist: a workflow waiting longer loses its "
+        "state; set retention.ms=-1 or run `stepledger init --checkpoints` and a checkpointer",
+    )
+
+
+def _describe(settings: Settings, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
+    resource = ConfigResource("topic", topic)
+    client = admin(settings)  # kept alive until the answer came: its futures die with it
+    futures: dict[Any, Any] = client.describe_configs(
+        [resource], request_timeout=_DESCRIBE_TIMEOUT_S
+    )
+    entries = next(iter(futures.values())).result(_DESCRIBE_TIMEOUT_S)
+    return {name: (entries[name].value if name in entries else None) for name in names}

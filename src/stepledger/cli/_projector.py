@@ -17,11 +17,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.deadletters.readback import (
     parse_position,
+    plan_replay,
     read_dead_letters,
     replay_letters,
     select_letters,
@@ -44,6 +46,7 @@ from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
 from stepledger.snapshots import is_shard_dir
+from stepledger.terminal import safe
 
 _DB = click.option(
     "--db",
@@ -198,9 +201,12 @@ def _cell(value: Any) -> str:
 
 def _print_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
 
-    table = Table(*columns, title=title, show_lines=False)
+    # Text, not markup: a cell holding "[red]" or an escape sequence is shown as it is.
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(Text(safe(column)))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(safe(cell)) for cell in row))
     Console(width=200).print(table)
 
 
@@ -217,9 +223,12 @@ def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
         return
     wf = found.workflow
     click.echo(
-        f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
-        f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
-        f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  last activity {wf['last_at']}"
+        safe(
+            f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
+            f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
+            f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  "
+            f"last activity {wf['last_at']}"
+        )
     )
     rows = [
         [
@@ -401,7 +410,11 @@ def dlq_replay(
     everything: bool,
     to_topic: str | None,
 ) -> None:
-    """Re-append dead letters (original key, value, headers) after a fix."""
+    """Re-append dead letters (original key, value, headers) after a fix.
+
+    Each letter is replayed once: a letter already replayed is skipped, and so is a letter
+    of a replayed record refused again unless it is named with --offset.
+    """
 
     wanted = [parse_position(p) for p in positions]
     letters = select_letters(
@@ -409,9 +422,20 @@ def dlq_replay(
     )
     if not letters:
         raise click.ClickException("no dead letters match")
-    landed = replay_letters(settings, letters, to_topic=to_topic)
-    for letter, position in zip(letters, landed, strict=True):
+    plan = plan_replay(letters, named=wanted)
+    landed = replay_letters(settings, plan.replay, to_topic=to_topic) if plan.replay else []
+    for letter, position in zip(plan.replay, landed, strict=True):
         click.echo(
-            f"replayed {letter.position.partition}:{letter.position.offset} -> "
-            f"{position.topic}[{position.partition}]@{position.offset}"
+            safe(
+                f"replayed {letter.name} -> "
+                f"{position.topic}[{position.partition}]@{position.offset}"
+            )
+        )
+    for letter in plan.already_replayed:
+        click.echo(safe(f"skipped {letter.name}: replayed before -> {letter.replayed_to}"))
+    if plan.of_replays:
+        names = " ".join(f"--offset {x.name}" for x in plan.of_replays)
+        click.echo(
+            f"skipped {len(plan.of_replays)} letter(s) of replayed records refused again; "
+            f"to replay them once more, name them: {names}"
         )

@@ -26,6 +26,7 @@ from stepledger.errors import LedgerStateError
 from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
+from stepledger.terminal import safe
 
 
 def _db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,7 +63,7 @@ def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: A
     ensure_counted(receipt)
     verdict = "approved" if granted else "denied"
     event = receipt.event
-    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})")
+    click.echo(safe(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})"))
 
 
 @click.command("approve")
@@ -120,7 +121,7 @@ def clear_command(
         log.append(factory.envelope(workflow_id, None, body))
     finally:
         log.close()
-    click.echo(f"cleared {workflow_id} (escalation {state.escalation_id})")
+    click.echo(safe(f"cleared {workflow_id} (escalation {state.escalation_id})"))
 
 
 @workflows_group.command("show")
@@ -147,11 +148,14 @@ def show_command(settings: Settings, db_path: Path | None, workflow_id: str, as_
         click.echo(json.dumps(summary, default=str))
         return
     click.echo(
-        f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
-        + (f", escalation {state.escalation_id}" if state.escalation_id else "")
+        safe(
+            f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
+            + (f", escalation {state.escalation_id}" if state.escalation_id else "")
+        )
     )
-    if steps:
-        click.echo(render(steps))
+    for step in steps:
+        # One line per step, escaped whole: a newline in a field cannot start another.
+        click.echo(safe(render([step])))
 
 
 def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:

@@ -33,6 +33,7 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver, reader_check
+from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -221,7 +222,7 @@ def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLe
     return WorkflowDeadLetteredError(
         f"workflow {wf!r} is dead-lettered after {state.attempt} attempts "
         f"(escalation {escalation}); a human clears it with "
-        f"`stepledger workflows clear {wf} --by NAME`",
+        f"`stepledger workflows clear {shell_arg(wf)} --by NAME`",
         escalation_id=escalation,
         workflow_id=wf,
     )

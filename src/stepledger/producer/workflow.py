@@ -50,6 +50,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, resume
 from stepledger.producer._refusals import ensure_nothing_open, refusal
+from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -370,8 +371,8 @@ class Workflow:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
         if status is StepStatus.AWAITING_APPROVAL:
             raise ApprovalPendingError(
-                f"step {step_id!r} awaits approval: `stepledger approve {self.workflow_id} "
-                f"{step_id} --by NAME`",
+                f"step {step_id!r} awaits approval: `stepledger approve "
+                f"{shell_arg(self.workflow_id)} {shell_arg(step_id)} --by NAME`",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )

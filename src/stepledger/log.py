@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, get_args
 
+from stepledger import tracing
 from stepledger.codec import Codec, RegistryFraming
 from stepledger.config import Settings
 from stepledger.domain.events import Event, EventType
@@ -49,6 +50,7 @@ def event_headers(event: Event) -> Headers:
         ("ce_type", _CE_TYPE[event.type]),
         ("ce_id", event.event_id.encode()),
         ("ce_source", _ce_source(event.fleet_id, event.producer_id)),
+        *tracing.trace_headers(),
     ]
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from stepledger import tracing
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -70,6 +71,7 @@ class WorkflowSpec:
     reason: str | None = None
 
 
+@tracing.traced_open
 def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workflow:
     """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
     from stepledger.producer.workflow import Workflow

@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
+from stepledger import tracing
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.codec import Codec
 from stepledger.config import Settings
@@ -200,6 +201,7 @@ class RecoveryDaemon:
             return
         self.metrics.events.inc()
         self.events_read += 1
+        tracing.remember_intent(event, msg)
         try:
             late = self.tracker.apply(event, partition, offset)
         except Exception as exc:

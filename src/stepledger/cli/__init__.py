@@ -8,6 +8,7 @@ import click
 
 from stepledger.cli._common import run_guarded
 from stepledger.cli._demo import register as register_demo
+from stepledger.cli._doctor import register as register_doctor
 from stepledger.cli._inbox import register as register_inbox
 from stepledger.cli._ledger import register as register_ledger
 from stepledger.cli._projector import register as register_projector
@@ -30,6 +31,7 @@ for _register in (
     register_demo,
     register_inbox,
     register_chaos,
+    register_doctor,
 ):
     _register(cli)
 

@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from stepledger import tracing
 from stepledger.brokerwatch import BrokerWatch, client_logger
+from stepledger.clientid import client_id
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Polled
@@ -96,7 +97,7 @@ class RecoveryDaemon:
         )
         self.shutdown = shutdown or Shutdown()
         self._claims = ClaimBoard(options.claim_timeout_s)
-        self.membership = options.membership(CLIENT_ID)
+        self.membership = options.membership(client_id("recovery"))  # CLIENT_ID/VERSION
         self.fence = Fence(*self.membership.fence_timing)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(

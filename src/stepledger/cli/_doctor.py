@@ -1,0 +1,72 @@
+"""``stepledger doctor``: check a cluster before trusting it with the step log."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stepledger.cli._common import with_settings
+from stepledger.clientid import stepledger_version
+from stepledger.config import Settings
+from stepledger.doctor.checks import check, unsafe
+from stepledger.doctor.facts import gather
+from stepledger.projector.engine import PROJECTOR_GROUP
+from stepledger.recovery.options import RECOVERY_GROUP
+from stepledger.terminal import safe
+
+#: Where checkpoints covering a finite retention would live: ``TOPIC`` + this.
+CHECKPOINT_SUFFIX = "-checkpoints"
+
+
+@click.command("doctor")
+@with_settings
+@click.option(
+    "--checkpoint-topic",
+    help=f"The compacted checkpoint topic [default: the step log's name + {CHECKPOINT_SUFFIX}].",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help=f"A consumer group to check (repeatable) [default: {PROJECTOR_GROUP}, {RECOVERY_GROUP}].",
+)
+@click.option(
+    "--max-lag", type=click.IntRange(0), default=10_000, show_default=True, help="Lag that is off."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def doctor_command(
+    settings: Settings,
+    checkpoint_topic: str | None,
+    groups: tuple[str, ...],
+    max_lag: int,
+    as_json: bool,
+) -> None:
+    """Say, one line each, what is unsafe or off in the cluster; exit 1 if anything is unsafe.
+
+    Checks replication (factor 3, min.insync.replicas 2 on a multi-broker cluster), the step
+    log's retention against checkpoints, its timestamp type, that a checkpoint topic is
+    compacted, group members against partitions and versions, and the groups' lag.
+    """
+    facts = gather(
+        settings,
+        checkpoint_topic=checkpoint_topic or settings.topic + CHECKPOINT_SUFFIX,
+        groups=groups or (PROJECTOR_GROUP, RECOVERY_GROUP),
+    )
+    findings = check(facts, version=stepledger_version(), max_lag=max_lag)
+    bad = unsafe(findings)
+    if as_json:
+        counts = {level: sum(f.level == level for f in findings) for level in ("unsafe", "off")}
+        report = {"brokers": facts.brokers, "findings": [f.to_json() for f in findings], **counts}
+        click.echo(json.dumps(report))
+    else:
+        for f in findings:
+            click.echo(safe(f"{f.level.upper():6} {f.check:11} {f.subject}: {f.message}"))
+        click.echo("unsafe: see above" if bad else "nothing unsafe found")
+    if bad:
+        click.get_current_context().exit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add this area's commands to the group."""
+    group.add_command(doctor_command)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
 from stepledger.snapshots import is_shard_dir
 from stepledger.terminal import safe
+from stepledger.timeline import bars, timeline_svg
 
 _DB = click.option(
     "--db",
@@ -214,10 +216,18 @@ def _print_table(columns: list[str], rows: list[list[str]], title: str | None = 
 @click.argument("workflow_id")
 @_DB
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the workflow's timeline (steps, attempts, decisions) into this SVG file.",
+)
+def status(workflow_id: str, db_path: Path, as_json: bool, svg_file: Path | None) -> None:
     """Show a workflow's steps in order with status, tool, attempts and result."""
 
     found = workflow_status(readable_source(db_path), workflow_id)
+    if svg_file is not None:
+        _write_timeline(svg_file, found.workflow, found.steps)
     if as_json:
         click.echo(json.dumps({"workflow": found.workflow, "steps": found.steps}))
         return
@@ -243,6 +253,15 @@ def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
         for s in found.steps
     ]
     _print_table(["#", "step", "status", "tool", "attempts", "resolved by", "result"], rows)
+
+
+def _write_timeline(path: Path, workflow: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    title = f"{workflow['workflow_id']}: {workflow['status']}, attempt {workflow['attempt']}"
+    picture = timeline_svg(title, bars(steps), now=datetime.now(UTC))
+    try:
+        path.write_text(picture + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _summary(step: dict[str, Any], width: int = 60) -> str:

@@ -38,6 +38,7 @@ from stepledger.inbox import queue as q
 from stepledger.inbox.answers import Answerer, Receipt, answer_kind, parse_result
 from stepledger.inbox.auth import CSRF_FIELD, TokenGate, check_csrf, csrf_token
 from stepledger.inbox.cases import Answer, Case, CaseKind
+from stepledger.inbox.timeline import case_timeline
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -67,6 +68,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     env = templates.env
     env.filters.update(pretty=_pretty, ago=_ago, when=_when, label=_label)
     env.globals["case_url"] = case_url
+    env.globals["case_timeline"] = case_timeline
     pages = _Pages(config, answerer, templates)
     routes = [
         Route("/", pages.queue),
@@ -89,7 +91,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
 def warm(app: Starlette) -> None:
     """Compile the templates and open the snapshot before the first person asks."""
     pages: _Pages = app.state.pages
-    for name in ("queue.html", "_rows.html", "case.html", "missing.html"):
+    for name in ("queue.html", "_rows.html", "case.html", "_timeline.html", "missing.html"):
         pages.templates.get_template(name)
     with contextlib.suppress(ViewStoreError):  # no projection yet: the page says so
         pages.source.page(q.QueueFilter())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 from stepledger.config import Settings
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.terminal import safe, shell_arg
-from tests.integration.projector_helpers import cli, produce_events
+from tests.integration import inbox_helpers as h
+from tests.integration.projector_helpers import cli, produce_events, projecting
 from tests.unit.factories import factory, pay_tool
 
 #: Retitles the terminal (OSC 0), then forges a line saying the workflow finished.
@@ -58,6 +60,25 @@ def test_workflows_show_and_errors_are_inert(settings: Settings, src_env: dict[s
     assert refused.returncode != 0
     _assert_inert(refused.stderr)
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
+def test_status_and_the_escalation_queue_are_inert(
+    settings: Settings, tmp_path: Path, src_env: dict[str, str]
+) -> None:
+    count = _hostile_log(settings)
+    count += produce_events(settings, h.escalated_lookup(h.factory(), HOSTILE, "esc-hostile"))
+    kafka = ("--bootstrap", settings.bootstrap, "--topic", settings.topic)
+    listed = cli(src_env, "escalations", "list", *kafka)
+    assert listed.returncode == 0, listed.stderr
+    _assert_inert(listed.stdout)
+    assert len(listed.stdout.splitlines()) == 1 and "esc-hostile" in listed.stdout
+    db = tmp_path / "p.duckdb"
+    with projecting(settings, db) as daemon:
+        daemon.wait_received(count)
+    shown = cli(src_env, "status", HOSTILE, "--db", str(db))
+    assert shown.returncode == 0, shown.stderr
+    _assert_inert(shown.stdout)
+    assert safe(HOSTILE) in shown.stdout and "workflow_finished" not in shown.stdout.split("\n")[1]
 
 
 def test_a_quoted_id_is_exactly_one_shell_argument_and_prints_inert() -> None:

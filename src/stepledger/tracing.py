@@ -17,7 +17,8 @@ Every span of a workflow is in one trace whose id is derived from the workflow i
 agent that crashed, the one that resumed and the daemon that decided hours later write into
 the same trace without reading each other (the parent of a process's top spans is a virtual
 workflow span, never exported).  A caller's own span (a web request, say) is linked.  Each
-event appended while a span is current carries its W3C ``traceparent`` header.
+event appended while a span is current carries its W3C ``traceparent`` header.  Until an
+SDK tracer provider is set, nothing is traced and no header is added.
 
 Attributes: ``stepledger.workflow_id``, ``stepledger.step_id``, ``stepledger.tool``,
 ``stepledger.attempt``, ``stepledger.policy``, ``stepledger.idempotency_key``,
@@ -44,7 +45,7 @@ except ImportError:  # pragma: no cover - the otel extra is optional
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from stepledger.domain.events import Event
     from stepledger.domain.state import StepState
@@ -76,9 +77,29 @@ def enabled() -> bool:
     return _otel is not None
 
 
-def _tracer() -> Tracer:
+def _provider() -> TracerProvider | None:
     assert _otel is not None
-    return _otel.get_tracer(TRACER)
+    return _otel.get_tracer_provider()
+
+
+def _active() -> bool:
+    """Whether an SDK provider is configured: without one nothing is traced, at no cost.
+
+    The API's default (proxy) provider would still hand out the workflow's context, so
+    every event would carry a ``traceparent`` naming a span nobody records.
+    """
+    if _otel is None:
+        return False
+    provider = _provider()
+    return provider is not None and not isinstance(
+        provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider
+    )
+
+
+def _tracer() -> Tracer:
+    provider = _provider()
+    assert provider is not None
+    return provider.get_tracer(TRACER)
 
 
 def workflow_context(workflow_id: str) -> Context:
@@ -146,6 +167,8 @@ def traced_step(method: F) -> F:
 
         @functools.wraps(method)
         async def astep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _active():
+                return await method(self, *args, **kwargs)
             with step_span(self.workflow_id, *attributes(args, kwargs)):
                 return await method(self, *args, **kwargs)
 
@@ -153,6 +176,8 @@ def traced_step(method: F) -> F:
 
     @functools.wraps(method)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return method(self, *args, **kwargs)
         with step_span(self.workflow_id, *attributes(args, kwargs)):
             return method(self, *args, **kwargs)
 
@@ -166,6 +191,8 @@ def traced_open(fn: F) -> F:
 
     @functools.wraps(fn)
     def opened(ledger: Any, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return fn(ledger, workflow_id, *args, **kwargs)
         with _span("stepledger.workflow.open", workflow_id, {}) as span:
             workflow = fn(ledger, workflow_id, *args, **kwargs)
             span.set_attribute(ATTEMPT, int(getattr(workflow, "attempt", 0)))
@@ -213,7 +240,7 @@ def recorded(event: Event, position: Position) -> None:
 
 def traced_call(run: Callable[..., Any], tool: str) -> Callable[..., Any]:
     """The tool's run hook inside a ``stepledger.call`` span (async stays async)."""
-    if _otel is None:
+    if not _active():
         return run
     name = f"stepledger.call {tool}"
 
@@ -241,7 +268,7 @@ def traced_call(run: Callable[..., Any], tool: str) -> Callable[..., Any]:
 
 def trace_headers() -> Headers:
     """The W3C ``traceparent`` of the current span, as a header (none without a valid span)."""
-    if _otel is None:
+    if _otel is None or not _active():
         return []
     context = _otel.get_current_span().get_span_context()
     if not context.is_valid:
@@ -281,7 +308,7 @@ def remember_intent(event: Event, record: Any) -> None:
     ``record`` is the consumed message (anything with ``headers()``); a record without
     headers, or with a header that is not a traceparent, is simply not remembered.
     """
-    if _otel is None or event.step_id is None or event.type != "step_intended":
+    if event.step_id is None or event.type != "step_intended" or not _active():
         return
     headers = getattr(record, "headers", None)
     found = headers() if callable(headers) else None
@@ -294,7 +321,7 @@ def remember_intent(event: Event, record: Any) -> None:
 @contextlib.contextmanager
 def decision_span(workflow_id: str, step_id: str, decision: str) -> Iterator[None]:
     """A ``stepledger.decision`` span: a child of and linked to the step's span if known."""
-    if _otel is None:
+    if _otel is None or not _active():
         yield
         return
     attrs = {WORKFLOW_ID: workflow_id, STEP_ID: step_id, DECISION: decision}

@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import ProxyTracerProvider, get_current_span, use_span
 
 from stepledger import tracing
 from stepledger.domain.tools import Tool
@@ -25,7 +26,7 @@ def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     # The process-wide provider stays untouched: only stepledger's tracer is this one.
-    monkeypatch.setattr(tracing, "_tracer", lambda: provider.get_tracer("stepledger"))
+    monkeypatch.setattr(tracing, "_provider", lambda: provider)
     yield memory
     provider.shutdown()
 
@@ -81,3 +82,20 @@ def test_an_async_step_is_traced_and_events_carry_the_current_traceparent(
     traceparent = headers["traceparent"]
     assert traceparent is not None
     assert traceparent.decode().split("-")[1] == f"{span.get_span_context().trace_id:032x}"
+
+
+def test_without_an_sdk_provider_nothing_is_traced_and_no_header_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tracing, "_provider", ProxyTracerProvider)
+    assert not tracing._active()
+    with use_span(get_current_span(tracing.workflow_context("wf-4"))):
+        event = factory().workflow_started(
+            "wf-4", name="", attempt=1, read_only=False, max_attempts=1
+        )
+        assert all(k != "traceparent" for k, _ in event_headers(event))
+    calls: list[str] = []
+    ledger_over(InMemoryEventLog()).workflow("wf-4").step(
+        "s", PAY, {}, lambda a, k: calls.append(k)
+    )
+    assert len(calls) == 1

@@ -9,7 +9,11 @@ from __future__ import annotations
 import functools
 from importlib.metadata import PackageNotFoundError, version
 
+from stepledger import wire
+
 PREFIX = "stepledger-"
+#: The client id prefix of each daemon role.
+ROLES = {"projector": wire.PROJECTOR_CLIENT_ID, "recovery": wire.RECOVERY_CLIENT_ID}
 
 
 @functools.cache
@@ -23,4 +27,5 @@ def stepledger_version() -> str:
 
 def client_id(role: str) -> str:
     """``stepledger-ROLE/VERSION``."""
-    return f"{PREFIX}{role}/{stepledger_version()}"
+    prefix = ROLES.get(role, PREFIX + role)
+    return f"{prefix}{wire.CLIENT_VERSION_SEPARATOR}{stepledger_version()}"

@@ -43,6 +43,8 @@ try:
 except ImportError:  # pragma: no cover - the otel extra is optional
     _otel = None  # type: ignore[assignment]
 
+from stepledger import wire
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
@@ -54,8 +56,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-TRACER = "stepledger"
-TRACEPARENT = "traceparent"
+TRACER = wire.TRACER_NAME
+TRACEPARENT = wire.TRACEPARENT_HEADER
 WORKFLOW_ID = "stepledger.workflow_id"
 STEP_ID = "stepledger.step_id"
 TOOL = "stepledger.tool"

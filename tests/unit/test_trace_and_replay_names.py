@@ -1,35 +1,40 @@
-"""Names this release puts on the wire (headers, span names, client ids) are pinned here."""
+"""The names issue 25 put on the wire (replay headers, spans, client ids) as the code uses them."""
 
 from __future__ import annotations
 
-from stepledger import tracing
+from stepledger import tracing, wire
 from stepledger.clientid import client_id, stepledger_version
 from stepledger.deadletters import readback
-from stepledger.deadletters.letter import HEADER_PREFIX
 
 
-def test_dead_letter_replay_headers_are_pinned() -> None:
-    assert HEADER_PREFIX + readback.REPLAY_OF == "dlq_replay_of"
-    assert HEADER_PREFIX + readback.REPLAYED == "dlq_replayed"
-    assert HEADER_PREFIX + readback.REPLAYED_TO == "dlq_replayed_to"
+def test_replay_headers_are_declared_dead_letter_headers() -> None:
+    used = {readback.REPLAY_OF, readback.REPLAYED, readback.REPLAYED_TO}
+    assert used == {"replay_of", "replayed", "replayed_to"} and used <= wire.DEAD_LETTER_HEADERS
     assert readback.REPLAY_STAGE == "replay"
 
 
-def test_trace_names_are_pinned() -> None:
+def test_span_names_and_attributes_are_pinned() -> None:
+    assert {
+        "stepledger.step",
+        "stepledger.call",
+        "stepledger.workflow.open",
+        "stepledger.decision",
+    } == wire.SPANS
+    used = {
+        tracing.WORKFLOW_ID,
+        tracing.STEP_ID,
+        tracing.TOOL,
+        tracing.ATTEMPT,
+        tracing.POLICY,
+        tracing.IDEMPOTENCY_KEY,
+        tracing.REPLAYED,
+        tracing.DECISION,
+        tracing.EVENT_TYPE,
+    }
+    assert used <= wire.SPAN_ATTRIBUTES
     assert tracing.TRACEPARENT == "traceparent" and tracing.TRACER == "stepledger"
-    assert (tracing.WORKFLOW_ID, tracing.STEP_ID, tracing.TOOL) == (
-        "stepledger.workflow_id",
-        "stepledger.step_id",
-        "stepledger.tool",
-    )
-    assert (tracing.ATTEMPT, tracing.POLICY, tracing.IDEMPOTENCY_KEY, tracing.REPLAYED) == (
-        "stepledger.attempt",
-        "stepledger.policy",
-        "stepledger.idempotency_key",
-        "stepledger.replayed",
-    )
 
 
 def test_daemon_client_ids_carry_role_and_version() -> None:
     assert client_id("recovery") == f"stepledger-recovery/{stepledger_version()}"
-    assert client_id("projector").startswith("stepledger-projector/")
+    assert client_id("projector") == f"stepledger-projector/{stepledger_version()}"

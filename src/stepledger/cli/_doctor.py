@@ -6,13 +6,12 @@ import json
 
 import click
 
+from stepledger import wire
 from stepledger.cli._common import with_settings
 from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
 from stepledger.doctor.checks import check, unsafe
 from stepledger.doctor.facts import gather
-from stepledger.projector.engine import PROJECTOR_GROUP
-from stepledger.recovery.options import RECOVERY_GROUP
 from stepledger.terminal import safe
 
 #: Where checkpoints covering a finite retention would live: ``TOPIC`` + this.
@@ -29,7 +28,8 @@ CHECKPOINT_SUFFIX = "-checkpoints"
     "--group",
     "groups",
     multiple=True,
-    help=f"A consumer group to check (repeatable) [default: {PROJECTOR_GROUP}, {RECOVERY_GROUP}].",
+    help="A consumer group to check (repeatable) "
+    f"[default: {wire.PROJECTOR_GROUP}, {wire.RECOVERY_GROUP}].",
 )
 @click.option(
     "--max-lag", type=click.IntRange(0), default=10_000, show_default=True, help="Lag that is off."
@@ -51,7 +51,7 @@ def doctor_command(
     facts = gather(
         settings,
         checkpoint_topic=checkpoint_topic or settings.topic + CHECKPOINT_SUFFIX,
-        groups=groups or (PROJECTOR_GROUP, RECOVERY_GROUP),
+        groups=groups or (wire.PROJECTOR_GROUP, wire.RECOVERY_GROUP),
     )
     findings = check(facts, version=stepledger_version(), max_lag=max_lag)
     bad = unsafe(findings)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,6 +15,7 @@ import click
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.consume import GroupProtocol
+from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
@@ -31,17 +31,15 @@ from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.resolution.registry import ToolRegistry, load_registries
 from stepledger.terminal import safe
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h`` or ``7d`` into a timedelta."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise click.BadParameter(f"expected a duration like 90s, 15m, 2h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+    """Parse ``90``, ``90s``, ``15m``, ``2h`` or ``7d`` into a timedelta (a click parameter)."""
+    try:
+        return times.parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
@@ -82,7 +83,7 @@ REPLAY_OF = "replay_of"
 REPLAYED = "replayed"
 #: On a marker: where the replay landed, ``TOPIC[PARTITION]@OFFSET``.
 REPLAYED_TO = "replayed_to"
-REPLAY_STAGE = "replay"
+REPLAY_STAGE = wire.DEAD_LETTER_REPLAY_STAGE
 
 
 @dataclass(frozen=True)

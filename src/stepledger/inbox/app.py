@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from stepledger import wire
 from stepledger.errors import (
     AlreadyAnsweredError,
     InvalidAnswerError,
@@ -121,7 +122,7 @@ class _Pages:
         wanted, problem = _filter(request)
         context = await run_in_threadpool(self._queue_context, wanted, problem)
         response = self._render(request, "_rows.html", context)
-        response.headers["x-inbox-version"] = version
+        response.headers[wire.INBOX_VERSION_HEADER] = version
         return response
 
     def _queue_context(self, wanted: q.QueueFilter, problem: str | None) -> dict[str, Any]:

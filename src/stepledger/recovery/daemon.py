@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from stepledger import tracing
+from stepledger import tracing, wire
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.clientid import client_id
 from stepledger.codec import Codec
@@ -61,7 +61,7 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver
 
 logger = logging.getLogger(__name__)
-CLIENT_ID = "stepledger-recovery"
+CLIENT_ID = wire.RECOVERY_CLIENT_ID
 """The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 

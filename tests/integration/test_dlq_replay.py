@@ -64,6 +64,11 @@ def test_a_still_poison_record_replayed_four_times_does_not_double_the_topic(
         daemon.wait_received(received + 1)
         wait_for(lambda: len(_letters(settings)) == 3, 30, "the third letter")
         assert _replay(settings, "--offset", name).startswith(f"skipped {name}: replayed before")
+    table = CliRunner().invoke(
+        main_group,
+        ["dlq", "list", "--bootstrap", settings.bootstrap, "--dlq-topic", settings.dlq_topic],
+    )
+    assert "replayed ->" in table.output and "letter of a replay" in table.output
     on_log = [r for r in read_topic(settings, Codec(), idle_timeout=0.3) if r.key == b"k-schema"]
     assert len(on_log) == 3  # the original, one replay of it, one replay of its letter
     assert len(read_dead_letters(settings)) == 3

@@ -397,7 +397,7 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
         for letter in shown:
             click.echo(json.dumps(letter.summary()))
         return
-    columns = ["dlq", "from", "stage", "error", "key", "bytes"]
+    columns = ["dlq", "from", "stage", "error", "key", "bytes", "replay"]
     rows = []
     for letter in shown:
         s = letter.summary()
@@ -409,9 +409,17 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
                 str(s["error"])[:80],
                 str(s["key"])[:40],
                 str(s["value_bytes"]),
+                _replay_note(letter.replayed_to, letter.replay_of),
             ]
         )
     _print_table(columns, rows, title=f"{len(letters)} dead letters in {settings.dlq_topic}")
+
+
+def _replay_note(replayed_to: str | None, replay_of: str | None) -> str:
+    notes = [f"replayed -> {replayed_to}"] if replayed_to else []
+    if replay_of:
+        notes.append(f"letter of a replay of {replay_of}")
+    return "; ".join(notes)
 
 
 def _announce_renamed_topic(settings: Settings) -> None:

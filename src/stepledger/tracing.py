@@ -101,9 +101,16 @@ def _active() -> bool:
 def _tracer() -> Tracer:
     provider = _provider()
     assert provider is not None
+    return _tracer_of(provider)
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer_of(provider: TracerProvider) -> Tracer:
+    # The SDK builds a new tracer per call (measured: the largest cost of a step's spans).
     return provider.get_tracer(TRACER)
 
 
+@functools.lru_cache(maxsize=4096)
 def workflow_context(workflow_id: str) -> Context:
     """The context of a workflow's virtual root span: the same in every process."""
     assert _otel is not None

@@ -45,3 +45,15 @@ def test_the_approval_hint_quotes_a_hostile_workflow_id() -> None:
         check=True,
     ).stdout.split(b"\0")[:-1]
     assert [w.decode() for w in words] == ["approve", hostile, "wire", "--by", "NAME"]
+
+
+def test_text_logs_escape_what_agents_wrote() -> None:
+    import logging
+
+    from stepledger.ops import SafeTextFormatter
+
+    record = logging.LogRecord(
+        "stepledger", logging.INFO, "", 0, "step %s", ("a\n\x1b]0;t\x07",), None
+    )
+    line = SafeTextFormatter("%(levelname)s %(message)s").format(record)
+    assert line == "INFO step a\\n\\x1b]0;t\\x07"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from stepledger.cli import cli as main_group
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.kafka import admin
 from tests.conftest import unique
 from tests.integration.projector_helpers import wait_for
@@ -44,8 +46,10 @@ def _lines(report: dict[str, Any]) -> set[tuple[str, str]]:
     return {(f["level"], f["check"]) for f in report["findings"]}
 
 
-def _create(settings: Settings, topic: str, partitions: int, config: dict[str, str]) -> None:
-    new = NewTopic(topic, partitions, config=config)
+def _create(
+    settings: Settings, topic: str, partitions: int, config: dict[str, str], replicas: int = -1
+) -> None:
+    new = NewTopic(topic, partitions, replication_factor=replicas, config=config)
     client = admin(settings)  # kept alive until its futures are done
     for future in client.create_topics([new], operation_timeout=10).values():
         future.result(15)
@@ -118,3 +122,23 @@ def test_doctor_names_each_unsafe_and_off_thing_and_exits_by_what_is_unsafe(
     assert by_check["lag"]["level"] == "off" and "lag 3" in by_check["lag"]["message"]
     assert report["unsafe"] == 0 and ("unsafe", "retention") not in _lines(report)
     assert ("off", "timestamps") not in _lines(report)
+
+
+def test_on_three_brokers_low_replication_and_min_insync_are_unsafe(tmp_path: Path) -> None:
+    with KafkaBroker(nodes=3, log_dir=tmp_path / "kafka") as cluster:
+        settings = Settings(
+            bootstrap=cluster.bootstrap, topic=unique("events"), dlq_topic=unique("dlq")
+        )
+        kept = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
+        _create(settings, settings.topic, 3, kept, replicas=1)
+        _create(settings, settings.dlq_topic, 3, {"min.insync.replicas": "1"}, replicas=3)
+        code, report = _settled(settings)
+    assert code == 1 and report["brokers"] == 3
+    unsafe = sorted(
+        (f["subject"], f["message"]) for f in report["findings"] if f["level"] == "unsafe"
+    )
+    assert [subject for subject, _ in unsafe] == sorted([settings.dlq_topic, settings.topic])
+    by_topic = dict(unsafe)
+    assert "replication factor 1 < 3 on a 3-broker cluster" in by_topic[settings.topic]
+    assert "min.insync.replicas=1 < 2" in by_topic[settings.dlq_topic]
+    assert not any(f["check"] == "replication" and f["level"] == "off" for f in report["findings"])

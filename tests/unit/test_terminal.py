@@ -44,7 +44,7 @@ def test_the_approval_hint_quotes_a_hostile_workflow_id() -> None:
         timeout=10,
         check=True,
     ).stdout.split(b"\0")[:-1]
-    assert [w.decode() for w in words] == ["approve", hostile, "wire", "--by", "NAME"]
+    assert [w.decode() for w in words] == ["approve", hostile, "wire", "--digest", "D"]
 
 
 def test_text_logs_escape_what_agents_wrote() -> None:

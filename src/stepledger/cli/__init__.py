@@ -23,9 +23,9 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
         "recovery",
         ("recover", "recover-health", "escalations", "reconcile"),
     ),
-    "stepledger.cli._runtime": ("", ("approve", "deny", "workflows")),
+    "stepledger.cli._runtime": ("", ("approve", "deny", "approvals", "workflows")),
     "stepledger.cli._demo": ("local", ("demo",)),
-    "stepledger.cli._inbox": ("inbox", ("inbox",)),
+    "stepledger.cli._inbox": ("inbox", ("inbox", "inbox-user")),
     "stepledger.dev.chaos.command": ("local", ("chaos",)),
     "stepledger.cli._doctor": ("", ("doctor",)),
 }

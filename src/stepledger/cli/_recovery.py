@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from stepledger.cli._common import group_options, with_settings
+from stepledger.cli._identity import BY_HELP, answerer
 from stepledger.config import Settings
 from stepledger.consume import GroupProtocol
 from stepledger.domain import times
@@ -255,14 +256,14 @@ def show_command(settings: Settings, escalation_id: str) -> None:
 )
 @click.option("--result", "result_json", help="JSON result of the effect (with --happened).")
 @click.option("--note", default="", help="Why: what you checked.")
-@click.option("--by", required=True, help="Who answers.")
+@click.option("--by", default=None, help=BY_HELP)
 def resolve_command(
     settings: Settings,
     escalation_id: str,
     verdict: str | None,
     result_json: str | None,
     note: str,
-    by: str,
+    by: str | None,
 ) -> None:
     """Answer an escalation; the answer is appended and the step is re-judged from it."""
     if verdict is None:
@@ -270,6 +271,7 @@ def resolve_command(
             "say what happened: --happened, --not-happened, --compensated or --cleared"
         )
     result = _parse_result(result_json)
+    name, auth = answerer(by)
     item = read_queue(settings, codec_for(settings)).get(escalation_id)
     log = KafkaEventLog(settings)
     reader = KafkaScanReader(settings)
@@ -279,9 +281,10 @@ def resolve_command(
             item.workflow_id,
             escalation_id,
             Verdict(verdict),
-            by=by,
+            by=name,
             note=note or CLI_NOTE,
             result=result,
+            auth=auth,
         )
     finally:
         log.close()

@@ -337,13 +337,17 @@ class Workflow:
                 return move
             if kind is MoveKind.RUN:
                 self._ensure_may_run(step_id, tool)
-                return move
-            if kind is MoveKind.SETTLE:
+                # Approval binding: an approval of another call (or an expired one) asks again.
+                if not approval.ask_again(self, step_id, tool, args):
+                    return move
+            elif kind is MoveKind.SETTLE:
                 resume.settle(self, step_id, tool)
             elif kind is MoveKind.REQUEST_APPROVAL:
                 self._ensure_may_run(step_id, tool)
-                approval.request(self, step_id, tool)
+                approval.request(self, step_id, tool, args)
             elif kind is MoveKind.AWAIT_APPROVAL:
+                # The pending request must show this call, else it is asked again.
+                approval.ask_again(self, step_id, tool, args)
                 self._await_approval(step_id)
             else:
                 raise refusal(self.workflow_id, move, step_id)
@@ -378,8 +382,10 @@ class Workflow:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
         if status is StepStatus.AWAITING_APPROVAL:
             raise ApprovalPendingError(
-                f"step {step_id!r} awaits approval: `stepledger approve "
-                f"{shell_arg(self.workflow_id)} {shell_arg(step_id)} --by NAME`",
+                f"step {step_id!r} awaits approval of its call: `stepledger approvals show "
+                f"{shell_arg(self.workflow_id)} {shell_arg(step_id)}` shows it, "
+                f"`stepledger approve {shell_arg(self.workflow_id)} {shell_arg(step_id)} "
+                "--digest D` approves it",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )

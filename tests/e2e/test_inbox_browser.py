@@ -414,7 +414,7 @@ def test_the_case_page_draws_the_workflow_timeline(
     context = _context(browser)
     page = context.new_page()
     page.goto(stack.url)
-    page.goto(stack.base + "/escalations/esc-order")
+    page.goto(stack.home + "/escalations/esc-order")
     picture = page.locator("#timeline svg.timeline")
     picture.wait_for()
     box = picture.bounding_box()

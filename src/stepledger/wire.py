@@ -104,6 +104,13 @@ SPAN_ATTRIBUTES = frozenset(
 )
 """Attributes stepledger sets on its spans and span events."""
 
+# -- steps the framework integrations name --------------------------------------------------
+
+MODEL_STEP_TOOL = "model"
+"""The tool name of a recorded model turn (a read-only step; ``stepledger.integrations``)."""
+AUTO_STEP_ID_SEPARATOR = "#"
+"""Step ids the integrations give a model's calls: tool, this separator, occurrence (from 1)."""
+
 # -- metrics (Prometheus names, without the ``_total`` suffix of counters) ----------------------
 
 PROJECTOR_METRICS = frozenset(

@@ -49,6 +49,8 @@ PINNED = {
     "DEAD_LETTER_REPLAY_STAGE": "replay",
     "TRACEPARENT_HEADER": "traceparent",
     "TRACER_NAME": "stepledger",
+    "MODEL_STEP_TOOL": "model",
+    "AUTO_STEP_ID_SEPARATOR": "#",
 }
 
 EVENT_TYPES = (

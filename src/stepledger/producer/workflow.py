@@ -257,6 +257,19 @@ class Workflow:
             tool=tool.name,
         )
 
+    def fast_forward(self) -> None:
+        """Take the recorded steps as this run's prefix: new steps follow them, none re-issued.
+
+        For agents whose next steps come from a model that was shown the log: recorded steps
+        keep their positions and are matched by step id whenever they are asked for again,
+        and a new step takes the position after the last recorded one.
+        """
+        with self._lock:
+            for step in self.state.ordered_steps():
+                if step.sequence >= 0:
+                    self._positions.setdefault(step.step_id, step.sequence)
+            self._next_position = max(self._next_position, self._recorded_until + 1)
+
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
     ) -> None:

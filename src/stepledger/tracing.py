@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
     from stepledger.domain.events import Event
     from stepledger.domain.state import StepState
-    from stepledger.domain.tools import Tool
     from stepledger.kafka import Headers, Position
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -157,15 +156,18 @@ def traced_step(method: F) -> F:
     if _otel is None:
         return method
 
-    def attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Tool]:
-        step_id = args[0] if args else kwargs["step_id"]
-        tool = args[1] if len(args) > 1 else kwargs["tool"]
+    def attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+        # Never the reason a call fails: a call the method itself refuses is traced as given.
+        step_id = args[0] if args else kwargs.get("step_id", "")
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
         return str(step_id), tool
 
     @contextlib.contextmanager
-    def step_span(workflow_id: str, step_id: str, tool: Tool) -> Iterator[None]:
-        attrs = {STEP_ID: step_id, TOOL: tool.name, POLICY: tool.resolution.value}
-        with _span(f"stepledger.step {tool.name}", workflow_id, attrs) as span:
+    def step_span(workflow_id: str, step_id: str, tool: Any) -> Iterator[None]:
+        name = str(getattr(tool, "name", "?"))
+        policy = getattr(getattr(tool, "resolution", None), "value", "")
+        attrs = {STEP_ID: step_id, TOOL: name, POLICY: str(policy)}
+        with _span(f"stepledger.step {name}", workflow_id, attrs) as span:
             token = _STEP.set(span)
             try:
                 yield

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, get_args
 
-from stepledger import wire
+from stepledger import tracing, wire
 from stepledger.codec import Codec, RegistryFraming
 from stepledger.config import Settings
 from stepledger.domain.events import Event, EventType
@@ -50,6 +50,7 @@ def event_headers(event: Event) -> Headers:
         (wire.CE_TYPE_HEADER, _CE_TYPE[event.type]),
         (wire.CE_ID_HEADER, event.event_id.encode()),
         (wire.CE_SOURCE_HEADER, _ce_source(event.fleet_id, event.producer_id)),
+        *tracing.trace_headers(),
     ]
 
 

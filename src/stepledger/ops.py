@@ -16,7 +16,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from stepledger.terminal import safe
+
 _STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
+
+
+class SafeTextFormatter(logging.Formatter):
+    """Plain-text log lines whose message cannot drive the terminal or forge another line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line without its traceback, control characters escaped."""
+        return safe(super().formatMessage(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,7 +50,7 @@ def configure_logging(*, json_logs: bool, level: str = "INFO") -> None:
     """Send stepledger logs to stderr, as JSON lines or as plain text."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        JsonFormatter() if json_logs else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+        JsonFormatter() if json_logs else SafeTextFormatter("%(asctime)s %(levelname)s %(message)s")
     )
     root = logging.getLogger("stepledger")
     root.handlers[:] = [handler]

@@ -30,6 +30,10 @@ RECOVERY_GROUP = "stepledger-recovery"
 """The recovery daemons' consumer group."""
 RECOVERY_CLIENT_ID = "stepledger-recovery"
 """The client id (prefix) of every recovery daemon's consumer, which tells other groups' apart."""
+PROJECTOR_CLIENT_ID = "stepledger-projector"
+"""The client id (prefix) of every projector's consumer."""
+CLIENT_VERSION_SEPARATOR = "/"
+"""A daemon's client id is its prefix, this, and the stepledger version (``stepledger doctor``)."""
 WORKFLOW_READER_GROUP = "stepledger-workflow-reader"
 """The group id of the SDK's partition reads (assigned, never joined nor committed)."""
 WORKFLOW_INDEX_GROUP = "stepledger-workflow-index"
@@ -64,11 +68,53 @@ CE_SOURCE_PREFIX = "stepledger/"
 DEAD_LETTER_HEADER_PREFIX = "dlq_"
 """Every header a dead letter adds starts with this prefix."""
 DEAD_LETTER_HEADERS = frozenset(
-    {"stage", "error", "group", "at", "topic", "partition", "offset", "truncated", "value_sha256"}
+    {
+        "stage",
+        "error",
+        "group",
+        "at",
+        "topic",
+        "partition",
+        "offset",
+        "truncated",
+        "value_sha256",
+        "replay_of",
+        "replayed",
+        "replayed_to",
+    }
 )
-"""The names (after the prefix) of the headers a dead letter adds."""
+"""The names (after the prefix) of the headers a dead letter, a replayed record (``replay_of``)
+or a replay marker (``replayed``, ``replayed_to``) carries."""
+DEAD_LETTER_REPLAY_STAGE = "replay"
+"""The ``dlq_stage`` of a replay marker on the dead-letter topic (not a letter)."""
+TRACEPARENT_HEADER = "traceparent"
+"""W3C trace context of the span an event was appended under (only with tracing on)."""
 INBOX_VERSION_HEADER = "x-inbox-version"
 """The inbox's answer header naming the version of the queue a page was built from."""
+
+# -- traces (OpenTelemetry) ------------------------------------------------------------------
+
+TRACER_NAME = "stepledger"
+"""The OpenTelemetry tracer (instrumentation scope) of every stepledger span."""
+SPANS = frozenset(
+    {"stepledger.step", "stepledger.call", "stepledger.workflow.open", "stepledger.decision"}
+)
+"""Span names (step, call and decision spans add `` TOOL`` or `` ACTION``)."""
+SPAN_ATTRIBUTES = frozenset(
+    {
+        "stepledger.workflow_id",
+        "stepledger.step_id",
+        "stepledger.tool",
+        "stepledger.attempt",
+        "stepledger.policy",
+        "stepledger.idempotency_key",
+        "stepledger.replayed",
+        "stepledger.decision",
+        "stepledger.event_type",
+        "stepledger.status",
+    }
+)
+"""Attributes stepledger sets on its spans and span events."""
 
 # -- steps the framework integrations name --------------------------------------------------
 

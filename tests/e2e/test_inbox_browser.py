@@ -406,3 +406,27 @@ def test_a_form_post_without_csrf_is_refused(stack: Stack, browser: Any) -> None
     assert posted.status == 403
     assert stack.answers("order-7731") == []
     context.close()
+
+
+def test_the_case_page_draws_the_workflow_timeline(
+    stack: Stack, browser: Any, tmp_path: Path
+) -> None:
+    context = _context(browser)
+    page = context.new_page()
+    page.goto(stack.url)
+    page.goto(stack.home + "/escalations/esc-order")
+    picture = page.locator("#timeline svg.timeline")
+    picture.wait_for()
+    box = picture.bounding_box()
+    assert box is not None and box["width"] > 400 and box["height"] > 40
+    steps = page.locator("#timeline g.tl-step")
+    assert steps.count() >= 1
+    # The step the case asks about waits for a person: hatched, and said so.
+    asked = steps.filter(has_text="charge")
+    assert asked.count() == 1 and "waits for a person" in (asked.text_content() or "")
+    assert asked.locator("rect").get_attribute("fill") == "url(#tl-wait)"
+    page.locator("#timeline").screenshot(path=str(tmp_path / "inbox-timeline.png"))
+    if os.environ.get(SCREENSHOT_ENV) == "1":
+        page.locator("#timeline").screenshot(path=str(DOCS / "inbox-timeline.png"))
+    assert (tmp_path / "inbox-timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    context.close()

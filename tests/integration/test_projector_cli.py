@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,17 @@ def test_status_shows_the_steps_in_order(
     )
     assert as_json["workflow"]["status"] == "running"
     assert [s["status"] for s in as_json["steps"]][:2] == ["succeeded", "compensated"]
+    # The timeline picture: one row per step, in the same order, the in-doubt one hatched.
+    svg = tmp_path / "trip.svg"
+    drawn = runner.invoke(main_group, ["status", "trip", "--db", str(db), "--svg", str(svg)])
+    assert drawn.exit_code == 0, drawn.output
+    rows = [
+        g
+        for g in ET.parse(svg).getroot().iter("{http://www.w3.org/2000/svg}g")
+        if g.get("class") == "tl-step"
+    ]
+    assert [r.get("data-status") for r in rows] == [s["status"] for s in as_json["steps"]]
+    assert "url(#tl-wait)" in svg.read_text()
     # Through the real entry point: a user error is one line and exit code 1.
     missing = cli(src_env, "status", "nope", "--db", str(db))
     assert missing.returncode == 1 and "not in the projection" in missing.stderr
@@ -267,7 +279,9 @@ def test_dlq_replay_keeps_null_keys_values_and_valueless_headers(
     )
     assert replayed.returncode == 0, replayed.stderr
     again = list(read_topic(target, Codec(), idle_timeout=0.3))
-    assert [(r.key, r.value, r.headers) for r in again] == [
+    assert [(r.key, r.value, original_headers(r.headers)) for r in again] == [
         (None, None, [("empty", None), ("h", b"v")]),
         (None, b"\xff", [("h", b"v")]),
     ]
+    # Each replayed record names the letter it came from, after the original headers.
+    assert [r.headers[-1][0] for r in again] == ["dlq_replay_of", "dlq_replay_of"]

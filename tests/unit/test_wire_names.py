@@ -32,6 +32,8 @@ PINNED = {
     "PROJECTOR_GROUP": "stepledger-projector",
     "RECOVERY_GROUP": "stepledger-recovery",
     "RECOVERY_CLIENT_ID": "stepledger-recovery",
+    "PROJECTOR_CLIENT_ID": "stepledger-projector",
+    "CLIENT_VERSION_SEPARATOR": "/",
     "WORKFLOW_READER_GROUP": "stepledger-workflow-reader",
     "WORKFLOW_INDEX_GROUP": "stepledger-workflow-index",
     "POSITION_CHECK_GROUP": "stepledger-position-check",
@@ -50,6 +52,9 @@ PINNED = {
     "CE_SOURCE_PREFIX": "stepledger/",
     "DEAD_LETTER_HEADER_PREFIX": "dlq_",
     "INBOX_VERSION_HEADER": "x-inbox-version",
+    "DEAD_LETTER_REPLAY_STAGE": "replay",
+    "TRACEPARENT_HEADER": "traceparent",
+    "TRACER_NAME": "stepledger",
     "MODEL_STEP_TOOL": "model",
     "AUTO_STEP_ID_SEPARATOR": "#",
 }

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from stepledger.inbox.cases import Case
+from stepledger.terminal import shell_arg
 
 
 def approval_summary(case: Case) -> dict[str, Any]:
@@ -72,7 +73,8 @@ def approval_lines(summary: dict[str, Any]) -> list[str]:
     elif summary["open"] and summary["arguments_digest"]:
         digest = summary["arguments_digest"][:16]
         lines.append(
-            f"to approve exactly this call: stepledger approve {summary['workflow_id']} "
-            f"{summary['step_id']} --digest {digest}"
+            "to approve exactly this call: stepledger approve "
+            f"{shell_arg(summary['workflow_id'])} {shell_arg(summary['step_id'])} "
+            f"--digest {digest}"
         )
     return lines

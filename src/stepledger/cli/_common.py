@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -12,6 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from stepledger.config import Settings, load_settings, parse_kafka_options
 from stepledger.consume import GROUP_PROTOCOLS
 from stepledger.errors import StepLedgerError
+from stepledger.terminal import safe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,14 +92,18 @@ def run_guarded(group: click.Group) -> int:
         click.echo("Aborted.", err=True)
         return 130
     except click.ClickException as exc:
-        exc.show()
+        # Messages often name ids an agent wrote: escaped like every other line for people.
+        shown = io.StringIO()
+        exc.show(file=shown)
+        for line in shown.getvalue().splitlines():
+            click.echo(safe(line), err=True)
         return exc.exit_code
     except StepLedgerError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {safe(exc.message)}", err=True)
         return 1
     except KafkaException as exc:
         # Raised where a client is made from settings librdkafka refuses (e.g. a bad -X).
-        click.echo(f"Error: Kafka client: {_first_line(exc)}", err=True)
+        click.echo(f"Error: Kafka client: {safe(_first_line(exc))}", err=True)
         return 1
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

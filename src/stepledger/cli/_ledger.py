@@ -19,6 +19,7 @@ from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.log import codec_for, event_headers
+from stepledger.terminal import safe
 from stepledger.topics import INFINITE, checkpoint_topic_config, retention_notice, step_log_config
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ def append(settings: Settings, source: IO[bytes]) -> None:
     errors = sorted([*errors, *encode_errors], key=lambda e: e.line)
     if errors:
         for error in errors:
-            click.echo(f"line {error.line}: {error.reason}", err=True)
+            click.echo(safe(f"line {error.line}: {error.reason}"), err=True)
         raise click.ClickException(f"{len(errors)} invalid line(s); nothing was appended")
     topic_partitions(settings, settings.topic)
     click.echo(f"appended {produce_all(settings, records)} events to {settings.topic}")
@@ -243,7 +244,7 @@ def tail(
     for record in records:
         if record.event is None:
             where = f"{record.position.topic}[{record.position.partition}]@{record.position.offset}"
-            click.echo(f"skipped undecodable record at {where}: {record.error}", err=True)
+            click.echo(safe(f"skipped undecodable record at {where}: {record.error}"), err=True)
             continue
         if workflow_id and record.event.workflow_id != workflow_id:
             continue
@@ -258,7 +259,8 @@ def _human(event: Event) -> str:
     summary = " ".join(f"{k}={v}" for k, v in body.items() if k != "arguments_digest")
     step = f"/{event.step_id}" if event.step_id else ""
     when = f"{event.occurred_at:%H:%M:%S.%f}"[:-3]
-    return f"{when} {event.workflow_id}{step} {event.type} {summary}"
+    # One event, one line: ids and fields written by agents cannot drive the terminal.
+    return safe(f"{when} {event.workflow_id}{step} {event.type} {summary}")
 
 
 def _port_free(port: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from stepledger import wire
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.deadletters.readback import (
     parse_position,
+    plan_replay,
     read_dead_letters,
     replay_letters,
     select_letters,
@@ -47,6 +50,8 @@ from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
 from stepledger.snapshots import is_shard_dir
+from stepledger.terminal import safe
+from stepledger.timeline import bars, timeline_svg
 
 _DB = click.option(
     "--db",
@@ -201,9 +206,12 @@ def _cell(value: Any) -> str:
 
 def _print_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
 
-    table = Table(*columns, title=title, show_lines=False)
+    # Text, not markup: a cell holding "[red]" or an escape sequence is shown as it is.
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(Text(safe(column)))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(safe(cell)) for cell in row))
     Console(width=200).print(table)
 
 
@@ -211,18 +219,29 @@ def _print_table(columns: list[str], rows: list[list[str]], title: str | None = 
 @click.argument("workflow_id")
 @_DB
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the workflow's timeline (steps, attempts, decisions) into this SVG file.",
+)
+def status(workflow_id: str, db_path: Path, as_json: bool, svg_file: Path | None) -> None:
     """Show a workflow's steps in order with status, tool, attempts and result."""
 
     found = workflow_status(readable_source(db_path), workflow_id)
+    if svg_file is not None:
+        _write_timeline(svg_file, found.workflow, found.steps)
     if as_json:
         click.echo(json.dumps({"workflow": found.workflow, "steps": found.steps}))
         return
     wf = found.workflow
     click.echo(
-        f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
-        f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
-        f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  last activity {wf['last_at']}"
+        safe(
+            f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
+            f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
+            f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  "
+            f"last activity {wf['last_at']}"
+        )
     )
     rows = [
         [
@@ -237,6 +256,15 @@ def status(workflow_id: str, db_path: Path, as_json: bool) -> None:
         for s in found.steps
     ]
     _print_table(["#", "step", "status", "tool", "attempts", "resolved by", "result"], rows)
+
+
+def _write_timeline(path: Path, workflow: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    title = f"{workflow['workflow_id']}: {workflow['status']}, attempt {workflow['attempt']}"
+    picture = timeline_svg(title, bars(steps), now=datetime.now(UTC))
+    try:
+        path.write_text(picture + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _summary(step: dict[str, Any], width: int = 60) -> str:
@@ -369,7 +397,7 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
         for letter in shown:
             click.echo(json.dumps(letter.summary()))
         return
-    columns = ["dlq", "from", "stage", "error", "key", "bytes"]
+    columns = ["dlq", "from", "stage", "error", "key", "bytes", "replay"]
     rows = []
     for letter in shown:
         s = letter.summary()
@@ -381,9 +409,17 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
                 str(s["error"])[:80],
                 str(s["key"])[:40],
                 str(s["value_bytes"]),
+                _replay_note(letter.replayed_to, letter.replay_of),
             ]
         )
     _print_table(columns, rows, title=f"{len(letters)} dead letters in {settings.dlq_topic}")
+
+
+def _replay_note(replayed_to: str | None, replay_of: str | None) -> str:
+    notes = [f"replayed -> {replayed_to}"] if replayed_to else []
+    if replay_of:
+        notes.append(f"letter of a replay of {replay_of}")
+    return "; ".join(notes)
 
 
 def _announce_renamed_topic(settings: Settings) -> None:
@@ -424,7 +460,11 @@ def dlq_replay(
     everything: bool,
     to_topic: str | None,
 ) -> None:
-    """Re-append dead letters (original key, value, headers) after a fix."""
+    """Re-append dead letters (original key, value, headers) after a fix.
+
+    Each letter is replayed once: a letter already replayed is skipped, and so is a letter
+    of a replayed record refused again unless it is named with --offset.
+    """
 
     wanted = [parse_position(p) for p in positions]
     letters = select_letters(
@@ -432,9 +472,20 @@ def dlq_replay(
     )
     if not letters:
         raise click.ClickException("no dead letters match")
-    landed = replay_letters(settings, letters, to_topic=to_topic)
-    for letter, position in zip(letters, landed, strict=True):
+    plan = plan_replay(letters, named=wanted)
+    landed = replay_letters(settings, plan.replay, to_topic=to_topic) if plan.replay else []
+    for letter, position in zip(plan.replay, landed, strict=True):
         click.echo(
-            f"replayed {letter.position.partition}:{letter.position.offset} -> "
-            f"{position.topic}[{position.partition}]@{position.offset}"
+            safe(
+                f"replayed {letter.name} -> "
+                f"{position.topic}[{position.partition}]@{position.offset}"
+            )
+        )
+    for letter in plan.already_replayed:
+        click.echo(safe(f"skipped {letter.name}: replayed before -> {letter.replayed_to}"))
+    if plan.of_replays:
+        names = " ".join(f"--offset {x.name}" for x in plan.of_replays)
+        click.echo(
+            f"skipped {len(plan.of_replays)} letter(s) of replayed records refused again; "
+            f"to replay them once more, name them: {names}"
         )

@@ -30,6 +30,7 @@ from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.resolution.registry import ToolRegistry, load_registries
+from stepledger.terminal import safe
 
 STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
 
@@ -227,8 +228,10 @@ def list_command(
             minutes = item.age(now).total_seconds() / 60
             where = f"{item.workflow_id}/{item.step_id or '-'}"
             click.echo(
-                f"{item.escalation_id}  {minutes:7.1f}m  {item.tool or '-':20}  {where}  "
-                f"{item.reason}"
+                safe(
+                    f"{item.escalation_id}  {minutes:7.1f}m  {item.tool or '-':20}  {where}  "
+                    f"{item.reason}"
+                )
             )
     if not found and not as_json:
         click.echo("no open escalations")
@@ -334,8 +337,10 @@ def reconcile_command(
         click.echo(
             json.dumps(item.to_json(), default=str)
             if as_json
-            else f"{item.kind:18} {item.record.workflow_id}/{item.record.step_id} "
-            f"attempt {item.record.attempt}: ledger {item.record.status.value}"
+            else safe(
+                f"{item.kind:18} {item.record.workflow_id}/{item.record.step_id} "
+                f"attempt {item.record.attempt}: ledger {item.record.status.value}"
+            )
         )
     summary = {
         "checked": report.checked,

@@ -30,6 +30,7 @@ from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.inbox.cases import approval_case
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
+from stepledger.terminal import safe
 
 
 def _db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,7 +73,9 @@ def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: A
     body = event.body
     digest = body.arguments_digest if isinstance(body, ev.ApprovalDecided) else None
     call = f", call {digest[:16]}" if digest else ", a request that names no call"
-    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id}{call})")
+    click.echo(
+        safe(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id}{call})")
+    )
 
 
 @click.command("approve")
@@ -140,7 +143,7 @@ def approvals_show_command(
         click.echo(json.dumps(summary, default=str))
         return
     for line in approval_lines(summary):
-        click.echo(line)
+        click.echo(safe(line))
 
 
 @click.group("workflows")
@@ -179,7 +182,7 @@ def clear_command(
         log.append(factory.envelope(workflow_id, None, body))
     finally:
         log.close()
-    click.echo(f"cleared {workflow_id} (escalation {state.escalation_id})")
+    click.echo(safe(f"cleared {workflow_id} (escalation {state.escalation_id})"))
 
 
 @workflows_group.command("show")
@@ -206,11 +209,14 @@ def show_command(settings: Settings, db_path: Path | None, workflow_id: str, as_
         click.echo(json.dumps(summary, default=str))
         return
     click.echo(
-        f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
-        + (f", escalation {state.escalation_id}" if state.escalation_id else "")
+        safe(
+            f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
+            + (f", escalation {state.escalation_id}" if state.escalation_id else "")
+        )
     )
-    if steps:
-        click.echo(render(steps))
+    for step in steps:
+        # One line per step, escaped whole: a newline in a field cannot start another.
+        click.echo(safe(render([step])))
 
 
 def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:

@@ -1,14 +1,31 @@
-"""Reading the dead-letter topic back, and replaying letters onto their original topic."""
+"""Reading the dead-letter topic back, and replaying letters onto their original topic.
+
+A replay cannot amplify.  Each replayed record carries ``dlq_replay_of`` (the dead-letter
+topic, partition and offset of the letter it came from), so a replayed record refused again
+makes a letter that says it is *a letter of a replay*; and once a letter's replay is
+acknowledged, a marker (``dlq_replayed``) is appended to the dead-letter topic beside it.
+A replay then skips every letter already replayed (replaying the same letters twice is a
+no-op) and, unless it names them by position, every letter of a replay: a record that is
+still poison is replayed at most once per person who asks for it, never 1, 2, 4, 8 times.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
+from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import read_topic
-from stepledger.deadletters.letter import TRUNCATED, dead_letter_info, original_headers
+from stepledger.deadletters.letter import (
+    HEADER_PREFIX,
+    TRUNCATED,
+    dead_letter_info,
+    original_headers,
+)
 from stepledger.errors import ConfigError
 from stepledger.kafka import DurableProducer, Headers, Position
 
@@ -22,11 +39,23 @@ class StoredLetter:
     value: bytes | None
     headers: Headers
     info: dict[str, str]
+    #: Where this letter's replay landed (``topic[partition]@offset``), if it was replayed.
+    replayed_to: str | None = None
 
     @property
     def origin_topic(self) -> str | None:
         """The topic the refused record was read from."""
         return self.info.get("topic")
+
+    @property
+    def replay_of(self) -> str | None:
+        """The letter whose replay this letter's record was (``dlq_replay_of``), if any."""
+        return self.info.get(REPLAY_OF)
+
+    @property
+    def name(self) -> str:
+        """The letter's own position, ``PARTITION:OFFSET``."""
+        return f"{self.position.partition}:{self.position.offset}"
 
     def summary(self) -> dict[str, object]:
         """A JSON-friendly description (the value as its length, never its bytes)."""
@@ -43,16 +72,75 @@ class StoredLetter:
             "key": (self.key or b"").decode(errors="replace"),
             "value_bytes": None if self.value is None else len(self.value),
             "truncated": self.info.get(TRUNCATED),
+            "replay_of": self.replay_of,
+            "replayed_to": self.replayed_to,
         }
 
 
+#: On a replayed record: ``DLQ_TOPIC:PARTITION:OFFSET`` of the letter it was replayed from.
+REPLAY_OF = "replay_of"
+#: On a marker in the dead-letter topic: ``PARTITION:OFFSET`` of the letter replayed.
+REPLAYED = "replayed"
+#: On a marker: where the replay landed, ``TOPIC[PARTITION]@OFFSET``.
+REPLAYED_TO = "replayed_to"
+REPLAY_STAGE = wire.DEAD_LETTER_REPLAY_STAGE
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """The letters a replay sends, and those it skips and why."""
+
+    replay: list[StoredLetter] = field(default_factory=list)
+    #: Replayed before: a second replay of them is a no-op.
+    already_replayed: list[StoredLetter] = field(default_factory=list)
+    #: Letters of a replayed record refused again, not named by position.
+    of_replays: list[StoredLetter] = field(default_factory=list)
+
+
+def plan_replay(
+    selected: Sequence[StoredLetter], *, named: Iterable[tuple[int, int]] = ()
+) -> ReplayPlan:
+    """Split selected letters into those to replay and those a replay must skip.
+
+    A letter already replayed is always skipped; a letter of a replay only when it was not
+    named by its position (``--offset``), so a person can still replay one deliberately.
+    """
+    wanted = set(named)
+    plan = ReplayPlan()
+    for letter in selected:
+        if letter.replayed_to is not None:
+            plan.already_replayed.append(letter)
+        elif letter.replay_of is not None and (
+            (letter.position.partition, letter.position.offset) not in wanted
+        ):
+            plan.of_replays.append(letter)
+        else:
+            plan.replay.append(letter)
+    return plan
+
+
 def read_dead_letters(settings: Settings, *, idle_timeout: float = 0.5) -> list[StoredLetter]:
-    """Every record of the settings' dead-letter topic, in partition and offset order."""
-    letters = [
-        StoredLetter(r.position, r.key, r.value, r.headers, dead_letter_info(r.headers))
-        for r in read_topic(settings, Codec(), topic=settings.dlq_topic, idle_timeout=idle_timeout)
+    """Every letter of the settings' dead-letter topic, in partition and offset order.
+
+    Replay markers are not letters: each one sets ``replayed_to`` on the letter it names.
+    """
+    letters: list[StoredLetter] = []
+    replayed: dict[tuple[int, int], str] = {}
+    for r in read_topic(settings, Codec(), topic=settings.dlq_topic, idle_timeout=idle_timeout):
+        info = dead_letter_info(r.headers)
+        if REPLAYED in info:
+            # A marker naming no position marks nothing.
+            with contextlib.suppress(ConfigError):
+                replayed[parse_position(info[REPLAYED])] = info.get(REPLAYED_TO, "?")
+            continue
+        letters.append(StoredLetter(r.position, r.key, r.value, r.headers, info))
+    marked = [
+        x
+        if (at := replayed.get((x.position.partition, x.position.offset))) is None
+        else StoredLetter(x.position, x.key, x.value, x.headers, x.info, replayed_to=at)
+        for x in letters
     ]
-    return sorted(letters, key=lambda x: (x.position.partition, x.position.offset))
+    return sorted(marked, key=lambda x: (x.position.partition, x.position.offset))
 
 
 def select_letters(
@@ -96,13 +184,37 @@ def replay_letters(
                 to_topic or x.origin_topic or settings.topic,
                 x.key,
                 x.value,
-                original_headers(x.headers),
+                [*original_headers(x.headers), _replay_header(settings, x)],
             )
             for x in letters
         ]
-        return [producer.wait(f) for f in futures]
+        landed = [producer.wait(f) for f in futures]
+        # Marked only once every replay is acknowledged: a crash in between replays the
+        # letters again next time (a duplicate event is applied once), never loses one.
+        markers = [
+            producer.send(settings.dlq_topic, x.key, b"", _marker_headers(x, at))
+            for x, at in zip(letters, landed, strict=True)
+        ]
+        for marker in markers:
+            producer.wait(marker)
+        return landed
     finally:
         producer.close()
+
+
+def _replay_header(settings: Settings, letter: StoredLetter) -> tuple[str, bytes]:
+    where = f"{settings.dlq_topic}:{letter.position.partition}:{letter.position.offset}"
+    return HEADER_PREFIX + REPLAY_OF, where.encode()
+
+
+def _marker_headers(letter: StoredLetter, landed: Position) -> Headers:
+    values = {
+        REPLAYED: letter.name,
+        REPLAYED_TO: f"{landed.topic}[{landed.partition}]@{landed.offset}",
+        "stage": REPLAY_STAGE,
+        "at": datetime.now(UTC).isoformat(),
+    }
+    return [(HEADER_PREFIX + k, v.encode()) for k, v in values.items()]
 
 
 def parse_position(text: str) -> tuple[int, int]:

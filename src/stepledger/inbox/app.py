@@ -56,6 +56,7 @@ from stepledger.inbox.auth import (
 )
 from stepledger.inbox.cases import Answer, Case, CaseKind
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
+from stepledger.inbox.timeline import case_timeline
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -95,6 +96,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     env = templates.env
     env.filters.update(pretty=_pretty, ago=_ago, when=_when, label=_label)
     env.globals["case_url"] = case_url
+    env.globals["case_timeline"] = case_timeline
     pages = _Pages(config, answerer, templates)
     routes = [
         Route("/", pages.queue),
@@ -130,7 +132,7 @@ def session_cookie(port: int) -> str:
 def warm(app: Starlette) -> None:
     """Compile the templates and open the snapshot before the first person asks."""
     pages: _Pages = app.state.pages
-    for name in ("queue.html", "_rows.html", "case.html", "missing.html"):
+    for name in ("queue.html", "_rows.html", "case.html", "_timeline.html", "missing.html"):
         pages.templates.get_template(name)
     with contextlib.suppress(ViewStoreError):  # no projection yet: the page says so
         pages.source.page(q.QueueFilter())

@@ -11,6 +11,7 @@ from stepledger.errors import (
     StepInDoubtError,
     ToolCallError,
 )
+from stepledger.terminal import shell_arg
 
 
 def refusal(workflow_id: str, move: Move, step_id: str) -> LedgerStateError | ToolCallError:
@@ -36,7 +37,8 @@ def refusal(workflow_id: str, move: Move, step_id: str) -> LedgerStateError | To
         esc = step.escalation_id
         return StepInDoubtError(
             f"step {step_id!r} waits for a human: escalation {esc} "
-            f"(`stepledger escalations resolve {esc} --happened|--not-happened --by NAME`)",
+            f"(`stepledger escalations resolve {shell_arg(esc or '')} --happened|--not-happened "
+            "--by NAME`)",
             escalation_id=esc,
             workflow_id=workflow_id,
             step_id=step_id,

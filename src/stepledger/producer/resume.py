@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from stepledger import tracing
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -33,6 +34,7 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver, reader_check
+from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -69,6 +71,7 @@ class WorkflowSpec:
     reason: str | None = None
 
 
+@tracing.traced_open
 def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workflow:
     """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
     from stepledger.producer.workflow import Workflow
@@ -221,7 +224,7 @@ def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLe
     return WorkflowDeadLetteredError(
         f"workflow {wf!r} is dead-lettered after {state.attempt} attempts "
         f"(escalation {escalation}); a human clears it with "
-        f"`stepledger workflows clear {wf} --by NAME`",
+        f"`stepledger workflows clear {shell_arg(wf)} --by NAME`",
         escalation_id=escalation,
         workflow_id=wf,
     )

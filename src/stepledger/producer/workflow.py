@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from stepledger import tracing
 from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
@@ -50,6 +51,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, resume
 from stepledger.producer._refusals import ensure_nothing_open, refusal
+from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
     from stepledger.producer.ledger import Ledger
@@ -89,12 +91,14 @@ class Workflow:
         """Append an event durably, then fold it into the local state."""
         position = self.ledger.log.append(event)
         self._folded(event, position)
+        tracing.recorded(event, position)
         return position
 
     async def arecord(self, event: ev.Event) -> Position:
         """Append an event durably (asyncio), then fold it into the local state."""
         position = await self.ledger.log.append_async(event)
         self._folded(event, position)
+        tracing.recorded(event, position)
         return position
 
     def adopt(self, events: Iterable[ev.Event]) -> None:
@@ -118,6 +122,7 @@ class Workflow:
         """A tool this workflow used or the ledger knows, or None."""
         return self._tools.get(name) or self.ledger.tools.get(name)
 
+    @tracing.traced_step
     def step(
         self,
         step_id: str,
@@ -147,6 +152,7 @@ class Workflow:
                 f"tool {tool.name!r} is async: call it with `await wf.astep(...)`", tool=tool.name
             )
         call = self._call_for(step_id, tool, args, move)
+        tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             self.record(call.event)
         try:
@@ -163,6 +169,7 @@ class Workflow:
         _ensure_replayable(tool, step_id, encoded)
         return result
 
+    @tracing.traced_step
     async def astep(
         self,
         step_id: str,
@@ -181,6 +188,7 @@ class Workflow:
         if move.kind is MoveKind.REPLAY:
             return _recorded_result(tool, move.step)
         call = self._call_for(step_id, tool, args, move)
+        tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             await self.arecord(call.event)
         run = _runner(tool, fn)
@@ -388,8 +396,9 @@ class Workflow:
         if status is StepStatus.AWAITING_APPROVAL:
             raise ApprovalPendingError(
                 f"step {step_id!r} awaits approval of its call: `stepledger approvals show "
-                f"{self.workflow_id} {step_id}` shows it, `stepledger approve {self.workflow_id} "
-                f"{step_id} --digest D` approves it",
+                f"{shell_arg(self.workflow_id)} {shell_arg(step_id)}` shows it, "
+                f"`stepledger approve {shell_arg(self.workflow_id)} {shell_arg(step_id)} "
+                "--digest D` approves it",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )
@@ -468,6 +477,7 @@ def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:
 
 
 def _recorded_result(tool: Tool, step: StepState | None) -> Any:
+    tracing.replayed(step)
     if step is None or step.result_json is None:
         return None
     try:
@@ -495,4 +505,4 @@ def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:
         raise ToolDefinitionError(
             f"tool {tool.name!r} has no run hook and no fn was given", tool=tool.name
         )
-    return run
+    return tracing.traced_call(run, tool.name)

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.brokerwatch import BrokerWatch, client_logger
+from stepledger.clientid import client_id
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
@@ -88,6 +89,7 @@ class ProjectorOptions:
             session_timeout_s=self.session_timeout_s,
             protocol=self.group_protocol,
             instance_id=self.instance_id,
+            client_id=client_id("projector"),
         )
 
 

@@ -31,8 +31,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from stepledger import wire
+from stepledger import tracing, wire
 from stepledger.brokerwatch import BrokerWatch, client_logger
+from stepledger.clientid import client_id
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Polled
@@ -99,7 +100,7 @@ class RecoveryDaemon:
         )
         self.shutdown = shutdown or Shutdown()
         self._claims = ClaimBoard(options.claim_timeout_s)
-        self.membership = options.membership(CLIENT_ID)
+        self.membership = options.membership(client_id("recovery"))  # CLIENT_ID/VERSION
         self.fence = Fence(*self.membership.fence_timing)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(
@@ -205,6 +206,7 @@ class RecoveryDaemon:
             return
         self.metrics.events.inc()
         self.events_read += 1
+        tracing.remember_intent(event, msg)
         try:
             late = self.tracker.apply(event, partition, offset)
         except Exception as exc:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
+from stepledger import tracing
 from stepledger.deadletters.events import EventLetterSink
 from stepledger.domain import events as ev
 from stepledger.domain import ids
@@ -200,7 +201,10 @@ class Resolver:
         if action.kind not in (rs.ActionKind.NONE, rs.ActionKind.WAIT):
             # A failed hook is already recorded as an attempt; the step stays in doubt.
             # A lost claim leaves the decision to whoever came first in the log.
-            with contextlib.suppress(_HookFailed, _ClaimLost):
+            with (
+                contextlib.suppress(_HookFailed, _ClaimLost),
+                tracing.decision_span(state.workflow_id, step_id, action.kind.value),
+            ):
                 self._carry_out_counted(run)
         run.settle()
         resolution = run.result()

@@ -14,6 +14,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.projector.query import QueryResult, plain
 from stepledger.recovery.escalations import OpenEscalation
+from stepledger.terminal import safe, shell_arg
 
 STEP_COLUMNS = (
     "workflow_id",
@@ -107,9 +108,9 @@ def escalation_lines(item: OpenEscalation, answer_flag: str, connect: str) -> li
     """One open escalation and the exact command that answers it."""
     where = f"{item.workflow_id}/{item.step_id or '-'}"
     return [
-        f"escalation {item.escalation_id}: {where} ({item.tool}), status {item.status}",
-        f"  reason: {item.reason}",
-        f"  answer: stepledger escalations resolve {item.escalation_id} {answer_flag} "
+        safe(f"escalation {item.escalation_id}: {where} ({item.tool}), status {item.status}"),
+        safe(f"  reason: {item.reason}"),
+        f"  answer: stepledger escalations resolve {shell_arg(item.escalation_id)} {answer_flag} "
         f"--by YOUR_NAME{connect}",
     ]
 

@@ -1,0 +1,70 @@
+"""``stepledger doctor``: check a cluster before trusting it with the step log."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from stepledger import wire
+from stepledger.cli._common import with_settings
+from stepledger.clientid import stepledger_version
+from stepledger.config import Settings
+from stepledger.doctor.checks import check, unsafe
+from stepledger.doctor.facts import gather
+from stepledger.terminal import safe
+
+
+@click.command("doctor")
+@with_settings
+@click.option(
+    "--checkpoint-topic",
+    help="The compacted checkpoint topic [default: the settings' checkpoint topic, "
+    f"{wire.CHECKPOINT_TOPIC}].",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help="A consumer group to check (repeatable) "
+    f"[default: {wire.PROJECTOR_GROUP}, {wire.RECOVERY_GROUP}].",
+)
+@click.option(
+    "--max-lag", type=click.IntRange(0), default=10_000, show_default=True, help="Lag that is off."
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def doctor_command(
+    settings: Settings,
+    checkpoint_topic: str | None,
+    groups: tuple[str, ...],
+    max_lag: int,
+    as_json: bool,
+) -> None:
+    """Say, one line each, what is unsafe or off in the cluster; exit 1 if anything is unsafe.
+
+    Checks replication (factor 3, min.insync.replicas 2 on a multi-broker cluster), the step
+    log's retention against checkpoints, its timestamp type, that a checkpoint topic is
+    compacted, group members against partitions and versions, and the groups' lag.
+    """
+    facts = gather(
+        settings,
+        checkpoint_topic=checkpoint_topic or settings.checkpoint_topic,
+        groups=groups or (wire.PROJECTOR_GROUP, wire.RECOVERY_GROUP),
+    )
+    findings = check(facts, version=stepledger_version(), max_lag=max_lag)
+    bad = unsafe(findings)
+    if as_json:
+        counts = {level: sum(f.level == level for f in findings) for level in ("unsafe", "off")}
+        report = {"brokers": facts.brokers, "findings": [f.to_json() for f in findings], **counts}
+        click.echo(json.dumps(report))
+    else:
+        for f in findings:
+            click.echo(safe(f"{f.level.upper():6} {f.check:11} {f.subject}: {f.message}"))
+        click.echo("unsafe: see above" if bad else "nothing unsafe found")
+    if bad:
+        click.get_current_context().exit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add this area's commands to the group."""
+    group.add_command(doctor_command)

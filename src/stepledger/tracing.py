@@ -1,0 +1,353 @@
+"""OpenTelemetry traces: one trace per workflow, a span per step, across every process.
+
+Only ``opentelemetry-api`` is used, and only if it is installed (the ``otel`` extra); with no
+tracer provider configured every span is a no-op.  Spans, all under the tracer
+``stepledger``:
+
+- ``stepledger.step TOOL``: one step call in the SDK, with span events ``intent acknowledged``
+  and ``outcome recorded``; a step the log already settled is *replayed*
+  (``stepledger.replayed=true``) and has no call span: a replay is never a second call.
+- ``stepledger.call TOOL``: the tool call itself, a child of its step span.
+- ``stepledger.workflow.open``: opening a workflow (its first run or a resume).
+- ``stepledger.decision ACTION``: a resolution of a step in doubt (recovery daemon, or a
+  resume settling a step), a child of the step's span when the intent's ``traceparent``
+  is known, linked to it, and in the workflow's trace in any case.
+
+Every span of a workflow is in one trace whose id is derived from the workflow id, so the
+agent that crashed, the one that resumed and the daemon that decided hours later write into
+the same trace without reading each other (the parent of a process's top spans is a virtual
+workflow span, never exported).  A caller's own span (a web request, say) is linked.  Each
+event appended while a span is current carries its W3C ``traceparent`` header.  Until an
+SDK tracer provider is set, nothing is traced and no header is added.
+
+Attributes: ``stepledger.workflow_id``, ``stepledger.step_id``, ``stepledger.tool``,
+``stepledger.attempt``, ``stepledger.policy``, ``stepledger.idempotency_key``,
+``stepledger.replayed``, ``stepledger.decision``, ``stepledger.event_type``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+try:
+    from opentelemetry import trace as _otel
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # pragma: no cover - the otel extra is optional
+    _otel = None  # type: ignore[assignment]
+
+from stepledger import wire
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+    from stepledger.domain.events import Event
+    from stepledger.domain.state import StepState
+    from stepledger.kafka import Headers, Position
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+TRACER = wire.TRACER_NAME
+TRACEPARENT = wire.TRACEPARENT_HEADER
+WORKFLOW_ID = "stepledger.workflow_id"
+STEP_ID = "stepledger.step_id"
+TOOL = "stepledger.tool"
+ATTEMPT = "stepledger.attempt"
+POLICY = "stepledger.policy"
+IDEMPOTENCY_KEY = "stepledger.idempotency_key"
+REPLAYED = "stepledger.replayed"
+DECISION = "stepledger.decision"
+EVENT_TYPE = "stepledger.event_type"
+
+#: The step span current in this context (set only inside ``stepledger.step``).
+_STEP: contextvars.ContextVar[Span | None] = contextvars.ContextVar("stepledger_step", default=None)
+#: The most intents' trace contexts a process keeps for later decisions.
+_REMEMBERED = 100_000
+
+
+def enabled() -> bool:
+    """Whether the OpenTelemetry API is installed (spans may still be no-ops)."""
+    return _otel is not None
+
+
+def _provider() -> TracerProvider | None:
+    assert _otel is not None
+    return _otel.get_tracer_provider()
+
+
+def _active() -> bool:
+    """Whether an SDK provider is configured: without one nothing is traced, at no cost.
+
+    The API's default (proxy) provider would still hand out the workflow's context, so
+    every event would carry a ``traceparent`` naming a span nobody records.
+    """
+    if _otel is None:
+        return False
+    provider = _provider()
+    return provider is not None and not isinstance(
+        provider, _otel.ProxyTracerProvider | _otel.NoOpTracerProvider
+    )
+
+
+def _tracer() -> Tracer:
+    provider = _provider()
+    assert provider is not None
+    return _tracer_of(provider)
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer_of(provider: TracerProvider) -> Tracer:
+    # The SDK builds a new tracer per call (measured: the largest cost of a step's spans).
+    return provider.get_tracer(TRACER)
+
+
+@functools.lru_cache(maxsize=4096)
+def workflow_context(workflow_id: str) -> Context:
+    """The context of a workflow's virtual root span: the same in every process."""
+    assert _otel is not None
+    digest = hashlib.sha256(b"stepledger/workflow\0" + workflow_id.encode()).digest()
+    parent = _otel.SpanContext(
+        trace_id=int.from_bytes(digest[:16]) or 1,
+        span_id=int.from_bytes(digest[16:24]) or 1,
+        is_remote=True,
+        trace_flags=_otel.TraceFlags(_otel.TraceFlags.SAMPLED),
+    )
+    return _otel.set_span_in_context(_otel.NonRecordingSpan(parent))
+
+
+def workflow_trace_id(workflow_id: str) -> int:
+    """The trace id every span of this workflow carries."""
+    assert _otel is not None
+    return _otel.get_current_span(workflow_context(workflow_id)).get_span_context().trace_id
+
+
+def _caller_links() -> list[Any]:
+    assert _otel is not None
+    current = _otel.get_current_span().get_span_context()
+    return [_otel.Link(current)] if current.is_valid else []
+
+
+@contextlib.contextmanager
+def _span(name: str, workflow_id: str, attributes: Mapping[str, Any]) -> Iterator[Span]:
+    # A span already of this workflow (a step inside an open, a call inside a step) nests
+    # under it; anything else (a caller's request span) is linked, not a parent.
+    assert _otel is not None
+    current = _otel.get_current_span().get_span_context()
+    ours = current.is_valid and current.trace_id == workflow_trace_id(workflow_id)
+    with _tracer().start_as_current_span(
+        name,
+        context=None if ours else workflow_context(workflow_id),
+        links=[] if ours else _caller_links(),
+        attributes={WORKFLOW_ID: workflow_id, **attributes},
+    ) as span:
+        yield span
+
+
+def traced_step(method: F) -> F:
+    """Decorate ``Workflow.step``/``astep``: the call runs inside its ``stepledger.step`` span."""
+    if _otel is None:
+        return method
+
+    def attributes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+        # Never the reason a call fails: a call the method itself refuses is traced as given.
+        step_id = args[0] if args else kwargs.get("step_id", "")
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
+        return str(step_id), tool
+
+    @contextlib.contextmanager
+    def step_span(workflow_id: str, step_id: str, tool: Any) -> Iterator[None]:
+        name = str(getattr(tool, "name", "?"))
+        policy = getattr(getattr(tool, "resolution", None), "value", "")
+        attrs = {STEP_ID: step_id, TOOL: name, POLICY: str(policy)}
+        with _span(f"stepledger.step {name}", workflow_id, attrs) as span:
+            token = _STEP.set(span)
+            try:
+                yield
+            finally:
+                _STEP.reset(token)
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def astep(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _active():
+                return await method(self, *args, **kwargs)
+            with step_span(self.workflow_id, *attributes(args, kwargs)):
+                return await method(self, *args, **kwargs)
+
+        return astep  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return method(self, *args, **kwargs)
+        with step_span(self.workflow_id, *attributes(args, kwargs)):
+            return method(self, *args, **kwargs)
+
+    return step  # type: ignore[return-value]
+
+
+def traced_open(fn: F) -> F:
+    """Decorate ``open_workflow``: opening a workflow is a ``stepledger.workflow.open`` span."""
+    if _otel is None:
+        return fn
+
+    @functools.wraps(fn)
+    def opened(ledger: Any, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return fn(ledger, workflow_id, *args, **kwargs)
+        with _span("stepledger.workflow.open", workflow_id, {}) as span:
+            workflow = fn(ledger, workflow_id, *args, **kwargs)
+            span.set_attribute(ATTEMPT, int(getattr(workflow, "attempt", 0)))
+            return workflow
+
+    return opened  # type: ignore[return-value]
+
+
+def call_attempt(attempt: int, idempotency_key: str) -> None:
+    """Name the attempt and key of the step span current here (a call about to be made)."""
+    span = _STEP.get()
+    if span is not None:
+        span.set_attributes({ATTEMPT: attempt, IDEMPOTENCY_KEY: idempotency_key})
+
+
+def replayed(step: StepState | None) -> None:
+    """Mark the current step span a replay: its outcome came from the log, nothing was called."""
+    span = _STEP.get()
+    if span is None:
+        return
+    span.set_attribute(REPLAYED, True)
+    if step is not None:
+        span.set_attributes({ATTEMPT: step.attempt, IDEMPOTENCY_KEY: step.idempotency_key or ""})
+
+
+def recorded(event: Event, position: Position) -> None:
+    """Note on the current step span that one of its events is durable in the log."""
+    span = _STEP.get()
+    if span is None:
+        return
+    kind = event.type
+    name = {"step_intended": "intent acknowledged", "step_outcome": "outcome recorded"}.get(
+        kind, kind
+    )
+    attrs: dict[str, Any] = {
+        EVENT_TYPE: kind,
+        "messaging.kafka.partition": position.partition,
+        "messaging.kafka.offset": position.offset,
+    }
+    status = getattr(event.body, "status", None)
+    if status is not None:
+        attrs["stepledger.status"] = str(getattr(status, "value", status))
+    span.add_event(name, attrs)
+
+
+def traced_call(run: Callable[..., Any], tool: str) -> Callable[..., Any]:
+    """The tool's run hook inside a ``stepledger.call`` span (async stays async)."""
+    if not _active():
+        return run
+    name = f"stepledger.call {tool}"
+
+    def attributes() -> dict[str, Any]:
+        step = _STEP.get()
+        found = getattr(step, "attributes", None) or {}
+        return {k: v for k, v in found.items() if k.startswith("stepledger.")}
+
+    if inspect.iscoroutinefunction(run):
+
+        @functools.wraps(run)
+        async def acall(*args: Any, **kwargs: Any) -> Any:
+            with _tracer().start_as_current_span(name, attributes=attributes()):
+                return await run(*args, **kwargs)
+
+        return acall
+
+    @functools.wraps(run)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _tracer().start_as_current_span(name, attributes=attributes()):
+            return run(*args, **kwargs)
+
+    return call
+
+
+def trace_headers() -> Headers:
+    """The W3C ``traceparent`` of the current span, as a header (none without a valid span)."""
+    if _otel is None or not _active():
+        return []
+    context = _otel.get_current_span().get_span_context()
+    if not context.is_valid:
+        return []
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    value = carrier.get(TRACEPARENT)
+    return [] if value is None else [(TRACEPARENT, value.encode())]
+
+
+class _Remembered:
+    """The ``traceparent`` of recent intents, so a decision can name the step's span."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: tuple[str, str], value: str) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._limit:
+                self._items.popitem(last=False)
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        with self._lock:
+            return self._items.get(key)
+
+
+_intents = _Remembered(_REMEMBERED)
+
+
+def remember_intent(event: Event, record: Any) -> None:
+    """Keep an intent's ``traceparent`` (from its record's headers) for a later decision.
+
+    ``record`` is the consumed message (anything with ``headers()``); a record without
+    headers, or with a header that is not a traceparent, is simply not remembered.
+    """
+    if event.step_id is None or event.type != "step_intended" or not _active():
+        return
+    headers = getattr(record, "headers", None)
+    found = headers() if callable(headers) else None
+    for key, value in found or ():
+        if key == TRACEPARENT and isinstance(value, bytes):
+            _intents.put((event.workflow_id, event.step_id), value.decode(errors="replace"))
+            return
+
+
+@contextlib.contextmanager
+def decision_span(workflow_id: str, step_id: str, decision: str) -> Iterator[None]:
+    """A ``stepledger.decision`` span: a child of and linked to the step's span if known."""
+    if _otel is None or not _active():
+        yield
+        return
+    attrs = {WORKFLOW_ID: workflow_id, STEP_ID: step_id, DECISION: decision}
+    current = _otel.get_current_span().get_span_context()
+    # Inside a span of this workflow (a resume settling a step): nest under it.
+    ours = current.is_valid and current.trace_id == workflow_trace_id(workflow_id)
+    parent: Context | None = None if ours else workflow_context(workflow_id)
+    links = []
+    remembered = _intents.get((workflow_id, step_id))
+    if remembered is not None:
+        step = TraceContextTextMapPropagator().extract({TRACEPARENT: remembered})
+        step_context = _otel.get_current_span(step).get_span_context()
+        if step_context.is_valid:
+            parent, links = step, [_otel.Link(step_context, {"stepledger.link": "intent"})]
+    with _tracer().start_as_current_span(
+        f"stepledger.decision {decision}", context=parent, links=links, attributes=attrs
+    ):
+        yield

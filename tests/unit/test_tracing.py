@@ -1,0 +1,101 @@
+"""Spans per step with the SDK's in-memory exporter: attributes, events, replays, headers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import ProxyTracerProvider, get_current_span, use_span
+
+from stepledger import tracing
+from stepledger.domain.tools import Tool
+from stepledger.log import event_headers
+from stepledger.testing import InMemoryEventLog, ledger_over
+from tests.unit.factories import factory
+
+PAY = Tool(name="pay", effect="idempotent", keyed=True)
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    # The process-wide provider stays untouched: only stepledger's tracer is this one.
+    monkeypatch.setattr(tracing, "_provider", lambda: provider)
+    yield memory
+    provider.shutdown()
+
+
+def test_a_step_is_a_span_with_a_call_and_a_replay_calls_nothing(
+    exporter: InMemorySpanExporter,
+) -> None:
+    log = InMemoryEventLog()
+    calls: list[str] = []
+    wf = ledger_over(log).workflow("wf-1")
+
+    def pay(args: dict[str, object], key: str) -> dict[str, bool]:
+        calls.append(key)
+        return {"ok": True}
+
+    wf.step("charge", PAY, {"amount": 3}, pay)
+    ledger_over(log).workflow("wf-1").step("charge", PAY, {"amount": 3})
+    spans = exporter.get_finished_spans()
+    names = [s.name for s in spans]
+    assert names.count("stepledger.call pay") == 1 and names.count("stepledger.step pay") == 2
+    assert {s.context.trace_id for s in spans} == {tracing.workflow_trace_id("wf-1")}
+    first, again = (s for s in spans if s.name == "stepledger.step pay")
+    call = next(s for s in spans if s.name == "stepledger.call pay")
+    assert call.parent is not None and call.parent.span_id == first.context.span_id
+    assert [e.name for e in first.events] == ["intent acknowledged", "outcome recorded"]
+    assert first.attributes is not None and again.attributes is not None
+    assert first.attributes["stepledger.idempotency_key"] == calls[0]
+    assert first.attributes["stepledger.attempt"] == 1
+    assert first.attributes["stepledger.policy"] == PAY.resolution.value
+    assert "stepledger.replayed" not in first.attributes
+    assert again.attributes["stepledger.replayed"] is True and not again.events
+    assert again.attributes["stepledger.idempotency_key"] == calls[0] and len(calls) == 1
+
+
+def test_an_async_step_is_traced_and_events_carry_the_current_traceparent(
+    exporter: InMemorySpanExporter,
+) -> None:
+    async def run() -> None:
+        wf = ledger_over(InMemoryEventLog()).workflow("wf-2")
+
+        async def pay(args: dict[str, object], key: str) -> dict[str, bool]:
+            return {"ok": True}
+
+        await wf.astep("charge", PAY, {"amount": 1}, pay)
+
+    asyncio.run(run())
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert "stepledger.call pay" in names and "stepledger.step pay" in names
+    event = factory().workflow_started("wf-3", name="", attempt=1, read_only=False, max_attempts=1)
+    assert all(k != "traceparent" for k, _ in event_headers(event))
+    with tracing._tracer().start_as_current_span("outer") as span:
+        headers = dict(event_headers(event))
+    traceparent = headers["traceparent"]
+    assert traceparent is not None
+    assert traceparent.decode().split("-")[1] == f"{span.get_span_context().trace_id:032x}"
+
+
+def test_without_an_sdk_provider_nothing_is_traced_and_no_header_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tracing, "_provider", ProxyTracerProvider)
+    assert not tracing._active()
+    with use_span(get_current_span(tracing.workflow_context("wf-4"))):
+        event = factory().workflow_started(
+            "wf-4", name="", attempt=1, read_only=False, max_attempts=1
+        )
+        assert all(k != "traceparent" for k, _ in event_headers(event))
+    calls: list[str] = []
+    ledger_over(InMemoryEventLog()).workflow("wf-4").step(
+        "s", PAY, {}, lambda a, k: calls.append(k)
+    )
+    assert len(calls) == 1

@@ -66,8 +66,10 @@ def members(settings: Settings) -> Iterator[list[Consumer]]:
 def test_doctor_names_each_unsafe_and_off_thing_and_exits_by_what_is_unsafe(
     make_settings: Any, members: list[Consumer]
 ) -> None:
-    # Topics as `stepledger init` makes them: Kafka's default retention of 7 days.
-    settings = make_settings(partitions=1)
+    # A step log made by hand on broker defaults: Kafka's retention of 7 days.
+    settings = make_settings(partitions=1, create=False)
+    _create(settings, settings.topic, 1, {"retention.ms": "604800000"})
+    _create(settings, settings.dlq_topic, 1, {})
     code, report = _settled(settings)
     assert code == 1 and report["brokers"] == 1
     assert ("unsafe", "retention") in _lines(report) and ("off", "replication") in _lines(report)

@@ -37,7 +37,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
-from stepledger.inbox.queue import QueueFilter, read_page
+from stepledger.humanqueue.queue import QueueFilter, read_page
 from stepledger.projector.engine import Projector
 from stepledger.projector.snapshot import connect_read_only, snapshot_path
 from stepledger.projector.store import ProjectionStore

@@ -21,14 +21,14 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import AlreadyAnsweredError
-from stepledger.inbox import queue as q
-from stepledger.inbox.answers import Answerer
+from stepledger.humanqueue import escalations
+from stepledger.humanqueue import queue as q
+from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import csrf_token
 from stepledger.log import InMemoryEventLog, KafkaEventLog
 from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader
 from stepledger.projector.snapshot import snapshot_path
-from stepledger.recovery import escalations
 from tests.integration import inbox_helpers as h
 from tests.unit.projector_harness import project, to_messages
 

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import replay
-from stepledger.inbox.answers import Answerer
+from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import hash_token
 from stepledger.log import InMemoryEventLog

@@ -26,9 +26,9 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import SagaViolationError
+from stepledger.humanqueue.escalations import EscalationQueue, answer
 from stepledger.producer import Ledger
 from stepledger.projector.rebuild import rebuild
-from stepledger.recovery.escalations import EscalationQueue, answer
 
 
 class Counted:

@@ -9,7 +9,7 @@ import pytest
 
 from stepledger.cli._recovery import parse_duration as cli_duration
 from stepledger.domain.times import LONGEST, parse_duration
-from stepledger.inbox.queue import parse_age
+from stepledger.humanqueue.queue import parse_age
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import HookTimeoutError, RecoveryError
+from stepledger.humanqueue.escalations import EscalationQueue, answer
 from stepledger.log import InMemoryEventLog
-from stepledger.recovery.escalations import EscalationQueue, answer
 from stepledger.resolution import MemoryEventLetters, Resolver, ToolRegistry
 from stepledger.resolution.hooks import HookPool
 from tests.unit.factories import Clock

@@ -28,7 +28,7 @@ from stepledger.errors import (
     SagaViolationError,
     StepInDoubtError,
 )
-from stepledger.inbox.cases import Answer, escalation_case
+from stepledger.humanqueue.cases import Answer, escalation_case
 from stepledger.producer import approval
 from stepledger.producer.reader import InMemoryWorkflowReader
 from tests.unit.factories import factory

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stepledger.inbox.cases import Case
+from stepledger.humanqueue.cases import Case
 from stepledger.terminal import shell_arg
 
 

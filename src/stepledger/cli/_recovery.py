@@ -20,12 +20,12 @@ from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
-from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
+from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
+from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.producer.reader import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.escalations import read_queue, select
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements

@@ -26,8 +26,8 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
-from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
-from stepledger.inbox.cases import approval_case
+from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
+from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
 from stepledger.terminal import safe

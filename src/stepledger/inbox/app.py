@@ -39,8 +39,9 @@ from stepledger.errors import (
     UnknownEscalationError,
     ViewStoreError,
 )
-from stepledger.inbox import queue as q
-from stepledger.inbox.answers import Answerer, Receipt, answer_kind, parse_result
+from stepledger.humanqueue import queue as q
+from stepledger.humanqueue.answers import Answerer, Receipt, answer_kind, parse_result
+from stepledger.humanqueue.cases import Answer, Case, CaseKind
 from stepledger.inbox.auth import (
     CSRF_FIELD,
     SESSION_TTL_S,
@@ -54,7 +55,6 @@ from stepledger.inbox.auth import (
     new_token,
     session_id,
 )
-from stepledger.inbox.cases import Answer, Case, CaseKind
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
 from stepledger.inbox.timeline import case_timeline
 

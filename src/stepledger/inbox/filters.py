@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
-from stepledger.inbox import queue as q
+from stepledger.humanqueue import queue as q
 
 
 def an_id(value: str) -> bool:

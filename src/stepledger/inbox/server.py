@@ -13,9 +13,9 @@ from typing import Any
 from stepledger.config import Settings
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError
-from stepledger.inbox.answers import Answerer
+from stepledger.humanqueue.answers import Answerer
+from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
-from stepledger.inbox.shown import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry

@@ -7,7 +7,7 @@ from dataclasses import replace
 from markupsafe import Markup
 
 from stepledger.domain.factory import utc_now
-from stepledger.inbox.cases import Case
+from stepledger.humanqueue.cases import Case
 from stepledger.timeline import Mark, bars, timeline_svg
 
 

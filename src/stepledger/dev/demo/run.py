@@ -34,11 +34,11 @@ from stepledger.dev.examples.tools import EMAIL
 from stepledger.dev.stack import LocalStack, StackOptions
 from stepledger.domain.events import Event
 from stepledger.errors import DemoError
+from stepledger.humanqueue.escalations import OpenEscalation, read_queue
 from stepledger.log import codec_for
 from stepledger.ops import sigterm_interrupts
 from stepledger.projector.query import QueryResult, run_query, to_records
 from stepledger.projector.snapshot import latest_snapshot
-from stepledger.recovery.escalations import OpenEscalation, read_queue
 
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEPS_SQL = f"SELECT {', '.join(show.STEP_COLUMNS)} FROM steps ORDER BY workflow_id, sequence"

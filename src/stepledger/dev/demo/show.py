@@ -12,8 +12,8 @@ from stepledger.dev.demo.script import Trip
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
+from stepledger.humanqueue.escalations import OpenEscalation
 from stepledger.projector.query import QueryResult, plain
-from stepledger.recovery.escalations import OpenEscalation
 from stepledger.terminal import safe, shell_arg
 
 STEP_COLUMNS = (

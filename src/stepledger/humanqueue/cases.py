@@ -20,8 +20,8 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
-from stepledger.inbox.shown import Redactor, ShownCall, shown_call
-from stepledger.recovery.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
+from stepledger.humanqueue.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
+from stepledger.humanqueue.shown import Redactor, ShownCall, shown_call
 
 
 class CaseKind(StrEnum):

@@ -1,7 +1,7 @@
 """A person's answer to a case: checked against the log, appended, and read back.
 
 The events appended are the ones the CLI appends, through the same functions:
-:func:`stepledger.recovery.escalations.answer` (``escalations resolve``, ``workflows
+:func:`stepledger.humanqueue.escalations.answer` (``escalations resolve``, ``workflows
 clear``) and :func:`stepledger.producer.approval.decide` (``approve``/``deny``).  Around
 them:
 
@@ -32,12 +32,12 @@ from stepledger.errors import (
     LedgerStateError,
     UnknownEscalationError,
 )
-from stepledger.inbox.cases import Answer, Case, Decision, approval_case, escalation_case
-from stepledger.inbox.shown import Redactor
+from stepledger.humanqueue import escalations
+from stepledger.humanqueue.cases import Answer, Case, Decision, approval_case, escalation_case
+from stepledger.humanqueue.shown import Redactor
 from stepledger.log import EventLog
 from stepledger.producer import approval
 from stepledger.producer.reader import WorkflowReader
-from stepledger.recovery import escalations
 
 CLI_NOTE = "answered from the command line"
 """The comment a command-line answer records when none is given."""

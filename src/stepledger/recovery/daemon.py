@@ -51,6 +51,7 @@ from stepledger.recovery.checkpoint import (
     SqliteCheckpointStore,
 )
 from stepledger.recovery.claims import ClaimBoard
+from stepledger.recovery.clock import DeadlineClock
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
@@ -111,6 +112,7 @@ class RecoveryDaemon:
             pipeline=True,
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
         self.events_read = 0
         self.caught_up: set[int] = set()
@@ -219,6 +221,7 @@ class RecoveryDaemon:
             return
         if late is not None:
             self.pending_late[late.event.event_id] = late
+        self._anchor(event, msg)
         if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
             # A claim read back in log order: the fold says whether it was the first decision.
             tracked = self.tracker.steps.get((event.workflow_id, event.step_id))
@@ -343,6 +346,20 @@ class RecoveryDaemon:
                 "error": resolution.error,
             },
         )
+
+    def _anchor(self, event: ev.Event, msg: Message) -> None:
+        """Re-anchor a tracked intent's deadline on this daemon's clock (one clock)."""
+        now, timestamp = self.clock(), msg.timestamp()
+        self.deadlines.observe(timestamp, now)
+        if not isinstance(event.body, ev.StepIntended) or event.step_id is None:
+            return
+        key = (event.workflow_id, event.step_id)
+        if key in self.tracker.steps:
+            appended, stamped = self.deadlines.appended(timestamp, now)
+            when = self.deadlines.anchor(event, appended, stamped, self.resolver.grace)
+            if when is not None:
+                self.tracker.anchor(key, when)
+                self.metrics.clock_skew.set(self.deadlines.largest())
 
     def _due(self, step: StepState) -> datetime | None:
         tool = self.tools.get(step.tool)

@@ -75,6 +75,13 @@ import click
     help="Recovery daemons in one group, sharing per-partition checkpoints (as --projectors).",
 )
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
+@click.option(
+    "--agent-skew",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds the agents' wall clock runs ahead (negative: behind) of the daemons'.",
+)
 def chaos(
     workflows: int,
     seed: int,
@@ -88,6 +95,7 @@ def chaos(
     projectors: int,
     recoverers: int,
     parallel: int,
+    agent_skew: float = 0.0,
     break_mode: str | None = None,
 ) -> None:
     """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
@@ -115,6 +123,7 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
+        agent_skew_s=agent_skew,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts

@@ -18,6 +18,7 @@ class CrashPoint(StrEnum):
     AFTER_OUTCOME = "agent:after_outcome"
     CRASH_LOOP = "agent:crash_loop"
     RESUME_RACE = "agent:resume_races_recovery"
+    FROZEN_AFTER_INTENT = "agent:frozen_after_intent"
     PROJECTOR_MID_BATCH = "projector:mid_batch"
     RECOVERY_MID_RESOLUTION = "recovery:mid_resolution"
     CONSUMER_STOP = "consumer:sigstop_sigcont"
@@ -121,6 +122,7 @@ def make_plan(
     crash_loop_share: float = 0.05,
     clean_share: float = 0.15,
     race_share: float = 0.2,
+    frozen_share: float = 0.1,
 ) -> ChaosPlan:
     """Draw a plan: most workflows die once at some agent crash point, a few crash-loop.
 
@@ -131,9 +133,19 @@ def make_plan(
     """
     rng = random.Random(seed)
     races = round(workflows * race_share)
+    frozen = round(workflows * frozen_share)
     plans = [
         _workflow(rng, f"chaos-{seed}-{i:04d}", steps, max_attempts, crash_loop_share, clean_share)
-        for i in range(workflows - races)
+        for i in range(workflows - races - frozen)
+    ]
+    # Frozen after an intent (SIGSTOP past its deadline), resumed elsewhere, then continued.
+    frozen_rng = random.Random(f"frozen-{seed}")
+    plans += [
+        WorkflowPlan(
+            f"chaos-{seed}-frozen-{i:04d}",
+            (AgentKill(CrashPoint.FROZEN_AFTER_INTENT, frozen_rng.choice((1, 2, 3))), None),
+        )
+        for i in range(frozen)
     ]
     # Drawn apart, so the other workflows of a seed keep the plan they always had.
     race_rng = random.Random(f"race-{seed}")

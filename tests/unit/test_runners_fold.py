@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from stepledger.domain import events as ev
+from stepledger.domain import oversize
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.replay import MoveKind, next_move
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
+from stepledger.errors import ResultTypeError
 from stepledger.recovery.clock import LOG_APPEND_TIME, DeadlineClock
 from stepledger.recovery.tracker import Tracker
 from tests.unit.factories import factory
+from tests.unit.resume_fakes import Crash, World
 
 MAIL = Tool(name="mail", effect="irreversible", policy="escalate")
 
@@ -133,3 +138,27 @@ def test_broker_time_anchors_a_record_read_late() -> None:
     clock.observe((LOG_APPEND_TIME, millis - 2), now)  # a fresh record: lead ~2 ms
     appended, stamped = clock.appended((LOG_APPEND_TIME, millis - 60_000), now)
     assert stamped and abs((now - appended).total_seconds() - 59.998) < 0.01
+
+
+def test_a_re_drive_whose_result_is_too_large_records_its_digest_once() -> None:
+    world = World()
+    calls: list[str] = []
+
+    def export(args: dict[str, object], key: str) -> dict[str, str]:
+        calls.append(key)
+        return {"blob": "x" * 1_100_000}
+
+    tool = Tool(name="export", keyed=True, timeout_s=1.0, run=export)
+
+    def crash(args: dict[str, object], key: str) -> None:
+        raise Crash()
+
+    with pytest.raises(Crash):
+        world.ledger().workflow("wf").step("export", tool, {}, crash)
+    ledger = world.ledger(tools=False)
+    ledger.tools.register(tool)
+    with pytest.raises(ResultTypeError, match=r"'export'.*larger than"):
+        ledger.workflow("wf").step("export", tool, {})  # re-driven by the resume, then replayed
+    step = replay("wf", world.log.workflow_events("wf")).steps["export"]
+    assert step.status is StepStatus.SUCCEEDED and step.result_type == oversize.TOO_LARGE
+    assert len(calls) == 1 and step.resolved_by is Source.RECOVERY_REDRIVE

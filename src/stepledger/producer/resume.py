@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
-from stepledger.domain import ids
+from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
@@ -269,6 +270,7 @@ def _resolver(ledger: Ledger, tool: Tool) -> Resolver:
         clock=ledger.clock,
         grace=grace,
         confirm=reader_check(ledger.reader.read),
+        record_limit=oversize.record_limit(max_message_bytes(ledger.settings)),
     )
 
 

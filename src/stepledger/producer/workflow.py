@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
+from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
@@ -47,7 +49,7 @@ from stepledger.errors import (
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, fence, oversize, resume
+from stepledger.producer import approval, compensation, fence, resume
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 
 if TYPE_CHECKING:
@@ -225,7 +227,8 @@ class Workflow:
     def _fitted(self, tool: Tool, result: Any) -> Encoded:
         """The result as recorded: cut to a digest when its outcome would not fit a record."""
         encoded = tool.results.encode(result)
-        return oversize.fitted(encoded, oversize.record_limit(self.ledger.settings))
+        limit = oversize.record_limit(max_message_bytes(self.ledger.settings))
+        return oversize.fitted(encoded, limit)
 
     def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
         """After a call that outlived its deadline, go by the log's first decision.

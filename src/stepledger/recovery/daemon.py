@@ -36,8 +36,9 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Polled
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
-from stepledger.domain import ids
+from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
@@ -110,6 +111,7 @@ class RecoveryDaemon:
             observer=self.metrics.observe,
             confirm=self._claims.wait,
             pipeline=True,
+            record_limit=oversize.record_limit(max_message_bytes(settings)),
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.deadlines = DeadlineClock()

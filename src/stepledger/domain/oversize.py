@@ -6,7 +6,8 @@ result would not fit the producer's ``message.max.bytes`` is recorded as succeed
 result cut to its size, its sha256 and its first characters (result type ``!too_large``);
 the run that made the call and every replay then raise one clear
 :class:`~stepledger.errors.ResultTypeError` naming the step, and the tool is never called
-again for it.
+again for it.  Recovery's outcomes (a re-drive's, a query's) are cut the same way, so no
+result can make a decision impossible to record.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import hashlib
 import json
 from typing import Any
 
-from stepledger.config import Settings
-from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.ids import canonical_json
 from stepledger.domain.results import UNREPLAYABLE, Encoded
 from stepledger.domain.state import StepState
@@ -30,9 +29,9 @@ ENVELOPE_ROOM = 16 * 1024
 HEAD_CHARS = 512
 
 
-def record_limit(settings: Settings) -> int:
-    """The most bytes a recorded result may take under these settings."""
-    return max(1024, max_message_bytes(settings) - ENVELOPE_ROOM)
+def record_limit(max_message_bytes: int) -> int:
+    """The most bytes a recorded result may take under a producer's ``message.max.bytes``."""
+    return max(1024, max_message_bytes - ENVELOPE_ROOM)
 
 
 def fitted(encoded: Encoded, limit: int) -> Encoded:

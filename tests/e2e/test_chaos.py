@@ -58,6 +58,7 @@ def test_short_chaos_run_keeps_every_invariant(
     assert {"agent:after_intent", "agent:after_call", "projector:mid_batch"} <= points
     assert "recovery:mid_resolution" in points and "consumer:sigstop_sigcont" in points
     assert "agent:resume_races_recovery" in points and "agent:frozen_after_intent" in points
+    assert "agent:second_runner" in points
     assert "replay with --seed 1" in output
     frozen = (tmp_path / "work" / "agent-reports-frozen.jsonl").read_text().splitlines()
     assert frozen and all("nothing was called" in line for line in frozen), frozen

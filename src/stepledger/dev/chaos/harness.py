@@ -60,6 +60,7 @@ AGENT_POINT = {
     CrashPoint.AFTER_OUTCOME: "after_outcome",
     CrashPoint.RESUME_RACE: "after_effect",
     CrashPoint.FROZEN_AFTER_INTENT: "frozen_after_intent",
+    CrashPoint.SECOND_RUNNER: "second_runner",
 }
 #: Partitions of the step log in a scaled run (several members per group).
 SCALED_PARTITIONS = 8

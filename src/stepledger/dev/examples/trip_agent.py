@@ -13,7 +13,10 @@ every workflow has stopped or ended the process SIGKILLs itself: a real crash wi
 workflow at its own boundary.  ``frozen_after_intent`` (intent acknowledged, before the
 call's checks) stops the process instead (SIGSTOP, as a GC pause or a VM migration
 would): once continued (SIGCONT) its workflows go on from there, and must not call.
-``STEPLEDGER_DEV_CLOCK_SKEW_S`` moves the agent's wall clock by that many seconds.
+``second_runner`` opens the workflow twice (the second open is a resume while the first
+runner is alive) and runs both to the step, synchronised there: one effect, and the older
+runner is told it was taken over.  ``STEPLEDGER_DEV_CLOCK_SKEW_S`` moves the agent's wall
+clock by that many seconds.
 
 One JSON line per workflow reports how it ended (``completed``, ``escalated``,
 ``approval_pending``, ``dead_lettered`` or ``error``).  Exit status: 0 when all completed,
@@ -23,6 +26,7 @@ One JSON line per workflow reports how it ended (``completed``, ``escalated``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -52,8 +56,18 @@ from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workf
 from stepledger.resolution.registry import ToolRegistry
 
 STEPS = ("quote", "charge", "book", "email")
-POINTS = ("before_intent", "after_intent", "after_effect", "after_outcome", "frozen_after_intent")
+POINTS = (
+    "before_intent",
+    "after_intent",
+    "after_effect",
+    "after_outcome",
+    "frozen_after_intent",
+    "second_runner",
+)
 FROZEN = "frozen_after_intent"
+SECOND = "second_runner"
+#: How long two runners of one workflow wait for each other at their step.
+MEET_S = 30.0
 SKEW_ENV = "STEPLEDGER_DEV_CLOCK_SKEW_S"
 QUOTE = "catalog.quote"
 HOTELS = ("Hotel Astoria", "Hotel Bristol", "Hotel Central", "Hotel Dorian")
@@ -77,6 +91,8 @@ class Parking:
         self._forever = threading.Event()
         self.frozen = 0
         self._thawed = threading.Event()
+        self.meetings: dict[str, threading.Barrier] = {}
+        """Where two runners of one workflow wait for each other (second_runner)."""
 
     def freeze(self) -> None:
         """Stop here until the process was stopped and continued (see ``_run_all``)."""
@@ -146,9 +162,16 @@ def trip(
         "book": ledger.tools.require(BOOKINGS),
         "email": ledger.tools.require(EMAIL),
     }
-    wf = ledger.workflow(
-        workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
-    )
+
+    def open_it() -> Workflow:
+        return ledger.workflow(
+            workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
+        )
+
+    wf = open_it()
+    if kill is not None and kill.point == SECOND and not wf.finished:
+        _older_runner(wf, by_step, workflow_id, kill, parking)
+        wf = open_it()  # a resume while the first runner is alive: it owns the workflow now
     if wf.finished:
         return {"status": wf.state.status.value, "attempt": wf.attempt}
     try:
@@ -158,6 +181,19 @@ def trip(
         # trip cannot go on as planned, so the saga unwinds what else it can undo.
         wf.compensate("a step was undone by recovery")
         return {"status": "compensated", "attempt": wf.attempt}
+
+
+def _older_runner(
+    wf: Workflow, by_step: dict[str, Tool], workflow_id: str, kill: KillPoint, parking: Parking
+) -> None:
+    """Run the first runner on, in a thread; it meets the second at the kill step."""
+    parking.meetings[workflow_id] = threading.Barrier(2, timeout=MEET_S)
+
+    def run() -> None:
+        ended = outcome_of(lambda: _trip_steps(wf, by_step, workflow_id, kill, parking))
+        print(json.dumps({"superseded_runner": workflow_id, **ended}), flush=True)
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 def _trip_steps(
@@ -194,6 +230,10 @@ def _step(
     point = kill.point if kill is not None and kill.step == step_id else None
     if point == "before_intent":
         parking.park()
+    meet = parking.meetings.get(wf.workflow_id) if point == SECOND else None
+    if meet is not None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            meet.wait()
     if point == FROZEN:
 
         def frozen(_: str) -> None:

@@ -4,7 +4,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
 COPY src ./src
-RUN pip install --no-cache-dir .
+# The daemons and the inbox: a service image carries every role but the development stack.
+RUN pip install --no-cache-dir '.[projector,recovery,inbox,registry]'
 VOLUME ["/data"]
 ENTRYPOINT []
 CMD ["stepledger", "--help"]

@@ -24,6 +24,7 @@ from stepledger.domain.saga import PlanRules, PlanStep, Violation, check_plan
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import (
     ApprovalDeniedError,
+    ApprovalMismatchError,
     ApprovalPendingError,
     BrokerError,
     DurabilityError,
@@ -45,6 +46,7 @@ from stepledger.resolution import ToolRegistry
 
 __all__ = [
     "ApprovalDeniedError",
+    "ApprovalMismatchError",
     "ApprovalPendingError",
     "BrokerError",
     "DurabilityError",

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from stepledger import wire
 from stepledger.domain.secrets import MIN_KEY_LENGTH
 from stepledger.errors import ConfigError
 
@@ -32,9 +33,9 @@ class Settings(BaseModel):
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     """Kafka bootstrap servers, HOST:PORT[,HOST:PORT]."""
-    topic: str = "stepledger.events"
+    topic: str = wire.STEP_LOG_TOPIC
     """The step-log topic."""
-    dlq_topic: str = "stepledger.deadletters.letter"
+    dlq_topic: str = wire.DEAD_LETTER_TOPIC
     """Where undecodable or invalid input goes, with the reason in headers."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""

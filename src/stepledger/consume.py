@@ -28,6 +28,7 @@ from typing import Any, Literal
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
+from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
@@ -349,7 +350,7 @@ def read_topic(
     starts = [KafkaPartition(topic, p, start) for p in partitions]
     ended: set[int] = set()
     began = last_data = time.monotonic()
-    with assigned_consumer(settings, starts, group="stepledger-reader") as consumer:
+    with assigned_consumer(settings, starts, group=wire.READER_GROUP) as consumer:
         while True:
             now = time.monotonic()
             if max_time is not None and now - began > max_time:

@@ -16,6 +16,7 @@
     │   ├── SagaViolationError           an irreversible step while reversible ones are unresolved
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
     │   ├── ApprovalDeniedError          a human denied a pivot step
+    │   ├── ApprovalMismatchError        an answer names another call than the one awaiting approval
     │   ├── StepInDoubtError             a step's outcome is unknown and must be resolved first
 │   ├── StepCompensatedError         the log's first decision for a step undid its effect
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
@@ -157,6 +158,15 @@ class ApprovalPendingError(LedgerStateError):
 
 class ApprovalDeniedError(LedgerStateError):
     """A human denied a pivot step: it will not run."""
+
+
+class ApprovalMismatchError(LedgerStateError):
+    """An approval answers another call than the one the step now awaits approval for.
+
+    Raised when a person's answer names a digest (the inbox page they saw, ``approve
+    --digest``) that is not the pending request's: the agent asked again with other
+    arguments since, and the answer would approve what was not shown.
+    """
 
 
 class StepInDoubtError(LedgerStateError):

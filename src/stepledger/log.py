@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol, get_args
 
+from stepledger import wire
 from stepledger.codec import Codec, RegistryFraming
 from stepledger.config import Settings
 from stepledger.domain.events import Event, EventType
@@ -45,19 +46,20 @@ class EventLog(Protocol):
 def event_headers(event: Event) -> Headers:
     """CloudEvents binary-mode headers, so consumers can route without decoding."""
     return [
-        ("ce_specversion", b"1.0"),
-        ("ce_type", _CE_TYPE[event.type]),
-        ("ce_id", event.event_id.encode()),
-        ("ce_source", _ce_source(event.fleet_id, event.producer_id)),
+        (wire.CE_SPECVERSION_HEADER, _CE_SPECVERSION),
+        (wire.CE_TYPE_HEADER, _CE_TYPE[event.type]),
+        (wire.CE_ID_HEADER, event.event_id.encode()),
+        (wire.CE_SOURCE_HEADER, _ce_source(event.fleet_id, event.producer_id)),
     ]
 
 
-_CE_TYPE = {t: f"stepledger.{t}".encode() for t in get_args(EventType)}
+_CE_SPECVERSION = wire.CE_SPECVERSION.encode()
+_CE_TYPE = {t: f"{wire.CE_TYPE_PREFIX}{t}".encode() for t in get_args(EventType)}
 
 
 @functools.lru_cache(maxsize=64)
 def _ce_source(fleet_id: str, producer_id: str) -> bytes:
-    return f"stepledger/{fleet_id}/{producer_id}".encode()
+    return f"{wire.CE_SOURCE_PREFIX}{fleet_id}/{producer_id}".encode()
 
 
 def codec_for(settings: Settings) -> Codec:

@@ -7,12 +7,16 @@ real process, and Chromium loading its pages.  Chromium must be installed
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import os
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +61,9 @@ class Stack:
     url: str
     """The URL the inbox printed, token included."""
     base: str
+    """Scheme, host and port of the inbox."""
+    home: str
+    """Where its pages live: ``base`` plus the random prefix the session cookie is scoped to."""
 
     def answers(self, workflow_id: str) -> list[ev.Event]:
         """The answers the log holds for a workflow (read from the topic, not the inbox)."""
@@ -94,6 +101,21 @@ def _read_url(proc: subprocess.Popen[str], timeout: float) -> str:
         if proc.poll() is not None:
             break
     raise AssertionError(f"the inbox printed no URL (exit {proc.poll()})")
+
+
+def _prefix(url: str) -> str:
+    """The inbox's page prefix: where the token's first visit is redirected."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        connection.request("GET", f"{parts.path}?{parts.query}")
+        response = connection.getresponse()
+        assert response.status == 303, response.status
+        location = response.getheader("location") or ""
+    finally:
+        connection.close()
+    assert location.startswith("/s/") and location.endswith("/"), location
+    return location.rstrip("/")
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
@@ -141,7 +163,8 @@ def stack(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         )
         url = _read_url(inbox, 60)
         assert url.startswith("http://127.0.0.1:") and url.endswith(f"/?token={TOKEN}")
-        yield Stack(settings, url, url.split("/?")[0])
+        base = url.split("/?")[0]
+        yield Stack(settings, url, base, base + _prefix(url))
     finally:
         if inbox is not None:
             _stop(inbox)
@@ -196,12 +219,12 @@ def test_answer_a_case_in_the_browser_and_watch_it_leave_the_queue(
     context = _context(browser)
     queue, case = context.new_page(), context.new_page()
     queue.goto(stack.url)
-    assert queue.url == stack.base + "/"  # the token was traded for a cookie
+    assert queue.url == stack.home + "/"  # the token was traded for a session
     row = queue.locator('tr[data-case="esc-lisbon"]')
     row.wait_for()
     assert queue.locator("#total").inner_text() == "4"
     _shot(queue, "inbox-queue.png", tmp_path)
-    case.goto(stack.base + "/")
+    case.goto(stack.home + "/")
     case.click('tr[data-case="esc-lisbon"] a')
     case.wait_for_selector("#answer-form")
     body = case.content()
@@ -231,7 +254,7 @@ def test_a_second_browser_answering_the_same_case_is_refused(stack: Stack, brows
     pages = [ctx.new_page() for ctx in (first, second)]
     for page in pages:
         page.goto(stack.url)
-        page.goto(stack.base + "/escalations/esc-porto")
+        page.goto(stack.home + "/escalations/esc-porto")
         page.wait_for_selector("#answer-form")
     _answer(pages[0], "not_happened", "bob", "no wire in the bank's list")
     _answer(pages[1], "happened", "carol", "I think it went out")
@@ -248,28 +271,113 @@ def test_a_second_browser_answering_the_same_case_is_refused(stack: Stack, brows
     second.close()
 
 
-def test_an_approval_is_granted_in_the_browser(stack: Stack, browser: Any) -> None:
+def test_an_approval_shows_the_exact_call_and_the_saga_and_binds_it(
+    stack: Stack, browser: Any, tmp_path: Path
+) -> None:
     context = _context(browser)
     page = context.new_page()
     page.goto(stack.url + "&kind=approval")
     page.click('tr[data-case="trip-faro/wire"] a')
     page.wait_for_selector("#answer-form")
-    assert "a wire cannot be recalled" in page.content()
+    body = page.content()
+    assert "a wire cannot be recalled" in body
+    call = page.inner_text("#call-arguments")
+    assert '"amount": 100' in call and '"to": "acct-A"' in call and "[redacted]" in call
+    assert h.CARD not in body and h.CARD.replace(" ", "") not in body
+    digest = h.APPROVED_WIRE.arguments_digest(h.WIRE_ARGS)
+    assert page.inner_text("#call-digest") == digest
+    assert "hold" in page.inner_text("#saga-undone")
+    assert "none" in page.inner_text("#saga-standing")
     _answer(page, "approve", "dana", "customer confirmed by phone")
+    _shot(page, "inbox-approval.png", tmp_path, full=True)
     page.click("#submit")
     page.wait_for_selector("#outcome")
     (answer,) = stack.answers("trip-faro")
     assert isinstance(answer.body, ev.ApprovalDecided)
-    assert (answer.body.granted, answer.body.by) == (True, "dana")
+    assert (answer.body.granted, answer.body.by, answer.body.auth) == (True, "dana", "inbox_token")
+    assert (answer.body.arguments_digest, answer.body.request) == (digest, 1)
+    context.close()
+
+
+#: What the other local server was sent, one dict of path and headers per request.
+SEEN: list[dict[str, str]] = []
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Another local server the operator's browser visits: it records what it is sent."""
+
+    def do_GET(self) -> None:
+        SEEN.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<!doctype html><title>elsewhere</title><p>another local server</p>")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def test_a_second_local_server_receives_nothing_that_opens_the_inbox(
+    stack: Stack, browser: Any
+) -> None:
+    SEEN.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    other = f"http://127.0.0.1:{server.server_address[1]}"
+    context = _context(browser)
+    try:
+        page = context.new_page()
+        page.goto(stack.url)
+        page.goto(stack.home + "/escalations/esc-order")
+        page.wait_for_selector("#answer-form")
+        for path in ("/", "/s/", "/escalations/esc-order", "/static/inbox.js"):
+            page.goto(other + path)
+        page.goto(other.replace("127.0.0.1", "localhost") + "/")
+        assert len(SEEN) >= 4
+    finally:
+        server.shutdown()
+        server.server_close()
+    sent = [v for request in SEEN for v in request.values()]
+    assert not any(TOKEN in value for value in sent), SEEN
+    cookies = [request.get("cookie", "") for request in SEEN]
+    # Whatever it received, nothing of it opens the inbox: not as a cookie, nor as a bearer.
+    attacker = browser.new_context()
+    try:
+        values = {c.split("=", 1)[-1].strip() for line in cookies for c in line.split(";") if c}
+        for value in values | {""}:
+            for url in (stack.base + "/", stack.home + "/"):
+                opened = attacker.request.get(url, headers={"authorization": f"Bearer {value}"})
+                assert opened.status == 401, (url, value)
+            jar = [
+                {
+                    "name": f"stepledger_inbox_{stack.base.rsplit(':', 1)[1]}",
+                    "value": value or "x",
+                    "url": stack.home + "/",
+                }
+            ]
+            attacker.add_cookies(jar)
+            assert attacker.request.get(stack.home + "/").status == 401
+            attacker.clear_cookies()
+    finally:
+        attacker.close()
+    # The operator's own session still opens it: the cookie was sent to the inbox only.
+    assert page.goto(stack.home + "/") is not None
+    assert page.locator("#total").inner_text() != ""
     context.close()
 
 
 def test_a_request_without_the_token_is_refused(stack: Stack, browser: Any) -> None:
     context = _context(browser)
     page = context.new_page()
-    for path in ("/", "/escalations/esc-order", "/static/inbox.js"):
-        response = page.goto(stack.base + path)
-        assert response is not None and response.status == 401, path
+    for url in (
+        stack.base + "/",
+        stack.base + "/escalations/esc-order",
+        stack.home + "/",
+        stack.home + "/static/inbox.js",
+    ):
+        response = page.goto(url)
+        assert response is not None and response.status == 401, url
         assert "needs its token" in page.content()
     response = page.goto(stack.base + "/?token=not-the-token-at-all")
     assert response is not None and response.status == 401
@@ -280,10 +388,10 @@ def test_a_form_post_without_csrf_is_refused(stack: Stack, browser: Any) -> None
     context = _context(browser)
     page = context.new_page()
     page.goto(stack.url)
-    page.goto(stack.base + "/escalations/esc-order")
+    page.goto(stack.home + "/escalations/esc-order")
     page.wait_for_selector("#answer-form")
     # The page's own form, minus its CSRF field: the browser sends the cookie, not the token.
-    page.evaluate("document.querySelector('input[name=csrf]').remove()")
+    page.evaluate("document.querySelector('#answer-form input[name=csrf]').remove()")
     _answer(page, "not_happened", "mallory", "trust me")
     response = None
     with page.expect_navigation() as navigation:
@@ -292,7 +400,7 @@ def test_a_form_post_without_csrf_is_refused(stack: Stack, browser: Any) -> None
     assert response is not None and response.status == 403
     assert "CSRF" in page.content()
     posted = context.request.post(
-        stack.base + "/escalations/esc-order",
+        stack.home + "/escalations/esc-order",
         form={"answer": "not_happened", "by": "mallory", "note": "again"},
     )
     assert posted.status == 403

@@ -6,8 +6,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from stepledger.domain import events as ev
+from stepledger.domain.approval_saga import saga_json
 from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.state import replay
 from stepledger.domain.tools import Found, Tool
 
 #: A card number that must never appear on any page: the SDK records only a marker.
@@ -95,19 +97,41 @@ def escalated_lookup(f: EventFactory, workflow_id: str, escalation_id: str) -> l
     return [intent, *probes, f.envelope(workflow_id, "charge", abandoned)]
 
 
+WIRE_ARGS = {"amount": 100, "to": "acct-A", "card": CARD}
+
+
+def approval_request(
+    f: EventFactory,
+    workflow_id: str,
+    before: list[ev.Event],
+    arguments: dict[str, object],
+    *,
+    request: int = 1,
+    reason: str | None = "a wire cannot be recalled",
+) -> ev.Event:
+    """The request the SDK appends for a call of the pivot send_wire (see producer.approval)."""
+    shown, _ = APPROVED_WIRE.recorded_arguments(arguments, "salt")
+    digest = APPROVED_WIRE.arguments_digest(arguments)
+    body = ev.ApprovalRequested(
+        tool=APPROVED_WIRE.name,
+        reason=reason,
+        arguments_json=shown,
+        arguments_digest=digest,
+        saga_json=saga_json(replay(workflow_id, before), "wire"),
+        request=request,
+    )
+    return f.envelope(workflow_id, "wire", body, "request", request, digest)
+
+
 def pending_approval(f: EventFactory, workflow_id: str) -> list[ev.Event]:
-    """hold_room succeeded; the pivot send_wire waits for a person's approval."""
+    """hold_room succeeded; the pivot send_wire (100 to acct-A) waits for an approval."""
     hold = f.intent(workflow_id, "hold", HOLD, {"nights": 1}, sequence=0)
-    return [
+    before = [
         f.workflow_started(workflow_id, name="trip", attempt=1, read_only=False, max_attempts=3),
         hold,
         f.outcome(workflow_id, "hold", attempt=1, status=OutcomeStatus.SUCCEEDED),
-        f.envelope(
-            workflow_id,
-            "wire",
-            ev.ApprovalRequested(tool=APPROVED_WIRE.name, reason="a wire cannot be recalled"),
-        ),
     ]
+    return [*before, approval_request(f, workflow_id, before, WIRE_ARGS)]
 
 
 def dead_lettered(f: EventFactory, workflow_id: str, escalation_id: str) -> list[ev.Event]:

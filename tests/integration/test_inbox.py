@@ -34,6 +34,8 @@ from tests.unit.projector_harness import project, to_messages
 
 TOKEN = "t0ken-for-the-inbox-tests"
 HOSTS = ("testserver", "127.0.0.1")
+PREFIX = "/s/inbox-test-prefix"
+ROOT = "http://testserver"
 
 
 class Inbox:
@@ -49,7 +51,9 @@ class Inbox:
         self.answerer = Answerer(
             self.log, EventFactory("inbox", "inbox-test"), InMemoryWorkflowReader(self.log)
         )
-        config = InboxConfig(db_path=self.db, token=TOKEN, port=1, allowed_hosts=HOSTS)
+        config = InboxConfig(
+            db_path=self.db, token=TOKEN, port=1, allowed_hosts=HOSTS, prefix=PREFIX
+        )
         self.app = create_app(config, self.answerer)
 
     def reproject(self) -> None:
@@ -58,9 +62,12 @@ class Inbox:
         project(self.db, to_messages(self.log.events), largest_batch=500)
 
     def client(self) -> TestClient:
-        """A client holding the token's cookie, as a browser has after opening the URL."""
-        client = TestClient(self.app, follow_redirects=False)
-        assert client.get(f"/?token={TOKEN}").status_code == 303
+        """A client holding a session cookie, as a browser has after opening the URL.
+
+        Its paths are relative to the inbox's prefix (where the session cookie is sent).
+        """
+        client = TestClient(self.app, follow_redirects=False, base_url=f"{ROOT}{PREFIX}/")
+        assert client.get(f"{ROOT}/?token={TOKEN}").status_code == 303
         return client
 
     def answers(self) -> list[ev.Event]:
@@ -137,20 +144,48 @@ def test_a_kept_connection_sees_the_next_published_snapshot(inbox: Inbox) -> Non
         source.close()
 
 
-def test_every_request_needs_the_token(inbox: Inbox) -> None:
+def test_every_request_needs_a_credential_and_the_browser_keeps_only_a_session(
+    inbox: Inbox,
+) -> None:
     anonymous = TestClient(inbox.app, follow_redirects=False)
-    for path in ("/", "/queue/rows", "/escalations/esc-old", "/static/inbox.css", "/health"):
+    for path in (
+        "/",
+        "/queue/rows",
+        "/escalations/esc-old",
+        "/static/inbox.css",
+        "/health",
+        f"{PREFIX}/",
+        f"{PREFIX}/escalations/esc-old",
+        f"{PREFIX}/static/inbox.css",
+    ):
         assert anonymous.get(path).status_code == 401, path
     assert anonymous.get("/?token=wrong-token-of-same-size").status_code == 401
     assert anonymous.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
     traded = anonymous.get(f"/?token={TOKEN}&fleet=fleet-a")
-    assert traded.status_code == 303 and traded.headers["location"] == "/?fleet=fleet-a"
+    assert traded.status_code == 303 and traded.headers["location"] == f"{PREFIX}/?fleet=fleet-a"
     cookie = traded.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
-    assert anonymous.get("/").status_code == 200  # the cookie now carries the token
-    page = anonymous.get("/")
+    assert f"Path={PREFIX}/" in cookie and "Max-Age=" in cookie
+    session = cookie.split(";", 1)[0].split("=", 1)[1]
+    assert TOKEN not in cookie and len(session) >= 40
+    assert anonymous.get("/").status_code == 401  # outside its path the cookie opens nothing
+    page = anonymous.get(f"{PREFIX}/")
+    assert page.status_code == 200
     assert "default-src 'none'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
+    assert f'href="{PREFIX}/static/inbox.css"' in page.text
+    assert anonymous.get(f"{PREFIX}/static/inbox.css").status_code == 200
+    # The token itself in the cookie opens nothing: only a session the server issued does.
+    forged = TestClient(inbox.app, follow_redirects=False)
+    forged.cookies.set("stepledger_inbox_1", TOKEN, path=f"{PREFIX}/")
+    assert forged.get(f"{PREFIX}/").status_code == 401
+    # Signing out revokes the session on the server, whoever still holds its id.
+    copy = TestClient(inbox.app, follow_redirects=False)
+    copy.cookies.set("stepledger_inbox_1", session, path=f"{PREFIX}/")
+    assert copy.get(f"{PREFIX}/").status_code == 200
+    out = anonymous.post(f"{PREFIX}/logout", data=form(page.text))
+    assert out.status_code == 200 and "signed out" in out.text
+    assert copy.get(f"{PREFIX}/").status_code == 401
     rebinding = TestClient(inbox.app, base_url="http://evil.example")
     assert rebinding.get(f"/?token={TOKEN}").status_code == 400
 
@@ -175,7 +210,15 @@ def test_case_page_shows_steps_intent_probes_and_policy_never_a_secret(inbox: In
     assert lookup.count("payments timed out") == 3 and "query attempts exhausted" in lookup
     approval = client.get("/approval?workflow=trip-approve&step=wire").text
     assert "a wire cannot be recalled" in approval and 'value="approve"' in approval
-    assert "can no longer be undone" in approval and "hold" in approval
+    call = re.search(r'<pre id="call-arguments">(.*?)</pre>', approval, re.S)
+    assert call is not None
+    assert "&#34;amount&#34;: 100" in call.group(1) and "acct-A" in call.group(1)
+    assert "[redacted]" in call.group(1)
+    digest = h.APPROVED_WIRE.arguments_digest(h.WIRE_ARGS)
+    assert f'<span class="mono" id="call-digest">{digest}</span>' in approval
+    assert f'name="digest" value="{digest}"' in approval
+    assert re.search(r'id="saga-undone">[^<]*<span class="mono">hold</span>', approval)
+    assert "saga no longer undoes" in approval
     assert "Let it run again" in client.get("/escalations/esc-dead").text
     for page in (wire, lookup, approval):
         assert h.CARD not in page and h.CARD.replace(" ", "") not in page
@@ -201,9 +244,10 @@ def test_an_answer_appends_the_clis_event_and_a_second_one_is_refused(inbox: Inb
         by="alice",
         note="bank",
         result={"wire": "w-9"},
+        auth="inbox_token",  # a typed name: the shared token proves none
     )
     assert event.event_id == expected.event_id and event.body == expected.body
-    shown = alice.get(done.headers["location"]).text
+    shown = alice.get(ROOT + done.headers["location"]).text
     assert "the one that counted" in shown and 'id="decided-by">alice<' in shown
     assert 'id="answer-form"' not in shown
     late = bob.post(

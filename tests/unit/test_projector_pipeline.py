@@ -12,8 +12,9 @@ import pytest
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
 from stepledger.projector.engine import Projector
-from stepledger.projector.fold import WorkflowCache, WorkflowProjection
+from stepledger.projector.fold import WorkflowCache
 from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.projector.store import ProjectionStore
 from tests.unit.projector_harness import CODEC, batches, table_contents, to_messages

@@ -1,4 +1,4 @@
-"""CLI: ``stepledger inbox``, the human queue as a local web page."""
+"""CLI: ``stepledger inbox``, the human queue as a local web page; ``inbox-user``, its users."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ import click
 
 from stepledger.cli._common import with_settings
 from stepledger.config import Settings
+
+TOKEN_ON_COMMAND_LINE = (
+    "--token on the command line is readable by every local user (the process list): "
+    "set STEPLEDGER_INBOX_TOKEN or use --token-file"
+)
 
 
 @click.command("inbox")
@@ -26,7 +31,33 @@ from stepledger.config import Settings
 @click.option(
     "--token",
     envvar="STEPLEDGER_INBOX_TOKEN",
-    help="The token every request needs (at least 16 characters); generated when unset.",
+    help="Refused here: set STEPLEDGER_INBOX_TOKEN (at least 16 characters) or --token-file.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="A file holding the shared token (its first line); generated when no token is set.",
+)
+@click.option(
+    "--users",
+    "users_path",
+    envvar="STEPLEDGER_INBOX_USERS",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Users file (`stepledger inbox-user NAME`): each person opens the inbox with their "
+    "own token and answers under their name.",
+)
+@click.option(
+    "--proxy-user-header",
+    default=None,
+    help="Behind a reverse proxy you trust: the header naming its user (e.g. X-Forwarded-User);"
+    " requests must carry the inbox token too.",
+)
+@click.option(
+    "--session-hours",
+    type=click.FloatRange(min=0.01, max=24 * 30),
+    default=8.0,
+    show_default=True,
+    help="How long a browser session lasts.",
 )
 @click.option(
     "--tools",
@@ -41,26 +72,84 @@ def inbox_command(
     host: str,
     port: int,
     token: str | None,
+    token_file: Path | None,
+    users_path: Path | None,
+    proxy_user_header: str | None,
+    session_hours: float,
     tool_specs: tuple[str, ...],
 ) -> None:
     """Serve every open escalation and pending approval as a web page (127.0.0.1 by default).
 
-    Prints the URL to open, with its token; answers are appended to the log as the same
-    events `escalations resolve`, `approve` and `deny` append.
+    Prints the URL to open, with its token; the browser trades it for a session. Answers
+    are appended to the log as the same events `escalations resolve`, `approve` and `deny`
+    append.
     """
     from stepledger.inbox.server import ServeOptions, serve
     from stepledger.resolution.registry import load_registries
 
+    source = click.get_current_context().get_parameter_source("token")
+    if token is not None and source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(TOKEN_ON_COMMAND_LINE)
+    if token_file is not None:
+        token = _read_token(token_file)
     tools = load_registries(tool_specs, entry_points_too=False) if tool_specs else None
-    options = ServeOptions(db_path=db_path, host=host, port=port, token=token, tools=tools)
+    options = ServeOptions(
+        db_path=db_path,
+        host=host,
+        port=port,
+        token=token,
+        tools=tools,
+        users=users_path,
+        proxy_header=proxy_user_header,
+        session_ttl_s=session_hours * 3600,
+    )
 
     def announce(url: str) -> None:
         click.echo(f"stepledger inbox: open {url}", err=False)
-        click.echo("(the token is in the URL; Ctrl-C stops the inbox)")
+        click.echo("(the token is in the URL once: the browser keeps a session; Ctrl-C stops)")
 
     serve(settings, options, announce)
+
+
+@click.command("inbox-user")
+@click.argument("name")
+@click.option(
+    "--users",
+    "users_path",
+    envvar="STEPLEDGER_INBOX_USERS",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The users file to add NAME to (created if missing).",
+)
+def inbox_user_command(name: str, users_path: Path) -> None:
+    """Add NAME to an inbox users file and print their token once (only its hash is kept)."""
+    from stepledger.inbox.auth import hash_token, load_users, new_token
+
+    name = name.strip()
+    if not name or len(name) > 120 or not name.isprintable():
+        raise click.BadParameter("a name is 1-120 printable characters", param_hint="NAME")
+    known = load_users(users_path) if users_path.exists() else {}
+    if name in known:
+        raise click.ClickException(f"{name!r} is already in {users_path}: remove the line first")
+    token = new_token()
+    with users_path.open("a", encoding="utf-8") as out:
+        out.write(f"{name} {hash_token(token)}\n")
+    users_path.chmod(0o600)
+    click.echo(f"{name}: {token}")
+    click.echo(f"(give {name} this token; {users_path} keeps only its hash)", err=True)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(f"cannot read the token file {path}: {exc}") from None
+    if not lines or not lines[0].strip():
+        raise click.ClickException(f"the token file {path} is empty")
+    return lines[0].strip()
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
     group.add_command(inbox_command)
+    group.add_command(inbox_user_command)

@@ -18,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from stepledger import wire
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.deadletters.readback import (
@@ -26,6 +27,8 @@ from stepledger.deadletters.readback import (
     replay_letters,
     select_letters,
 )
+from stepledger.errors import BrokerError
+from stepledger.kafka import topic_partitions
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP
@@ -360,6 +363,7 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
     """List dead letters with where they came from, the stage and the error."""
 
     letters = read_dead_letters(settings)
+    _announce_renamed_topic(settings)
     shown = letters[-limit:] if limit else letters
     if as_json:
         for letter in shown:
@@ -380,6 +384,25 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
             ]
         )
     _print_table(columns, rows, title=f"{len(letters)} dead letters in {settings.dlq_topic}")
+
+
+def _announce_renamed_topic(settings: Settings) -> None:
+    """One line on stderr when letters sit in the dead-letter default a refactor renamed."""
+    if settings.dlq_topic != wire.DEAD_LETTER_TOPIC:
+        return
+    renamed = settings.model_copy(update={"dlq_topic": wire.RENAMED_DEAD_LETTER_TOPIC})
+    try:
+        topic_partitions(renamed, wire.RENAMED_DEAD_LETTER_TOPIC)
+    except BrokerError:
+        return  # not there: nothing was ever written to the wrong default
+    count = len(read_dead_letters(renamed))
+    if count:
+        click.echo(
+            f"note: {count} dead letters are in {wire.RENAMED_DEAD_LETTER_TOPIC!r}, the default "
+            "for a while before 0.3.0; read them with `stepledger dlq list --dlq-topic "
+            f"{wire.RENAMED_DEAD_LETTER_TOPIC}` (see CHANGELOG 0.3.0)",
+            err=True,
+        )
 
 
 @dlq.command("replay")

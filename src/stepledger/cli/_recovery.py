@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,8 +13,10 @@ from typing import Any
 import click
 
 from stepledger.cli._common import group_options, with_settings
+from stepledger.cli._identity import BY_HELP, answerer
 from stepledger.config import Settings
 from stepledger.consume import GroupProtocol
+from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
@@ -30,17 +31,15 @@ from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.resolution.registry import ToolRegistry, load_registries
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``90``, ``90s``, ``15m``, ``2h`` or ``7d`` into a timedelta."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise click.BadParameter(f"expected a duration like 90s, 15m, 2h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+    """Parse ``90``, ``90s``, ``15m``, ``2h`` or ``7d`` into a timedelta (a click parameter)."""
+    try:
+        return times.parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -254,14 +253,14 @@ def show_command(settings: Settings, escalation_id: str) -> None:
 )
 @click.option("--result", "result_json", help="JSON result of the effect (with --happened).")
 @click.option("--note", default="", help="Why: what you checked.")
-@click.option("--by", required=True, help="Who answers.")
+@click.option("--by", default=None, help=BY_HELP)
 def resolve_command(
     settings: Settings,
     escalation_id: str,
     verdict: str | None,
     result_json: str | None,
     note: str,
-    by: str,
+    by: str | None,
 ) -> None:
     """Answer an escalation; the answer is appended and the step is re-judged from it."""
     if verdict is None:
@@ -269,6 +268,7 @@ def resolve_command(
             "say what happened: --happened, --not-happened, --compensated or --cleared"
         )
     result = _parse_result(result_json)
+    name, auth = answerer(by)
     item = read_queue(settings, codec_for(settings)).get(escalation_id)
     log = KafkaEventLog(settings)
     reader = KafkaScanReader(settings)
@@ -278,9 +278,10 @@ def resolve_command(
             item.workflow_id,
             escalation_id,
             Verdict(verdict),
-            by=by,
+            by=name,
             note=note or CLI_NOTE,
             result=result,
+            auth=auth,
         )
     finally:
         log.close()

@@ -1,6 +1,7 @@
 """CLI commands of the runtime: approval gates and dead-lettered workflows.
 
-``approve``/``deny`` answer a pivot step's approval request; ``workflows clear`` lets a
+``approve``/``deny`` answer a pivot step's approval request (``approvals show`` prints the
+exact call it lets run); ``workflows clear`` lets a
 workflow that passed its resumption limit run again (the same answer as
 ``escalations resolve ESC --cleared``, addressed by workflow id); ``workflows show``
 prints a workflow as a resume would see it.
@@ -15,7 +16,9 @@ from typing import Any
 
 import click
 
+from stepledger.cli._approvals import approval_lines, approval_summary
 from stepledger.cli._common import with_settings
+from stepledger.cli._identity import BY_HELP, answerer
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.context import build_context, render
@@ -24,6 +27,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
 from stepledger.inbox.answers import CLI_NOTE, Answerer, ensure_counted
+from stepledger.inbox.cases import approval_case
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
 
@@ -45,16 +49,19 @@ def reader_for(settings: Settings, db_path: Path | None) -> WorkflowReader:
 
 def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: Any) -> None:
     # The inbox's path: checked against the log first, read back after (one code path).
+    by, auth = answerer(answer["by"])
     log = KafkaEventLog(settings)
     reader = reader_for(settings, db_path)
     try:
-        answerer = Answerer(log, EventFactory(settings.fleet_id, settings.producer_id), reader)
-        receipt = answerer.answer_approval(
+        answers = Answerer(log, EventFactory(settings.fleet_id, settings.producer_id), reader)
+        receipt = answers.answer_approval(
             answer["workflow_id"],
             answer["step_id"],
             granted=granted,
-            by=answer["by"],
+            by=by,
             note=answer["note"] or CLI_NOTE,
+            digest=answer["digest"],
+            auth=auth,
         )
     finally:
         log.close()
@@ -62,7 +69,10 @@ def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: A
     ensure_counted(receipt)
     verdict = "approved" if granted else "denied"
     event = receipt.event
-    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id})")
+    body = event.body
+    digest = body.arguments_digest if isinstance(body, ev.ApprovalDecided) else None
+    call = f", call {digest[:16]}" if digest else ", a request that names no call"
+    click.echo(f"{verdict} {answer['workflow_id']}/{answer['step_id']} ({event.event_id}{call})")
 
 
 @click.command("approve")
@@ -70,8 +80,13 @@ def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: A
 @_db_option
 @click.argument("workflow_id")
 @click.argument("step_id")
-@click.option("--by", required=True, help="Who approves.")
+@click.option("--by", default=None, help=BY_HELP)
 @click.option("--note", default=None, help="Why.")
+@click.option(
+    "--digest",
+    default=None,
+    help="The digest `approvals show` printed (a prefix will do): refused if the call changed.",
+)
 def approve_command(settings: Settings, db_path: Path | None, **answer: Any) -> None:
     """Grant the approval a pivot step of WORKFLOW_ID waits for; the step may then run."""
     _decide(settings, db_path, True, **answer)
@@ -82,11 +97,50 @@ def approve_command(settings: Settings, db_path: Path | None, **answer: Any) -> 
 @_db_option
 @click.argument("workflow_id")
 @click.argument("step_id")
-@click.option("--by", required=True, help="Who denies.")
+@click.option("--by", default=None, help=BY_HELP)
 @click.option("--note", default=None, help="Why.")
+@click.option(
+    "--digest",
+    default=None,
+    help="The digest `approvals show` printed (a prefix will do): refused if the call changed.",
+)
 def deny_command(settings: Settings, db_path: Path | None, **answer: Any) -> None:
     """Deny the approval a pivot step of WORKFLOW_ID waits for; the step will not run."""
     _decide(settings, db_path, False, **answer)
+
+
+@click.group("approvals")
+def approvals_group() -> None:
+    """Inspect approval requests: the exact call an approval lets run."""
+
+
+@approvals_group.command("show")
+@with_settings
+@_db_option
+@click.argument("workflow_id")
+@click.argument("step_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def approvals_show_command(
+    settings: Settings, db_path: Path | None, workflow_id: str, step_id: str, as_json: bool
+) -> None:
+    """Show what approving a step lets run: its arguments (redacted), digest and the saga."""
+    reader = reader_for(settings, db_path)
+    try:
+        case = approval_case(workflow_id, step_id, reader.read(workflow_id))
+    finally:
+        reader.close()
+    if case is None:
+        raise LedgerStateError(
+            f"workflow {workflow_id!r} step {step_id!r} never asked for approval",
+            workflow_id=workflow_id,
+            step_id=step_id,
+        )
+    summary = approval_summary(case)
+    if as_json:
+        click.echo(json.dumps(summary, default=str))
+        return
+    for line in approval_lines(summary):
+        click.echo(line)
 
 
 @click.group("workflows")
@@ -98,10 +152,10 @@ def workflows_group() -> None:
 @with_settings
 @_db_option
 @click.argument("workflow_id")
-@click.option("--by", required=True, help="Who clears it.")
+@click.option("--by", default=None, help=BY_HELP)
 @click.option("--note", default="", help="Why it may run again.")
 def clear_command(
-    settings: Settings, db_path: Path | None, workflow_id: str, by: str, note: str
+    settings: Settings, db_path: Path | None, workflow_id: str, by: str | None, note: str
 ) -> None:
     """Let a dead-lettered workflow be resumed again, with a fresh budget of attempts."""
     state = _state(settings, db_path, workflow_id)
@@ -111,8 +165,13 @@ def clear_command(
             workflow_id=workflow_id,
         )
     # The same event `escalations resolve ESC --cleared` appends: the same answer twice is one.
+    name, auth = answerer(by)
     body = ev.EscalationResolved(
-        escalation_id=state.escalation_id, verdict=Verdict.CLEARED, note=note, by=by
+        escalation_id=state.escalation_id,
+        verdict=Verdict.CLEARED,
+        note=note,
+        by=name,
+        auth=auth.value,
     )
     factory = EventFactory(state.fleet_id or settings.fleet_id, settings.producer_id)
     log = KafkaEventLog(settings)
@@ -167,5 +226,5 @@ def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> Workfl
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
-    for command in (approve_command, deny_command, workflows_group):
+    for command in (approve_command, deny_command, approvals_group, workflows_group):
         group.add_command(command)

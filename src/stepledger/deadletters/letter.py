@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, Headers, Position
 
-HEADER_PREFIX = "dlq_"
+HEADER_PREFIX = wire.DEAD_LETTER_HEADER_PREFIX
 TRUNCATED = "truncated"
 #: librdkafka's default ``message.max.bytes``.
 DEFAULT_MAX_BYTES = 1_000_000

@@ -179,14 +179,26 @@ class EscalationResolved(_Frozen):
     result_json: str | None = None
     note: str = ""
     by: str
+    auth: str | None = None
+    """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
 
 
 class ApprovalRequested(_Frozen):
-    """A pivot step waits for a human approval."""
+    """A pivot step waits for a human approval of one exact call."""
 
     type: Literal["approval_requested"] = "approval_requested"
     tool: str
     reason: str | None = None
+    arguments_json: str | None = None
+    """The call's arguments as its intent will record them (secret values redacted)."""
+    arguments_digest: str | None = None
+    """The digest of the call's arguments: what an approval of this request binds."""
+    saga_json: str | None = None
+    """The saga's state when asked: what happened, what a denial leaves standing."""
+    valid_for_s: Annotated[AvroInt, Field(ge=0)] = 0
+    """How long an approval stays valid once given, in seconds; 0: it does not expire."""
+    request: Positive = 1
+    """Which request of the step this is: a new one voids the earlier ones."""
 
 
 class ApprovalDecided(_Frozen):
@@ -196,6 +208,12 @@ class ApprovalDecided(_Frozen):
     granted: bool
     by: str
     note: str | None = None
+    arguments_digest: str | None = None
+    """The digest of the call decided on (the request's): it binds nothing else."""
+    auth: str | None = None
+    """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
+    request: Annotated[AvroInt, Field(ge=0)] = 0
+    """Which request of the step this answers (0: an answer that names none)."""
 
 
 class AnomalyObserved(_Frozen):

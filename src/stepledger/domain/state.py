@@ -13,8 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from stepledger.domain import approvals, ids
 from stepledger.domain import events as ev
-from stepledger.domain import ids
 from stepledger.domain.enums import (
     CompensationStatus,
     EffectClass,
@@ -135,6 +135,8 @@ class StepState:
     last_at: datetime | None = None
     intended_at: datetime | None = None
     resolved_at: datetime | None = None
+    approval: approvals.ApprovalGate | None = None
+    """The step's newest approval request and its decision (:mod:`~stepledger.domain.approvals`)."""
 
     @property
     def in_doubt(self) -> bool:
@@ -396,16 +398,29 @@ def _on_resolution_attempted(
 
 
 def _on_approval_requested(step: StepState, body: ev.ApprovalRequested, at: datetime) -> Transition:
-    if step.first_at != at and step.status is not StepStatus.INTENDED:
+    gate = step.approval
+    if gate is not None:
+        # Asked again (another call, or an expired approval): the new request voids the old;
+        # a denied (or running) step is never asked again.
+        if step.status not in RETRYABLE:
+            return None, ("late_approval_request", f"step is already {step.status}")
+        problem = approvals.request_problem(gate, body)
+        if problem is not None:
+            return None, problem
+    elif step.first_at != at and step.status is not StepStatus.INTENDED:
         return None, ("late_approval_request", f"step is already {step.status}")
-    return dict(status=StepStatus.AWAITING_APPROVAL, tool=body.tool), None
+    gate = approvals.requested(body, at)
+    return dict(status=StepStatus.AWAITING_APPROVAL, tool=body.tool, approval=gate), None
 
 
 def _on_approval_decided(step: StepState, body: ev.ApprovalDecided, at: datetime) -> Transition:
     if step.status is not StepStatus.AWAITING_APPROVAL:
         return None, ("unexpected_approval", f"approval decided for a step {step.status}")
+    problem = approvals.decision_problem(step.approval, body)
+    if problem is not None:  # an answer to a request a newer one voided
+        return None, problem
     decided = StepStatus.APPROVED if body.granted else StepStatus.DENIED
-    return dict(status=decided), None
+    return dict(status=decided, approval=approvals.decided(step.approval, body, at)), None
 
 
 def _on_intent(step: StepState, body: ev.StepIntended, at: datetime) -> Transition:

@@ -8,6 +8,7 @@ can never stop the code that schedules it.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 LATEST = datetime.max.replace(tzinfo=UTC)
@@ -30,3 +31,24 @@ def seconds(value: float) -> timedelta:
         return timedelta(seconds=value)
     except OverflowError:
         return timedelta.max if value > 0 else timedelta.min
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+LONGEST = timedelta(days=36_500)
+"""The longest duration a person can ask for (a hundred years): longer is a typo."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """``250ms``, ``90`` (seconds), ``90s``, ``15m``, ``2h`` or ``7d`` as a timedelta.
+
+    Raises ValueError, with the text, for anything else, including a duration longer than
+    :data:`LONGEST` (``99999999999d`` would overflow ``timedelta``).
+    """
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"expected a duration like 90s, 15m, 2h or 7d, got {text!r}")
+    value = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if value > LONGEST.total_seconds():
+        raise ValueError(f"{text.strip()!r} is longer than {LONGEST.days} days")
+    return timedelta(seconds=value)

@@ -109,7 +109,9 @@ class Tool(BaseModel):
     hooks_fetch_secrets: bool = False
     """The redrive/compensate hooks fetch the secrets they need themselves (not from the log)."""
     requires_approval: bool = False
-    """The step is a pivot: it runs only after a human approval is in the log."""
+    """The step is a pivot: it runs only after a human approval of the exact call is in the log."""
+    approval_valid_for: float | None = Field(default=None, gt=0, le=365 * 86_400)
+    """Seconds an approval stays valid once given; a later call asks again (None: no expiry)."""
     run: RunHook | None = Field(default=None, exclude=True, repr=False)
     """The call itself: ``run(args, idempotency_key)``."""
     query: QueryHook | None = Field(default=None, exclude=True, repr=False)
@@ -294,6 +296,8 @@ def _combination_problems(tool: Tool) -> list[str]:
         problems.append("a read-only tool has nothing to undo: drop its compensate hook")
     if tool.requires_approval and tool.read_only:
         problems.append("a read-only tool cannot require approval: it is never a pivot")
+    if tool.approval_valid_for is not None and not tool.requires_approval:
+        problems.append("approval_valid_for needs requires_approval=True")
     if tool.secret_args:
         problems.extend(secrets.path_problems(tool.secret_args))
         problems.extend(_secret_hook_problems(tool))

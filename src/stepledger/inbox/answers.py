@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stepledger.domain import events as ev
+from stepledger.domain.approvals import AuthMethod
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import (
@@ -31,7 +32,8 @@ from stepledger.errors import (
     LedgerStateError,
     UnknownEscalationError,
 )
-from stepledger.inbox.cases import Answer, Case, Decision, Redactor, approval_case, escalation_case
+from stepledger.inbox.cases import Answer, Case, Decision, approval_case, escalation_case
+from stepledger.inbox.shown import Redactor
 from stepledger.log import EventLog
 from stepledger.producer import approval
 from stepledger.producer.reader import WorkflowReader
@@ -124,6 +126,7 @@ class Answerer:
         by: str,
         note: str,
         result: Any = None,
+        auth: AuthMethod | None = None,
     ) -> Receipt:
         """Append a verdict on an open escalation (what ``escalations resolve`` appends)."""
         by, note = validate(by, note)
@@ -136,14 +139,33 @@ class Answerer:
             except UnknownEscalationError:
                 raise _unknown(escalation_id) from None
             event = escalations.answer(
-                self.log, self.factory, item, verdict, by=by, note=note, result=result
+                self.log,
+                self.factory,
+                item,
+                verdict,
+                by=by,
+                note=note,
+                result=result,
+                auth=None if auth is None else auth.value,
             )
         return self._read_back(event, lambda: self.escalation_case(workflow_id, escalation_id))
 
     def answer_approval(
-        self, workflow_id: str, step_id: str, *, granted: bool, by: str, note: str
+        self,
+        workflow_id: str,
+        step_id: str,
+        *,
+        granted: bool,
+        by: str,
+        note: str,
+        digest: str | None = None,
+        auth: AuthMethod | None = None,
     ) -> Receipt:
-        """Grant or deny a pending approval (what ``approve``/``deny`` append)."""
+        """Grant or deny a pending approval (what ``approve``/``deny`` append).
+
+        ``digest`` is the call the person saw (the page's, ``--digest``): when the step now
+        awaits approval of another call, ApprovalMismatchError is raised, nothing appended.
+        """
         by, note = validate(by, note)
         with self._lock(f"{workflow_id}\x1f{step_id}"):
             case = self.approval_case(workflow_id, step_id)
@@ -164,6 +186,8 @@ class Answerer:
                 granted=granted,
                 by=by,
                 note=note,
+                digest=digest,
+                auth=None if auth is None else auth.value,
             )
         return self._read_back(event, lambda: self.approval_case(workflow_id, step_id))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,17 +29,33 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from stepledger import wire
+from stepledger.domain.approvals import AuthMethod
 from stepledger.errors import (
     AlreadyAnsweredError,
     InvalidAnswerError,
+    LedgerStateError,
     StepLedgerError,
     UnknownEscalationError,
     ViewStoreError,
 )
 from stepledger.inbox import queue as q
 from stepledger.inbox.answers import Answerer, Receipt, answer_kind, parse_result
-from stepledger.inbox.auth import CSRF_FIELD, TokenGate, check_csrf, csrf_token
+from stepledger.inbox.auth import (
+    CSRF_FIELD,
+    SESSION_TTL_S,
+    Credentials,
+    GateConfig,
+    Sessions,
+    TokenGate,
+    check_csrf,
+    csrf_token,
+    identity_of,
+    new_token,
+    session_id,
+)
 from stepledger.inbox.cases import Answer, Case, CaseKind
+from stepledger.inbox.filters import an_id, query_without_page, read_filter
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -45,12 +63,22 @@ NAME_COOKIE = "stepledger_inbox_name"
 
 @dataclass(frozen=True)
 class InboxConfig:
-    """How one inbox serves: which projection it reads and the token it asks for."""
+    """How one inbox serves: which projection it reads and who may open it."""
 
     db_path: Path
     """The projector's DuckDB file; its published snapshot is what is read."""
-    token: str
-    """Every request must carry it (URL once, then a cookie; or a bearer header)."""
+    token: str | None
+    """The shared inbox token (URL once, traded for a session; or a bearer header)."""
+    users: Mapping[str, str] = field(default_factory=dict)
+    """Names and the hashes of their own tokens (a users file): answers record the name."""
+    proxy_header: str | None = None
+    """A header naming the user, set by a reverse proxy the operator trusts."""
+    session_ttl_s: float = SESSION_TTL_S
+    """How long a browser session lives."""
+    prefix: str = field(default_factory=lambda: "/s/" + secrets.token_urlsafe(12))
+    """The random path the pages live under: the session cookie is scoped to it."""
+    csrf_secret: str = field(default_factory=new_token, repr=False)
+    """What forms' CSRF tokens are derived from (per process)."""
     port: int = 0
     """The port served on (names the cookie, so two inboxes on one host do not clash)."""
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
@@ -76,14 +104,27 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
         Route("/health", pages.health),
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
-    cookie = f"stepledger_inbox_{config.port}"
+    routes.append(Route("/logout", pages.logout, methods=["POST"]))
+    gate = GateConfig(
+        credentials=Credentials(config.token, config.users),
+        sessions=Sessions(config.session_ttl_s),
+        cookie=session_cookie(config.port),
+        prefix=config.prefix,
+        proxy_header=config.proxy_header,
+    )
+    pages.gate = gate
     middleware = [
         Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)),
-        Middleware(TokenGate, token=config.token, cookie=cookie),
+        Middleware(TokenGate, config=gate),
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.pages = pages
     return app
+
+
+def session_cookie(port: int) -> str:
+    """The session cookie's name (it names the port: two inboxes on one host do not clash)."""
+    return f"stepledger_inbox_{port}"
 
 
 def warm(app: Starlette) -> None:
@@ -103,23 +144,39 @@ class _Pages:
         self.answerer = answerer
         self.templates = templates
         self.source = q.QueueSource(config.db_path, config.page_size)
+        self.gate: GateConfig | None = None
 
     async def health(self, request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def logout(self, request: Request) -> Response:
+        form = await request.form()
+        refusal = check_csrf(request, form.get(CSRF_FIELD), self.config.csrf_secret)
+        if refusal is not None:
+            return PlainTextResponse(f"403: {refusal}", status_code=403)
+        assert self.gate is not None
+        self.gate.sessions.revoke(session_id(request, self.gate.cookie))
+        response = PlainTextResponse("signed out: this session is closed")
+        response.delete_cookie(self.gate.cookie, path=self.config.prefix + "/")
+        return response
+
     async def queue(self, request: Request) -> Response:
-        wanted, problem = _filter(request)
+        wanted, problem = read_filter(request.query_params)
         context = await run_in_threadpool(self._queue_context, wanted, problem)
-        return self._render(request, "queue.html", context)
+        # A filter that could not be read is the asker's mistake: 400, the default shown.
+        status = 400 if problem is not None else 200
+        return self._render(request, "queue.html", context, status_code=status)
 
     async def rows(self, request: Request) -> Response:
         version = await run_in_threadpool(q.snapshot_version, self.config.db_path)
+        wanted, problem = read_filter(request.query_params)
+        if problem is not None:
+            return PlainTextResponse(f"400: {problem}", status_code=400)
         if request.query_params.get("v") == version:
             return Response(status_code=204)
-        wanted, problem = _filter(request)
         context = await run_in_threadpool(self._queue_context, wanted, problem)
         response = self._render(request, "_rows.html", context)
-        response.headers["x-inbox-version"] = version
+        response.headers[wire.INBOX_VERSION_HEADER] = version
         return response
 
     def _queue_context(self, wanted: q.QueueFilter, problem: str | None) -> dict[str, Any]:
@@ -134,7 +191,7 @@ class _Pages:
             "problem": problem,
             "version": version,
             "poll_ms": self.config.poll_ms,
-            "query": _query_without_page(wanted),
+            "query": query_without_page(wanted),
         }
 
     async def escalation(self, request: Request) -> Response:
@@ -156,8 +213,16 @@ class _Pages:
         if request.method == "POST":
             form = await request.form()
             workflow_id, step_id = str(form.get("workflow", "")), str(form.get("step", ""))
+            if not an_id(workflow_id) or not an_id(step_id):
+                return PlainTextResponse(
+                    "400: an approval is answered for a workflow and a step (form fields "
+                    "'workflow' and 'step', 1-200 characters)",
+                    status_code=400,
+                )
             return await self._answer(request, workflow_id, None, step_id=step_id)
         workflow_id, step_id = source.get("workflow", ""), source.get("step", "")
+        if not an_id(workflow_id) or not an_id(step_id):
+            return self._missing(request, "an approval is named by ?workflow=...&step=...")
         case = await run_in_threadpool(self.answerer.approval_case, workflow_id, step_id)
         return self._case(request, case, f"approval of {workflow_id}/{step_id}")
 
@@ -174,10 +239,10 @@ class _Pages:
         answered = request.query_params.get("answered")
         context = {
             "case": case,
-            "csrf": csrf_token(self.config.token),
             "csrf_field": CSRF_FIELD,
             "answered": answered,
             "name": request.cookies.get(NAME_COOKIE, ""),
+            "identity": identity_of(request),
             "form": {},
             "error": None,
             "refusal": None,
@@ -189,28 +254,46 @@ class _Pages:
         self, request: Request, workflow_id: str, escalation_id: str | None, step_id: str = ""
     ) -> Response:
         form = await request.form()
-        refusal = check_csrf(request, form.get(CSRF_FIELD), self.config.token)
+        refusal = check_csrf(request, form.get(CSRF_FIELD), self.config.csrf_secret)
         if refusal is not None:
             return PlainTextResponse(f"403: {refusal}", status_code=403)
-        fields = {k: str(form.get(k, "")) for k in ("answer", "by", "note", "result")}
+        fields = {k: str(form.get(k, "")) for k in ("answer", "by", "note", "result", "digest")}
+        who = identity_of(request)
+        if who.proven:
+            fields["by"] = who.name  # the authenticated name, never a typed one
         try:
             receipt = await run_in_threadpool(
-                self._append, workflow_id, escalation_id, step_id, fields
+                self._append, workflow_id, escalation_id, step_id, fields, who.auth
             )
         except (InvalidAnswerError, AlreadyAnsweredError, UnknownEscalationError) as exc:
+            return await self._refused(request, workflow_id, escalation_id, step_id, fields, exc)
+        except LedgerStateError as exc:
+            # The log forbids it (the step never asked, the call changed): the asker's to fix.
             return await self._refused(request, workflow_id, escalation_id, step_id, fields, exc)
         except StepLedgerError as exc:
             return PlainTextResponse(
                 f"503: the answer was not recorded: {exc.message}", status_code=503
             )
-        target = _case_url(receipt.case)
+        target = request.scope.get("root_path", "") + _case_url(receipt.case)
         target += ("&" if "?" in target else "?") + "answered=" + receipt.event.event_id
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(NAME_COOKIE, fields["by"].strip(), samesite="strict", httponly=True)
+        if not who.proven:
+            response.set_cookie(
+                NAME_COOKIE,
+                fields["by"].strip(),
+                samesite="strict",
+                httponly=True,
+                path=self.config.prefix + "/",
+            )
         return response
 
     def _append(
-        self, workflow_id: str, escalation_id: str | None, step_id: str, fields: dict[str, str]
+        self,
+        workflow_id: str,
+        escalation_id: str | None,
+        step_id: str,
+        fields: dict[str, str],
+        auth: AuthMethod,
     ) -> Receipt:
         try:
             answer = Answer(fields["answer"])
@@ -221,7 +304,13 @@ class _Pages:
             if not isinstance(kind, bool):
                 raise InvalidAnswerError("an approval is answered with approve or deny")
             return self.answerer.answer_approval(
-                workflow_id, step_id, granted=kind, by=fields["by"], note=fields["note"]
+                workflow_id,
+                step_id,
+                granted=kind,
+                by=fields["by"],
+                note=fields["note"],
+                digest=fields["digest"] or None,
+                auth=auth,
             )
         if isinstance(kind, bool):
             raise InvalidAnswerError("an escalation is answered with a verdict")
@@ -229,7 +318,13 @@ class _Pages:
         if fields["result"].strip() and answer is not Answer.HAPPENED:
             raise InvalidAnswerError("a result goes only with 'happened'")
         return self.answerer.answer_escalation(
-            workflow_id, escalation_id, kind, by=fields["by"], note=fields["note"], result=result
+            workflow_id,
+            escalation_id,
+            kind,
+            by=fields["by"],
+            note=fields["note"],
+            result=result,
+            auth=auth,
         )
 
     async def _refused(
@@ -247,7 +342,9 @@ class _Pages:
             case = await run_in_threadpool(
                 self.answerer.escalation_case, workflow_id, escalation_id
             )
-        if isinstance(exc, AlreadyAnsweredError):
+        if case is None:
+            return self._missing(request, exc.message)
+        if isinstance(exc, AlreadyAnsweredError | LedgerStateError):
             return self._case(request, case, "case", refusal=exc.message, status_code=409)
         status = 404 if isinstance(exc, UnknownEscalationError) else 400
         return self._case(request, case, "case", error=exc.message, form=fields, status_code=status)
@@ -258,46 +355,12 @@ class _Pages:
     def _render(
         self, request: Request, name: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
+        context = {
+            "base": request.scope.get("root_path", ""),
+            "csrf": csrf_token(self.config.csrf_secret),
+            **context,
+        }
         return self.templates.TemplateResponse(request, name, context, status_code=status_code)
-
-
-def _filter(request: Request) -> tuple[q.QueueFilter, str | None]:
-    params = request.query_params
-    problem = None
-    try:
-        older = q.parse_age(params.get("age", ""))
-    except ValueError as exc:
-        older, problem = None, str(exc)
-    try:
-        page = int(params.get("page", "1") or 1)
-        kind = q.KindFilter(params.get("kind", ""))
-        order = q.Order(params.get("order", "newest") or "newest")
-    except ValueError:
-        page, kind, order = 1, q.KindFilter.ALL, q.Order.NEWEST
-        problem = problem or "unknown page, kind or order: showing the default"
-    wanted = q.QueueFilter(
-        fleet=params.get("fleet", ""),
-        tool=params.get("tool", ""),
-        workflow=params.get("workflow", "").strip(),
-        older_than=older,
-        kind=kind,
-        order=order,
-        page=page,
-    )
-    return wanted, problem
-
-
-def _query_without_page(wanted: q.QueueFilter) -> str:
-    age = "" if wanted.older_than is None else f"{int(wanted.older_than.total_seconds())}s"
-    params = {
-        "fleet": wanted.fleet,
-        "tool": wanted.tool,
-        "workflow": wanted.workflow,
-        "age": age,
-        "kind": wanted.kind.value,
-        "order": wanted.order.value,
-    }
-    return urlencode({k: v for k, v in params.items() if v})
 
 
 def case_url(kind: str, case_id: str | None, workflow_id: str, step_id: str | None) -> str:

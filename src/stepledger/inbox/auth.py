@@ -1,12 +1,29 @@
-"""The inbox's gate: a token on every request, a CSRF token on every form, strict headers.
+"""The inbox's gate: who may open it, what the browser keeps, and who an answer is from.
 
-The token is handed to a person once, in the URL ``stepledger inbox`` prints
-(``/?token=...``).  That first request trades it for an HttpOnly, SameSite=Strict cookie
-and is redirected to the same page without the token, so it does not stay in the address
-bar or the history.  Programs may send ``Authorization: Bearer <token>`` instead.  Every
-other request is refused with 401.  Forms carry a CSRF token derived from the inbox
-token (a page that cannot read ours cannot forge it) and a cross-origin ``Origin`` is
-refused as well.
+**What opens the inbox.** A credential: the inbox token (one shared secret, handed out in
+the URL ``stepledger inbox`` prints), or a person's own token from the users file (names
+with SHA-256 hashes of their tokens, :func:`load_users`).  Programs send it as
+``Authorization: Bearer <token>`` on every request.
+
+**What the browser keeps.** The first visit (``/?token=...``) trades the credential for a
+session: a random id (256 bits) known only to this process, kept server-side with the
+identity it proves and an expiry (:class:`Sessions`), revocable (``POST /logout``, or a
+restart, which forgets every session).  The browser gets that id in an HttpOnly,
+SameSite=Strict cookie whose ``Path`` is this inbox's own random prefix (``/s/<random>/``),
+and is redirected there, so the token does not stay in the address bar or the history.
+Browsers do not isolate cookies by port: a cookie with ``Path=/`` reaches every server on
+127.0.0.1.  Scoped to a path no other server knows, the session id is sent to this inbox
+only; and it is not the token: it expires, dies with the process and opens nothing else.
+
+**Who answers.** With a users file, the name an answer records is the one the token
+proved (``users_file``); behind a reverse proxy the operator trusts, the name is the one
+the proxy puts in the configured header, accepted only on requests that also carry the
+inbox token (``proxy_header``), so a local process that reaches the port directly cannot
+pick a name.  With the shared token alone the name is typed, and recorded as such
+(``inbox_token``).
+
+Forms carry a CSRF token derived from a per-process secret, and a cross-origin ``Origin``
+is refused as well.
 """
 
 from __future__ import annotations
@@ -14,7 +31,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -23,9 +46,16 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stepledger.domain.approvals import AuthMethod
+from stepledger.errors import ConfigError
+
 MIN_TOKEN = 16
 TOKEN_PARAM = "token"
 CSRF_FIELD = "csrf"
+IDENTITY_KEY = "stepledger.identity"
+SESSION_TTL_S = 8 * 3600.0
+MAX_SESSIONS = 10_000
+HASH_PREFIX = "sha256:"
 SECURITY_HEADERS = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -37,6 +67,7 @@ SECURITY_HEADERS = {
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
+_REFUSED = "401: this inbox needs its token: open the URL `stepledger inbox` printed"
 
 
 def new_token() -> str:
@@ -44,14 +75,19 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def csrf_token(token: str) -> str:
-    """The CSRF token forms carry: derived from the inbox token, useless without it."""
-    return hmac.new(token.encode(), b"stepledger-inbox-csrf", hashlib.sha256).hexdigest()
+def hash_token(token: str) -> str:
+    """How a users file stores a person's token (tokens are random: a plain SHA-256 will do)."""
+    return HASH_PREFIX + hashlib.sha256(token.encode()).hexdigest()
 
 
-def check_csrf(request: Request, form_value: object, token: str) -> str | None:
+def csrf_token(secret: str) -> str:
+    """The CSRF token forms carry: derived from a secret the page's server holds."""
+    return hmac.new(secret.encode(), b"stepledger-inbox-csrf", hashlib.sha256).hexdigest()
+
+
+def check_csrf(request: Request, form_value: object, secret: str) -> str | None:
     """Why a form post is refused (None when its CSRF token and origin are right)."""
-    if not isinstance(form_value, str) or not hmac.compare_digest(form_value, csrf_token(token)):
+    if not isinstance(form_value, str) or not hmac.compare_digest(form_value, csrf_token(secret)):
         return "CSRF token missing or wrong: reload the page and answer again"
     origin = request.headers.get("origin")
     if origin is not None and origin != _own_origin(request):
@@ -63,45 +99,225 @@ def _own_origin(request: Request) -> str:
     return f"{request.url.scheme}://{request.url.netloc}"
 
 
-class TokenGate:
-    """ASGI middleware: only requests that carry the inbox token get through."""
+@dataclass(frozen=True)
+class Identity:
+    """Who a request is from, and how that was established."""
 
-    def __init__(self, app: ASGIApp, *, token: str, cookie: str) -> None:
+    name: str
+    """The authenticated name ('' when only the shared token was shown)."""
+    auth: AuthMethod
+
+    @property
+    def proven(self) -> bool:
+        """True when the name was established by the inbox, not typed by the person."""
+        return self.auth in (AuthMethod.USERS_FILE, AuthMethod.PROXY_HEADER)
+
+
+SHARED = Identity("", AuthMethod.INBOX_TOKEN)
+
+
+def identity_of(request: Request) -> Identity:
+    """The identity the gate established for a request (the shared token's by default)."""
+    found = request.scope.get(IDENTITY_KEY)
+    return found if isinstance(found, Identity) else SHARED
+
+
+def load_users(path: Path) -> dict[str, str]:
+    """A users file: one ``NAME sha256:HEX`` per line (``#`` comments); ConfigError if bad."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the users file {path}: {exc}") from None
+    users: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        name, _, hashed = text.rpartition(" ")
+        name = name.strip()
+        digest = hashed.removeprefix(HASH_PREFIX)
+        if not name or not hashed.startswith(HASH_PREFIX) or len(digest) != 64:
+            raise ConfigError(f"{path}:{number}: expected 'NAME sha256:<64 hex digits>'")
+        if len(name) > 120 or not name.isprintable():
+            raise ConfigError(f"{path}:{number}: a name is 1-120 printable characters")
+        if name in users:
+            raise ConfigError(f"{path}:{number}: {name!r} is listed twice")
+        users[name] = HASH_PREFIX + digest.lower()
+    return users
+
+
+class Credentials:
+    """What opens the inbox: the shared token and/or the users' own tokens."""
+
+    def __init__(self, token: str | None, users: Mapping[str, str] | None = None) -> None:
+        self.token = token or None
+        self.users = dict(users or {})
+        if self.token is None and not self.users:
+            raise ConfigError("the inbox needs a token or a users file")
+
+    def check(self, given: str | None) -> Identity | None:
+        """The identity a presented token proves, or None."""
+        if not given or len(given) > 512:
+            return None
+        found: Identity | None = None
+        hashed = hash_token(given)
+        for name, expected in self.users.items():  # every entry compared: no early exit
+            if hmac.compare_digest(hashed, expected):
+                found = Identity(name, AuthMethod.USERS_FILE)
+        if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+            found = found or SHARED
+        return found
+
+
+@dataclass
+class _Session:
+    identity: Identity
+    expires: float
+
+
+class Sessions:
+    """Server-side browser sessions: random ids, each with its identity and an expiry."""
+
+    def __init__(
+        self,
+        ttl_s: float = SESSION_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+        limit: int = MAX_SESSIONS,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+
+    def open(self, identity: Identity) -> str:
+        """A new session for ``identity``; its id is what the browser keeps."""
+        sid = secrets.token_urlsafe(32)
+        with self._lock:
+            self._sessions[sid] = _Session(identity, self.clock() + self.ttl_s)
+            while len(self._sessions) > self.limit:
+                self._sessions.popitem(last=False)  # the oldest goes first
+        return sid
+
+    def get(self, sid: str | None) -> Identity | None:
+        """The identity of a live session, or None (unknown, revoked or expired)."""
+        if not sid:
+            return None
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is None:
+                return None
+            if self.clock() >= session.expires:
+                del self._sessions[sid]
+                return None
+            return session.identity
+
+    def revoke(self, sid: str | None) -> bool:
+        """End a session; True if it was live."""
+        with self._lock:
+            return self._sessions.pop(sid or "", None) is not None
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """How the gate admits requests."""
+
+    credentials: Credentials
+    sessions: Sessions
+    cookie: str
+    """The session cookie's name (it names the port, so two inboxes on one host do not clash)."""
+    prefix: str
+    """The random path every browser page lives under; the cookie is scoped to it."""
+    proxy_header: str | None = None
+    """A header naming the user, set by a reverse proxy the operator trusts."""
+
+
+class TokenGate:
+    """ASGI middleware: only requests with a credential or a live session get through."""
+
+    def __init__(self, app: ASGIApp, *, config: GateConfig) -> None:
         self.app = app
-        self.token = token
-        self.cookie = cookie
+        self.config = config
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Let the request through, trade a URL token for a cookie, or refuse it."""
+        """Let the request through with its identity, trade a URL token, or refuse it."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        config = self.config
         headers = Headers(scope=scope)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        path: str = scope["path"]
         response: Response | None = None
-        if self._valid(query.get(TOKEN_PARAM)) and scope["method"] in ("GET", "HEAD"):
+        if TOKEN_PARAM in query and scope["method"] in ("GET", "HEAD"):
             response = self._trade(scope, query)
-        elif not (self._valid(_bearer(headers)) or self._valid(_cookie(headers, self.cookie))):
-            response = PlainTextResponse(
-                "401: this inbox needs its token: open the URL `stepledger inbox` printed",
-                status_code=401,
-            )
+        elif path == config.prefix:
+            response = RedirectResponse(config.prefix + "/", status_code=303)
+        else:
+            identity, problem = self._identify(headers, path)
+            if identity is None:
+                response = PlainTextResponse(problem, status_code=401)
+            else:
+                under = path.startswith(config.prefix + "/")
+                scope = {
+                    **scope,
+                    IDENTITY_KEY: identity,
+                    "root_path": config.prefix if under else "",
+                }
         if response is not None:
             await _secured(response)(scope, receive, send)
             return
         await self.app(scope, receive, _with_headers(send))
 
-    def _valid(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
+    def _identify(self, headers: Headers, path: str) -> tuple[Identity | None, str]:
+        config = self.config
+        bearer = config.credentials.check(_bearer(headers))
+        if config.proxy_header is not None:
+            # Behind the proxy every request carries the inbox token and the user's name.
+            name = headers.get(config.proxy_header, "").strip()
+            if bearer != SHARED or not name:
+                return (
+                    None,
+                    f"401: this inbox is served through a proxy that names its user "
+                    f"({config.proxy_header}) and carries the inbox token",
+                )
+            if len(name) > 120 or not name.isprintable():
+                return None, "401: the proxy's user name is not 1-120 printable characters"
+            return Identity(name, AuthMethod.PROXY_HEADER), ""
+        if bearer is not None:
+            return bearer, ""
+        if path.startswith(config.prefix + "/"):
+            session = config.sessions.get(_cookie(headers, config.cookie))
+            if session is not None:
+                return session, ""
+            return None, _REFUSED + " (no live session: it expired, was closed, or never was)"
+        return None, _REFUSED
 
     def _trade(self, scope: Scope, query: dict[str, str]) -> Response:
+        config = self.config
+        identity = config.credentials.check(query.get(TOKEN_PARAM))
+        if identity is None:
+            return PlainTextResponse(_REFUSED, status_code=401)
         rest = {k: v for k, v in query.items() if k != TOKEN_PARAM}
-        target = (
-            scope.get("root_path", "") + scope["path"] + ("?" + urlencode(rest) if rest else "")
-        )
+        path: str = scope["path"]
+        if not path.startswith(config.prefix + "/"):
+            path = config.prefix + path
+        target = path + ("?" + urlencode(rest) if rest else "")
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
+        response.set_cookie(
+            config.cookie,
+            config.sessions.open(identity),
+            max_age=int(config.sessions.ttl_s),
+            httponly=True,
+            samesite="strict",
+            path=config.prefix + "/",
+        )
         return response
+
+
+def session_id(request: Request, cookie: str) -> str | None:
+    """The session id a request carries."""
+    return _cookie(request.headers, cookie)
 
 
 def _bearer(headers: Headers) -> str | None:
@@ -114,7 +330,7 @@ def _cookie(headers: Headers, name: str) -> str | None:
     jar: SimpleCookie = SimpleCookie()
     try:
         jar.load(headers.get("cookie", ""))
-    except Exception:  # a malformed Cookie header is no token
+    except Exception:  # a malformed Cookie header is no session
         return None
     morsel = jar.get(name)
     return None if morsel is None else morsel.value

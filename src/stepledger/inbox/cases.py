@@ -10,8 +10,8 @@ an answer that came too late.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -20,10 +20,8 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
+from stepledger.inbox.shown import Redactor, ShownCall, shown_call
 from stepledger.recovery.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
-
-#: Re-redacts recorded arguments with the tool's declared secrets (a registry was given).
-Redactor = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 class CaseKind(StrEnum):
@@ -122,6 +120,10 @@ class Decision:
     counted: bool = True
     """False when the fold refused it: an earlier answer had already decided the case."""
     detail: str = ""
+    auth: str = ""
+    """How its author was authenticated (``AuthMethod``; empty for answers before 0.3)."""
+    digest: str = ""
+    """For an approval: the digest of the call it decided on."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,8 @@ class Case:
     probes: tuple[Probe, ...] = ()
     anomalies: tuple[str, ...] = ()
     decisions: tuple[Decision, ...] = ()
+    shown: ShownCall | None = None
+    """For an approval: the call the pending (or decided) request shows."""
 
     @property
     def decision(self) -> Decision | None:
@@ -254,7 +258,7 @@ def approval_case(
     step = state.steps.get(step_id)
     is_open = step is not None and step.status is StepStatus.AWAITING_APPROVAL
     options = (Answer.APPROVE, Answer.DENY)
-    return _case(
+    case = _case(
         CaseKind.APPROVAL,
         approval_key(workflow_id, step_id),
         state,
@@ -263,6 +267,7 @@ def approval_case(
         options,
         redactor,
     )
+    return replace(case, shown=shown_call(step, redactor))
 
 
 def approval_key(workflow_id: str, step_id: str) -> str:
@@ -295,9 +300,12 @@ def _trace_escalation(
 
 def _trace_approval(trace: _Trace, event: ev.Event, anomaly: object | None) -> None:
     body = event.body
-    if isinstance(body, ev.ApprovalRequested) and not trace.found:
+    if isinstance(body, ev.ApprovalRequested) and anomaly is None:
+        # The newest request is the case: a request asked again voids the earlier ones.
         trace.found, trace.opened_at = True, event.occurred_at
         trace.reason = body.reason or f"{body.tool} is a pivot: it runs only once approved"
+        earlier = f"answered request {body.request - 1}; the agent asked again since"
+        trace.decisions = [replace(d, counted=False, detail=earlier) for d in trace.decisions]
     elif isinstance(body, ev.ApprovalDecided):
         answer = Answer.APPROVE if body.granted else Answer.DENY
         trace.decisions.append(
@@ -309,6 +317,8 @@ def _trace_approval(trace: _Trace, event: ev.Event, anomaly: object | None) -> N
                 event.occurred_at,
                 counted=anomaly is None,
                 detail=_detail(anomaly),
+                auth=body.auth or "",
+                digest=body.arguments_digest or "",
             )
         )
     elif isinstance(body, ev.ResolutionAttempted):
@@ -332,6 +342,7 @@ def _verdict(event: ev.Event, body: ev.EscalationResolved, anomaly: object | Non
         result=loads_or_text(body.result_json),
         counted=anomaly is None,
         detail=_detail(anomaly),
+        auth=body.auth or "",
     )
 
 
@@ -383,7 +394,10 @@ def _in_order(state: WorkflowState) -> list[StepState]:
 
 
 def _view(step: StepState, redactor: Redactor | None) -> StepView:
-    arguments = loads_or_text(step.arguments_json)
+    recorded = step.arguments_json
+    if step.attempt == 0 and step.approval is not None and step.approval.arguments_json:
+        recorded = step.approval.arguments_json  # no intent yet: the call its request shows
+    arguments = loads_or_text(recorded)
     if redactor is not None and isinstance(arguments, dict) and step.tool:
         arguments = redactor(step.tool, arguments)
     return StepView(

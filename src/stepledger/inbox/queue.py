@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from stepledger.domain import times
 from stepledger.errors import ViewStoreError
 from stepledger.projector.snapshot import connect_read_only, latest_snapshot, readable_source
 
@@ -40,8 +40,6 @@ _CASES = """
            'approval requested', first_at
     FROM steps WHERE status = 'awaiting_approval'
 """
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Order(StrEnum):
@@ -63,10 +61,7 @@ def parse_age(text: str) -> timedelta | None:
     """``90``, ``90s``, ``15m``, ``2h`` or ``7d`` as a timedelta; empty is no filter."""
     if not text.strip():
         return None
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"expected an age like 90s, 15m, 2h or 7d, got {text!r}")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2) or "s"])
+    return times.parse_duration(text)
 
 
 @dataclass(frozen=True)

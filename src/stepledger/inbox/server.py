@@ -14,8 +14,8 @@ from stepledger.config import Settings
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError
 from stepledger.inbox.answers import Answerer
-from stepledger.inbox.auth import MIN_TOKEN, new_token
-from stepledger.inbox.cases import Redactor
+from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
+from stepledger.inbox.shown import Redactor
 from stepledger.log import KafkaEventLog
 from stepledger.producer.reader import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
@@ -38,9 +38,15 @@ class ServeOptions:
     port: int = DEFAULT_PORT
     """The port (0 picks a free one)."""
     token: str | None = None
-    """The token every request needs; None generates one."""
+    """The shared token; None generates one (unless a users file is given)."""
     tools: ToolRegistry | None = None
     """When given, arguments are re-redacted with each tool's declared secrets."""
+    users: Path | None = None
+    """A users file (``NAME sha256:HEX`` lines): each person opens the inbox with their token."""
+    proxy_header: str | None = None
+    """A header naming the user, set by a reverse proxy the operator trusts."""
+    session_ttl_s: float = SESSION_TTL_S
+    """How long a browser session lives."""
 
 
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
@@ -63,10 +69,10 @@ def redactor_for(tools: ToolRegistry | None) -> Redactor | None:
     return redact
 
 
-def check_token(token: str | None) -> str:
-    """The configured token, or a fresh one; a short configured token is refused."""
+def check_token(token: str | None, *, users: bool = False) -> str | None:
+    """The configured token, or a fresh one (none with a users file); a short one is refused."""
     if token is None or token == "":
-        return new_token()
+        return None if users else new_token()
     if len(token) < MIN_TOKEN:
         raise ConfigError(f"the inbox token must be at least {MIN_TOKEN} characters")
     return token
@@ -105,11 +111,22 @@ def serve(
 
     from stepledger.inbox.app import InboxConfig, create_app, warm
 
-    token = check_token(options.token)
+    users = {} if options.users is None else load_users(options.users)
+    token = check_token(options.token, users=bool(users))
+    if options.proxy_header is not None and token is None:
+        raise ConfigError("behind a proxy the inbox needs its token (the proxy sends it)")
     sock = bind(options.host, options.port)
     port = int(sock.getsockname()[1])
     hosts = ("127.0.0.1", "localhost", "[::1]", options.host, f"[{options.host}]")
-    config = InboxConfig(db_path=options.db_path, token=token, port=port, allowed_hosts=hosts)
+    config = InboxConfig(
+        db_path=options.db_path,
+        token=token,
+        users=users,
+        proxy_header=options.proxy_header,
+        session_ttl_s=options.session_ttl_s,
+        port=port,
+        allowed_hosts=hosts,
+    )
     answerer = answerer_for(settings, options)
     app = create_app(config, answerer)
     warm(app)
@@ -120,7 +137,7 @@ def serve(
             "holds the token can answer cases",
             options.host,
         )
-    announce(f"http://{shown}:{port}/?token={token}")
+    announce(f"http://{shown}:{port}/?token={token or 'YOUR_TOKEN'}")
     server = uvicorn.Server(
         uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off", server_header=False

@@ -1,30 +1,99 @@
-"""Approval gates: a pivot step requests a human approval and runs only once it is granted.
+"""Approval gates: a pivot step requests a human approval of one exact call and runs only
+with that call, once it is granted.
 
 The request and the decision are events on the workflow (``approval_requested``,
 ``approval_decided``), so an agent may wait for the decision (bounded) or exit and be
-resumed later: the gate is in the log, not in the process.
+resumed later: the gate is in the log, not in the process.  The request shows the call's
+arguments as its intent will record them (secret values redacted), their digest and the
+saga's state; the decision names that digest.  A later call with other arguments, or after
+the tool's ``approval_valid_for``, asks again (:func:`ask_again`): a new request voids the
+old one, and the pivot never runs under an approval of another call
+(:mod:`stepledger.domain.approvals`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from stepledger.domain import events as ev
+from stepledger.domain.approval_saga import saga_json
+from stepledger.domain.approvals import ApprovalGate, why_ask_again
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
-from stepledger.errors import LedgerStateError
+from stepledger.errors import ApprovalMismatchError, LedgerStateError
 from stepledger.log import EventLog
 from stepledger.producer.reader import WorkflowReader
 
 if TYPE_CHECKING:
     from stepledger.producer.workflow import Workflow
 
+#: A step in these states was approved once (a failure or a not-happened asks for a retry).
+_APPROVED_BEFORE = frozenset({StepStatus.APPROVED, StepStatus.FAILED, StepStatus.NOT_HAPPENED})
 
-def request(workflow: Workflow, step_id: str, tool: Tool, reason: str | None = None) -> None:
-    """Append the approval request of a pivot step (the same request twice is one event)."""
-    body = ev.ApprovalRequested(tool=tool.name, reason=reason)
-    workflow.record(workflow.ledger.events.envelope(workflow.workflow_id, step_id, body))
+
+def request(
+    workflow: Workflow,
+    step_id: str,
+    tool: Tool,
+    arguments: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+) -> None:
+    """Append the approval request of one call of a pivot step (the same request twice is one).
+
+    It records the arguments as the intent will (secret values redacted), their digest, the
+    saga's state and the tool's ``approval_valid_for``; a step asked before gets request
+    number + 1, which voids the earlier request.
+    """
+    wf_id, args = workflow.workflow_id, dict(arguments or {})
+    with workflow._lock:
+        step = workflow.state.steps.get(step_id)
+        saga = saga_json(workflow.state, step_id)
+    gate = None if step is None else step.approval
+    number = 1 if gate is None else gate.request + 1
+    attempt = 1 if step is None else step.attempt + 1
+    key = idempotency_key(wf_id, step_id, tool.name, attempt)
+    shown, _ = tool.recorded_arguments(args, key, workflow.ledger.events.redaction_key)
+    digest = tool.arguments_digest(args)
+    body = ev.ApprovalRequested(
+        tool=tool.name,
+        reason=reason,
+        arguments_json=shown,
+        arguments_digest=digest,
+        saga_json=saga,
+        valid_for_s=math.ceil(tool.approval_valid_for or 0),
+        request=number,
+    )
+    event = workflow.ledger.events.envelope(wf_id, step_id, body, "request", number, digest)
+    workflow.record(event)
+
+
+def ask_again(workflow: Workflow, step_id: str, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+    """Request approval again when the step's gate does not cover this call; True if it did.
+
+    A pending request covers only the call it showed, a granted approval only the call it
+    named and only within the tool's ``approval_valid_for``.
+    """
+    step = workflow.state.steps.get(step_id)
+    if not tool.requires_approval or step is None or step.approval is None:
+        return False
+    pending = step.status is StepStatus.AWAITING_APPROVAL
+    if not pending and step.status not in _APPROVED_BEFORE:
+        return False
+    digest = tool.arguments_digest(arguments)
+    why = why_ask_again(
+        step.approval,
+        digest,
+        now=workflow.ledger.clock(),
+        valid_for_s=tool.approval_valid_for,
+    )
+    if why is None:
+        return False
+    request(workflow, step_id, tool, arguments, reason=f"asked again: {why}")
+    return True
 
 
 def await_decision(workflow: Workflow, step_id: str, timeout_s: float) -> StepStatus:
@@ -50,8 +119,15 @@ def decide(
     granted: bool,
     by: str,
     note: str | None = None,
+    digest: str | None = None,
+    auth: str | None = None,
 ) -> ev.Event:
-    """Append a human's approval or denial of a step that awaits one, and return the event."""
+    """Append a human's approval or denial of a step that awaits one, and return the event.
+
+    The decision names the digest of the call the pending request shows.  ``digest`` is the
+    one the person saw (a prefix will do): when the step now awaits approval of another call,
+    ApprovalMismatchError is raised and nothing is appended.
+    """
     state = replay(workflow_id, reader.read(workflow_id))
     step = state.steps.get(step_id)
     if step is None or step.status is not StepStatus.AWAITING_APPROVAL:
@@ -63,7 +139,33 @@ def decide(
         )
     if state.fleet_id and state.fleet_id != factory.fleet_id:
         factory = EventFactory(state.fleet_id, factory.producer_id, factory.clock)
-    body = ev.ApprovalDecided(granted=granted, by=by, note=note)
+    gate = step.approval
+    ensure_shown(workflow_id, step_id, gate, digest)
+    body = ev.ApprovalDecided(
+        granted=granted,
+        by=by,
+        note=note,
+        arguments_digest=None if gate is None else gate.digest,
+        auth=auth,
+        request=0 if gate is None else gate.request,
+    )
     event = factory.envelope(workflow_id, step_id, body)
     log.append(event)
     return event
+
+
+def ensure_shown(
+    workflow_id: str, step_id: str, gate: ApprovalGate | None, digest: str | None
+) -> None:
+    """Raise ApprovalMismatchError when ``digest`` (what a person saw) is not the pending call's."""
+    if digest is None or not digest.strip():
+        return
+    pending = None if gate is None else gate.digest
+    if pending is None or not pending.startswith(digest.strip()):
+        raise ApprovalMismatchError(
+            f"workflow {workflow_id!r} step {step_id!r} now awaits approval of call "
+            f"{(pending or 'unbound')[:12]} (request {gate.request if gate else 0}), not "
+            f"{digest.strip()[:12]}: the agent asked again with other arguments; look again",
+            workflow_id=workflow_id,
+            step_id=step_id,
+        )

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer
 from stepledger.errors import BrokerError
@@ -41,7 +42,7 @@ _BATCH = 5000
 _POLL_S = 0.01
 #: Short fetch waits, as the reader's: the dev broker does not wake a waiting fetch when data
 #: arrives (a 1 ms wait was measured to starve a partition under load).
-_INDEX_GROUP = "stepledger-workflow-index"
+_INDEX_GROUP = wire.WORKFLOW_INDEX_GROUP
 _FETCH_WAIT_MS = 10
 
 

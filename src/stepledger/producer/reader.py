@@ -33,6 +33,7 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer, partition_end
@@ -58,7 +59,7 @@ _BATCH = 5000
 #: One consume call waits this long at most; partition-EOF events arrive within it.
 _POLL_S = 0.01
 #: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
-_READER = "stepledger-workflow-reader"
+_READER = wire.WORKFLOW_READER_GROUP
 
 
 class WorkflowReader(Protocol):

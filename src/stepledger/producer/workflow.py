@@ -284,6 +284,19 @@ class Workflow:
             tool=tool.name,
         )
 
+    def fast_forward(self) -> None:
+        """Take the recorded steps as this run's prefix: new steps follow them, none re-issued.
+
+        For agents whose next steps come from a model that was shown the log: recorded steps
+        keep their positions and are matched by step id whenever they are asked for again,
+        and a new step takes the position after the last recorded one.
+        """
+        with self._lock:
+            for step in self.state.ordered_steps():
+                if step.sequence >= 0:
+                    self._positions.setdefault(step.step_id, step.sequence)
+            self._next_position = max(self._next_position, self._recorded_until + 1)
+
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
     ) -> None:
@@ -364,13 +377,17 @@ class Workflow:
                 return move
             if kind is MoveKind.RUN:
                 self._ensure_may_run(step_id, tool)
-                return move
-            if kind is MoveKind.SETTLE:
+                # Approval binding: an approval of another call (or an expired one) asks again.
+                if not approval.ask_again(self, step_id, tool, args):
+                    return move
+            elif kind is MoveKind.SETTLE:
                 resume.settle(self, step_id, tool)
             elif kind is MoveKind.REQUEST_APPROVAL:
                 self._ensure_may_run(step_id, tool)
-                approval.request(self, step_id, tool)
+                approval.request(self, step_id, tool, args)
             elif kind is MoveKind.AWAIT_APPROVAL:
+                # The pending request must show this call, else it is asked again.
+                approval.ask_again(self, step_id, tool, args)
                 self._await_approval(step_id)
             else:
                 raise refusal(self.workflow_id, move, step_id)
@@ -405,8 +422,9 @@ class Workflow:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
         if status is StepStatus.AWAITING_APPROVAL:
             raise ApprovalPendingError(
-                f"step {step_id!r} awaits approval: `stepledger approve {self.workflow_id} "
-                f"{step_id} --by NAME`",
+                f"step {step_id!r} awaits approval of its call: `stepledger approvals show "
+                f"{self.workflow_id} {step_id}` shows it, `stepledger approve {self.workflow_id} "
+                f"{step_id} --digest D` approves it",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )

@@ -16,6 +16,7 @@ from datetime import datetime
 import pyarrow as pa
 from confluent_kafka import Message
 
+from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.consume import message_headers
 from stepledger.deadletters.letter import DeadLetter
@@ -29,13 +30,14 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import Position
-from stepledger.projector.fold import BatchFold, WorkflowCache, WorkflowProjection
+from stepledger.projector.fold import BatchFold, WorkflowCache
+from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 
 logger = logging.getLogger(__name__)
 
-PROJECTOR_GROUP = "stepledger-projector"
+PROJECTOR_GROUP = wire.PROJECTOR_GROUP
 DEFAULT_CACHE_WORKFLOWS = 20_000
 #: The dead-letter stage of an event that decodes but whose rows cannot be staged.
 PROJECT_STAGE = "project"

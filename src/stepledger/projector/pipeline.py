@@ -15,9 +15,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Message
 
@@ -43,7 +43,7 @@ class Pipeline:
         self.on_commit = on_commit
         self.on_snapshot = on_snapshot
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="stepledger-writer")
-        self._tasks: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
+        self._tasks: deque[_Commit | _Snapshot] = deque()
 
     def feed(self, records: Sequence[Message]) -> None:
         """Prepare a batch here, then hand it to the writer once the previous one committed."""
@@ -52,25 +52,26 @@ class Pipeline:
         batch = self.projector.prepare(records, settle=self.drain)
         self.drain()
         self.projector.cache.trim(keep=batch.touched)
-        future = self._writer.submit(self._commit, batch)
-        self._tasks.append((future, lambda _: self._committed(batch, began)))
+        self._tasks.append(_Commit(self._writer.submit(self._commit, batch), batch, began))
 
     def publish(self) -> None:
         """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
-        future = self._writer.submit(publish_snapshot, self.projector.store)
-        self._tasks.append((future, self._published))
+        self._tasks.append(_Snapshot(self._writer.submit(publish_snapshot, self.projector.store)))
 
     def drain(self) -> None:
         """Wait for every queued commit and snapshot; re-raise the first failure."""
         while self._tasks:
-            future, done = self._tasks.popleft()
+            task = self._tasks.popleft()
             try:
-                result = future.result()
+                result = task.future.result()
             except BaseException:
                 # Cleared here, in the thread that uses the cache, not in the writer.
                 self.projector.forget()
                 raise
-            done(result)
+            if isinstance(task, _Commit):
+                self._committed(task.batch, task.began)
+            elif isinstance(result, Path):
+                self._published(result)
 
     def close(self) -> None:
         """Finish what is queued and stop the writer."""
@@ -107,6 +108,23 @@ class Pipeline:
         if self.on_commit is not None:
             self.on_commit(report)
 
-    def _published(self, path: Path | None) -> None:
-        if path is not None and self.on_snapshot is not None:
+    def _published(self, path: Path) -> None:
+        if self.on_snapshot is not None:
             self.on_snapshot(path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """A batch handed to the writer: committed when its future is done."""
+
+    future: Future[None]
+    batch: PreparedBatch
+    began: float
+    """When preparing the batch began (``perf_counter``), for the batch's duration."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """A snapshot queued behind the commits: its future holds the published path, if any."""
+
+    future: Future[Path | None]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.consume import assigned_consumer
 from stepledger.errors import ViewStoreError
@@ -57,7 +58,7 @@ def check_positions(
         return
     starts = [TopicPartition(t, p, n - 1) for (t, p), n in probes.items()]
     conf = {"auto.offset.reset": "error"}
-    with assigned_consumer(settings, starts, group="stepledger-position-check", **conf) as consumer:
+    with assigned_consumer(settings, starts, group=wire.POSITION_CHECK_GROUP, **conf) as consumer:
         answers = _probe(consumer, probes, timeout)
         for where, offset in probes.items():
             problem = _verdict(consumer, offset, answers.get(where), expected[where], where)

@@ -14,7 +14,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.state import Anomaly, StepState, StepStatus, WorkflowState
 
 if TYPE_CHECKING:
-    from stepledger.projector.fold import EscalationRow, WorkflowProjection
+    from stepledger.projector.projection import EscalationRow, WorkflowProjection
 
 Columns = dict[str, list[Any]]
 Coordinates = tuple[str, int, int]

@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
+from stepledger import wire
 from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.codec import Codec
 from stepledger.config import Settings
@@ -61,7 +62,7 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver
 
 logger = logging.getLogger(__name__)
-CLIENT_ID = "stepledger-recovery"
+CLIENT_ID = wire.RECOVERY_CLIENT_ID
 """The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 

@@ -236,8 +236,12 @@ def answer(
     by: str,
     note: str = "",
     result: Any = None,
+    auth: str | None = None,
 ) -> ev.Event:
-    """Append a human's answer to an escalation; the step (or workflow) is re-judged from it."""
+    """Append a human's answer to an escalation; the step (or workflow) is re-judged from it.
+
+    ``auth`` records how the author ``by`` was authenticated (``AuthMethod``).
+    """
     if verdict not in escalation.options:
         allowed = ", ".join(v.value for v in escalation.options)
         raise LedgerStateError(
@@ -253,6 +257,7 @@ def answer(
         result_json=None if result is None else json.dumps(result, sort_keys=True),
         note=note,
         by=by,
+        auth=auth,
     )
     if escalation.fleet_id and escalation.fleet_id != factory.fleet_id:
         factory = EventFactory(escalation.fleet_id, factory.producer_id, factory.clock)

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepledger import wire
 from stepledger.consume import GroupProtocol, Membership
 
-RECOVERY_GROUP = "stepledger-recovery"
+RECOVERY_GROUP = wire.RECOVERY_GROUP
 
 
 @dataclass(frozen=True)

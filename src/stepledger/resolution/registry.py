@@ -15,10 +15,11 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
+from stepledger import wire
 from stepledger.domain.tools import Tool
 from stepledger.errors import ToolRegistryError
 
-ENTRY_POINT_GROUP = "stepledger.tools"
+ENTRY_POINT_GROUP = wire.TOOLS_ENTRY_POINT_GROUP
 
 
 class ToolRegistry:

@@ -14,7 +14,7 @@
         const params = new URLSearchParams(live.dataset.query || "");
         params.set("page", live.dataset.page || "1");
         params.set("v", version);
-        const response = await fetch("/queue/rows?" + params.toString(), {
+        const response = await fetch((live.dataset.rowsUrl || "/queue/rows") + "?" + params.toString(), {
           credentials: "same-origin",
           headers: { "Accept": "text/html" },
         });

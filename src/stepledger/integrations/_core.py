@@ -1,0 +1,367 @@
+"""What every framework integration needs: step ids a model cannot change, model turns as steps.
+
+A model's tool-call ids change on every run, so they never name a step.  A step is named by
+its tool and occurrence (``bookings.book#1``), and a call is matched to a recorded step of
+the same tool **with the same arguments** that this run has not used yet: a resumed agent
+that runs from the top replays its recorded steps, one that continues from a context rebuilt
+from the log gets the recorded result when the model asks again for a call that was made,
+and a call never made becomes a new step after the recorded prefix
+(:meth:`~stepledger.producer.workflow.Workflow.fast_forward`).
+
+A **model turn** is a read-only step (tool ``model``) whose argument is a digest of the
+request and whose result is the serialized response: a resume replays the recorded turn
+instead of asking the model again, and recovery never resolves it (a read-only intent in
+doubt is simply asked again).  Recording turns is opt-in: it saves the cost of asking the
+model again and keeps its plan, while correctness comes from the tool steps alone.
+
+Tool calls of one model turn run one at a time, in the order of the turn's response
+(:class:`Turnstile`), so the order of steps does not depend on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import hashlib
+import inspect
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from stepledger.domain.context import StepSummary
+from stepledger.domain.state import StepState, StepStatus
+from stepledger.domain.tools import Tool
+from stepledger.errors import StepLedgerError, ToolCallError, ToolDefinitionError
+from stepledger.producer.workflow import Workflow
+from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
+
+MODEL_TOOL = MODEL_STEP_TOOL
+"""The tool name of recorded model turns (a read-only step)."""
+_VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
+"""Keys left out of a request's digest: the framework makes them up anew on every run."""
+_TURN_WAIT_S = 300.0
+"""The longest a call waits for the calls before it in its turn."""
+_ARRIVAL_S = 2.0
+"""How long a call waits for an earlier call of its turn to arrive at all."""
+
+
+class ToolFailure(Exception):
+    """A tool's own error, recorded as a failed outcome: the model may be told about it."""
+
+    def __init__(self, error: BaseException, step_id: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.step_id = step_id
+
+
+def model_tool(name: str = MODEL_TOOL) -> Tool:
+    """The read-only tool a model turn is recorded under."""
+    return Tool(name=name, read_only=True, timeout_s=600.0)
+
+
+def request_digest(*parts: Any) -> str:
+    """A digest of a model request that ignores what a framework regenerates per run."""
+    text = json.dumps(_stable(to_jsonable_python(parts, fallback=repr)), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def to_json_text(value: Any) -> str:
+    """A tool result as the JSON text a model reads (strings stay as they are)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False, sort_keys=True)
+
+
+class Turnstile:
+    """Lets the tool calls of one model turn through one at a time, in the response's order.
+
+    A call waits for the calls before it that arrived; one that has not arrived within
+    ``arrival_s`` of the turn (the framework held it back: an approval of its own, a
+    guardrail) is not waited for.
+    """
+
+    def __init__(self, arrival_s: float = _ARRIVAL_S) -> None:
+        self.arrival_s = arrival_s
+        self._order: list[str] = []
+        self._arrived: set[str] = set()
+        self._done: set[str] = set()
+        self._since = 0.0
+        self._changed = asyncio.Condition()
+
+    def expect(self, call_ids: Iterable[str]) -> None:
+        """The call ids of the latest model turn, in the order the model gave them."""
+        self._order = [c for c in call_ids if c]
+        self._arrived, self._done = set(), set()
+        self._since = time.monotonic()
+
+    async def enter(self, call_id: str | None) -> None:
+        """Wait until every call before ``call_id`` in its turn has finished (bounded)."""
+        async with self._changed:
+            if call_id not in self._order:
+                return
+            self._arrived.add(call_id)
+            self._changed.notify_all()
+            ahead = self._order[: self._order.index(call_id)]
+            give_up = time.monotonic() + _TURN_WAIT_S
+            while time.monotonic() < give_up:
+                late = self._since + self.arrival_s - time.monotonic()
+                waiting = [
+                    c for c in ahead if c not in self._done and (c in self._arrived or late > 0)
+                ]
+                if not waiting:
+                    return
+                absent = any(c not in self._arrived for c in waiting)
+                timeout = max(late, 0.01) if absent else give_up - time.monotonic()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout)
+
+    async def leave(self, call_id: str | None) -> None:
+        """Mark a call finished, whatever its outcome."""
+        async with self._changed:
+            if call_id is not None:
+                self._done.add(call_id)
+            self._changed.notify_all()
+
+
+class AgentSteps:
+    """Names, orders and runs the steps a model asks for in one run of one workflow."""
+
+    def __init__(self, workflow: Workflow, *, model: Tool | None = None) -> None:
+        self.workflow = workflow
+        self.model = model
+        """The tool model turns are recorded under, or None: turns are not recorded."""
+        self.turnstile = Turnstile()
+        self._used: set[str] = set()
+        self._known: dict[str, Tool] = {}
+        self._lock = asyncio.Lock()
+        self._sync_lock = threading.Lock()
+        workflow.fast_forward()
+
+    def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
+        """The step this call is: a recorded one of the same tool and arguments, or a new one."""
+        digest = tool.arguments_digest(arguments)
+        recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
+        unused = [s for s in recorded if s.step_id not in self._used]
+        for step in unused:
+            if step.arguments_digest == digest:
+                return self._use(step.step_id)
+        for step in unused:
+            if step.attempt == 0:
+                # Asked for and never run (an approval requested): no arguments recorded yet.
+                return self._use(step.step_id)
+        taken = {s.step_id for s in recorded} | self._used
+        n = len(recorded) + 1
+        while (
+            _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps
+        ):
+            n += 1
+        return self._use(_auto_id(tool.name, n))
+
+    def _use(self, step_id: str) -> str:
+        self._used.add(step_id)
+        return step_id
+
+    async def call(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], str], Any] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> Any:
+        """Run one tool call as a step, after the calls before it in its model turn.
+
+        Raises ToolFailure for the tool's own error (recorded as failed) and lets every
+        other StepLedgerError through as it is.
+        """
+        await self.turnstile.enter(call_id)
+        try:
+            async with self._lock:
+                return await self._call(tool, dict(arguments), fn)
+        finally:
+            await self.turnstile.leave(call_id)
+
+    async def _call(
+        self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
+    ) -> Any:
+        self.know([tool])
+        step_id = self.step_id(tool, args)
+        self._raise_recorded_failure(step_id)
+        run = fn or tool.run
+        raised: list[BaseException] = []
+
+        async def tracked(a: dict[str, Any], key: str) -> Any:
+            try:
+                assert run is not None
+                if inspect.iscoroutinefunction(run):
+                    return await run(a, key)
+                # A blocking call (a service over HTTP) keeps off the event loop.
+                result = await asyncio.to_thread(run, a, key)
+                return await result if inspect.isawaitable(result) else result
+            except Exception as exc:
+                raised.append(exc)
+                raise
+
+        try:
+            return await self.workflow.astep(step_id, tool, args, fn=tracked)
+        except Exception as exc:
+            self._tool_failure(step_id, exc, raised)
+            raise
+
+    def call_sync(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        fn: Callable[[dict[str, Any], str], Any] | None = None,
+    ) -> Any:
+        """Run one tool call as a step from synchronous code (one at a time per run)."""
+        with self._sync_lock:
+            args = dict(arguments)
+            self.know([tool])
+            step_id = self.step_id(tool, args)
+            self._raise_recorded_failure(step_id)
+            raised: list[BaseException] = []
+            run = fn or tool.run
+            assert run is not None
+
+            def tracked(a: dict[str, Any], key: str) -> Any:
+                try:
+                    result = run(a, key)
+                    return _finish(result) if inspect.isawaitable(result) else result
+                except Exception as exc:
+                    raised.append(exc)
+                    raise
+
+            try:
+                return self.workflow.step(step_id, tool, args, fn=tracked)
+            except Exception as exc:
+                self._tool_failure(step_id, exc, raised)
+                raise
+
+    def model_turn_sync(self, digest: str, ask: Callable[[], Any]) -> Any:
+        """The model's answer to one request from synchronous code (recorded or asked)."""
+        if self.model is None or not self.records_model:
+            return ask()
+        tool, args = self.model, {"request": digest}
+        with self._sync_lock:
+            step_id = self.step_id(tool, args)
+            return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
+
+    def _raise_recorded_failure(self, step_id: str) -> None:
+        known = self.workflow.state.steps.get(step_id)
+        if known is not None and known.status is StepStatus.FAILED:
+            # The model saw this failure in the run that recorded it: it sees it again.
+            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+
+    def _tool_failure(self, step_id: str, exc: Exception, raised: list[BaseException]) -> None:
+        """Raise ToolFailure when ``exc`` is the tool's own error, recorded as failed."""
+        state = self.workflow.state.steps.get(step_id)
+        failed = state is not None and state.status is StepStatus.FAILED
+        if raised and exc is raised[-1] and failed:
+            raise ToolFailure(exc, step_id) from exc
+
+    def know(self, tools: Iterable[Tool]) -> None:
+        """Tools this run may call, beside the ledger's (see :attr:`records_model`)."""
+        for tool in tools:
+            if tool.name == MODEL_TOOL and tool is not self.model:
+                raise ToolDefinitionError(
+                    f"a tool may not be named {MODEL_TOOL!r}: model turns are recorded under it",
+                    tool=tool.name,
+                )
+            self._known[tool.name] = tool
+
+    @property
+    def records_model(self) -> bool:
+        """Whether model turns are recorded: asked for, and no known tool has secret arguments.
+
+        A model's response holds the arguments of the calls it asks for, secrets included,
+        and the log must never hold a secret (nor could a replay give it back): with a tool
+        that declares ``secret_args``, turns are asked anew on a resume instead.
+        """
+        if self.model is None:
+            return False
+        known = [*self.workflow.ledger.tools, *self._known.values()]
+        return not any(t.secret_args for t in known)
+
+    async def model_turn(self, digest: str, ask: Callable[[], Awaitable[Any]]) -> Any:
+        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
+        if self.model is None or not self.records_model:
+            return await ask()
+        tool = self.model
+        args = {"request": digest}
+
+        async def asked(_: dict[str, Any], __: str) -> Any:
+            return await ask()
+
+        async with self._lock:
+            step_id = self.step_id(tool, args)
+            return await self.workflow.astep(step_id, tool, args, fn=asked)
+
+
+def _auto_id(tool: str, occurrence: int) -> str:
+    return f"{tool}{AUTO_STEP_ID_SEPARATOR}{occurrence}"
+
+
+def _finish(pending: Awaitable[Any]) -> Any:
+    """An async tool's result, from synchronous code (a graph node runs in its own thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(pending))
+    raise ToolDefinitionError(
+        "an async tool was called from synchronous code inside an event loop: run the graph "
+        "with its async API or make the tool synchronous"
+    )
+
+
+async def _awaited(pending: Awaitable[Any]) -> Any:
+    return await pending
+
+
+_CURRENT: contextvars.ContextVar[AgentSteps | None] = contextvars.ContextVar(
+    "stepledger_agent_steps", default=None
+)
+
+
+def current() -> AgentSteps:
+    """The steps of the run under way (set by an integration's ``run``)."""
+    steps = _CURRENT.get()
+    if steps is None:
+        raise StepLedgerError(
+            "no stepledger workflow is running: start the agent with the integration's "
+            "run(agent, prompt, workflow)"
+        )
+    return steps
+
+
+def bind(steps: AgentSteps) -> contextvars.Token[AgentSteps | None]:
+    """Make ``steps`` the current run's steps (tasks started from here inherit them)."""
+    return _CURRENT.set(steps)
+
+
+def unbind(token: contextvars.Token[AgentSteps | None]) -> None:
+    """Undo :func:`bind`."""
+    _CURRENT.reset(token)
+
+
+def tool_steps(summaries: Iterable[StepSummary], model: str = MODEL_TOOL) -> list[StepSummary]:
+    """The summaries of tool steps (model turns left out), in log order."""
+    return [s for s in summaries if s.tool != model]
+
+
+def is_model_step(step: StepState, model: str = MODEL_TOOL) -> bool:
+    """True for a recorded model turn."""
+    return step.tool == model

@@ -1,0 +1,75 @@
+"""The pieces the framework integrations share: step ids, request digests, call order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import stepledger as sl
+from stepledger.integrations._core import AgentSteps, Turnstile, request_digest, to_json_text
+from stepledger.testing import InMemoryEventLog, ledger_over
+
+
+@sl.tool(read_only=True)
+def lookup(city: str) -> str:
+    return city
+
+
+def test_step_ids_follow_tool_and_arguments_not_order() -> None:
+    log = InMemoryEventLog()
+    wf = ledger_over(log).workflow("w")
+    steps = AgentSteps(wf)
+    for city in ("Paris", "Rome"):
+        wf.step(steps.step_id(lookup, {"city": city}), lookup, city=city)
+    again = AgentSteps(ledger_over(log).workflow("w"))
+    # Asked in another order, each call finds its own recorded step; a new one comes after.
+    assert again.step_id(lookup, {"city": "Rome"}) == "lookup#2"
+    assert again.step_id(lookup, {"city": "Paris"}) == "lookup#1"
+    assert again.step_id(lookup, {"city": "Paris"}) == "lookup#3", "asked twice: a new step"
+
+
+def test_a_request_digest_ignores_what_a_framework_makes_up_per_run() -> None:
+    one = {"input": [{"id": "fc_1", "call_id": "c", "output": "x", "timestamp": "t1"}]}
+    two = {"input": [{"id": "fc_2", "call_id": "c", "output": "x", "timestamp": "t2"}]}
+    assert request_digest(one) == request_digest(two)
+    assert request_digest(one) != request_digest({"input": [{"call_id": "c", "output": "y"}]})
+
+
+def test_results_reach_a_model_as_canonical_json() -> None:
+    assert to_json_text({"b": 1, "a": [True, None]}) == '{"a": [true, null], "b": 1}'
+    assert to_json_text("plain") == "plain"
+
+
+def test_the_turnstile_lets_calls_through_in_the_models_order() -> None:
+    async def scenario() -> list[str]:
+        gate, seen = Turnstile(), list[str]()
+        gate.expect(["a", "b", "c"])
+
+        async def call(call_id: str) -> None:
+            await gate.enter(call_id)
+            seen.append(call_id)
+            await gate.leave(call_id)
+
+        await asyncio.gather(call("c"), call("b"), call("a"), call("not-listed"))
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [c for c in seen if c != "not-listed"] == ["a", "b", "c"]
+
+
+def test_the_turnstile_does_not_wait_for_a_call_that_never_comes() -> None:
+    async def scenario() -> list[str]:
+        gate, seen = Turnstile(arrival_s=0.1), list[str]()
+        gate.expect(["held-back", "b"])
+        await asyncio.wait_for(gate.enter("b"), 5)
+        seen.append("b")
+        return seen
+
+    assert asyncio.run(scenario()) == ["b"]
+
+
+def test_a_tool_may_not_take_the_model_steps_name() -> None:
+    steps = AgentSteps(ledger_over(InMemoryEventLog()).workflow("w"))
+    with pytest.raises(sl.ToolDefinitionError, match="model turns"):
+        steps.know([sl.Tool(name="model", read_only=True)])

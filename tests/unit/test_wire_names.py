@@ -1,0 +1,120 @@
+"""Names on the wire are pinned: a change here is a CHANGELOG entry with an upgrade step.
+
+Each value below is written out as a literal on purpose.  If a test here fails, a name that
+running deployments depend on (where a fleet on defaults writes, where a group's offsets
+live, what an alert rule matches) changed: restore it, or release it with a migration.
+"""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from stepledger import wire
+from stepledger.config import Settings
+from stepledger.deadletters.letter import DeadLetter, dead_letter_info
+from stepledger.domain.events import EventType
+from stepledger.kafka import Position
+from stepledger.log import event_headers
+from stepledger.projector.engine import PROJECTOR_GROUP
+from stepledger.projector.metrics import ProjectorMetrics
+from stepledger.recovery.daemon import CLIENT_ID
+from stepledger.recovery.metrics import RecoveryMetrics
+from stepledger.recovery.options import RECOVERY_GROUP
+from stepledger.resolution.registry import ENTRY_POINT_GROUP
+from tests.unit.factories import factory
+
+PINNED = {
+    "STEP_LOG_TOPIC": "stepledger.events",
+    "DEAD_LETTER_TOPIC": "stepledger.deadletter",
+    "RENAMED_DEAD_LETTER_TOPIC": "stepledger.deadletters.letter",
+    "PROJECTOR_GROUP": "stepledger-projector",
+    "RECOVERY_GROUP": "stepledger-recovery",
+    "RECOVERY_CLIENT_ID": "stepledger-recovery",
+    "WORKFLOW_READER_GROUP": "stepledger-workflow-reader",
+    "WORKFLOW_INDEX_GROUP": "stepledger-workflow-index",
+    "POSITION_CHECK_GROUP": "stepledger-position-check",
+    "READER_GROUP": "stepledger-reader",
+    "TOOLS_ENTRY_POINT_GROUP": "stepledger.tools",
+    "CE_SPECVERSION_HEADER": "ce_specversion",
+    "CE_TYPE_HEADER": "ce_type",
+    "CE_ID_HEADER": "ce_id",
+    "CE_SOURCE_HEADER": "ce_source",
+    "CE_SPECVERSION": "1.0",
+    "CE_TYPE_PREFIX": "stepledger.",
+    "CE_SOURCE_PREFIX": "stepledger/",
+    "DEAD_LETTER_HEADER_PREFIX": "dlq_",
+    "INBOX_VERSION_HEADER": "x-inbox-version",
+    "MODEL_STEP_TOOL": "model",
+    "AUTO_STEP_ID_SEPARATOR": "#",
+}
+
+EVENT_TYPES = (
+    "workflow_started",
+    "workflow_resumed",
+    "workflow_finished",
+    "workflow_dead_lettered",
+    "step_intended",
+    "step_outcome",
+    "compensation_intended",
+    "compensation_outcome",
+    "step_abandoned",
+    "resolution_attempted",
+    "escalation_resolved",
+    "approval_requested",
+    "approval_decided",
+    "anomaly_observed",
+)
+
+
+def test_every_pinned_name_is_unchanged() -> None:
+    found = {name: getattr(wire, name) for name in PINNED}
+    assert found == PINNED
+
+
+def test_every_name_the_module_declares_is_pinned() -> None:
+    declared = {n for n, v in vars(wire).items() if n.isupper() and isinstance(v, str)}
+    assert declared == set(PINNED), "a new wire name must be pinned here (and in the CHANGELOG)"
+
+
+def test_defaults_and_groups_use_the_pinned_names() -> None:
+    settings = Settings()
+    assert (settings.topic, settings.dlq_topic) == ("stepledger.events", "stepledger.deadletter")
+    assert PROJECTOR_GROUP == "stepledger-projector"
+    assert RECOVERY_GROUP == "stepledger-recovery"
+    assert CLIENT_ID == "stepledger-recovery"
+    assert ENTRY_POINT_GROUP == "stepledger.tools"
+
+
+def test_event_types_are_appended_never_renamed() -> None:
+    types = get_args(EventType)
+    assert types[: len(EVENT_TYPES)] == EVENT_TYPES, "event types are only ever appended"
+
+
+def test_event_headers_are_cloudevents_binary_mode() -> None:
+    event = factory().workflow_started("wf-1", name="n", attempt=1, read_only=False, max_attempts=5)
+    headers = dict(event_headers(event))
+    assert set(headers) == {"ce_specversion", "ce_type", "ce_id", "ce_source"}
+    assert headers["ce_specversion"] == b"1.0"
+    assert headers["ce_type"] == f"stepledger.{event.type}".encode()
+    assert headers["ce_source"] == f"stepledger/{event.fleet_id}/{event.producer_id}".encode()
+
+
+def test_dead_letter_headers_are_the_declared_ones() -> None:
+    letter = DeadLetter(b"k", b"v", [], Position("t", 0, 7), "decode", "bad", "g")
+    names = {name for name, _ in letter.all_headers()}
+    assert all(name.startswith("dlq_") for name in names)
+    assert set(dead_letter_info(letter.all_headers())) <= wire.DEAD_LETTER_HEADERS
+    assert {"stage", "error", "topic", "partition", "offset"} <= wire.DEAD_LETTER_HEADERS
+    big = DeadLetter(b"k", b"v" * 5000, [], Position("t", 0, 7), "decode", "bad", "g")
+    _, _, cut = big.fitted(1000)
+    assert "truncated" in dead_letter_info(cut)
+    assert set(dead_letter_info(cut)) <= wire.DEAD_LETTER_HEADERS
+
+
+def test_metric_names_are_the_declared_ones() -> None:
+    projector = {m.name for m in ProjectorMetrics().registry.collect()}
+    recovery = {m.name for m in RecoveryMetrics().registry.collect()}
+    assert projector == wire.PROJECTOR_METRICS
+    assert recovery == wire.RECOVERY_METRICS
+    assert "stepledger_projector_events" in projector
+    assert "stepledger_recovery_oldest_overdue_intent_seconds" in recovery

@@ -13,6 +13,7 @@ from stepledger.testing import Crash, InMemoryEventLog, ManualClock, ledger_over
 
 PINNED = [
     "ApprovalDeniedError",
+    "ApprovalMismatchError",
     "ApprovalPendingError",
     "BrokerError",
     "DurabilityError",

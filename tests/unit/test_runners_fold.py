@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from stepledger.domain import events as ev
-from stepledger.domain import oversize
+from stepledger.domain import ids, oversize
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.replay import MoveKind, next_move
 from stepledger.domain.state import StepStatus, replay
@@ -162,3 +162,25 @@ def test_a_re_drive_whose_result_is_too_large_records_its_digest_once() -> None:
     step = replay("wf", world.log.workflow_events("wf")).steps["export"]
     assert step.status is StepStatus.SUCCEEDED and step.result_type == oversize.TOO_LARGE
     assert len(calls) == 1 and step.resolved_by is Source.RECOVERY_REDRIVE
+
+
+def test_a_late_recovery_compensation_of_an_attempt_that_kept_its_key_is_stale() -> None:
+    events = factory()
+    first = intent(1, "A")
+    assert isinstance(first.body, ev.StepIntended)
+    key = first.body.idempotency_key
+    nothing = events.outcome(
+        "wf", "s", attempt=1, status=OutcomeStatus.NOT_HAPPENED, source=Source.RECOVERY_QUERY
+    )
+    again = events.intent("wf", "s", MAIL, {"to": "a"}, sequence=0, attempt=2, key=key)
+    late = ev.CompensationIntended(
+        idempotency_key=ids.compensation_key(key),
+        reason="intent without outcome past its deadline",
+        source=Source.RECOVERY_COMPENSATE,
+        deadline=datetime(2026, 1, 1, tzinfo=UTC),
+        attempt=1,
+    )
+    claim_event = events.envelope("wf", "s", late, 1, "recovery", "daemon-1")
+    state = replay("wf", [claim(1, "A"), first, nothing, again, claim_event])
+    assert [a.kind for a in state.anomalies] == ["stale_compensation"]
+    assert state.steps["s"].status is StepStatus.INTENDED and state.steps["s"].attempt == 2

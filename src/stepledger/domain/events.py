@@ -135,6 +135,8 @@ class CompensationIntended(_Frozen):
     reason: str
     source: Source
     deadline: datetime
+    attempt: Annotated[AvroInt, Field(ge=0)] = 0
+    """The step attempt it undoes (0 before 0.3.0: unchecked); keys survive a retry."""
 
     _deadline = field_validator("deadline")(_utc_millis)
 

@@ -507,7 +507,11 @@ def _on_compensation_intended(
     decision (an outcome found by a query, an earlier compensation, an abandonment) or for
     an earlier attempt lost the race: it is recorded as an anomaly and its hook never runs.
     """
-    if body.idempotency_key != ids.compensation_key(step.idempotency_key):
+    if body.idempotency_key != ids.compensation_key(step.idempotency_key) or (
+        body.attempt and body.attempt != step.attempt
+    ):
+        # An attempt that kept its key after a "not happened" shares its compensation key
+        # with the one before: the attempt tells a late claim of the earlier one apart.
         detail = f"compensation key is not the one of attempt {step.attempt}"
         return None, ("stale_compensation", detail)
     expected = StepStatus.SUCCEEDED if body.source is Source.AGENT else StepStatus.INTENDED

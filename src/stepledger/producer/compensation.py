@@ -105,6 +105,7 @@ def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str
             reason=reason,
             source=Source.AGENT,
             deadline=events.clock() + timedelta(seconds=tool.timeout_s),
+            attempt=step.attempt,
         )
         workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
     assert tool.compensate is not None  # an undoable tool always has the hook

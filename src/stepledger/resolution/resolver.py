@@ -355,6 +355,7 @@ class Resolver:
                 reason="intent without outcome past its deadline",
                 source=Source.RECOVERY_COMPENSATE,
                 deadline=self.clock() + timedelta(seconds=tool.timeout_s),
+                attempt=step.attempt,
             )
             claim = self._append(run, intended, step.attempt, "recovery", self.claimant)
             self._ensure_claim(run, claim)

@@ -8,9 +8,9 @@ import pytest
 
 from stepledger.domain import events as ev
 from stepledger.domain import ids, oversize
-from stepledger.domain.enums import OutcomeStatus, Source
+from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.replay import MoveKind, next_move
-from stepledger.domain.state import StepStatus, replay
+from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ResultTypeError
 from stepledger.recovery.clock import LOG_APPEND_TIME, DeadlineClock
@@ -184,3 +184,16 @@ def test_a_late_recovery_compensation_of_an_attempt_that_kept_its_key_is_stale()
     state = replay("wf", [claim(1, "A"), first, nothing, again, claim_event])
     assert [a.kind for a in state.anomalies] == ["stale_compensation"]
     assert state.steps["s"].status is StepStatus.INTENDED and state.steps["s"].attempt == 2
+
+
+def test_a_fenced_off_runner_cannot_end_the_workflow() -> None:
+    events = factory()
+    done = ev.WorkflowFinished(status=WorkflowStatus.COMPLETED, runner="A")
+    end = events.envelope("wf", None, done)
+    state = replay("wf", [claim(1, "A"), claim(2, "B"), end])
+    assert [a.kind for a in state.anomalies] == ["zombie_finish"]
+    assert state.status is RunStatus.RUNNING
+    mine = events.envelope("wf", None, done.model_copy(update={"runner": "B"}))
+    assert mine.event_id != end.event_id
+    after = replay("wf", [claim(1, "A"), claim(2, "B"), end, mine])
+    assert after.status is RunStatus.COMPLETED

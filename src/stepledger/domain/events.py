@@ -75,6 +75,8 @@ class WorkflowFinished(_Frozen):
     detail: str | None = None
     escalation_id: str | None = None
     left_standing_json: str | None = None
+    runner: str | None = None
+    """The runner that ended it, when an agent did; a fenced-off runner's end is an anomaly."""
 
 
 class WorkflowDeadLettered(_Frozen):

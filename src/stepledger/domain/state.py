@@ -272,6 +272,8 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):
+        if body.runner is not None and wf.runner not in (None, body.runner):
+            return "zombie_finish", f"runner {body.runner} ended a workflow {wf.runner} owns"
         wf.status = _RUN_STATUS[body.status]
         if body.escalation_id is not None:
             wf.escalation_id = body.escalation_id

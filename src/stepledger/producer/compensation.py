@@ -76,6 +76,7 @@ def finish(workflow: Workflow, reason: str) -> None:
         detail=f"{reason}; left standing: {names}",
         escalation_id=escalation,
         left_standing_json=ids.canonical_json(entries),
+        runner=workflow.runner,
     )
     workflow.record(workflow.ledger.events.envelope(wf, None, body))
 

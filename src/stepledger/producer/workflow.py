@@ -343,7 +343,7 @@ class Workflow:
             )
         if status is WorkflowStatus.COMPLETED:
             ensure_nothing_open(self.state)
-        body = ev.WorkflowFinished(status=status, detail=detail)
+        body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
         self.record(self.ledger.events.envelope(self.workflow_id, None, body))
 
     async def afinish(
@@ -355,7 +355,7 @@ class Workflow:
             return
         if status is WorkflowStatus.COMPLETED:
             ensure_nothing_open(self.state)
-        body = ev.WorkflowFinished(status=status, detail=detail)
+        body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
         await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
 
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:

@@ -13,6 +13,7 @@ from stepledger.domain.replay import MoveKind, next_move
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ResultTypeError
+from stepledger.recovery.checkpoint import PartitionCheckpoint
 from stepledger.recovery.clock import LOG_APPEND_TIME, DeadlineClock
 from stepledger.recovery.tracker import Tracker
 from tests.unit.factories import factory
@@ -197,3 +198,15 @@ def test_a_fenced_off_runner_cannot_end_the_workflow() -> None:
     assert mine.event_id != end.event_id
     after = replay("wf", [claim(1, "A"), claim(2, "B"), end, mine])
     assert after.status is RunStatus.COMPLETED
+
+
+def test_a_daemon_restarted_from_its_checkpoint_still_knows_the_claims() -> None:
+    tracker = Tracker(lambda step: step.deadline)
+    for offset, event in enumerate([claim(1, "A"), claim(2, "B"), intent(2, "B")]):
+        tracker.apply(event, 0, offset)
+    saved = PartitionCheckpoint(3, {("wf", "s"): list(tracker.steps[("wf", "s")].events)})
+    restarted = Tracker(lambda step: step.deadline)
+    restarted.load(0, saved)
+    zombie = factory().intent("wf", "t", MAIL, {"to": "a"}, sequence=1, epoch=1, runner="A")
+    restarted.apply(zombie, 0, 3)
+    assert ("wf", "t") not in restarted.steps and ("wf", "s") in restarted.steps

@@ -104,6 +104,10 @@ class Tracker:
             try:
                 decoded = decode_events(events)
                 tracked = Tracked(partition, replay(wf, decoded), list(events))
+                for event in decoded:
+                    if isinstance(event.body, _CLAIMS):
+                        # The claims a tracked step was folded with survive a restart.
+                        self._remember(event)
                 if step_id in tracked.state.steps:
                     self.steps[(wf, step_id)] = tracked
                     self._schedule((wf, step_id), tracked)
@@ -177,21 +181,30 @@ class Tracker:
     def _claimed(self, event: ev.Event) -> None:
         """Remember a workflow's claim; a resume also reaches the steps already tracked."""
         wf = event.workflow_id
-        known = self._claims.get(wf)
-        if known is not None:
-            probe = replay(wf, [known[0]])
-            if probe.apply(event) is not None:
-                return  # a stale or competing claim owns nothing
-        self._claims[wf] = (event, event.model_dump_json())
-        self._claims.move_to_end(wf)
-        while len(self._claims) > CLAIMS_KEPT:
-            self._claims.popitem(last=False)
+        if not self._remember(event):
+            return
         if isinstance(event.body, ev.WorkflowResumed):
             for key, tracked in self:
                 if key[0] == wf and event.event_id not in tracked.state.seen:
                     tracked.events.append(self._claims[wf][1])
                     tracked.state.apply(event)
                     self._dirty.add(key)
+
+    def _remember(self, event: ev.Event) -> bool:
+        """Keep the claim as its workflow's latest; False for a stale or competing one."""
+        wf = event.workflow_id
+        known = self._claims.get(wf)
+        if known is not None:
+            if known[0].event_id == event.event_id:
+                return False
+            probe = replay(wf, [known[0]])
+            if probe.apply(event) is not None:
+                return False  # a stale or competing claim owns nothing
+        self._claims[wf] = (event, event.model_dump_json())
+        self._claims.move_to_end(wf)
+        while len(self._claims) > CLAIMS_KEPT:
+            self._claims.popitem(last=False)
+        return True
 
     def _new_tracked(self, partition: int, workflow_id: str) -> Tracked:
         claim = self._claims.get(workflow_id)

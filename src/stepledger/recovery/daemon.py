@@ -364,6 +364,18 @@ class RecoveryDaemon:
                 self.tracker.anchor(key, when)
                 self.metrics.clock_skew.set(self.deadlines.largest())
 
+    def _anchor_loaded(self, partition: int) -> None:
+        """Steps in doubt taken over from a checkpoint: their read time is lost, so the
+        deadline is re-anchored on the take-over (one more timeout at most, never early)."""
+        now = self.clock()
+        for key, tracked in self.tracker:
+            step = tracked.step
+            if tracked.partition != partition or not step.in_doubt or tracked.anchor:
+                continue
+            if step.deadline is not None and step.intended_at is not None:
+                timeout = step.deadline - step.intended_at
+                self.tracker.anchor(key, now + timeout + self.resolver.grace)
+
     def _due(self, step: StepState) -> datetime | None:
         tool = self.tools.get(step.tool)
         return rs.due_at(
@@ -392,6 +404,7 @@ class RecoveryDaemon:
                 )
             tp.offset = OFFSET_BEGINNING if offset is None else offset
             self.caught_up.discard(tp.partition)
+            self._anchor_loaded(tp.partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()

@@ -40,6 +40,7 @@ from stepledger.errors import (
     ToolDefinitionError,
     ToolServiceError,
     WorkflowDeadLetteredError,
+    WorkflowTakenOverError,
 )
 from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
 from stepledger.resolution import ToolRegistry
@@ -78,6 +79,7 @@ __all__ = [
     "Workflow",
     "WorkflowDeadLetteredError",
     "WorkflowStatus",
+    "WorkflowTakenOverError",
     "check_plan",
     "keep_last",
     "load_settings",

@@ -21,6 +21,7 @@
 │   ├── StepCompensatedError         the log's first decision for a step undid its effect
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     │   ├── HistoryExpiredError          the log's head expired and no checkpoint covers it
+    │   ├── WorkflowTakenOverError       another runner claimed the workflow: nothing was called
     │   └── AlreadyAnsweredError         a person's answer came after the case was decided
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
@@ -104,6 +105,15 @@ class DurabilityError(BrokerError):
 
 class LedgerStateError(StepLedgerError):
     """What was asked contradicts the recorded log."""
+
+
+class WorkflowTakenOverError(LedgerStateError):
+    """Another runner claimed the workflow after this one: this runner calls nothing more.
+
+    Raised before a call that is not safe to repeat when the runner's own intent, read back
+    in log order, came after a newer claim (or lost to a competing one), and when a resume
+    finds that its claim was not the first of its attempt.
+    """
 
 
 class AlreadyAnsweredError(LedgerStateError):

@@ -144,6 +144,7 @@ RECOVERY_METRICS = frozenset(
     {
         "stepledger_recovery_assigned_partitions",
         "stepledger_recovery_broker_up",
+        "stepledger_recovery_clock_skew_seconds",
         "stepledger_recovery_escalated_steps",
         "stepledger_recovery_escalations",
         "stepledger_recovery_events",

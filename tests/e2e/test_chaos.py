@@ -57,8 +57,24 @@ def test_short_chaos_run_keeps_every_invariant(
     points = {row["point"] for row in report["crash_points"]}
     assert {"agent:after_intent", "agent:after_call", "projector:mid_batch"} <= points
     assert "recovery:mid_resolution" in points and "consumer:sigstop_sigcont" in points
-    assert "agent:resume_races_recovery" in points
+    assert "agent:resume_races_recovery" in points and "agent:frozen_after_intent" in points
+    assert "agent:second_runner" in points
     assert "replay with --seed 1" in output
+    # A frozen runner, once continued, calls nothing (a workflow of its batch may have ended
+    # before reaching its freeze point, e.g. a slow service: its line says so).
+    frozen = (tmp_path / "work" / "agent-reports-frozen.jsonl").read_text().splitlines()
+    assert any("nothing was called" in line for line in frozen), frozen
+    assert not any('"completed"' in line for line in frozen), frozen
+
+
+@pytest.mark.e2e
+def test_agents_whose_clock_is_two_minutes_behind_keep_every_invariant(
+    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
+) -> None:
+    args = ("--workflows", "30", "--seed", "2", "--duration", "300", "--agent-skew", "-120")
+    code, report, output = run_chaos(tmp_path, src_env, *external(*args))
+    assert code == 0, output
+    assert report["passed"] and report["violations"] == []
 
 
 @pytest.mark.e2e

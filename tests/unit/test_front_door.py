@@ -45,6 +45,7 @@ PINNED = [
     "Workflow",
     "WorkflowDeadLetteredError",
     "WorkflowStatus",
+    "WorkflowTakenOverError",
     "check_plan",
     "keep_last",
     "load_settings",

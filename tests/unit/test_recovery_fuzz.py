@@ -47,6 +47,9 @@ class FakeMessage:
     def value(self) -> bytes | None:
         return self._value
 
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
 
 def fuzz_tools(seed: int) -> ToolRegistry:
     """Tools under the names the fuzzer draws, with hooks that answer, refuse or raise."""

@@ -72,6 +72,9 @@ class _Message:
     def value(self) -> bytes:
         return self._value
 
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
 
 def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
     return RecoveryDaemon(

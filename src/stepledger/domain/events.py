@@ -53,6 +53,8 @@ class WorkflowStarted(_Frozen):
     attempt: Positive
     read_only: bool
     max_attempts: Positive = 5
+    runner: str | None = None
+    """The runner that made this claim; the first claim of an attempt owns the workflow."""
 
 
 class WorkflowResumed(_Frozen):
@@ -61,6 +63,8 @@ class WorkflowResumed(_Frozen):
     type: Literal["workflow_resumed"] = "workflow_resumed"
     attempt: Positive
     reason: str | None = None
+    runner: str | None = None
+    """The runner that made this claim; the first claim of an attempt owns the workflow."""
 
 
 class WorkflowFinished(_Frozen):
@@ -71,6 +75,8 @@ class WorkflowFinished(_Frozen):
     detail: str | None = None
     escalation_id: str | None = None
     left_standing_json: str | None = None
+    runner: str | None = None
+    """The runner that ended it, when an agent did; a fenced-off runner's end is an anomaly."""
 
 
 class WorkflowDeadLettered(_Frozen):
@@ -99,6 +105,10 @@ class StepIntended(_Frozen):
     repeatable: bool | None = None
     undoable: bool | None = None
     after_pivot: bool = False
+    epoch: Annotated[AvroInt, Field(ge=0)] = 0
+    """The workflow attempt (claim) of the runner that wrote it; 0 before 0.3.0."""
+    runner: str | None = None
+    """The runner that wrote it (unique per process and handle); None before 0.3.0."""
 
     _deadline = field_validator("deadline")(_utc_millis)
 
@@ -115,6 +125,8 @@ class StepOutcome(_Frozen):
     evidence_json: str | None = None
     attempt: AvroInt = 1
     result_type: str | None = None
+    runner: str | None = None
+    """For an agent's outcome, the runner that made the call (None for recovery's)."""
 
 
 class CompensationIntended(_Frozen):
@@ -125,6 +137,8 @@ class CompensationIntended(_Frozen):
     reason: str
     source: Source
     deadline: datetime
+    attempt: Annotated[AvroInt, Field(ge=0)] = 0
+    """The step attempt it undoes (0 before 0.3.0: unchecked); keys survive a retry."""
 
     _deadline = field_validator("deadline")(_utc_millis)
 

@@ -85,13 +85,31 @@ class EventFactory:
         return ev.trusted(ev.Event, values)
 
     def workflow_started(
-        self, workflow_id: str, *, name: str, attempt: int, read_only: bool, max_attempts: int
+        self,
+        workflow_id: str,
+        *,
+        name: str,
+        attempt: int,
+        read_only: bool,
+        max_attempts: int,
+        runner: str | None = None,
     ) -> ev.Event:
-        """A workflow's first run, or a read-only workflow's restart."""
+        """A workflow's first run, or a read-only workflow's restart: a claim of ``attempt``."""
         body = ev.WorkflowStarted(
-            name=name, attempt=attempt, read_only=read_only, max_attempts=max_attempts
+            name=name,
+            attempt=attempt,
+            read_only=read_only,
+            max_attempts=max_attempts,
+            runner=runner,
         )
-        return self.envelope(workflow_id, None, body, attempt)
+        return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
+
+    def workflow_resumed(
+        self, workflow_id: str, *, attempt: int, reason: str | None, runner: str | None = None
+    ) -> ev.Event:
+        """A resume: the runner claims the workflow as ``attempt`` (its epoch)."""
+        body = ev.WorkflowResumed(attempt=attempt, reason=reason, runner=runner)
+        return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
 
     def intent(
         self,
@@ -103,13 +121,20 @@ class EventFactory:
         sequence: int,
         attempt: int = 1,
         after_pivot: bool = False,
+        key: str | None = None,
+        epoch: int = 0,
+        runner: str | None = None,
     ) -> ev.Event:
         """The intent of one call: key derived, secrets redacted, deadline from the timeout.
 
         ``after_pivot``: a pivot of the workflow may have happened before this call, so
-        recovery must never compensate it (see :mod:`stepledger.domain.saga`).
+        recovery must never compensate it (see :mod:`stepledger.domain.saga`).  ``key``:
+        the idempotency key an earlier attempt used, kept after a "not happened"
+        (invariant 17); derived from the attempt otherwise.  ``epoch`` and ``runner`` say
+        which claim and runner wrote it: two runners' intents never share an event id.
         """
-        key = idempotency_key(workflow_id, step_id, tool.name, attempt)
+        if key is None:
+            key = idempotency_key(workflow_id, step_id, tool.name, attempt)
         now = ev.utc_millis(self.clock())  # one reading: the deadline is occurred_at + timeout
         arguments_json, digest = tool.recorded_arguments(arguments, key, self.redaction_key)
         values = {
@@ -126,9 +151,11 @@ class EventFactory:
             "repeatable": tool.repeatable,
             "undoable": tool.undoable,
             "after_pivot": bool(after_pivot),
+            "epoch": ev.avro_int("epoch", epoch, 0),
+            "runner": _optional_text("runner", runner),
         }
         body = ev.trusted(ev.StepIntended, values)
-        eid = event_id(workflow_id, step_id, body.type, attempt)
+        eid = event_id(workflow_id, step_id, body.type, attempt, *_by(runner))
         return self._wrap(workflow_id, step_id, body, eid, now)
 
     def outcome(
@@ -144,6 +171,7 @@ class EventFactory:
         evidence: Any = None,
         scrub: Scrubber | None = None,
         result_type: str | None = None,
+        runner: str | None = None,
     ) -> ev.Event:
         """The outcome of one intent attempt, from whoever decided it.
 
@@ -165,10 +193,20 @@ class EventFactory:
             "evidence_json": None if evidence is None else canonical_json(evidence),
             "attempt": ev.avro_int("attempt", attempt),
             "result_type": None if result is None else _optional_text("result_type", result_type),
+            "runner": _optional_text("runner", runner),
         }
         body = ev.trusted(ev.StepOutcome, values)
-        eid = event_id(workflow_id, step_id, body.type, attempt, source.value)
+        eid = event_id(workflow_id, step_id, body.type, attempt, source.value, *_by(runner))
         return self._wrap(workflow_id, step_id, body, eid)
+
+
+def _by(runner: str | None) -> tuple[str, ...]:
+    """The runner as an id qualifier (none before 0.3.0: those ids stay as they were)."""
+    return () if runner is None else (runner,)
+
+
+def _claimed(attempt: int, runner: str | None) -> tuple[object, ...]:
+    return (attempt, *_by(runner))
 
 
 def _check_ids(workflow_id: object, step_id: object) -> None:

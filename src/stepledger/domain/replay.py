@@ -52,6 +52,8 @@ class Move:
     """For RUN: the attempt the new intent records."""
     sequence: int = 0
     """For RUN: the position the new intent records."""
+    key: str | None = None
+    """For RUN: the idempotency key an earlier attempt used and the new one keeps, if any."""
 
 
 def mismatch(
@@ -112,9 +114,12 @@ def next_move(
         return Move(fixed, step)
     if status is StepStatus.FAILED and replaying:
         return Move(MoveKind.RAISE_FAILED, step)
-    # Failed and asked again, not happened, or approved: a new attempt with a fresh key.
+    # Failed and asked again, not happened, or approved: a new attempt.  Only a recorded,
+    # definite failure moves it to a new key (invariant 17): after a "not happened" a late
+    # call of the earlier attempt must collide with the retry at the service.
     sequence = step.sequence if step.sequence >= 0 else position
-    return Move(MoveKind.RUN, step, attempt=step.attempt + 1, sequence=sequence)
+    key = step.idempotency_key if status is StepStatus.NOT_HAPPENED else None
+    return Move(MoveKind.RUN, step, attempt=step.attempt + 1, sequence=sequence, key=key or None)
 
 
 _FIXED = {

@@ -114,6 +114,10 @@ class StepState:
     after_pivot: bool = False
     """A pivot of the workflow may have happened before this step's intent."""
     idempotency_key: str = ""
+    runner: str | None = None
+    """The runner whose intent the step's current attempt is (None before 0.3.0)."""
+    epoch: int = 0
+    """The workflow attempt (claim) under which that intent was written (0 before 0.3.0)."""
     arguments_json: str = "{}"
     arguments_digest: str = ""
     deadline: datetime | None = None
@@ -187,6 +191,8 @@ class WorkflowState:
     attempt: int = 0
     max_attempts: int = 5
     read_only: bool = False
+    runner: str | None = None
+    """The runner whose claim owns the current attempt (the first claim of it in the log)."""
     escalation_id: str | None = None
     started_at: datetime | None = None
     last_at: datetime | None = None
@@ -266,6 +272,8 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
         return _on_workflow_run(wf, body)
     if isinstance(body, ev.WorkflowFinished):
+        if body.runner is not None and wf.runner not in (None, body.runner):
+            return "zombie_finish", f"runner {body.runner} ended a workflow {wf.runner} owns"
         wf.status = _RUN_STATUS[body.status]
         if body.escalation_id is not None:
             wf.escalation_id = body.escalation_id
@@ -285,6 +293,11 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
 def _on_workflow_run(
     wf: WorkflowState, body: ev.WorkflowStarted | ev.WorkflowResumed
 ) -> Problem | None:
+    lost = _claim_lost(wf, body)
+    if lost is not None:
+        return lost
+    if body.attempt > wf.attempt or wf.runner is None:
+        wf.runner = body.runner
     if isinstance(body, ev.WorkflowStarted):
         wf.name, wf.read_only, wf.max_attempts = body.name, body.read_only, body.max_attempts
         if body.attempt > 1 and wf.read_only:
@@ -294,6 +307,34 @@ def _on_workflow_run(
     if wf.status is RunStatus.DEAD_LETTERED:
         return ("run_while_dead_lettered", f"attempt {body.attempt} after the dead letter")
     return None
+
+
+def _claim_lost(wf: WorkflowState, body: ev.WorkflowStarted | ev.WorkflowResumed) -> Problem | None:
+    """A claim that came after another claim of the same or a newer attempt owns nothing.
+
+    Only claims that name their runner (0.3.0 on) are judged: older ones were never fenced.
+    """
+    if body.runner is None or body.attempt > wf.attempt:
+        return None
+    if body.attempt == wf.attempt and wf.runner in (None, body.runner):
+        return None
+    kind = "stale_claim" if body.attempt < wf.attempt else "competing_claim"
+    return kind, (
+        f"runner {body.runner} claimed attempt {body.attempt} after runner {wf.runner} "
+        f"claimed attempt {wf.attempt}; the first claim in the log owns the workflow"
+    )
+
+
+def _zombie(wf: WorkflowState, body: ev.StepIntended) -> Problem | None:
+    """An intent written under a claim that a newer (or competing) claim before it fenced off."""
+    if body.epoch == 0 or body.epoch > wf.attempt:
+        return None  # not fenced (written before 0.3.0), or this view holds no claims
+    if body.epoch == wf.attempt and (body.runner is None or wf.runner in (None, body.runner)):
+        return None
+    return "zombie_intent", (
+        f"intent attempt {body.attempt} by runner {body.runner} (epoch {body.epoch}) after "
+        f"runner {wf.runner} claimed attempt {wf.attempt}; it decides nothing"
+    )
 
 
 def _on_workflow_cleared(wf: WorkflowState, body: ev.EscalationResolved) -> Problem | None:
@@ -334,6 +375,10 @@ def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | N
     step = wf.steps.get(step_id)
     body = event.body
     at = event.occurred_at
+    if type(body) is ev.StepIntended:
+        zombie = _zombie(wf, body)
+        if zombie is not None:
+            return zombie
     if step is None:
         if not isinstance(body, ev.StepIntended | ev.ApprovalRequested):
             return ("no_intent", f"{body.type} for a step with no intent")
@@ -394,6 +439,8 @@ def _on_intent(step: StepState, body: ev.StepIntended, at: datetime) -> Transiti
         undoable=body.undoable if body.undoable is not None else _legacy_undoable(body),
         after_pivot=body.after_pivot,
         idempotency_key=body.idempotency_key,
+        runner=body.runner,
+        epoch=body.epoch,
         arguments_json=body.arguments_json,
         arguments_digest=body.arguments_digest,
         deadline=body.deadline,
@@ -424,6 +471,9 @@ def _on_outcome(step: StepState, body: ev.StepOutcome, at: datetime) -> Transiti
     if body.attempt != step.attempt:
         detail = f"outcome for attempt {body.attempt}, step at attempt {step.attempt}"
         return None, ("stale_outcome", detail)
+    if _other_runner(step, body):
+        detail = f"outcome by runner {body.runner} for the intent of runner {step.runner}"
+        return None, ("zombie_outcome", detail)
     if step.status is not StepStatus.INTENDED:
         kind = "late_outcome" if body.source is Source.AGENT else "second_outcome"
         return None, (
@@ -442,6 +492,13 @@ def _on_outcome(step: StepState, body: ev.StepOutcome, at: datetime) -> Transiti
     ), None
 
 
+def _other_runner(step: StepState, body: ev.StepOutcome) -> bool:
+    """An agent's outcome of an effectful intent that another runner wrote (a zombie's call)."""
+    if body.source is not Source.AGENT or body.runner is None or step.runner is None:
+        return False
+    return body.runner != step.runner and step.effect is not EffectClass.READ_ONLY
+
+
 def _on_compensation_intended(
     step: StepState, body: ev.CompensationIntended, at: datetime
 ) -> Transition:
@@ -452,7 +509,11 @@ def _on_compensation_intended(
     decision (an outcome found by a query, an earlier compensation, an abandonment) or for
     an earlier attempt lost the race: it is recorded as an anomaly and its hook never runs.
     """
-    if body.idempotency_key != ids.compensation_key(step.idempotency_key):
+    if body.idempotency_key != ids.compensation_key(step.idempotency_key) or (
+        body.attempt and body.attempt != step.attempt
+    ):
+        # An attempt that kept its key after a "not happened" shares its compensation key
+        # with the one before: the attempt tells a late claim of the earlier one apart.
         detail = f"compensation key is not the one of attempt {step.attempt}"
         return None, ("stale_compensation", detail)
     expected = StepStatus.SUCCEEDED if body.source is Source.AGENT else StepStatus.INTENDED

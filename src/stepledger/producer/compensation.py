@@ -76,6 +76,7 @@ def finish(workflow: Workflow, reason: str) -> None:
         detail=f"{reason}; left standing: {names}",
         escalation_id=escalation,
         left_standing_json=ids.canonical_json(entries),
+        runner=workflow.runner,
     )
     workflow.record(workflow.ledger.events.envelope(wf, None, body))
 
@@ -105,6 +106,7 @@ def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str
             reason=reason,
             source=Source.AGENT,
             deadline=events.clock() + timedelta(seconds=tool.timeout_s),
+            attempt=step.attempt,
         )
         workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
     assert tool.compensate is not None  # an undoable tool always has the hook

@@ -18,6 +18,7 @@ from typing import Any
 
 from stepledger.config import Settings
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
+from stepledger.domain.events import Event
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
 from stepledger.domain.secrets import RedactionKey
@@ -118,11 +119,7 @@ class Ledger:
     ) -> Workflow:
         """Start a new workflow without reading the log: its started event is durable on return."""
         workflow = Workflow(self, workflow_id)
-        workflow.record(
-            self.events.workflow_started(
-                workflow_id, name=name, attempt=1, read_only=read_only, max_attempts=max_attempts
-            )
-        )
+        workflow.record(self._started(workflow, name, read_only, max_attempts))
         return workflow
 
     async def astart(
@@ -130,12 +127,19 @@ class Ledger:
     ) -> Workflow:
         """Start a new workflow (asyncio)."""
         workflow = Workflow(self, workflow_id)
-        await workflow.arecord(
-            self.events.workflow_started(
-                workflow_id, name=name, attempt=1, read_only=read_only, max_attempts=max_attempts
-            )
-        )
+        await workflow.arecord(self._started(workflow, name, read_only, max_attempts))
         return workflow
+
+    def _started(self, workflow: Workflow, name: str, read_only: bool, max_attempts: int) -> Event:
+        """The first run's claim, naming the handle's runner."""
+        return self.events.workflow_started(
+            workflow.workflow_id,
+            name=name,
+            attempt=1,
+            read_only=read_only,
+            max_attempts=max_attempts,
+            runner=workflow.runner,
+        )
 
     def close(self) -> None:
         """Flush and close the event log, the reader and the dead-letter producer."""

@@ -24,14 +24,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from stepledger import tracing
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
-from stepledger.domain import ids
+from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowDeadLetteredError
+from stepledger.producer import fence
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver, reader_check
 from stepledger.terminal import shell_arg
@@ -86,7 +88,7 @@ def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workf
     if spec.plan is not None:
         ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
     if state.attempt == 0:
-        workflow.record(_started(ledger, workflow_id, spec, 1, spec.read_only, spec.max_attempts))
+        workflow.record(_started(workflow, spec, 1, spec.read_only, spec.max_attempts))
         return workflow
     if state.status is RunStatus.DEAD_LETTERED:
         raise dead_lettered_error(state, state.escalation_id or "?")
@@ -97,13 +99,29 @@ def open_workflow(ledger: Ledger, workflow_id: str, spec: WorkflowSpec) -> Workf
         dead_letter(workflow, attempt)
     if state.read_only:
         # A read-only workflow is started over: the fold forgets its earlier steps.
-        started = _started(ledger, workflow_id, spec, attempt, True, state.max_attempts)
+        started = _started(workflow, spec, attempt, True, state.max_attempts)
         workflow.record(started)
         return workflow
-    body = ev.WorkflowResumed(attempt=attempt, reason=spec.reason)
-    workflow.record(ledger.events.envelope(workflow_id, None, body, attempt))
+    claim(workflow, attempt, spec.reason)
     settle_known(workflow)
     return workflow
+
+
+def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
+    """Claim the workflow as ``attempt`` and read the log again from the claim's side.
+
+    Whatever another runner appended before the claim is in the state read afterwards (an
+    intent it wrote while this runner read is settled, never run past); whatever it appends
+    after is fenced off by the fold.  Two runners claiming the same attempt: the first claim
+    in the log owns the workflow, the other raises WorkflowTakenOverError.
+    """
+    ledger = workflow.ledger
+    resumed = ledger.events.workflow_resumed(
+        workflow.workflow_id, attempt=attempt, reason=reason, runner=workflow.runner
+    )
+    workflow.record(resumed)
+    workflow.reload()
+    fence.ensure_claimed(workflow.state, workflow.runner, workflow.epoch)
 
 
 def settle_known(workflow: Workflow) -> None:
@@ -231,10 +249,15 @@ def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLe
 
 
 def _started(
-    ledger: Ledger, wf: str, spec: WorkflowSpec, attempt: int, read_only: bool, limit: int
+    workflow: Workflow, spec: WorkflowSpec, attempt: int, read_only: bool, limit: int
 ) -> ev.Event:
-    return ledger.events.workflow_started(
-        wf, name=spec.name, attempt=attempt, read_only=read_only, max_attempts=limit
+    return workflow.ledger.events.workflow_started(
+        workflow.workflow_id,
+        name=spec.name,
+        attempt=attempt,
+        read_only=read_only,
+        max_attempts=limit,
+        runner=workflow.runner,
     )
 
 
@@ -250,6 +273,7 @@ def _resolver(ledger: Ledger, tool: Tool) -> Resolver:
         clock=ledger.clock,
         grace=grace,
         confirm=reader_check(ledger.reader.read),
+        record_limit=oversize.record_limit(max_message_bytes(ledger.settings)),
     )
 
 

@@ -13,11 +13,12 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
+from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
@@ -49,7 +50,7 @@ from stepledger.errors import (
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, resume
+from stepledger.producer import approval, compensation, fence, resume
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 from stepledger.terminal import shell_arg
 
@@ -76,6 +77,12 @@ class Workflow:
         self._next_position = 0
         self._tools: dict[str, Tool] = {}
         self._recorded_until = _last_position(self.state)
+        self.runner = fence.new_runner()
+        """This handle's runner identity: every claim, intent and outcome it writes names it."""
+        self.epoch = 0
+        """The attempt this handle claimed (0 until it claims one): its intents carry it."""
+        self.after_intent: Callable[[str], None] | None = None
+        """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
 
     @property
     def attempt(self) -> int:
@@ -155,6 +162,8 @@ class Workflow:
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             self.record(call.event)
+            self._before_call(call, tool)
+        fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         try:
             result = run(call.arguments, call.key)
         except Exception as exc:
@@ -162,7 +171,7 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        encoded = tool.results.encode(result)
+        encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         self.record(outcome)
         self._ensure_outcome_stands(call, outcome)
@@ -191,6 +200,8 @@ class Workflow:
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             await self.arecord(call.event)
+            await asyncio.to_thread(self._before_call, call, tool)
+        fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         run = _runner(tool, fn)
         try:
             if inspect.iscoroutinefunction(run):
@@ -202,7 +213,7 @@ class Workflow:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
-        encoded = tool.results.encode(result)
+        encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         await self.arecord(outcome)
         if self._past_deadline(call):
@@ -211,8 +222,21 @@ class Workflow:
         return result
 
     def _past_deadline(self, call: _PendingCall) -> bool:
-        """True when recovery may have decided the step while the call ran."""
-        return call.deadline is not None and self.ledger.clock() > call.deadline
+        """True when recovery may have decided the step while the call ran (monotonic clock)."""
+        return call.budget is not None and call.budget.passed()
+
+    def _before_call(self, call: _PendingCall, tool: Tool) -> None:
+        """Between the intent's acknowledgement and the call: only the owner calls."""
+        if self.after_intent is not None:
+            self.after_intent(call.step_id)
+        if call.event is not None and fence.needs_read_back(tool):
+            fence.ensure_owner(self.ledger.reader, call.event, self.epoch)
+
+    def _fitted(self, tool: Tool, result: Any) -> Encoded:
+        """The result as recorded: cut to a digest when its outcome would not fit a record."""
+        encoded = tool.results.encode(result)
+        limit = oversize.record_limit(max_message_bytes(self.ledger.settings))
+        return oversize.fitted(encoded, limit)
 
     def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
         """After a call that outlived its deadline, go by the log's first decision.
@@ -226,8 +250,19 @@ class Workflow:
             return
         self.reload()
         step = self.state.steps.get(call.step_id)
+        if step is not None and step.attempt != call.attempt:
+            # The log moved the step to another attempt while this call ran: whatever it
+            # says of that attempt is not this call's effect.
+            raise StepInDoubtError(
+                f"step {call.step_id!r}: the log moved it to attempt {step.attempt} while this "
+                f"run's call (attempt {call.attempt}) ran past its deadline; the late outcome "
+                "goes to a human (`stepledger escalations list`)",
+                workflow_id=self.workflow_id,
+                step_id=call.step_id,
+                tool=step.tool,
+            )
         if step is None or step.status is StepStatus.SUCCEEDED:
-            return  # ours stands, or recovery found the same effect first
+            return  # ours stands, or recovery found the same effect of this attempt first
         if step.status is StepStatus.COMPENSATING:
             # Recovery's compensation is under way: see it through before going on.
             step = resume.settle(self, call.step_id, self.tool(step.tool))
@@ -316,7 +351,7 @@ class Workflow:
             )
         if status is WorkflowStatus.COMPLETED:
             ensure_nothing_open(self.state)
-        body = ev.WorkflowFinished(status=status, detail=detail)
+        body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
         self.record(self.ledger.events.envelope(self.workflow_id, None, body))
 
     async def afinish(
@@ -328,7 +363,7 @@ class Workflow:
             return
         if status is WorkflowStatus.COMPLETED:
             ensure_nothing_open(self.state)
-        body = ev.WorkflowFinished(status=status, detail=detail)
+        body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
         await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
 
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
@@ -414,6 +449,9 @@ class Workflow:
             )
         with self._lock:
             after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
+        # The budget starts before the intent's deadline is computed, so the runner's own
+        # clock never allows a call later than the deadline recovery goes by.
+        budget = fence.Budget.start(tool, self.ledger.clock)
         event = self.ledger.events.intent(
             self.workflow_id,
             step_id,
@@ -422,12 +460,15 @@ class Workflow:
             sequence=move.sequence,
             attempt=move.attempt,
             after_pivot=after_pivot,
+            key=move.key,
+            epoch=self.epoch,
+            runner=self.runner,
         )
         body = event.body
         assert isinstance(body, ev.StepIntended)
         scrub = tool.scrubber(args)
         key = body.idempotency_key
-        return _PendingCall(event, step_id, key, args, move.attempt, scrub, body.deadline)
+        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget)
 
     def _outcome(
         self,
@@ -446,6 +487,7 @@ class Workflow:
             result_type=None if result is None else result.result_type,
             error=error,
             scrub=call.scrub,
+            runner=self.runner,
         )
 
     def _folded(self, event: ev.Event, position: Position) -> None:
@@ -453,6 +495,10 @@ class Workflow:
             self.state.apply(event)
             self.position = position
             self.appended += 1
+            body = event.body
+            claim = ev.WorkflowStarted | ev.WorkflowResumed
+            if isinstance(body, claim) and body.runner == self.runner:
+                self.epoch = body.attempt
 
 
 @dataclass(slots=True)
@@ -464,8 +510,8 @@ class _PendingCall:
     attempt: int
     scrub: Scrubber
     """Removes this call's secret values from what its outcome records."""
-    deadline: datetime | None
-    """The intent's deadline (None for a read-only re-run): recovery never acts before it."""
+    budget: fence.Budget | None
+    """The intent's deadline on this runner's monotonic clock (None for a read-only re-run)."""
 
 
 def _last_position(state: WorkflowState) -> int:
@@ -480,6 +526,7 @@ def _recorded_result(tool: Tool, step: StepState | None) -> Any:
     tracing.replayed(step)
     if step is None or step.result_json is None:
         return None
+    oversize.ensure_kept(tool, step)
     try:
         return tool.results.decode(step.result_json, step.result_type)
     except ResultTypeError as exc:
@@ -489,6 +536,7 @@ def _recorded_result(tool: Tool, step: StepState | None) -> Any:
 
 def _ensure_replayable(tool: Tool, step_id: str, encoded: Encoded) -> None:
     """Raise once the outcome is recorded if the result would not replay as it was returned."""
+    oversize.ensure_fits(tool, step_id, encoded)
     if encoded.problem is not None:
         raise ResultTypeError(
             f"step {step_id!r} ({tool.name}): the result was recorded, but a replay could not "

@@ -38,8 +38,9 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.consume import GroupConsumer, Polled
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
+from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
-from stepledger.domain import ids
+from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
@@ -54,6 +55,7 @@ from stepledger.recovery.checkpoint import (
     SqliteCheckpointStore,
 )
 from stepledger.recovery.claims import ClaimBoard
+from stepledger.recovery.clock import DeadlineClock
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
@@ -114,8 +116,10 @@ class RecoveryDaemon:
             observer=self.metrics.observe,
             confirm=self._claims.wait,
             pipeline=True,
+            record_limit=oversize.record_limit(max_message_bytes(settings)),
         )
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
         self.events_read = 0
         self.caught_up: set[int] = set()
@@ -226,6 +230,7 @@ class RecoveryDaemon:
             return
         if late is not None:
             self.pending_late[late.event.event_id] = late
+        self._anchor(event, msg)
         if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
             # A claim read back in log order: the fold says whether it was the first decision.
             tracked = self.tracker.steps.get((event.workflow_id, event.step_id))
@@ -351,6 +356,32 @@ class RecoveryDaemon:
             },
         )
 
+    def _anchor(self, event: ev.Event, msg: Message) -> None:
+        """Re-anchor a tracked intent's deadline on this daemon's clock (one clock)."""
+        now, timestamp = self.clock(), msg.timestamp()
+        self.deadlines.observe(timestamp, now)
+        if not isinstance(event.body, ev.StepIntended) or event.step_id is None:
+            return
+        key = (event.workflow_id, event.step_id)
+        if key in self.tracker.steps:
+            appended, stamped = self.deadlines.appended(timestamp, now)
+            when = self.deadlines.anchor(event, appended, stamped, self.resolver.grace)
+            if when is not None:
+                self.tracker.anchor(key, when)
+                self.metrics.clock_skew.set(self.deadlines.largest())
+
+    def _anchor_loaded(self, partition: int) -> None:
+        """Steps in doubt taken over from a checkpoint: their read time is lost, so the
+        deadline is re-anchored on the take-over (one more timeout at most, never early)."""
+        now = self.clock()
+        for key, tracked in self.tracker:
+            step = tracked.step
+            if tracked.partition != partition or not step.in_doubt or tracked.anchor:
+                continue
+            if step.deadline is not None and step.intended_at is not None:
+                timeout = step.deadline - step.intended_at
+                self.tracker.anchor(key, now + timeout + self.resolver.grace)
+
     def _due(self, step: StepState) -> datetime | None:
         tool = self.tools.get(step.tool)
         return rs.due_at(
@@ -382,6 +413,7 @@ class RecoveryDaemon:
             if gap is not None:
                 tp.offset = gap.log_start
             self.caught_up.discard(tp.partition)
+            self._anchor_loaded(tp.partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()

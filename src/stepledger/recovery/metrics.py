@@ -26,6 +26,12 @@ class RecoveryMetrics:
             "How long the most overdue in-doubt step is past its deadline (alert on it).",
             registry=r,
         )
+        self.clock_skew = Gauge(
+            "stepledger_recovery_clock_skew_seconds",
+            "The largest producer clock skew against this daemon's (signed; deadlines are "
+            "re-anchored on this daemon's clock).",
+            registry=r,
+        )
         self.tracked_steps = Gauge(
             "stepledger_recovery_tracked_steps", "Steps held in memory.", registry=r
         )

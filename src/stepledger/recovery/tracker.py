@@ -11,6 +11,7 @@ other reader.  No I/O here: the daemon feeds events in and takes checkpoint batc
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +28,10 @@ StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
 #: Anomaly kinds of an outcome that arrived after the step was decided.
 LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
+#: How many workflows' latest claims are remembered, so a step tracked from its intent is
+#: folded with the claim before it and a zombie's intent (fenced off) is never tracked.
+CLAIMS_KEPT = 100_000
+_CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
 
 
 @dataclass(slots=True)
@@ -43,6 +48,8 @@ class Tracked:
     """The last offset a resolution appended; it is not judged again before reading it."""
     not_before: datetime | None = None
     """Local back-off after a resolution that could not append its events."""
+    anchor: datetime | None = None
+    """The intent's deadline plus grace re-anchored on this daemon's clock (see recovery.clock)."""
 
     @property
     def step(self) -> StepState:
@@ -80,6 +87,7 @@ class Tracker:
         """Checkpoint entries that could not be loaded (skipped), for the daemon to report."""
         self.late: list[LateOutcome] = []
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
+        self._claims: OrderedDict[str, tuple[ev.Event, str]] = OrderedDict()
 
     # -- partitions --------------------------------------------------------------------
 
@@ -96,6 +104,10 @@ class Tracker:
             try:
                 decoded = decode_events(events)
                 tracked = Tracked(partition, replay(wf, decoded), list(events))
+                for event in decoded:
+                    if isinstance(event.body, _CLAIMS):
+                        # The claims a tracked step was folded with survive a restart.
+                        self._remember(event)
                 if step_id in tracked.state.steps:
                     self.steps[(wf, step_id)] = tracked
                     self._schedule((wf, step_id), tracked)
@@ -133,6 +145,8 @@ class Tracker:
         self.positions[partition] = offset + 1
         self._moved.add(partition)
         if event.step_id is None:
+            if isinstance(event.body, _CLAIMS):
+                self._claimed(event)
             return None
         key = (event.workflow_id, event.step_id)
         tracked = self.steps.get(key)
@@ -140,7 +154,7 @@ class Tracker:
             body = event.body
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
-            tracked = Tracked(partition, WorkflowState(event.workflow_id))
+            tracked = self._new_tracked(partition, event.workflow_id)
         elif event.event_id in tracked.state.seen:
             return None
         tracked.events.append(event.model_dump_json())
@@ -156,6 +170,47 @@ class Tracker:
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
         return None
+
+    def anchor(self, key: StepKey, when: datetime) -> None:
+        """Let the step fall due no earlier than ``when`` (its deadline on this daemon's clock)."""
+        tracked = self.steps.get(key)
+        if tracked is not None:
+            tracked.anchor = when
+            self._schedule(key, tracked)
+
+    def _claimed(self, event: ev.Event) -> None:
+        """Remember a workflow's claim; a resume also reaches the steps already tracked."""
+        wf = event.workflow_id
+        if not self._remember(event):
+            return
+        if isinstance(event.body, ev.WorkflowResumed):
+            for key, tracked in self:
+                if key[0] == wf and event.event_id not in tracked.state.seen:
+                    tracked.events.append(self._claims[wf][1])
+                    tracked.state.apply(event)
+                    self._dirty.add(key)
+
+    def _remember(self, event: ev.Event) -> bool:
+        """Keep the claim as its workflow's latest; False for a stale or competing one."""
+        wf = event.workflow_id
+        known = self._claims.get(wf)
+        if known is not None:
+            if known[0].event_id == event.event_id:
+                return False
+            probe = replay(wf, [known[0]])
+            if probe.apply(event) is not None:
+                return False  # a stale or competing claim owns nothing
+        self._claims[wf] = (event, event.model_dump_json())
+        self._claims.move_to_end(wf)
+        while len(self._claims) > CLAIMS_KEPT:
+            self._claims.popitem(last=False)
+        return True
+
+    def _new_tracked(self, partition: int, workflow_id: str) -> Tracked:
+        claim = self._claims.get(workflow_id)
+        if claim is None:
+            return Tracked(partition, WorkflowState(workflow_id))
+        return Tracked(partition, replay(workflow_id, [claim[0]]), [claim[1]])
 
     def _forget(self, key: StepKey, tracked: Tracked) -> None:
         if self.steps.pop(key, None) is not None:
@@ -265,6 +320,8 @@ class Tracker:
         due = self._due_of(tracked.step)
         if due is not None and tracked.not_before is not None:
             due = max(due, tracked.not_before)
+        if due is not None and tracked.anchor is not None and tracked.step.in_doubt:
+            due = max(due, tracked.anchor)
         return due
 
     def _schedule(self, key: StepKey, tracked: Tracked) -> None:

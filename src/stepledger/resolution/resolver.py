@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from stepledger import tracing
 from stepledger.deadletters.events import EventLetterSink
 from stepledger.domain import events as ev
-from stepledger.domain import ids
+from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import Clock, EventFactory, utc_now
@@ -160,6 +160,7 @@ class Resolver:
         confirm: ClaimCheck | None = None,
         claimant: str | None = None,
         pipeline: bool = False,
+        record_limit: int | None = None,
     ) -> None:
         self.log = log
         self.events = events
@@ -176,6 +177,8 @@ class Resolver:
         """Part of this resolver's claim ids: two resolvers' claims are never duplicates."""
         self.pipeline = pipeline
         """Send a resolution's events back to back and wait for them together (see _record)."""
+        self.record_limit = record_limit
+        """Most bytes a recorded result may take; a larger one is kept as its digest."""
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""
@@ -356,6 +359,7 @@ class Resolver:
                 reason="intent without outcome past its deadline",
                 source=Source.RECOVERY_COMPENSATE,
                 deadline=self.clock() + timedelta(seconds=tool.timeout_s),
+                attempt=step.attempt,
             )
             claim = self._append(run, intended, step.attempt, "recovery", self.claimant)
             self._ensure_claim(run, claim)
@@ -445,6 +449,8 @@ class Resolver:
         self, run: _Attempt, status: OutcomeStatus, source: Source, result: Any, evidence: Any
     ) -> None:
         encoded = run.tool.results.encode(result) if run.tool is not None else None
+        if encoded is not None and self.record_limit is not None:
+            encoded = oversize.fitted(encoded, self.record_limit)
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,

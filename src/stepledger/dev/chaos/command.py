@@ -82,6 +82,13 @@ import click
     "state directory: no shared state between members but Kafka.",
 )
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
+@click.option(
+    "--agent-skew",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds the agents' wall clock runs ahead (negative: behind) of the daemons'.",
+)
 def chaos(
     workflows: int,
     seed: int,
@@ -96,6 +103,7 @@ def chaos(
     recoverers: int,
     state_in_kafka: bool,
     parallel: int,
+    agent_skew: float = 0.0,
     break_mode: str | None = None,
 ) -> None:
     """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
@@ -124,6 +132,7 @@ def chaos(
         projectors=projectors,
         recoverers=recoverers,
         recovery_state_in_kafka=state_in_kafka,
+        agent_skew_s=agent_skew,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts

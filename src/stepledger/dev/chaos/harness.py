@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -58,6 +60,8 @@ AGENT_POINT = {
     CrashPoint.AFTER_CALL: "after_effect",
     CrashPoint.AFTER_OUTCOME: "after_outcome",
     CrashPoint.RESUME_RACE: "after_effect",
+    CrashPoint.FROZEN_AFTER_INTENT: "frozen_after_intent",
+    CrashPoint.SECOND_RUNNER: "second_runner",
 }
 #: Partitions of the step log in a scaled run (several members per group).
 SCALED_PARTITIONS = 8
@@ -89,6 +93,8 @@ class ChaosOptions:
     """Recovery daemons in one group (more than one: shared per-partition checkpoints)."""
     recovery_state_in_kafka: bool = False
     """Recovery checkpoints on a compacted topic, no shared directory (``--state-in-kafka``)."""
+    agent_skew_s: float = 0.0
+    """Seconds the agents' wall clock is moved against the daemons' (one clock for deadlines)."""
 
     @property
     def scaled(self) -> bool:
@@ -137,6 +143,8 @@ class Run:
         self.problems: list[InvariantViolation] = []
         """What the run itself saw go wrong (a member not stopping cleanly, ...)."""
         self.acks: list[Path] = []
+        self.frozen: list[subprocess.Popen[str]] = []
+        """Agent processes stopped after an intent, continued after the next round."""
         self.infra_done: list[str] = []
         self.started = time.monotonic()
         self._members = threading.Lock()
@@ -177,6 +185,14 @@ class Run:
                 running.append((proc, ids, race_grace))
             for item in list(running):
                 proc, ids, race_grace = item
+                if proc.poll() is None and _stopped(proc.pid):
+                    # Frozen after an intent: its workflows are resumed in the next round,
+                    # and the process is continued once that round is over.
+                    self.frozen.append(proc)
+                    running.remove(item)
+                    for wf in ids:
+                        reports.setdefault(wf, "crashed")
+                    continue
                 if proc.poll() is None and self.left() > 0:
                     continue
                 if proc.poll() is None:
@@ -199,7 +215,26 @@ class Run:
             time.sleep(0.05)
         for thread in fault_threads:
             thread.join(60)
+        if round_no > 0:
+            self.thaw_frozen()
         return reports
+
+    def thaw_frozen(self) -> None:
+        """Continue the runners frozen in earlier rounds; their workflows moved on without them.
+
+        What they print is logged, not taken as the workflows' status: a continued runner
+        must leave its step alone (the invariants count the effects).
+        """
+        for proc in self.frozen:
+            os.kill(proc.pid, signal.SIGCONT)
+            try:
+                out, _ = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate(timeout=30)
+            with open(self.workdir / "agent-reports-frozen.jsonl", "a") as log:
+                log.write(out)
+        self.frozen.clear()
 
     def _spawn_agent(
         self,
@@ -214,7 +249,10 @@ class Run:
         args = [_target(wf, kill) for wf, kill in batch]
         proc = self.stack.spawn(
             [*AGENT, *args, "--db", str(self.db), "--grace", str(grace)],
-            env=self.stack.child_env(STEPLEDGER_ACK_JOURNAL=str(journal)),
+            env=self.stack.child_env(
+                STEPLEDGER_ACK_JOURNAL=str(journal),
+                STEPLEDGER_DEV_CLOCK_SKEW_S=str(self.options.agent_skew_s),
+            ),
             stderr=self.workdir / "agents.log",
         )
         return proc, [wf for wf, _ in batch]
@@ -443,6 +481,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
             f"{', '.join(f.point.value for f in due) or 'none'}"
         )
         status.update(run.run_round(round_no, targets, due))
+    run.thaw_frozen()
     run.settle(timeout=max(10.0, min(90.0, run.left())))
     run.stop_projector_caught_up(timeout=60.0)
     found = run.evidence()
@@ -480,14 +519,18 @@ def _batches(targets: Batch, size: int) -> list[tuple[Batch, float | None]]:
     """
     races: dict[float, Batch] = {}
     plain: Batch = []
+    frozen: Batch = []
     for wf, kill in targets:
         if kill is not None and kill.point is CrashPoint.RESUME_RACE:
             races.setdefault(kill.grace_s, []).append((wf, kill))
+        elif kill is not None and kill.point is CrashPoint.FROZEN_AFTER_INTENT:
+            frozen.append((wf, kill))  # a process that stops, not one that dies
         else:
             plain.append((wf, kill))
     found: list[tuple[Batch, float | None]] = [
         (plain[i : i + size], None) for i in range(0, len(plain), size)
     ]
+    found += [(frozen[i : i + size], None) for i in range(0, len(frozen), size)]
     for grace, group in sorted(races.items()):
         found += [(group[i : i + size], grace) for i in range(0, len(group), size)]
     return found
@@ -497,6 +540,15 @@ def _target(workflow_id: str, kill: AgentKill | None) -> str:
     if kill is None:
         return workflow_id
     return f"{workflow_id}@{STEP_IDS[kill.step]}:{AGENT_POINT[kill.point]}"
+
+
+def _stopped(pid: int) -> bool:
+    """True when the process is stopped (SIGSTOP), per /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["T"]
 
 
 def _parse_reports(out: str) -> dict[str, str]:

@@ -10,7 +10,13 @@ email), POINT one of ``before_intent``, ``after_intent`` (intent durable, no cal
 ``after_effect`` (the service did it, no outcome) and ``after_outcome``.  Several
 workflows run concurrently; each one that reaches its kill point stops there, and once
 every workflow has stopped or ended the process SIGKILLs itself: a real crash with each
-workflow at its own boundary.
+workflow at its own boundary.  ``frozen_after_intent`` (intent acknowledged, before the
+call's checks) stops the process instead (SIGSTOP, as a GC pause or a VM migration
+would): once continued (SIGCONT) its workflows go on from there, and must not call.
+``second_runner`` opens the workflow twice (the second open is a resume while the first
+runner is alive) and runs both to the step, synchronised there: one effect, and the older
+runner is told it was taken over.  ``STEPLEDGER_DEV_CLOCK_SKEW_S`` moves the agent's wall
+clock by that many seconds.
 
 One JSON line per workflow reports how it ended (``completed``, ``escalated``,
 ``approval_pending``, ``dead_lettered`` or ``error``).  Exit status: 0 when all completed,
@@ -20,6 +26,7 @@ One JSON line per workflow reports how it ended (``completed``, ``escalated``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +34,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,7 @@ from stepledger.config import load_settings
 from stepledger.dev.examples.tools import BOOKINGS, DEFAULT_TIMEOUT_S, EMAIL, PAYMENTS, email_tool
 from stepledger.dev.examples.tools import registry as example_registry
 from stepledger.domain.enums import EffectClass
+from stepledger.domain.factory import utc_now
 from stepledger.domain.ids import digest
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
@@ -47,7 +56,19 @@ from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workf
 from stepledger.resolution.registry import ToolRegistry
 
 STEPS = ("quote", "charge", "book", "email")
-POINTS = ("before_intent", "after_intent", "after_effect", "after_outcome")
+POINTS = (
+    "before_intent",
+    "after_intent",
+    "after_effect",
+    "after_outcome",
+    "frozen_after_intent",
+    "second_runner",
+)
+FROZEN = "frozen_after_intent"
+SECOND = "second_runner"
+#: How long two runners of one workflow wait for each other at their step.
+MEET_S = 30.0
+SKEW_ENV = "STEPLEDGER_DEV_CLOCK_SKEW_S"
 QUOTE = "catalog.quote"
 HOTELS = ("Hotel Astoria", "Hotel Bristol", "Hotel Central", "Hotel Dorian")
 
@@ -68,6 +89,24 @@ class Parking:
         self.reports: list[dict[str, Any]] = []
         self.changed = threading.Condition()
         self._forever = threading.Event()
+        self.frozen = 0
+        self._thawed = threading.Event()
+        self.meetings: dict[str, threading.Barrier] = {}
+        """Where two runners of one workflow wait for each other (second_runner)."""
+
+    def freeze(self) -> None:
+        """Stop here until the process was stopped and continued (see ``_run_all``)."""
+        with self.changed:
+            self.parked += 1
+            self.frozen += 1
+            self.changed.notify_all()
+        self._thawed.wait()
+        with self.changed:
+            self.parked -= 1
+
+    def thaw(self) -> None:
+        """Let the frozen workflows go on."""
+        self._thawed.set()
 
     def park(self) -> None:
         """Stop here until the process is killed."""
@@ -123,9 +162,16 @@ def trip(
         "book": ledger.tools.require(BOOKINGS),
         "email": ledger.tools.require(EMAIL),
     }
-    wf = ledger.workflow(
-        workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
-    )
+
+    def open_it() -> Workflow:
+        return ledger.workflow(
+            workflow_id, name="trip", max_attempts=_max_attempts(), plan=list(by_step.items())
+        )
+
+    wf = open_it()
+    if kill is not None and kill.point == SECOND and not wf.finished:
+        _older_runner(wf, by_step, workflow_id, kill, parking)
+        wf = open_it()  # a resume while the first runner is alive: it owns the workflow now
     if wf.finished:
         return {"status": wf.state.status.value, "attempt": wf.attempt}
     try:
@@ -135,6 +181,19 @@ def trip(
         # trip cannot go on as planned, so the saga unwinds what else it can undo.
         wf.compensate("a step was undone by recovery")
         return {"status": "compensated", "attempt": wf.attempt}
+
+
+def _older_runner(
+    wf: Workflow, by_step: dict[str, Tool], workflow_id: str, kill: KillPoint, parking: Parking
+) -> None:
+    """Run the first runner on, in a thread; it meets the second at the kill step."""
+    parking.meetings[workflow_id] = threading.Barrier(2, timeout=MEET_S)
+
+    def run() -> None:
+        ended = outcome_of(lambda: _trip_steps(wf, by_step, workflow_id, kill, parking))
+        print(json.dumps({"superseded_runner": workflow_id, **ended}), flush=True)
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 def _trip_steps(
@@ -171,6 +230,17 @@ def _step(
     point = kill.point if kill is not None and kill.step == step_id else None
     if point == "before_intent":
         parking.park()
+    meet = parking.meetings.get(wf.workflow_id) if point == SECOND else None
+    if meet is not None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            meet.wait()
+    if point == FROZEN:
+
+        def frozen(_: str) -> None:
+            wf.after_intent = None
+            parking.freeze()
+
+        wf.after_intent = frozen
     run = tool.run
     assert run is not None
 
@@ -243,7 +313,14 @@ def main(argv: list[str] | None = None) -> int:
         approval_wait_s=opts.approval_wait,
     )
     reader = None if opts.db is None else SnapshotTailReader(settings, opts.db)
-    ledger = Ledger(settings, tools=tools(opts.approval), reader=reader, options=options)
+    skew = timedelta(seconds=float(os.environ.get(SKEW_ENV, "0") or 0))
+    ledger = Ledger(
+        settings,
+        tools=tools(opts.approval),
+        reader=reader,
+        options=options,
+        clock=lambda: utc_now() + skew,
+    )
     return _run_all(ledger, targets, opts.max_seconds)
 
 
@@ -259,6 +336,12 @@ def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]], limit:
     if not parking.wait_all(len(targets), limit):
         print(json.dumps({"status": "error", "error": f"not done in {limit:g}s"}), flush=True)
         return 1
+    if parking.frozen:
+        # Paused, not dead: the harness resumes the workflows elsewhere, then continues us.
+        os.kill(os.getpid(), signal.SIGSTOP)
+        parking.thaw()
+        with parking.changed:
+            parking.changed.wait_for(lambda: len(parking.reports) >= len(targets), limit)
     if parking.parked:
         # A real crash: no flush, no outcome, every parked workflow at its boundary.
         os.kill(os.getpid(), signal.SIGKILL)

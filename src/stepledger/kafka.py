@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
-from stepledger.errors import BrokerError, DurabilityError
+from stepledger.errors import BrokerError, ConfigError, DurabilityError
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
 Headers = list[tuple[str, bytes | None]]
@@ -43,6 +43,46 @@ DURABLE_PRODUCER = {
     "max.in.flight.requests.per.connection": 5,
 }
 
+#: The durable settings a user's librdkafka setting may not weaken, and the values each
+#: may take: anything else is refused in one line rather than silently overridden.
+_IN_FLIGHT = ("1", "2", "3", "4", "5")
+_GUARDED: dict[str, tuple[tuple[str, ...], str]] = {
+    "acks": (("all", "-1"), "acks=all"),
+    "request.required.acks": (("all", "-1"), "acks=all"),
+    "enable.idempotence": (("true",), "enable.idempotence=true"),
+    "max.in.flight.requests.per.connection": (_IN_FLIGHT, "at most 5 requests in flight"),
+    "max.in.flight": (_IN_FLIGHT, "at most 5 requests in flight"),
+}
+#: Set through ``Settings.durable_timeout_s``, which the SDK's waits are bounded by.
+_TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
+
+
+def durable_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
+    """The durable producer's librdkafka config: the user's settings win where they are safe.
+
+    A setting the user gave (``-X``, ``STEPLEDGER_KAFKA_*``, ``[kafka]``) is honoured
+    (``linger.ms=5`` makes each durable write wait up to 5 ms for company), over the SDK's
+    defaults and a caller's ``overrides``; one that would weaken a durable write
+    (``acks``, idempotence, more than 5 requests in flight, a delivery timeout other than
+    ``durable_timeout_s``) raises ConfigError.
+    """
+    user = {key: str(value) for key, value in settings.kafka.items()}
+    for key, value in user.items():
+        allowed, needs = _GUARDED.get(key, ((value.strip().lower(),), ""))
+        if value.strip().lower() not in allowed:
+            raise ConfigError(
+                f"-X {key}={value} is refused: the step log's durable producer needs {needs}"
+            )
+        if key in _TIMEOUT_KEYS:
+            raise ConfigError(
+                f"-X {key}={value} is refused: set durable_timeout_s "
+                "(STEPLEDGER_DURABLE_TIMEOUT_S) instead"
+            )
+    timeout_ms = int(settings.durable_timeout_s * 1000)
+    return settings.client_config(
+        **{**DURABLE_PRODUCER, "message.timeout.ms": timeout_ms, **overrides, **user}
+    )
+
 
 @dataclass(frozen=True)
 class Position:
@@ -59,6 +99,7 @@ class DurableProducer:
     def __init__(self, settings: Settings, **overrides: Any) -> None:
         self._settings = settings
         self._overrides = overrides
+        durable_config(settings, **overrides)  # refuse unsafe settings now, not at first write
         self._producer: Producer | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
@@ -73,14 +114,8 @@ class DurableProducer:
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
-                    timeout_ms = int(self._settings.durable_timeout_s * 1000)
-                    conf = self._settings.client_config(
-                        **{
-                            **DURABLE_PRODUCER,
-                            "message.timeout.ms": timeout_ms,
-                            "error_cb": self._on_error,
-                            **self._overrides,
-                        }
+                    conf = durable_config(
+                        self._settings, **{"error_cb": self._on_error, **self._overrides}
                     )
                     self._producer = _new_producer(conf)
         return self._producer

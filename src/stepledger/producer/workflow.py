@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stepledger.domain import events as ev
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
+from stepledger.domain.replay import Move, MoveKind, mismatch, next_move, steps_by_position
 from stepledger.domain.results import Encoded
 from stepledger.domain.saga import (
     PlanRules,
@@ -74,6 +74,7 @@ class Workflow:
         self._next_position = 0
         self._tools: dict[str, Tool] = {}
         self._recorded_until = _last_position(self.state)
+        self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
 
     @property
     def attempt(self) -> int:
@@ -349,12 +350,21 @@ class Workflow:
         # Only steps recorded before this run can disagree with it: a live run skips the check.
         if position <= self._recorded_until or step_id in self.state.steps:
             digest = tool.arguments_digest(args)
-            problem = mismatch(self.state, step_id, tool.name, digest, position)
+            problem = mismatch(
+                self.state, step_id, tool.name, digest, position, self._steps_by_position()
+            )
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
         self._positions[step_id] = position
         self._next_position += 1
         return True, position
+
+    def _steps_by_position(self) -> dict[int, list[str]]:
+        """Step ids by position, rebuilt only after the state folded another event."""
+        version = (id(self.state), len(self.state.seen))
+        if self._by_position is None or self._by_position[0] != version:
+            self._by_position = (version, steps_by_position(self.state))
+        return self._by_position[1]
 
     def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
         if self.state.status is not RunStatus.RUNNING:

@@ -233,14 +233,22 @@ class DurableProducer:
     ) -> Position:
         """Produce one record and block until the broker acknowledged it.
 
-        The caller's own thread serves the reports (see the module doc), so the record's
-        outcome lands in a plain slot: a ``Future``'s condition variable would be set on
-        every record and never waited on.
+        A thread alone serves its own report (see the module doc): its outcome lands in a
+        plain slot, with no hand-off to another thread.  Once threads wait at the same
+        time, the delivery thread serves every report and each thread sleeps on its own
+        record's lock: threads taking turns at polling were measured to cap throughput
+        (from 8 to 64 threads, no gain), since a report served for a thread that waited
+        for the poll lock reached it only when the lock came its turn.
         """
-        slot = _Slot()
-        self._produce(topic, key, value, headers, slot.settle)
-        self._serve_until(slot, None)
-        return slot.result()
+        if self._poller is None and not self._poll_lock.locked():
+            slot = _Slot()
+            self._produce(topic, key, value, headers, slot.settle)
+            self._serve_until(slot, None)
+            return slot.result()
+        self._start_background_poller()
+        woken = _WakeSlot()
+        self._produce(topic, key, value, headers, woken.settle)
+        return woken.wait(self._settings.durable_timeout_s + 2.0)
 
     def _produce(
         self,
@@ -322,6 +330,31 @@ class _Slot:
             self.outcome = outcome
 
     def result(self) -> Position:
+        outcome = self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is not None
+        return outcome
+
+
+class _WakeSlot:
+    """One record's outcome and a lock its waiter sleeps on until the report releases it."""
+
+    __slots__ = ("_ready", "outcome")
+
+    def __init__(self) -> None:
+        self.outcome: Position | BaseException | None = None
+        self._ready = threading.Lock()
+        self._ready.acquire()
+
+    def settle(self, outcome: Position | BaseException) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self._ready.release()
+
+    def wait(self, limit: float) -> Position:
+        if not self._ready.acquire(timeout=limit):
+            raise DurabilityError(f"no acknowledgement within {limit:.1f}s")
         outcome = self.outcome
         if isinstance(outcome, BaseException):
             raise outcome

@@ -22,8 +22,14 @@ does not answer a fetch before its wait is over when assembling the answer takes
 nor a partition end for a while takes a new consumer with a five times longer wait, up to
 a plain consumer's 500 ms, so it reads at a plain consumer's speed instead of starving.
 
+The index also keeps the records of workflows not finished yet (their values, up to
+``max_kept_bytes`` in all), so opening a workflow the index read past earlier (a process
+resuming many workflows, an agent opening one another process started) needs no second
+read of the partition from the workflow's first record.
+
 Memory is bounded: past ``max_keys`` workflow keys a partition is no longer indexed and its
-lookups answer "from the beginning" (a full read of the partition: correct, slower).
+lookups answer "from the beginning" (a full read of the partition: correct, slower); past
+``max_kept_bytes`` the kept records are forgotten and kept again from there on.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ Partition = tuple[str, int]
 
 #: Workflow keys indexed per reader before a partition falls back to full reads (~100 B each).
 MAX_KEYS = 250_000
+#: Bytes of unfinished workflows' records kept for their opens, all partitions together.
+MAX_KEPT_BYTES = 32 * 1024 * 1024
+#: The event type header of a workflow's last record (its kept records are dropped then).
+_FINISHED = b"stepledger.workflow_finished"
 #: A catch-up (or the wait for another thread's) never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
 _BATCH = 5000
@@ -77,12 +87,25 @@ class Lookup:
         return self.first is None or (self.seen_from is not None and self.first >= self.seen_from)
 
 
+class _Kept:
+    """The records of unfinished workflows in one partition, read from ``since`` on."""
+
+    __slots__ = ("since", "values")
+
+    def __init__(self, since: int) -> None:
+        self.since = since
+        self.values: dict[bytes, list[bytes]] = {}
+
+
 class PartitionIndex:
     """The first offset of every workflow key in the partitions a reader was asked about."""
 
-    def __init__(self, settings: Settings, max_keys: int = MAX_KEYS) -> None:
+    def __init__(
+        self, settings: Settings, max_keys: int = MAX_KEYS, max_kept_bytes: int = MAX_KEPT_BYTES
+    ) -> None:
         self.settings = settings
         self.max_keys = max_keys
+        self.max_kept_bytes = max_kept_bytes
         self.records = 0
         """Records read by every catch-up so far (what the index cost)."""
         self._cond = threading.Condition()
@@ -99,6 +122,9 @@ class PartitionIndex:
         """The index consumer's fetch wait (grows when the broker cannot answer within it)."""
         self._consumer: Consumer | None = None
         self._closing = False
+        self._kept: dict[Partition, _Kept] = {}
+        self._kept_bytes = 0
+        self._kept_lock = threading.Lock()
 
     def lookup(self, partition: Partition, key: bytes) -> Lookup:
         """Catch up, then say where the key starts and hand over its records seen meanwhile.
@@ -112,7 +138,19 @@ class PartitionIndex:
                 found.first, found.seen_from = 0, None
             else:
                 found.first = self._first.get(partition, {}).get(key)
+                if not found.complete:
+                    self._hand_kept(found)
         return found
+
+    def _hand_kept(self, found: Lookup) -> None:
+        """Give a lookup the key's kept records when they are all of its records."""
+        with self._kept_lock:
+            kept = self._kept.get(found.partition)
+            if kept is None or found.first is None or found.first < kept.since:
+                return
+            values = kept.values.get(found.key)
+            if values is not None:
+                found.records, found.seen_from = list(values), kept.since
 
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
@@ -125,6 +163,9 @@ class PartitionIndex:
             self._next.clear()
             self._overflowed.clear()
             self._keys = 0
+            with self._kept_lock:
+                self._kept.clear()
+                self._kept_bytes = 0
             if self._running:
                 self._closing = True
             else:
@@ -268,17 +309,50 @@ class PartitionIndex:
             return True
         keys = self._first.setdefault(where, {})
         key = msg.key() or b""
-        if key not in keys:
+        new = key not in keys
+        if new:
             keys[key] = offset
             self._keys += 1
             if self._keys > self.max_keys:
                 self._overflow(where)
+                return True
+        self._keep(where, key, new, offset, msg)
         return True
+
+    def _keep(self, where: Partition, key: bytes, new: bool, offset: int, msg: Message) -> None:
+        """Keep an unfinished workflow's record; a finished one's records are dropped."""
+        with self._kept_lock:
+            kept = self._kept.get(where)
+            if kept is None:
+                kept = self._kept[where] = _Kept(offset)
+            values = kept.values.get(key)
+            if values is None and not new:
+                return  # dropped when it finished, or it began before ``since``
+            if _finished(msg):
+                dropped = kept.values.pop(key, None) or []
+                self._kept_bytes -= sum(len(v) for v in dropped)
+                return
+            value = msg.value() or b""
+            kept.values.setdefault(key, []).append(value)
+            self._kept_bytes += len(value)
+            if self._kept_bytes > self.max_kept_bytes:
+                # Forget everything kept; every partition keeps again from where it is now.
+                self._kept = {p: _Kept(n) for p, n in self._next.items()}
+                self._kept_bytes = 0
 
     def _overflow(self, where: Partition) -> None:
         self._keys -= len(self._first[where])
         self._first[where] = {}
         self._overflowed.add(where)
+        with self._kept_lock:
+            self._kept.pop(where, None)
+
+
+def _finished(msg: Message) -> bool:
+    """True for a workflow's finished event (told by its type header, nothing decoded)."""
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return any(name == "ce_type" and value == _FINISHED for name, value in pairs)
 
 
 def _next_batch(consumer: Consumer) -> list[Message]:

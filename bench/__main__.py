@@ -14,7 +14,17 @@ from pathlib import Path
 
 from bench.common import ENGINES, Row, machine, run_broker, table
 
-BENCHES = ("producer", "projector", "recovery", "resume", "open", "inbox", "scale", "peers")
+BENCHES = (
+    "producer",
+    "concurrency",
+    "projector",
+    "recovery",
+    "resume",
+    "open",
+    "inbox",
+    "scale",
+    "peers",
+)
 
 
 def main() -> None:

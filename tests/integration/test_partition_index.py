@@ -73,9 +73,28 @@ def test_a_cold_read_is_one_pass_and_a_later_one_reads_what_it_lacks(
         assert [e.step_id for e in reader.read("c-4")] == [None, "pay", "pay"]
         assert reader.last.tail_records == 30  # the index's pass: no second read
         fill(settings, 2, "d")
-        assert len(reader.read("c-4")) == 3  # begins before the catch-up: read from its start
-        assert reader.last.tail_records == 36 - 12  # from c-4's first record to the end
+        assert len(reader.read("c-4")) == 3  # unfinished: the index kept its records
+        assert reader.last.tail_records == 6  # the catch-up only, no second read
         assert [e.type for e in reader.read("d-1")][-1] == "step_outcome"
+    finally:
+        reader.close()
+
+
+def test_a_finished_workflow_the_index_passed_is_read_from_its_first_record(
+    make_settings: Callable[..., Any],
+) -> None:
+    settings = make_settings(partitions=1)
+    fill(settings, 10, "c")  # 30 records, unfinished workflows
+    with Ledger(settings) as ledger:
+        ledger.start("done").finish()  # 2 records: its values are not kept
+    reader = KafkaPartitionReader(settings)
+    try:
+        assert reader.read("nobody") == []  # the index reads all 32
+        for n in range(20):  # other workflows opened after: each found without a scan
+            assert len(reader.read(f"c-{n % 10}")) == 3
+            assert reader.last.tail_records == 0
+        assert [e.type for e in reader.read("done")] == ["workflow_started", "workflow_finished"]
+        assert reader.last.tail_records == 2  # from its first record to the end
     finally:
         reader.close()
 

@@ -8,6 +8,7 @@ outcome is replayed without calling the tool; one in doubt is settled first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -56,12 +57,31 @@ class Move:
     """For RUN: the idempotency key an earlier attempt used and the new one keeps, if any."""
 
 
+def steps_by_position(state: WorkflowState) -> dict[int, list[str]]:
+    """The state's step ids by recorded position, for many :func:`mismatch` checks on it."""
+    positions: dict[int, list[str]] = {}
+    for step in state.steps.values():
+        positions.setdefault(step.sequence, []).append(step.step_id)
+    return positions
+
+
 def mismatch(
-    state: WorkflowState, step_id: str, tool: str, arguments_digest: str, position: int
+    state: WorkflowState,
+    step_id: str,
+    tool: str,
+    arguments_digest: str,
+    position: int,
+    positions: Mapping[int, list[str]] | None = None,
 ) -> str | None:
-    """Why this call does not match the log at this position, or None when it matches."""
+    """Why this call does not match the log at this position, or None when it matches.
+
+    ``positions`` (:func:`steps_by_position` of this state) makes the check O(1): a replay
+    checks every recorded step, and a scan of the steps per check made it quadratic.
+    """
+    if positions is None:
+        positions = steps_by_position(state)
     at_position = next(
-        (s for s in state.steps.values() if s.sequence == position and s.step_id != step_id), None
+        (state.steps[other] for other in positions.get(position, ()) if other != step_id), None
     )
     if at_position is not None:
         return (

@@ -9,41 +9,64 @@ only the records written since the previous one (keys only, nothing decoded).
 
 Freshness: every lookup is answered after a catch-up that *began after the lookup was
 asked*, and a catch-up ends at a partition-EOF reported by a fetch sent after it began
-(a new consumer assigned at the index's offsets), never at a fresh ListOffsets (wrong on
-the dev broker).  So
-every record acknowledged before the lookup is indexed, as with a full read.  Concurrent
-lookups share one catch-up: one thread reads, the others wait for it.  Between catch-ups
-nothing is fetched.
+(the partitions are assigned afresh at the index's offsets), never at a fresh ListOffsets
+(wrong on the dev broker).  So every record acknowledged before the lookup is indexed, as
+with a full read.  Concurrent lookups share one catch-up: one thread reads, the others
+wait for it.  Between catch-ups nothing is assigned and nothing is fetched.
+
+Cost: one consumer lives as long as the index (a new one per catch-up cost 23-37 ms of
+connection, metadata and close per open, measured on Apache Kafka).  A catch-up that finds
+nothing new costs about two fetch waits, so the wait starts short (2 ms).  The dev broker
+does not answer a fetch before its wait is over when assembling the answer takes longer
+(a partition of ~50k one-record batches, measured): a catch-up that sees neither a record
+nor a partition end for a while takes a new consumer with a five times longer wait, up to
+a plain consumer's 500 ms, so it reads at a plain consumer's speed instead of starving.
+
+The index also keeps the records of workflows not finished yet (their values, up to
+``max_kept_bytes`` in all), so opening a workflow the index read past earlier (a process
+resuming many workflows, an agent opening one another process started) needs no second
+read of the partition from the workflow's first record.
 
 Memory is bounded: past ``max_keys`` workflow keys a partition is no longer indexed and its
-lookups answer "from the beginning" (a full read of the partition: correct, slower).
+lookups answer "from the beginning" (a full read of the partition: correct, slower); past
+``max_kept_bytes`` the kept records are forgotten and kept again from there on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer
+from stepledger.consume import FAST_CONSUMER
 from stepledger.errors import BrokerError
 
 Partition = tuple[str, int]
 
 #: Workflow keys indexed per reader before a partition falls back to full reads (~100 B each).
 MAX_KEYS = 250_000
+#: Bytes of unfinished workflows' records kept for their opens, all partitions together.
+MAX_KEPT_BYTES = 32 * 1024 * 1024
+#: The event type header of a workflow's last record (its kept records are dropped then).
+_FINISHED = b"stepledger.workflow_finished"
 #: A catch-up (or the wait for another thread's) never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
 _BATCH = 5000
 _POLL_S = 0.01
-#: Short fetch waits, as the reader's: the dev broker does not wake a waiting fetch when data
-#: arrives (a 1 ms wait was measured to starve a partition under load).
 _INDEX_GROUP = wire.WORKFLOW_INDEX_GROUP
-_FETCH_WAIT_MS = 10
+#: The first fetch wait, and the longest (a plain consumer's): see the module doc.
+FIRST_FETCH_WAIT_MS = 2
+MAX_FETCH_WAIT_MS = 500
+#: No record and no partition end for this many fetch waits (at least _STARVED_MIN_S): the
+#: broker cannot answer within the wait, so the wait grows (60k one-record batches on the
+#: dev broker: 2 -> 10 -> 50 -> 250 ms, 1.15x a plain read; 25 waits made it 3.5x).
+_STARVED_WAITS = 5
+_STARVED_MIN_S = 0.1
 
 
 @dataclass
@@ -66,12 +89,25 @@ class Lookup:
         return self.first is None or (self.seen_from is not None and self.first >= self.seen_from)
 
 
+class _Kept:
+    """The records of unfinished workflows in one partition, read from ``since`` on."""
+
+    __slots__ = ("since", "values")
+
+    def __init__(self, since: int) -> None:
+        self.since = since
+        self.values: dict[bytes, list[bytes]] = {}
+
+
 class PartitionIndex:
     """The first offset of every workflow key in the partitions a reader was asked about."""
 
-    def __init__(self, settings: Settings, max_keys: int = MAX_KEYS) -> None:
+    def __init__(
+        self, settings: Settings, max_keys: int = MAX_KEYS, max_kept_bytes: int = MAX_KEPT_BYTES
+    ) -> None:
         self.settings = settings
         self.max_keys = max_keys
+        self.max_kept_bytes = max_kept_bytes
         self.records = 0
         """Records read by every catch-up so far (what the index cost)."""
         self._cond = threading.Condition()
@@ -84,6 +120,13 @@ class PartitionIndex:
         self._first: dict[Partition, dict[bytes, int]] = {}
         self._overflowed: set[Partition] = set()
         self._keys = 0
+        self.fetch_wait_ms = FIRST_FETCH_WAIT_MS
+        """The index consumer's fetch wait (grows when the broker cannot answer within it)."""
+        self._consumer: Consumer | None = None
+        self._closing = False
+        self._kept: dict[Partition, _Kept] = {}
+        self._kept_bytes = 0
+        self._kept_lock = threading.Lock()
 
     def lookup(self, partition: Partition, key: bytes) -> Lookup:
         """Catch up, then say where the key starts and hand over its records seen meanwhile.
@@ -97,19 +140,38 @@ class PartitionIndex:
                 found.first, found.seen_from = 0, None
             else:
                 found.first = self._first.get(partition, {}).get(key)
+                if not found.complete:
+                    self._hand_kept(found)
         return found
+
+    def _hand_kept(self, found: Lookup) -> None:
+        """Give a lookup the key's kept records when they are all of its records."""
+        with self._kept_lock:
+            kept = self._kept.get(found.partition)
+            if kept is None or found.first is None or found.first < kept.since:
+                return
+            values = kept.values.get(found.key)
+            if values is not None:
+                found.records, found.seen_from = list(values), kept.since
 
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
         return self.lookup(partition, key).first
 
     def close(self) -> None:
-        """Forget the index (a catch-up under way finishes on its own)."""
+        """Forget the index and close its consumer (a catch-up under way closes it at its end)."""
         with self._cond:
             self._first.clear()
             self._next.clear()
             self._overflowed.clear()
             self._keys = 0
+            with self._kept_lock:
+                self._kept.clear()
+                self._kept_bytes = 0
+            if self._running:
+                self._closing = True
+            else:
+                self._drop_consumer()
 
     def _catch_up(self, found: Lookup) -> None:
         """Return once a catch-up that began after this call reached the partitions' ends."""
@@ -146,6 +208,9 @@ class PartitionIndex:
         finally:
             self._cond.acquire()
             self._running = False
+            if self._closing or not done:
+                self._closing = False
+                self._drop_consumer()  # a failed catch-up leaves nothing half-assigned
             if done:
                 for found in covered:
                     found.done = True
@@ -154,29 +219,79 @@ class PartitionIndex:
     def _scan(self, targets: set[Partition], covered: list[Lookup], left: float) -> None:
         """Read every target partition from where the index stopped to its end.
 
-        A consumer of its own per catch-up, assigned at the index's offsets: its first
-        fetch is sent after the catch-up began, so the end it reports is fresh.  (A
-        long-lived consumer paused between catch-ups and sought again was measured to stop
-        fetching a partition now and then on the dev broker.)  The records of the keys
-        being looked up are kept for their lookups.
+        The partitions are assigned at the index's offsets for this catch-up only, so the
+        end a fetch reports is fresh; they are unassigned after it.  (A consumer that kept
+        them paused between catch-ups and sought again was measured to stop fetching a
+        partition now and then on the dev broker.)  The records of the keys being looked
+        up are kept for their lookups.
         """
         keep: dict[tuple[Partition, bytes], list[Lookup]] = {}
         for found in covered:
             keep.setdefault((found.partition, found.key), []).append(found)
-        starts = [TopicPartition(t, p, self._next.get((t, p), 0)) for t, p in targets]
         at_end: set[Partition] = set()
         deadline = time.monotonic() + left
-        with assigned_consumer(
-            self.settings, starts, group=_INDEX_GROUP, **{"fetch.wait.max.ms": _FETCH_WAIT_MS}
-        ) as consumer:
+        consumer = self._assigned(targets)
+        progress = time.monotonic()
+        try:
             while len(at_end) < len(targets):
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
-                for msg in consumer.consume(_BATCH, _POLL_S):
+                if now - progress > self._starved_after() and self._grow_wait():
+                    consumer, progress = self._assigned(targets - at_end), now
+                batch = _next_batch(consumer)
+                if batch:
+                    progress = time.monotonic()
+                for msg in batch:
                     if self._take(msg, at_end) and keep:
                         where = (str(msg.topic()), int(msg.partition() or 0))
                         for found in keep.get((where, msg.key() or b""), ()):
                             found.records.append(msg.value() or b"")
+        finally:
+            self._unassign()
+
+    def _assigned(self, targets: set[Partition]) -> Consumer:
+        """The index's consumer, assigned to the targets at the index's offsets."""
+        if self._consumer is None:
+            wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
+            conf = {**FAST_CONSUMER, "group.id": _INDEX_GROUP, **wait}
+            try:
+                self._consumer = Consumer(self.settings.client_config(**conf))
+            except KafkaException as exc:
+                raise BrokerError(
+                    f"invalid Kafka consumer settings: {exc}", retryable=False
+                ) from exc
+        starts = [TopicPartition(t, p, self._next.get((t, p), 0)) for t, p in targets]
+        try:
+            self._consumer.assign(starts)
+        except KafkaException as exc:
+            raise BrokerError(f"indexing the log failed: {exc}") from exc
+        return self._consumer
+
+    def _starved_after(self) -> float:
+        return max(_STARVED_MIN_S, _STARVED_WAITS * self.fetch_wait_ms / 1000)
+
+    def _grow_wait(self) -> bool:
+        """Take a consumer with a longer fetch wait (False: the wait is already the longest)."""
+        if self.fetch_wait_ms >= MAX_FETCH_WAIT_MS:
+            return False
+        self.fetch_wait_ms = min(MAX_FETCH_WAIT_MS, self.fetch_wait_ms * 5)
+        self._drop_consumer()
+        return True
+
+    def _unassign(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.unassign()
+            except (KafkaException, RuntimeError):
+                self._drop_consumer()
+
+    def _drop_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            # Closing a consumer the broker lost is not worth an error.
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
 
     def _take(self, msg: Message, at_end: set[Partition]) -> bool:
         """Index one record (True), or note a partition's end / skip a stale record (False)."""
@@ -196,14 +311,60 @@ class PartitionIndex:
             return True
         keys = self._first.setdefault(where, {})
         key = msg.key() or b""
-        if key not in keys:
+        new = key not in keys
+        if new:
             keys[key] = offset
             self._keys += 1
             if self._keys > self.max_keys:
                 self._overflow(where)
+                return True
+        self._keep(where, key, new, offset, msg)
         return True
+
+    def _keep(self, where: Partition, key: bytes, new: bool, offset: int, msg: Message) -> None:
+        """Keep an unfinished workflow's record; a finished one's records are dropped."""
+        with self._kept_lock:
+            kept = self._kept.get(where)
+            if kept is None:
+                kept = self._kept[where] = _Kept(offset)
+            values = kept.values.get(key)
+            if values is None and not new:
+                return  # dropped when it finished, or it began before ``since``
+            if _finished(msg):
+                dropped = kept.values.pop(key, None) or []
+                self._kept_bytes -= sum(len(v) for v in dropped)
+                return
+            value = msg.value() or b""
+            kept.values.setdefault(key, []).append(value)
+            self._kept_bytes += len(value)
+            if self._kept_bytes > self.max_kept_bytes:
+                # Forget everything kept; every partition keeps again from where it is now.
+                self._kept = {p: _Kept(n) for p, n in self._next.items()}
+                self._kept_bytes = 0
 
     def _overflow(self, where: Partition) -> None:
         self._keys -= len(self._first[where])
         self._first[where] = {}
         self._overflowed.add(where)
+        with self._kept_lock:
+            self._kept.pop(where, None)
+
+
+def _finished(msg: Message) -> bool:
+    """True for a workflow's finished event (told by its type header, nothing decoded)."""
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return any(name == "ce_type" and value == _FINISHED for name, value in pairs)
+
+
+def _next_batch(consumer: Consumer) -> list[Message]:
+    """What the consumer holds now, or else the first record or event within a short wait.
+
+    ``consume(n, timeout)`` waits out its whole timeout unless n records arrive: a
+    catch-up that ends in one small fetch would pay the timeout; ``poll`` returns at once.
+    """
+    batch = consumer.consume(_BATCH, 0)
+    if batch:
+        return batch
+    msg = consumer.poll(_POLL_S)
+    return [] if msg is None else [msg]

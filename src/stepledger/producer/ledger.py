@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from stepledger.config import Settings
@@ -61,6 +62,7 @@ class Ledger:
         self.options = options or ResumeOptions()
         self._reader = reader
         self._dead_letters = dead_letters
+        self._open_pool: ThreadPoolExecutor | None = None
 
     @property
     def reader(self) -> WorkflowReader:
@@ -112,7 +114,14 @@ class Ledger:
 
     async def aworkflow(self, workflow_id: str, **options: Any) -> Workflow:
         """:meth:`workflow` for asyncio: reading and settling run off the event loop."""
-        return await asyncio.to_thread(lambda: self.workflow(workflow_id, **options))
+        # Not asyncio.to_thread: its default pool has min(32, cores + 4) threads, so with
+        # more agents than that (6 on 2 cores) opens queued behind each other's reads.
+        if self._open_pool is None:
+            self._open_pool = ThreadPoolExecutor(_OPEN_THREADS, "stepledger-open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._open_pool, lambda: self.workflow(workflow_id, **options)
+        )
 
     def start(
         self, workflow_id: str, *, name: str = "", read_only: bool = False, max_attempts: int = 5
@@ -149,6 +158,8 @@ class Ledger:
         close = getattr(self._dead_letters, "close", None)
         if close is not None:
             close()
+        if self._open_pool is not None:
+            self._open_pool.shutdown(wait=False)
 
     def __enter__(self) -> Ledger:
         return self
@@ -156,6 +167,9 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+#: Threads that open workflows for asyncio agents (``aworkflow``): opens wait on the log.
+_OPEN_THREADS = 64
 
 #: Connect to every broker as soon as metadata names them, not when a request needs one:
 #: the idempotent producer's first id request then finds a broker up, and a resume's

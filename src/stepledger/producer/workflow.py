@@ -21,7 +21,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
+from stepledger.domain.replay import Move, MoveKind, mismatch, next_move, steps_by_position
 from stepledger.domain.results import Encoded
 from stepledger.domain.saga import (
     PlanRules,
@@ -83,6 +83,7 @@ class Workflow:
         """The attempt this handle claimed (0 until it claims one): its intents carry it."""
         self.after_intent: Callable[[str], None] | None = None
         """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
+        self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
 
     @property
     def attempt(self) -> int:
@@ -409,12 +410,21 @@ class Workflow:
         # Only steps recorded before this run can disagree with it: a live run skips the check.
         if position <= self._recorded_until or step_id in self.state.steps:
             digest = tool.arguments_digest(args)
-            problem = mismatch(self.state, step_id, tool.name, digest, position)
+            problem = mismatch(
+                self.state, step_id, tool.name, digest, position, self._steps_by_position()
+            )
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
         self._positions[step_id] = position
         self._next_position += 1
         return True, position
+
+    def _steps_by_position(self) -> dict[int, list[str]]:
+        """Step ids by position, rebuilt only after the state folded another event."""
+        version = (id(self.state), len(self.state.seen))
+        if self._by_position is None or self._by_position[0] != version:
+            self._by_position = (version, steps_by_position(self.state))
+        return self._by_position[1]
 
     def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
         if self.state.status is not RunStatus.RUNNING:

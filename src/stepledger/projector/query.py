@@ -7,10 +7,13 @@ arbitrary files) is disabled with the configuration locked.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import csv
 import io
 import json
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -64,60 +67,126 @@ def run_query(
     """Run read-only SQL against a projection file (or shard directory); each statement's result.
 
     Past ``timeout`` seconds (all statements together; None: no limit) the query is
-    interrupted and a ViewStoreError says so.
+    interrupted and a ViewStoreError says so; Ctrl-C interrupts it at once the same way.
     """
     statements = check_read_only(sql)
     con = connect_projection(path)
-    done: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            results = []
-            for statement in statements:
-                cursor = con.execute(statement.query)
-                columns = [d[0] for d in cursor.description or []]
-                results.append(QueryResult(columns, cursor.fetchall()))
-            done["results"] = results
-        except BaseException as exc:  # handed to the caller's thread below
-            done["error"] = exc
-
-    # The statements run in a worker so that this (main) thread stays in Python and takes
-    # Ctrl-C at once, whatever DuckDB is doing; the timeout interrupts from here too.
-    worker = threading.Thread(target=work, name="stepledger-query", daemon=True)
+    worker = _QueryWorker(con, [statement.query for statement in statements])
     deadline = None if timeout is None else time.monotonic() + timeout
-    timed_out = False
+    timed_out = interrupted = False
     try:
-        worker.start()
         try:
-            while worker.is_alive():
-                worker.join(0.05)
-                if deadline is not None and not timed_out and time.monotonic() > deadline:
+            worker.start()
+            while not worker.left.wait(0.05):
+                if deadline is not None and time.monotonic() > deadline:
                     timed_out = True
-                    con.interrupt()
+                    break
         except KeyboardInterrupt:
-            con.interrupt()
-            worker.join(10)
-            raise ViewStoreError("the query was interrupted") from None
-        if "error" not in done:
-            return list(done["results"])
-        raise done["error"]
+            interrupted = True
+        if timed_out or interrupted:
+            _stop(worker)
+        if interrupted or not worker.left.is_set():
+            raise ViewStoreError(f"the query {_why(timeout, timed_out)}")
+        if worker.error is None:
+            return worker.results
+        raise worker.error
     except duckdb.InterruptException as exc:
-        why = f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
-        raise ViewStoreError(f"the query {why}") from exc
+        raise ViewStoreError(f"the query {_why(timeout, timed_out)}") from exc
     except RuntimeError as exc:
         # DuckDB turns an interrupt during a statement into RuntimeError("Query interrupted").
         if "interrupt" not in str(exc).lower():
             raise
-        why = f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
-        raise ViewStoreError(f"the query {why}") from exc
+        raise ViewStoreError(f"the query {_why(timeout, timed_out)}") from exc
     except duckdb.PermissionException as exc:
         raise ReadOnlyQueryError(f"refused: {_first_line(exc)}") from exc
     except duckdb.Error as exc:
         raise ViewStoreError(f"query failed: {_first_line(exc)}") from exc
     finally:
-        # Still busy with an interrupted statement: the process lets it go.
-        with contextlib.suppress(duckdb.Error):
+        if worker.left.is_set():
             con.close()
+        else:
+            _keep_until_exit(worker)
+
+
+def _why(timeout: float | None, timed_out: bool) -> str:
+    return f"ran longer than {timeout:g}s (--timeout)" if timed_out else "was interrupted"
+
+
+class _QueryWorker(threading.Thread):
+    """Runs the statements so that the main thread stays in Python and takes Ctrl-C at once.
+
+    ``left`` is set once the thread is out of DuckDB for good. The caller waits on it and
+    never on ``join``: on Python 3.11 a Ctrl-C that lands in ``Thread.join(timeout)`` marks
+    the thread as stopped while it still runs (CPython issue 90882), so the caller would
+    close the connection and the interpreter would exit while the statement is still inside
+    DuckDB; finalizing kills the thread as it retakes the GIL there, and the C++ unwinding
+    aborts the process (``terminate called``, SIGABRT).
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, queries: list[str]) -> None:
+        super().__init__(name="stepledger-query", daemon=True)
+        self.con = con
+        self.queries = queries
+        self.left = threading.Event()
+        self.stopping = threading.Event()
+        self.results: list[QueryResult] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for query in self.queries:
+                if self.stopping.is_set():
+                    raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+                cursor = self.con.execute(query)
+                columns = [d[0] for d in cursor.description or []]
+                self.results.append(QueryResult(columns, cursor.fetchall()))
+        except BaseException as exc:  # handed to the caller's thread
+            self.error = exc
+        finally:
+            self.left.set()
+
+
+#: How long an interrupted statement may take to leave DuckDB before the query gives it up.
+INTERRUPT_GRACE_S = 10.0
+
+
+def _stop(worker: _QueryWorker) -> None:
+    """Interrupt the worker's statement and wait, bounded, until it has left DuckDB.
+
+    The interrupt is repeated while waiting: DuckDB forgets one that comes before a
+    statement starts, and a further Ctrl-C only interrupts again.
+    """
+    worker.stopping.set()
+    give_up = time.monotonic() + INTERRUPT_GRACE_S
+    while not worker.left.is_set() and time.monotonic() < give_up:
+        try:
+            worker.con.interrupt()
+            worker.left.wait(0.05)
+        except KeyboardInterrupt:
+            continue
+
+
+_still_busy: list[_QueryWorker] = []
+
+
+def _keep_until_exit(worker: _QueryWorker) -> None:
+    """Keep a worker DuckDB did not let go of, with its open connection, until the process ends.
+
+    The connection is not closed (DuckDB refuses to close one in use), and the process must
+    not finalize while the worker is inside DuckDB (the abort above): if it is still there
+    at exit, the process ends at once with status 1 after flushing its output.
+    """
+    if not _still_busy:
+        atexit.register(_exit_if_still_busy)
+    _still_busy[:] = [*(w for w in _still_busy if not w.left.is_set()), worker]
+
+
+def _exit_if_still_busy() -> None:
+    if any(not worker.left.is_set() for worker in _still_busy):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1)
 
 
 def plain(value: Any) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
+from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import ConfigError
 from stepledger.kafka import admin
@@ -32,6 +33,8 @@ INFINITE = -1
 #: A compacted topic keeps the newest record of every key for good.
 COMPACTED = {"cleanup.policy": "compact"}
 _DESCRIBE_TIMEOUT_S = 5.0
+#: How the step log's records are stamped: by the broker, when appended.
+STEP_LOG_TIMESTAMP_TYPE = wire.STEP_LOG_TIMESTAMP_TYPE
 
 
 def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) -> dict[str, str]:
@@ -47,7 +50,13 @@ def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) 
             f"a finite retention ({retention_ms} ms) needs checkpoints (--checkpoints): "
             "without them the broker deletes the only copy of waiting workflows' state"
         )
-    return {"retention.ms": str(retention_ms), "cleanup.policy": "delete"}
+    # Broker time on every record: the recovery daemon anchors deadlines on it, so no two
+    # machines' wall clocks are ever compared (one clock for deadlines, invariant 15).
+    return {
+        "retention.ms": str(retention_ms),
+        "cleanup.policy": "delete",
+        "message.timestamp.type": STEP_LOG_TIMESTAMP_TYPE,
+    }
 
 
 def checkpoint_topic_config() -> dict[str, str]:

@@ -22,6 +22,9 @@ CHECKPOINT_TOPIC = "stepledger.checkpoints.workflow"
 RECOVERY_STATE_TOPIC = "stepledger.recovery.changelog"
 """The default compacted topic of the recovery daemons' per-partition state."""
 
+STEP_LOG_TIMESTAMP_TYPE = "LogAppendTime"
+"""How ``init`` has the step log's records stamped: by the broker (deadlines anchor on it)."""
+
 # -- consumer groups and client ids -----------------------------------------------------------
 
 PROJECTOR_GROUP = "stepledger-projector"

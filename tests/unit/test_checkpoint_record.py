@@ -48,7 +48,11 @@ def test_bad_bytes_and_out_of_range_ints_are_codec_errors() -> None:
 
 
 def test_a_finite_retention_needs_checkpoints() -> None:
-    assert step_log_config() == {"retention.ms": "-1", "cleanup.policy": "delete"}
+    assert step_log_config() == {
+        "retention.ms": "-1",
+        "cleanup.policy": "delete",
+        "message.timestamp.type": "LogAppendTime",
+    }
     with pytest.raises(ConfigError, match="needs checkpoints"):
         step_log_config(86_400_000)
     assert step_log_config(86_400_000, checkpoints=True)["retention.ms"] == "86400000"

@@ -26,6 +26,7 @@ from tests.unit.factories import factory
 PINNED = {
     "STEP_LOG_TOPIC": "stepledger.events",
     "DEAD_LETTER_TOPIC": "stepledger.deadletter",
+    "STEP_LOG_TIMESTAMP_TYPE": "LogAppendTime",
     "RENAMED_DEAD_LETTER_TOPIC": "stepledger.deadletters.letter",
     "CHECKPOINT_TOPIC": "stepledger.checkpoints.workflow",
     "RECOVERY_STATE_TOPIC": "stepledger.recovery.changelog",

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from stepledger import wire
 from stepledger.clientid import PREFIX
 
 Level = Literal["unsafe", "off", "info"]
@@ -22,7 +23,7 @@ MIN_INSYNC = 2
 #: The step log's timestamp type the deadlines are written for. Deadlines are anchored on the
 #: broker's clock when the broker stamps records (``LogAppendTime``); with ``CreateTime`` a
 #: record carries the producing machine's clock (see invariant 15 and docs/operators.md).
-EXPECTED_TIMESTAMP_TYPE = "LogAppendTime"
+EXPECTED_TIMESTAMP_TYPE = wire.STEP_LOG_TIMESTAMP_TYPE
 #: Members of a stepledger group name their role and version in their client id.
 CLIENT_PREFIX = PREFIX
 

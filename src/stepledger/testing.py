@@ -29,7 +29,7 @@ from stepledger.domain.tools import Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.ledger import Ledger
 from stepledger.producer.reader import InMemoryWorkflowReader
-from stepledger.producer.resume import ResumeOptions
+from stepledger.producer.session import ResumeOptions
 from stepledger.resolution.registry import ToolRegistry
 
 __all__ = [

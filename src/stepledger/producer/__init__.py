@@ -10,7 +10,7 @@ from stepledger.producer.reader import (
     SnapshotTailReader,
     WorkflowReader,
 )
-from stepledger.producer.resume import ResumeOptions
+from stepledger.producer.session import ResumeOptions
 
 __all__ = [
     "InMemoryWorkflowReader",

@@ -29,14 +29,14 @@ from stepledger.log import EventLog
 from stepledger.producer.reader import WorkflowReader
 
 if TYPE_CHECKING:
-    from stepledger.producer.workflow import Workflow
+    from stepledger.producer.session import WorkflowHandle
 
 #: A step in these states was approved once (a failure or a not-happened asks for a retry).
 _APPROVED_BEFORE = frozenset({StepStatus.APPROVED, StepStatus.FAILED, StepStatus.NOT_HAPPENED})
 
 
 def request(
-    workflow: Workflow,
+    workflow: WorkflowHandle,
     step_id: str,
     tool: Tool,
     arguments: Mapping[str, Any] | None = None,
@@ -49,7 +49,7 @@ def request(
     number + 1, which voids the earlier request.
     """
     wf_id, args = workflow.workflow_id, dict(arguments or {})
-    with workflow._lock:
+    with workflow.lock:
         step = workflow.state.steps.get(step_id)
         saga = saga_json(workflow.state, step_id)
     gate = None if step is None else step.approval
@@ -71,7 +71,9 @@ def request(
     workflow.record(event)
 
 
-def ask_again(workflow: Workflow, step_id: str, tool: Tool, arguments: Mapping[str, Any]) -> bool:
+def ask_again(
+    workflow: WorkflowHandle, step_id: str, tool: Tool, arguments: Mapping[str, Any]
+) -> bool:
     """Request approval again when the step's gate does not cover this call; True if it did.
 
     A pending request covers only the call it showed, a granted approval only the call it
@@ -96,7 +98,7 @@ def ask_again(workflow: Workflow, step_id: str, tool: Tool, arguments: Mapping[s
     return True
 
 
-def await_decision(workflow: Workflow, step_id: str, timeout_s: float) -> StepStatus:
+def await_decision(workflow: WorkflowHandle, step_id: str, timeout_s: float) -> StepStatus:
     """Wait up to ``timeout_s`` for a human's decision on the step; return its status."""
 
     def decided(event: ev.Event) -> bool:

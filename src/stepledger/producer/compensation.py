@@ -28,12 +28,12 @@ from stepledger.errors import StepInDoubtError
 from stepledger.resolution.hooks import intent_arguments, known_result
 
 if TYPE_CHECKING:
-    from stepledger.producer.workflow import Workflow
+    from stepledger.producer.session import WorkflowHandle
 
 logger = logging.getLogger(__name__)
 
 
-def compensate(workflow: Workflow, reason: str) -> list[str]:
+def compensate(workflow: WorkflowHandle, reason: str) -> list[str]:
     """Undo every undoable effect that happened, newest first; return the undone step ids.
 
     A failed undo is recorded (``compensation_outcome`` failed) and the others still run:
@@ -59,7 +59,7 @@ def standing(state: WorkflowState) -> list[StepState]:
     return left_standing(state)
 
 
-def finish(workflow: Workflow, reason: str) -> None:
+def finish(workflow: WorkflowHandle, reason: str) -> None:
     """End the workflow compensated, or compensation_incomplete with an escalation."""
     if workflow.state.status is not RunStatus.RUNNING:
         return
@@ -81,7 +81,7 @@ def finish(workflow: Workflow, reason: str) -> None:
     workflow.record(workflow.ledger.events.envelope(wf, None, body))
 
 
-def _standing_entry(workflow: Workflow, step: StepState) -> dict[str, Any]:
+def _standing_entry(workflow: WorkflowHandle, step: StepState) -> dict[str, Any]:
     tool = workflow.known_tool(step.tool)
     if step.status is StepStatus.COMPENSATION_FAILED:
         why = f"its compensation failed: {step.error}"
@@ -97,7 +97,7 @@ def _standing_entry(workflow: Workflow, step: StepState) -> dict[str, Any]:
     }
 
 
-def _compensate_one(workflow: Workflow, step: StepState, tool: Tool, reason: str) -> bool:
+def _compensate_one(workflow: WorkflowHandle, step: StepState, tool: Tool, reason: str) -> bool:
     events = workflow.ledger.events
     wf = workflow.workflow_id
     if step.status is StepStatus.SUCCEEDED:

@@ -6,7 +6,7 @@ records, so many agents in one process (threads or coroutines) never serialise.
 
 ``Ledger.workflow`` starts a workflow or, when its id is already in the log, resumes it:
 steps with a recorded outcome return it without calling the tool again, steps in doubt
-are settled first (see :mod:`stepledger.producer.resume`), and the saga rules of the
+are settled first (see :mod:`stepledger.producer.settling`), and the saga rules of the
 tools (pivots, approvals) are enforced on every step.
 """
 
@@ -26,14 +26,15 @@ from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.tools import Tool
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
-from stepledger.producer import resume
+from stepledger.producer import opening
+from stepledger.producer.opening import STAGE, WorkflowSpec
 from stepledger.producer.reader import (
     InMemoryWorkflowReader,
     KafkaPartitionReader,
     SnapshotTailReader,
     WorkflowReader,
 )
-from stepledger.producer.resume import STAGE, ResumeOptions, WorkflowSpec
+from stepledger.producer.session import ResumeOptions
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
 from stepledger.resolution.registry import ToolRegistry
 
@@ -110,7 +111,7 @@ class Ledger:
         """
         steps = None if plan is None else tuple(plan_step(s) for s in plan)
         spec = WorkflowSpec(name, read_only, max_attempts, steps, reason)
-        return resume.open_workflow(self, workflow_id, spec)
+        return opening.open_workflow(self, workflow_id, spec)
 
     async def aworkflow(self, workflow_id: str, **options: Any) -> Workflow:
         """:meth:`workflow` for asyncio: reading and settling run off the event loop."""

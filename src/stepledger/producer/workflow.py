@@ -2,7 +2,7 @@
 
 A step call is matched against the log by its step id (:mod:`stepledger.domain.replay`):
 a recorded outcome is returned without calling the tool, a step in doubt is settled
-first (:mod:`stepledger.producer.resume`), an approval gate waits for its decision, and
+first (:mod:`stepledger.producer.settling`), an approval gate waits for its decision, and
 the saga rules (:mod:`stepledger.domain.saga`) are checked before a new intent.
 """
 
@@ -50,12 +50,12 @@ from stepledger.errors import (
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, fence, resume
+from stepledger.producer import approval, compensation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
-    from stepledger.producer.ledger import Ledger
+    from stepledger.producer.session import Session
 
 ToolFn = Callable[[dict[str, Any], str], Any]
 _MAX_ROUNDS = 8
@@ -64,7 +64,7 @@ _MAX_ROUNDS = 8
 class Workflow:
     """One workflow's handle: records its steps and keeps its state as the log tells it."""
 
-    def __init__(self, ledger: Ledger, workflow_id: str, events: Iterable[ev.Event] = ()) -> None:
+    def __init__(self, ledger: Session, workflow_id: str, events: Iterable[ev.Event] = ()) -> None:
         self.ledger = ledger
         self.workflow_id = workflow_id
         self.state: WorkflowState = replay(workflow_id, list(events))
@@ -94,6 +94,11 @@ class Workflow:
     def finished(self) -> bool:
         """True once the workflow ended (completed, failed, compensated)."""
         return self.state.status in ENDED
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the state is read or folded from several threads (helpers take it too)."""
+        return self._lock
 
     def record(self, event: ev.Event) -> Position:
         """Append an event durably, then fold it into the local state."""
@@ -266,7 +271,7 @@ class Workflow:
             return  # ours stands, or recovery found the same effect of this attempt first
         if step.status is StepStatus.COMPENSATING:
             # Recovery's compensation is under way: see it through before going on.
-            step = resume.settle(self, call.step_id, self.tool(step.tool))
+            step = settling.settle(self, call.step_id, self.tool(step.tool))
         if step.status in (StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED):
             raise refusal(self.workflow_id, Move(MoveKind.UNDONE, step), call.step_id)
         raise StepInDoubtError(
@@ -390,7 +395,7 @@ class Workflow:
                 if not approval.ask_again(self, step_id, tool, args):
                     return move
             elif kind is MoveKind.SETTLE:
-                resume.settle(self, step_id, tool)
+                settling.settle(self, step_id, tool)
             elif kind is MoveKind.REQUEST_APPROVAL:
                 self._ensure_may_run(step_id, tool)
                 approval.request(self, step_id, tool, args)

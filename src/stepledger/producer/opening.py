@@ -1,0 +1,124 @@
+"""Opening a workflow: read its events, claim it, and start, restart, resume or dead-letter it.
+
+``open_workflow`` is what :meth:`Ledger.workflow` does: read the workflow's events, fold
+them, then start it (first run), restart it (a read-only workflow starts over), resume it
+(a ``WorkflowResumed`` claim with the attempt number, then settling what is in doubt:
+:mod:`stepledger.producer.settling`) or, past its limit, dead-letter it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stepledger import tracing
+from stepledger.domain import events as ev
+from stepledger.domain import ids
+from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
+from stepledger.domain.state import RunStatus, WorkflowState
+from stepledger.errors import WorkflowDeadLetteredError
+from stepledger.producer import fence
+from stepledger.producer.session import Session
+from stepledger.producer.settling import settle_known
+from stepledger.producer.workflow import Workflow
+from stepledger.terminal import shell_arg
+
+STAGE = "resume"
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    """What the caller declares when it opens a workflow (the log wins where it disagrees)."""
+
+    name: str = ""
+    read_only: bool = False
+    max_attempts: int = 5
+    plan: tuple[PlanStep, ...] | None = None
+    reason: str | None = None
+
+
+@tracing.traced_open
+def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
+    """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
+    connect = getattr(ledger.log, "connect", None)
+    if callable(connect):
+        # The producer gets its connection and id while the log is read, not after.
+        connect()
+    workflow = Workflow(ledger, workflow_id, ledger.reader.read(workflow_id))
+    state = workflow.state
+    read_only = state.read_only if state.attempt else spec.read_only
+    if spec.plan is not None:
+        ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
+    if state.attempt == 0:
+        workflow.record(_started(workflow, spec, 1, spec.read_only, spec.max_attempts))
+        return workflow
+    if state.status is RunStatus.DEAD_LETTERED:
+        raise dead_lettered_error(state, state.escalation_id or "?")
+    if state.status is not RunStatus.RUNNING:
+        return workflow  # finished: steps replay their results, nothing new runs
+    attempt = state.attempt + 1
+    if attempt > state.max_attempts:
+        dead_letter(workflow, attempt)
+    if state.read_only:
+        # A read-only workflow is started over: the fold forgets its earlier steps.
+        started = _started(workflow, spec, attempt, True, state.max_attempts)
+        workflow.record(started)
+        return workflow
+    claim(workflow, attempt, spec.reason)
+    settle_known(workflow)
+    return workflow
+
+
+def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
+    """Claim the workflow as ``attempt`` and read the log again from the claim's side.
+
+    Whatever another runner appended before the claim is in the state read afterwards (an
+    intent it wrote while this runner read is settled, never run past); whatever it appends
+    after is fenced off by the fold.  Two runners claiming the same attempt: the first claim
+    in the log owns the workflow, the other raises WorkflowTakenOverError.
+    """
+    ledger = workflow.ledger
+    resumed = ledger.events.workflow_resumed(
+        workflow.workflow_id, attempt=attempt, reason=reason, runner=workflow.runner
+    )
+    workflow.record(resumed)
+    workflow.reload()
+    fence.ensure_claimed(workflow.state, workflow.runner, workflow.epoch)
+
+
+def dead_letter(workflow: Workflow, attempt: int) -> None:
+    """Record that the workflow passed its limit, publish a dead letter, and raise."""
+    ledger, state = workflow.ledger, workflow.state
+    escalation = ids.escalation_id(workflow.workflow_id, None, "resume_limit", attempt)
+    reason = f"resume_limit: attempt {attempt} exceeds the limit of {state.max_attempts} attempts"
+    body = ev.WorkflowDeadLettered(attempt=attempt, reason=reason, escalation_id=escalation)
+    event = ledger.events.envelope(workflow.workflow_id, None, body, attempt)
+    # The dead letter first: if the process dies between the two, the next resume does
+    # both again (a duplicate dead letter) rather than leave the event without its letter.
+    ledger.dead_letters.publish(event, reason=reason)
+    workflow.record(event)
+    raise dead_lettered_error(workflow.state, escalation)
+
+
+def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLetteredError:
+    """The error a resume of a dead-lettered workflow raises, naming how to clear it."""
+    wf = state.workflow_id
+    return WorkflowDeadLetteredError(
+        f"workflow {wf!r} is dead-lettered after {state.attempt} attempts "
+        f"(escalation {escalation}); a human clears it with "
+        f"`stepledger workflows clear {shell_arg(wf)} --by NAME`",
+        escalation_id=escalation,
+        workflow_id=wf,
+    )
+
+
+def _started(
+    workflow: Workflow, spec: WorkflowSpec, attempt: int, read_only: bool, limit: int
+) -> ev.Event:
+    return workflow.ledger.events.workflow_started(
+        workflow.workflow_id,
+        name=spec.name,
+        attempt=attempt,
+        read_only=read_only,
+        max_attempts=limit,
+        runner=workflow.runner,
+    )

@@ -1,0 +1,141 @@
+"""The narrow things the SDK's helpers work on: a session, and what they may ask of a workflow.
+
+A :class:`~stepledger.producer.ledger.Ledger` is a :class:`Session` (the event log, the
+reader, the clock, the event factory, the tools, the options); a
+:class:`~stepledger.producer.workflow.Workflow` is a :class:`WorkflowHandle`.  The helpers
+(approvals, compensation, settling in-doubt steps) take these protocols rather than the
+classes, so they import neither the ledger nor the workflow module and the SDK's modules
+import one another in one direction only: ledger -> opening -> workflow -> helpers -> session.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from stepledger.domain import events as ev
+from stepledger.domain.enums import WorkflowStatus
+from stepledger.domain.factory import EventFactory
+from stepledger.domain.state import WorkflowState
+from stepledger.domain.tools import Tool
+
+if TYPE_CHECKING:
+    from stepledger.config import Settings
+    from stepledger.deadletters.events import EventLetterSink
+    from stepledger.kafka import Position
+    from stepledger.log import EventLog
+    from stepledger.producer.reader import WorkflowReader
+    from stepledger.resolution.registry import ToolRegistry
+
+
+@dataclass(frozen=True)
+class ResumeOptions:
+    """How workflows come back after a crash and how long the SDK waits on others."""
+
+    grace_s: float = 0.5
+    """Extra wait past an in-doubt intent's deadline before resolving it (a slow run's margin)."""
+    resolve_timeout_s: float = 120.0
+    """Longest a resume waits to settle one in-doubt step before raising StepInDoubtError."""
+    wait_for_recovery: bool = False
+    """Leave in-doubt steps to the recovery daemon and wait for its decision instead."""
+    forward_query: bool = True
+    """Query a compensatable in-doubt step that has a query hook instead of compensating it."""
+    approval_wait_s: float = 0.0
+    """How long a step waits for a human approval before raising ApprovalPendingError."""
+
+
+class Session(Protocol):
+    """What one process's workflows share: the log, the reader, the clock and the tools."""
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the session was built from (record limits, topics)."""
+
+    @property
+    def log(self) -> EventLog:
+        """Where events are appended durably."""
+
+    @property
+    def reader(self) -> WorkflowReader:
+        """How a workflow's events are read back in log order."""
+
+    @property
+    def dead_letters(self) -> EventLetterSink:
+        """Where dead-lettered workflows are published."""
+
+    @property
+    def events(self) -> EventFactory:
+        """Builds this process's events (ids derived, never random)."""
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools recovery decisions may need by name."""
+
+    @property
+    def options(self) -> ResumeOptions:
+        """How resumes wait and settle."""
+
+    def clock(self) -> datetime:
+        """The wall clock (UTC) events are stamped with."""
+
+
+class WorkflowHandle(Protocol):
+    """What a helper may ask of a workflow: its state, its runner, and to record or re-read."""
+
+    @property
+    def ledger(self) -> Session:
+        """The session the workflow records through."""
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow's id (its Kafka key)."""
+
+    @property
+    def state(self) -> WorkflowState:
+        """The workflow as the log tells it, folded."""
+
+    @property
+    def position(self) -> Position | None:
+        """Where the handle's last appended event landed."""
+
+    @property
+    def runner(self) -> str:
+        """The handle's runner identity (every claim, intent and outcome it writes names it)."""
+
+    @property
+    def epoch(self) -> int:
+        """The attempt the handle claimed."""
+
+    @property
+    def attempt(self) -> int:
+        """The run of the workflow this handle is."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while the state is read or folded from several threads."""
+
+    def record(self, event: ev.Event) -> Position:
+        """Append an event durably, then fold it in."""
+
+    def adopt(self, events: Iterable[ev.Event]) -> None:
+        """Fold events someone else appended."""
+
+    def reload(self) -> None:
+        """Read the workflow again and fold it afresh."""
+
+    def tool(self, name: str) -> Tool:
+        """A tool the workflow used or the session knows (raises when unknown)."""
+
+    def known_tool(self, name: str) -> Tool | None:
+        """A tool the workflow used or the session knows, or None."""
+
+    def finish(
+        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
+    ) -> None:
+        """Record that the workflow ended."""
+
+
+__all__ = ["ResumeOptions", "Session", "WorkflowHandle"]

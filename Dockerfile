@@ -2,7 +2,6 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY schemas ./schemas
 COPY src ./src
 # The daemons and the inbox: a service image carries every role but the development stack.
 RUN pip install --no-cache-dir '.[projector,recovery,inbox,registry]'

@@ -93,3 +93,17 @@ def test_the_command_line_works_and_names_the_missing_extra() -> None:
 @pytest.mark.parametrize("module", sorted(AREAS))
 def test_every_command_an_area_registers_is_listed(module: str) -> None:
     assert sorted(area_commands(module)) == sorted(AREAS[module][1])
+
+
+def test_the_contract_is_package_data_and_the_version_follows_it() -> None:
+    import stepledger
+
+    package = Path(stepledger.__file__).parent / "schemas"
+    # A real directory inside the package (a link would break an sdist or `git archive src`).
+    assert package.is_dir() and not package.is_symlink()
+    assert (package / "stepledger.Event.avsc").is_file()
+    released = sorted(
+        (p.name for p in (package / "released").iterdir() if p.is_dir()),
+        key=lambda v: tuple(int(x) for x in v.split(".")),
+    )
+    assert _project()["version"] == released[-1], "the package version is the contract's"

@@ -14,7 +14,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, Model, ModelResponse, Usage, set_tracing_disabled
@@ -220,9 +220,21 @@ def test_openai_parallel_calls_run_in_the_order_the_model_gave(
         ("book", {"hotel_name": "Slow", "nights": 1}),
         ("book", {"hotel_name": "Fast", "nights": 1}),
     ]
+    from agents import ToolGuardrailFunctionOutput, ToolInputGuardrailData, tool_input_guardrail
+
+    @tool_input_guardrail
+    async def moderated(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        # Slower than the 2 s a call was once given to arrive before the next went ahead.
+        if "Slow" in data.context.tool_arguments:
+            await asyncio.sleep(2.5)
+        return ToolGuardrailFunctionOutput.allow()
+
     wf = ledger.workflow(f"oa-par-{uuid.uuid4().hex[:6]}")
     agent = oa_agent(sla.RecordedModel(ScriptedModel([both])), tools)
-    asyncio.run(sla.run(agent, "go", wf))
+    for made in agent.tools:
+        if made.name == "book":
+            cast(Any, made).tool_input_guardrails = [moderated]
+    asyncio.run(asyncio.wait_for(sla.run(agent, "go", wf), 60))
     steps = [s for s in wf.state.ordered_steps() if s.tool == "book"]
     assert [json.loads(s.result_json or "{}")["hotel"] for s in steps] == ["Slow", "Fast"]
     assert steps[0].resolved_at is not None and steps[1].intended_at is not None

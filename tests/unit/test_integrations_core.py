@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 import stepledger as sl
@@ -41,32 +39,32 @@ def test_results_reach_a_model_as_canonical_json() -> None:
     assert to_json_text("plain") == "plain"
 
 
-def test_the_turnstile_lets_calls_through_in_the_models_order() -> None:
-    async def scenario() -> list[str]:
-        gate, seen = Turnstile(), list[str]()
-        gate.expect(["a", "b", "c"])
-
-        async def call(call_id: str) -> None:
-            await gate.enter(call_id)
-            seen.append(call_id)
-            await gate.leave(call_id)
-
-        await asyncio.gather(call("c"), call("b"), call("a"), call("not-listed"))
-        return seen
-
-    seen = asyncio.run(scenario())
-    assert [c for c in seen if c != "not-listed"] == ["a", "b", "c"]
+def test_the_turnstile_passes_a_turns_calls_in_order_and_waits_for_none() -> None:
+    gate = Turnstile()
+    gate.expect(["held-back", "b", "c"])
+    # "held-back" never arrives (the framework passed it over): nothing waits for it, and
+    # no clock decides when to stop waiting.
+    gate.enter("b")
+    gate.leave("b")
+    gate.enter("not-listed")  # not a call of this turn (a plain tool)
+    gate.enter("c")
+    gate.leave("c")
 
 
-def test_the_turnstile_does_not_wait_for_a_call_that_never_comes() -> None:
-    async def scenario() -> list[str]:
-        gate, seen = Turnstile(arrival_s=0.1), list[str]()
-        gate.expect(["held-back", "b"])
-        await asyncio.wait_for(gate.enter("b"), 5)
-        seen.append("b")
-        return seen
-
-    assert asyncio.run(scenario()) == ["b"]
+def test_the_turnstile_refuses_a_call_a_framework_runs_concurrently() -> None:
+    gate = Turnstile()
+    gate.expect(["a", "b"])
+    gate.enter("a")
+    with pytest.raises(sl.ToolDefinitionError, match="runs a turn's tool calls concurrently"):
+        gate.enter("b")  # while "a" runs
+    gate.leave("a")
+    gate.enter("b")
+    gate.leave("b")
+    gate.expect(["a", "b"])  # the next turn
+    gate.enter("b")
+    gate.leave("b")
+    with pytest.raises(sl.ToolDefinitionError, match="arrived after call 'b'"):
+        gate.enter("a")  # after a later call of its turn
 
 
 def test_a_tool_may_not_take_the_model_steps_name() -> None:

@@ -14,20 +14,19 @@ instead of asking the model again, and recovery never resolves it (a read-only i
 doubt is simply asked again).  Recording turns is opt-in: it saves the cost of asking the
 model again and keeps its plan, while correctness comes from the tool steps alone.
 
-Tool calls of one model turn run one at a time, in the order of the turn's response
-(:class:`Turnstile`), so the order of steps does not depend on the event loop.
+Tool calls of one model turn run one at a time, in the order of the turn's response: the
+framework is made to dispatch them so, and :class:`Turnstile` refuses a call that shows
+otherwise, so the order of steps does not depend on the event loop (nor on a clock).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import hashlib
 import inspect
 import json
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,10 +43,6 @@ MODEL_TOOL = MODEL_STEP_TOOL
 """The tool name of recorded model turns (a read-only step)."""
 _VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
 """Keys left out of a request's digest: the framework makes them up anew on every run."""
-_TURN_WAIT_S = 300.0
-"""The longest a call waits for the calls before it in its turn."""
-_ARRIVAL_S = 2.0
-"""How long a call waits for an earlier call of its turn to arrive at all."""
 
 
 class ToolFailure(Exception):
@@ -86,54 +81,58 @@ def to_json_text(value: Any) -> str:
 
 
 class Turnstile:
-    """Lets the tool calls of one model turn through one at a time, in the response's order.
+    """Holds the tool calls of one model turn to the response's order, with no clock.
 
-    A call waits for the calls before it that arrived; one that has not arrived within
-    ``arrival_s`` of the turn (the framework held it back: an approval of its own, a
-    guardrail) is not waited for.
+    The framework dispatches a turn's calls one at a time, in the response's order (the
+    OpenAI Agents SDK with ``max_function_tool_concurrency=1``, which
+    :func:`stepledger.integrations.openai_agents.run` sets): a call starts only once every
+    call before it has finished or was passed over by the framework, from the framework's
+    own data (its own approval, a guardrail's rejection, arguments the tool refuses), and a
+    call passed over never arrives.  So an arriving call waits for nothing: it only checks
+    that this holds.  A call that arrives while another call of its turn runs, or after a
+    later call of its turn, shows a framework running the turn's calls concurrently, and is
+    refused before any step of it is recorded rather than let the event loop pick the order
+    of steps.
     """
 
-    def __init__(self, arrival_s: float = _ARRIVAL_S) -> None:
-        self.arrival_s = arrival_s
-        self._order: list[str] = []
-        self._arrived: set[str] = set()
-        self._done: set[str] = set()
-        self._since = 0.0
-        self._changed = asyncio.Condition()
+    def __init__(self) -> None:
+        self._order: dict[str, int] = {}
+        self._last = -1
+        self._running: str | None = None
 
     def expect(self, call_ids: Iterable[str]) -> None:
         """The call ids of the latest model turn, in the order the model gave them."""
-        self._order = [c for c in call_ids if c]
-        self._arrived, self._done = set(), set()
-        self._since = time.monotonic()
+        self._order = {}
+        for call_id in call_ids:
+            if call_id:
+                self._order.setdefault(call_id, len(self._order))
+        self._last, self._running = -1, None
 
-    async def enter(self, call_id: str | None) -> None:
-        """Wait until every call before ``call_id`` in its turn has finished (bounded)."""
-        async with self._changed:
-            if call_id not in self._order:
-                return
-            self._arrived.add(call_id)
-            self._changed.notify_all()
-            ahead = self._order[: self._order.index(call_id)]
-            give_up = time.monotonic() + _TURN_WAIT_S
-            while time.monotonic() < give_up:
-                late = self._since + self.arrival_s - time.monotonic()
-                waiting = [
-                    c for c in ahead if c not in self._done and (c in self._arrived or late > 0)
-                ]
-                if not waiting:
-                    return
-                absent = any(c not in self._arrived for c in waiting)
-                timeout = max(late, 0.01) if absent else give_up - time.monotonic()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout)
+    def enter(self, call_id: str | None) -> None:
+        """Let a call of the turn start: every call before it is settled, none after it began.
 
-    async def leave(self, call_id: str | None) -> None:
+        Calls that are not the turn's (a plain tool, a call id the turn did not give) pass.
+        Raises ToolDefinitionError when the framework runs the turn's calls concurrently.
+        """
+        index = self._order.get(call_id) if call_id else None
+        if index is None:
+            return
+        if self._running is not None or index <= self._last:
+            ahead = self._running or next(c for c, i in self._order.items() if i == self._last)
+            doing = "is running" if self._running is not None else "started"
+            raise ToolDefinitionError(
+                f"tool call {call_id!r} (number {index + 1} of its model turn) arrived after "
+                f"call {ahead!r} of the same turn {doing}: the framework runs a turn's tool "
+                "calls concurrently, and stepledger runs them one at a time in the model's "
+                "order, so that the order of steps never depends on the event loop; start the "
+                "agent with the integration's run(), which has the framework run them in order"
+            )
+        self._last, self._running = index, call_id
+
+    def leave(self, call_id: str | None) -> None:
         """Mark a call finished, whatever its outcome."""
-        async with self._changed:
-            if call_id is not None:
-                self._done.add(call_id)
-            self._changed.notify_all()
+        if call_id is not None and call_id == self._running:
+            self._running = None
 
 
 class AgentSteps:
@@ -187,12 +186,12 @@ class AgentSteps:
         Raises ToolFailure for the tool's own error (recorded as failed) and lets every
         other StepLedgerError through as it is.
         """
-        await self.turnstile.enter(call_id)
+        self.turnstile.enter(call_id)
         try:
             async with self._lock:
                 return await self._call(tool, dict(arguments), fn)
         finally:
-            await self.turnstile.leave(call_id)
+            self.turnstile.leave(call_id)
 
     async def _call(
         self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None

@@ -25,15 +25,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
 try:
-    from agents import FunctionTool, Model, ModelResponse, Runner, RunResult, Usage
+    from agents import FunctionTool, Model, ModelResponse, RunConfig, Runner, RunResult, Usage
     from agents.exceptions import AgentsException, UserError
     from agents.items import TResponseInputItem, TResponseOutputItem
+    from agents.run_config import ToolExecutionConfig
     from agents.tool import ToolErrorFunction, default_tool_error_function
     from agents.tool_context import ToolContext
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
@@ -97,7 +99,6 @@ def function_tool(
             if validator is not None:
                 args = validator.model_validate(args).model_dump(mode="json")
         except ValueError as exc:  # the model's arguments are not the tool's: no step
-            await steps.turnstile.leave(ctx.tool_call_id)
             return await _told(failure_error_function, ctx, exc)
         try:
             result = await steps.call(tool, args, call_id=ctx.tool_call_id)
@@ -204,8 +205,11 @@ async def run(
 ) -> RunResult:
     """``Runner.run`` with every tool call and model response of the run recorded as steps.
 
-    A StepLedgerError raised inside the run leaves it as itself (never as ``UserError``).
+    The SDK runs a turn's function tool calls one at a time, in the model's order
+    (:func:`_in_order`).  A StepLedgerError raised inside the run leaves it as itself (never
+    as ``UserError``).
     """
+    kwargs["run_config"] = _in_order(kwargs.get("run_config"))
     steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
     steps.know(getattr(t, _MARK) for t in getattr(agent, "tools", []) if hasattr(t, _MARK))
     token = _core.bind(steps)
@@ -218,6 +222,44 @@ async def run(
         raise
     finally:
         _core.unbind(token)
+
+
+def _in_order(run_config: RunConfig | dict[str, Any] | None) -> RunConfig | dict[str, Any]:
+    """The run's config with the SDK running a turn's function tool calls one at a time.
+
+    By default the SDK starts every function tool call of a turn at once, and which of them
+    it holds back (its own approval, a guardrail's rejection) only it knows: the order in
+    which the calls reach their steps would be the event loop's.  With
+    ``tool_execution.max_function_tool_concurrency=1`` the SDK starts each call once the one
+    before it has finished, in the response's order, and a call it holds back never starts,
+    so the order of steps is the model's with nothing to wait for.  A config asking for
+    more concurrency is refused.  A dict (or None) stays a dict, so the runner still closes
+    the model provider it makes.
+    """
+    if isinstance(run_config, RunConfig):
+        serial = _one_at_a_time(run_config.tool_execution)
+        return dataclasses.replace(run_config, tool_execution=serial)
+    if run_config is not None and not isinstance(run_config, dict):
+        return run_config  # the SDK refuses it with its own message
+    given = dict(run_config or {})
+    given["tool_execution"] = _one_at_a_time(given.get("tool_execution"))
+    return given
+
+
+def _one_at_a_time(
+    execution: ToolExecutionConfig | Mapping[str, Any] | None,
+) -> ToolExecutionConfig:
+    if isinstance(execution, Mapping):
+        execution = ToolExecutionConfig(**execution)
+    execution = execution or ToolExecutionConfig()
+    limit = execution.max_function_tool_concurrency
+    if limit not in (None, 1):
+        raise ToolDefinitionError(
+            f"run_config.tool_execution.max_function_tool_concurrency={limit}: stepledger "
+            "runs a model turn's tool calls one at a time, in the model's order, so that the "
+            "order of steps never depends on the event loop; leave it unset (or 1)"
+        )
+    return dataclasses.replace(execution, max_function_tool_concurrency=1)
 
 
 def history_from_log(

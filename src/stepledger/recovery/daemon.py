@@ -123,6 +123,7 @@ class RecoveryDaemon:
         self.assigned: set[int] = set()
         self.events_read = 0
         self.caught_up: set[int] = set()
+        """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
         self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
         self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
@@ -173,9 +174,12 @@ class RecoveryDaemon:
         elif self.watch.should_probe() and consumer.reachable(self.settings.topic):
             # An idle topic sends nothing back: its metadata tells that the broker is up.
             self.watch.reachable()
-        self.caught_up.update(partition for _, partition in polled.at_end)
         for msg in polled.records:
             self._handle(msg)
+        # A partition counts as caught up only once the records read before its end are
+        # folded in: a reader on another thread (health, the bench, an embedding program)
+        # that sees it caught up sees the tail's steps tracked, never half a batch.
+        self.caught_up.update(partition for _, partition in polled.at_end)
         self._collect()
         now = time.monotonic()
         if now - self._last_checkpoint >= self.options.checkpoint_interval_s:

@@ -44,6 +44,7 @@ from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState
+from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import admin, topic_partitions
@@ -384,7 +385,8 @@ class RecoveryDaemon:
                 continue
             if step.deadline is not None and step.intended_at is not None:
                 timeout = step.deadline - step.intended_at
-                self.tracker.anchor(key, now + timeout + self.resolver.grace)
+                # Saturating: a far deadline (9999-12-31) must not overflow on a take-over.
+                self.tracker.anchor(key, later(later(now, timeout), self.resolver.grace))
 
     def _due(self, step: StepState) -> datetime | None:
         tool = self.tools.get(step.tool)

@@ -56,14 +56,11 @@ from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workf
 from stepledger.resolution.registry import ToolRegistry
 
 STEPS = ("quote", "charge", "book", "email")
-POINTS = (
-    "before_intent",
-    "after_intent",
-    "after_effect",
-    "after_outcome",
-    "frozen_after_intent",
-    "second_runner",
-)
+#: The step boundaries a process is killed at (SIGKILL once every workflow reached its own).
+BOUNDARIES = ("before_intent", "after_intent", "after_effect", "after_outcome")
+POINTS = (*BOUNDARIES, "frozen_after_intent", "second_runner")
+"""Every point: the boundaries, a runner stopped (SIGSTOP) after its intent until the harness
+continues it, and two live runners at one step."""
 FROZEN = "frozen_after_intent"
 SECOND = "second_runner"
 #: How long two runners of one workflow wait for each other at their step.

@@ -72,7 +72,12 @@ def broker(
     shutdown = Shutdown().install()
     with _dev_broker(engine, port, nodes, log_dir) as local:
         topics = settings.model_copy(update={"bootstrap": local.bootstrap})
-        ensure_topics(topics, [settings.topic, settings.dlq_topic], partitions=partitions)
+        ensure_topics(
+            topics,
+            [settings.topic, settings.dlq_topic],
+            partitions=partitions,
+            configs={settings.topic: step_log_config()},
+        )
         click.echo(f"broker listening on {local.bootstrap}")
         click.echo(f"export STEPLEDGER_BOOTSTRAP={local.bootstrap}")
         while not shutdown.wait(0.5):

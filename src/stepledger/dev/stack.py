@@ -36,6 +36,7 @@ from stepledger.errors import ViewStoreError
 from stepledger.kafka import ensure_topics
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.snapshots import connect_union, shard_snapshots
+from stepledger.topics import step_log_config
 
 SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
 TOOLS = "stepledger.dev.examples.tools:registry"
@@ -150,7 +151,13 @@ class LocalStack:
                 }
             )
             topics = [self.settings.topic, self.settings.dlq_topic]
-            ensure_topics(self.settings, topics, partitions=self.options.partitions)
+            # As `stepledger init` makes them: kept forever, stamped with broker time.
+            ensure_topics(
+                self.settings,
+                topics,
+                partitions=self.options.partitions,
+                configs={self.settings.topic: step_log_config()},
+            )
             self._start_services()
         except BaseException:
             self.stop()

@@ -364,3 +364,21 @@ def tool_steps(summaries: Iterable[StepSummary], model: str = MODEL_TOOL) -> lis
 def is_model_step(step: StepState, model: str = MODEL_TOOL) -> bool:
     """True for a recorded model turn."""
     return step.tool == model
+
+
+def replayed_steps(workflow: Workflow) -> tuple[list[StepState], list[str]]:
+    """The succeeded tool steps a rebuilt conversation shows, and a note for every other one.
+
+    Model turns are left out (the conversation is rebuilt from the tool steps); a step that
+    did not succeed is told to the model as a note, so it knows what is still open.
+    """
+    done: list[StepState] = []
+    notes: list[str] = []
+    for step in workflow.state.ordered_steps():
+        if is_model_step(step):
+            continue
+        if step.status is not StepStatus.SUCCEEDED:
+            notes.append(f"{step.step_id} ({step.tool}): {step.status.value} {step.error or ''}")
+            continue
+        done.append(step)
+    return done, notes

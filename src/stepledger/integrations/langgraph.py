@@ -53,7 +53,6 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
     ) from exc
 from pydantic import BaseModel
 
-from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepLedgerError
 from stepledger.integrations import _core
@@ -206,13 +205,8 @@ def history_from_log(workflow: Workflow) -> list[BaseMessage]:
     open; a resumed run given this history continues after them.
     """
     out: list[BaseMessage] = []
-    notes: list[str] = []
-    for step in workflow.state.ordered_steps():
-        if _core.is_model_step(step):
-            continue
-        if step.status is not StepStatus.SUCCEEDED:
-            notes.append(f"{step.step_id} ({step.tool}): {step.status.value} {step.error or ''}")
-            continue
+    done, notes = _core.replayed_steps(workflow)
+    for step in done:
         call_id = f"sl-{step.step_id}"
         args = json.loads(step.arguments_json or "{}")
         call = {"name": model_name(step.tool), "args": args, "id": call_id, "type": "tool_call"}

@@ -45,7 +45,6 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
     ) from exc
 from pydantic import BaseModel, TypeAdapter
 
-from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepLedgerError, ToolDefinitionError
 from stepledger.integrations import _core
@@ -273,13 +272,8 @@ def history_from_log(
     """
     rename = names or model_name
     items: list[Any] = []
-    notes: list[str] = []
-    for step in workflow.state.ordered_steps():
-        if _core.is_model_step(step):
-            continue
-        if step.status is not StepStatus.SUCCEEDED:
-            notes.append(f"{step.step_id} ({step.tool}): {step.status.value} {step.error or ''}")
-            continue
+    done, notes = _core.replayed_steps(workflow)
+    for step in done:
         call_id = f"sl-{step.step_id}"
         items.append(
             {

@@ -67,7 +67,6 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 
 from pydantic import BaseModel
 
-from stepledger.domain.state import StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
@@ -268,13 +267,8 @@ def history_from_log(workflow: Workflow) -> list[ModelMessage]:
     is open; pass the list as ``message_history`` and the run continues after them.
     """
     out: list[ModelMessage] = []
-    notes: list[str] = []
-    for step in workflow.state.ordered_steps():
-        if _core.is_model_step(step):
-            continue
-        if step.status is not StepStatus.SUCCEEDED:
-            notes.append(f"{step.step_id} ({step.tool}): {step.status.value} {step.error or ''}")
-            continue
+    done, notes = _core.replayed_steps(workflow)
+    for step in done:
         call_id = f"sl-{step.step_id}"
         name = model_name(step.tool)
         args = json.loads(step.arguments_json or "{}")

@@ -49,6 +49,8 @@ class Settings(BaseModel):
     """Confluent Schema Registry URL; when unset, values use Avro single-object encoding."""
     durable_timeout_s: float = Field(default=10.0, gt=0)
     """How long a durable append waits for the broker's acknowledgement before failing."""
+    startup_wait_s: float = Field(default=0.0, ge=0, le=3600)
+    """How long a daemon waits at start for an unreachable broker (0: fail at once, one line)."""
     kafka: dict[str, str] = Field(default_factory=dict)
     """Extra librdkafka settings (SASL, TLS, ...), passed through untouched."""
     ack_journal: str | None = None

@@ -403,6 +403,22 @@ def admin(settings: Settings) -> AdminClient:
         raise BrokerError(f"invalid Kafka settings: {exc}", retryable=False) from exc
 
 
+def reachable_partitions(settings: Settings, topic: str) -> list[int]:
+    """:func:`topic_partitions`, waiting up to ``settings.startup_wait_s`` for the broker.
+
+    A daemon started while its broker is still coming up (a pod before Kafka, a supervisor
+    restarting both) waits, bounded, instead of exiting; a missing topic fails at once.
+    """
+    deadline = time.monotonic() + settings.startup_wait_s
+    while True:
+        try:
+            return topic_partitions(settings, topic)
+        except BrokerError as exc:
+            if not exc.retryable or time.monotonic() >= deadline:
+                raise
+            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+
+
 def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> list[int]:
     """Return the partitions of a topic; raise BrokerError if unreachable or unknown."""
     try:

@@ -287,6 +287,9 @@ class LocalStack:
             "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
             "STEPLEDGER_RECOVERY_STATE_TOPIC": self.settings.recovery_state_topic,
             "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
+            # A daemon (re)started while the broker restarts waits for it, as a pod would be
+            # restarted by its supervisor, instead of leaving the stack without it.
+            "STEPLEDGER_STARTUP_WAIT_S": "30",
             "STEPLEDGER_TOOL_TIMEOUT_S": str(self.options.tool_timeout_s),
             "STEPLEDGER_MAX_ATTEMPTS": str(self.options.max_attempts),
             **{f"STEPLEDGER_{k.upper()}_URL": s.url for k, s in self.services.items()},

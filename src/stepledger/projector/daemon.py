@@ -25,7 +25,7 @@ from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
 from stepledger.gaps import Gap, LogStart
-from stepledger.kafka import ensure_topics, topic_partitions
+from stepledger.kafka import ensure_topics, reachable_partitions
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
@@ -131,7 +131,7 @@ def run_projector(
     membership = options.membership()  # a bad group setting fails before any network
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
-        topic_partitions(settings, topic)
+        reachable_partitions(settings, topic)
     ensure_topics(settings, [settings.dlq_topic])
     check_retention(settings, "projector")
     metrics = metrics or ProjectorMetrics()

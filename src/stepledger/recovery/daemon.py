@@ -47,7 +47,7 @@ from stepledger.domain.state import StepState
 from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.kafka import admin, topic_partitions
+from stepledger.kafka import admin, reachable_partitions
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import (
@@ -138,7 +138,7 @@ class RecoveryDaemon:
         """Run until shutdown is requested (or ``max_seconds`` passed), then stop cleanly."""
         # Fail at once, in one line, on an unreachable broker or a missing topic (as the
         # projector does) instead of logging connection errors forever while "healthy".
-        topic_partitions(self.settings, self.settings.topic)
+        reachable_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
         check_retention(self.settings, "recovery")
         consumer = GroupConsumer(

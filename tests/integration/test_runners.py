@@ -25,7 +25,7 @@ from stepledger.config import Settings
 from stepledger.dev.examples.clients import JsonObject, RunningService, _JsonClient, start_service
 from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, make_registry
 from stepledger.domain import events as ev
-from stepledger.domain.enums import Verdict
+from stepledger.domain.enums import EffectClass, Verdict
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ResultTypeError
@@ -234,3 +234,39 @@ def test_a_result_too_large_for_a_record_is_called_once_across_four_runs(
     assert len(calls) == 1
     assert len(set(errors)) == 1 and "'export'" in errors[0] and "larger than" in errors[0]
     assert "\n" not in errors[0]
+
+
+def test_a_read_only_step_whose_runner_woke_past_its_deadline_is_read_not_left_intended(
+    make_settings: Factory,
+) -> None:
+    # Recovery never decides a read-only step (its agent re-runs it), so a runner paused
+    # between the intent and the call must still read: refusing left the intent open for
+    # good (chaos seed 3: "step quote (catalog.quote) is still intended").
+    settings = make_settings()
+    calls: list[str] = []
+
+    def quote(args: dict[str, Any], key: str) -> dict[str, int]:
+        calls.append(key)
+        return {"amount": 5000}
+
+    tool = Tool(name="catalog.quote", effect=EffectClass.READ_ONLY, timeout_s=0.2, run=quote)
+    with resume(settings, ToolRegistry([tool])) as ledger:
+        wf = ledger.workflow("wf-late-read")
+        woke: list[float] = []
+
+        def paused(step_id: str) -> None:  # a GC pause or SIGSTOP past the whole budget
+            until = time.monotonic() + 3 * tool.timeout_s
+            for _ in range(1000):
+                if time.monotonic() > until:
+                    break
+                time.sleep(0.01)
+            woke.append(time.monotonic() - until)
+
+        wf.after_intent = paused
+        assert wf.step("quote", tool, {"trip": "t1"}) == {"amount": 5000}
+        assert woke and woke[0] >= 0
+    with resume(settings, ToolRegistry([tool])) as ledger:
+        wf = ledger.workflow("wf-late-read")
+        assert wf.state.steps["quote"].status is StepStatus.SUCCEEDED
+        assert wf.step("quote", tool, {"trip": "t1"}) == {"amount": 5000}
+    assert len(calls) == 1

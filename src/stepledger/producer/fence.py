@@ -13,9 +13,11 @@ and nothing is called.  A step that is safe to repeat skips the read-back: its k
 not change across epochs (only a recorded failure moves it), so a second runner's call
 collides with the first one at the service.
 
-Right before any call the runner checks its own monotonic clock against the intent's
-budget (:func:`ensure_in_time`): past the deadline recovery may already have decided the
-step, so nothing is called and the step stays in doubt.
+Right before an effectful call the runner checks its own monotonic clock against the
+intent's budget (:func:`ensure_in_time`): past the deadline recovery may already have
+decided the step, so nothing is called and the step stays in doubt.  A read-only call is
+never refused for being late: recovery never decides a read-only step (only its agent
+re-runs it), so refusing it would leave the intent open with nobody to settle it.
 """
 
 from __future__ import annotations
@@ -71,8 +73,12 @@ def needs_read_back(tool: Tool) -> bool:
 
 
 def ensure_in_time(budget: Budget | None, workflow_id: str, step_id: str, tool: Tool) -> None:
-    """Raise StepInDoubtError (nothing called) when the intent's deadline already passed."""
-    if budget is None or not budget.passed():
+    """Raise StepInDoubtError (nothing called) when the intent's deadline already passed.
+
+    A read-only tool is let through: no daemon resolves its step (it is re-run by its
+    agent), so a late read settles it now instead of leaving it intended for good.
+    """
+    if budget is None or not tool.effectful or not budget.passed():
         return
     late = max(time.monotonic() - budget.ends, (budget.clock() - budget.deadline).total_seconds())
     raise StepInDoubtError(

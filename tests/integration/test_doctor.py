@@ -138,7 +138,13 @@ def test_on_three_brokers_low_replication_and_min_insync_are_unsafe(tmp_path: Pa
         kept = {"retention.ms": "-1", "message.timestamp.type": "LogAppendTime"}
         _create(settings, settings.topic, 3, kept, replicas=1)
         _create(settings, settings.dlq_topic, 3, {"min.insync.replicas": "1"}, replicas=3)
-        code, report = _settled(settings)
+
+        # A node of a cluster just started can be missing from one metadata answer.
+        def every_broker() -> tuple[int, dict[str, Any]] | None:
+            seen = _settled(settings)
+            return seen if seen[1]["brokers"] == 3 else None
+
+        code, report = wait_for(every_broker, 60, "all three brokers in the metadata")
     assert code == 1 and report["brokers"] == 3
     unsafe = sorted(
         (f["subject"], f["message"]) for f in report["findings"] if f["level"] == "unsafe"

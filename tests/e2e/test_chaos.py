@@ -96,6 +96,7 @@ def test_a_broken_build_fails_with_the_violation_named(
 
 
 @pytest.mark.e2e
+@pytest.mark.own_tansu
 def test_graceful_broker_restarts_on_durable_storage(
     tmp_path: Path, src_env: dict[str, str]
 ) -> None:

@@ -105,12 +105,12 @@ def _start_inbox(db: Path) -> tuple[subprocess.Popen[str], str]:
             str(db),
             "--port",
             "0",
-            "--token",
-            TOKEN,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # The token never goes on a command line (every local user can read those).
+        env={**os.environ, "STEPLEDGER_INBOX_TOKEN": TOKEN},
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60

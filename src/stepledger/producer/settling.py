@@ -85,15 +85,9 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
             # Never our own fold of what we appended: the log's first decision for the step,
             # whoever wrote it, is what the agent goes on with.
             workflow.reload()
-    step = workflow.state.steps[step_id]
-    if step.status in rs.ACTIONABLE:
-        raise StepInDoubtError(
-            f"step {step_id!r} is still in doubt after {options.resolve_timeout_s:g}s",
-            workflow_id=workflow.workflow_id,
-            step_id=step_id,
-            tool=step.tool,
-        )
-    return step
+    return _settled_or_raise(
+        workflow, step_id, f" is still in doubt after {options.resolve_timeout_s:g}s"
+    )
 
 
 def _settle_if_found(
@@ -126,10 +120,17 @@ def wait_for_decision(workflow: WorkflowHandle, step_id: str) -> StepState:
         workflow.ledger.reader.follow(
             workflow.workflow_id, workflow.position, settled, options.resolve_timeout_s
         )
+    return _settled_or_raise(
+        workflow, step_id, f": no recovery decision within {options.resolve_timeout_s:g}s"
+    )
+
+
+def _settled_or_raise(workflow: WorkflowHandle, step_id: str, why: str) -> StepState:
+    """The step as the log now tells it; StepInDoubtError while it is still in doubt."""
     step = workflow.state.steps[step_id]
     if step.status in rs.ACTIONABLE:
         raise StepInDoubtError(
-            f"step {step_id!r}: no recovery decision within {options.resolve_timeout_s:g}s",
+            f"step {step_id!r}{why}",
             workflow_id=workflow.workflow_id,
             step_id=step_id,
             tool=step.tool,

@@ -46,7 +46,7 @@ def replay_s(log: InMemoryEventLog, steps: int) -> float:
     with sl.Ledger(log=log, tools=[act]) as ledger:
         wf = ledger.workflow("long")
         for i in range(steps):
-            wf.step(f"s{i}", act, {"i": i}, fn=never)
+            assert wf.step(f"s{i}", act, {"i": i}, fn=never) == i, "not the recorded result"
     elapsed = time.perf_counter() - began
     assert calls == 0, f"{calls} tools called while replaying"
     return elapsed

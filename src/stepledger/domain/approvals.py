@@ -11,7 +11,7 @@ applied.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -102,13 +102,8 @@ def decision_problem(gate: ApprovalGate | None, body: ev.ApprovalDecided) -> tup
 def decided(gate: ApprovalGate | None, body: ev.ApprovalDecided, at: datetime) -> ApprovalGate:
     """The gate once a decision answered it."""
     base = gate or ApprovalGate(1, None, None, None, 0, at)
-    return ApprovalGate(
-        request=base.request,
-        digest=base.digest,
-        arguments_json=base.arguments_json,
-        saga_json=base.saga_json,
-        valid_for_s=base.valid_for_s,
-        requested_at=base.requested_at,
+    return replace(
+        base,
         decided_at=at,
         granted=body.granted,
         decided_digest=body.arguments_digest,

@@ -17,6 +17,7 @@ from stepledger.recovery.checkpoint import (
     InMemoryCheckpointStore,
     PartitionedCheckpointStore,
 )
+from stepledger.domain.times import LATEST
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
@@ -142,4 +143,24 @@ def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_check
     assert set(store.steps[("log", 0)]) == tracked
     assert paused.tracker.positions == {}
     paused._pool.shutdown(wait=True)
+    owner._pool.shutdown(wait=True)
+
+
+def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_overflow(
+    tmp_path: Path,
+) -> None:
+    # A schema-valid deadline of 9999-12-31 re-anchored at a take-over (now + its timeout)
+    # overflowed datetime inside the assignment callback and stopped the daemon.
+    event = factory().intent("wf-far", "pay", pay_tool(), {"n": 1}, sequence=0)
+    far = event.body.model_copy(update={"deadline": LATEST.replace(microsecond=999000)})
+    value = Codec().encode(event.model_copy(update={"body": far}))
+    store = InMemoryCheckpointStore()
+    first = _daemon(tmp_path, store)
+    first._on_assign([TopicPartition("log", 0)])
+    first._handle(_Message(value, 0, 0))  # type: ignore[arg-type]
+    first.checkpoint()
+    owner = _daemon(tmp_path, store)
+    owner._on_assign([TopicPartition("log", 0)])  # raised OverflowError before
+    assert ("wf-far", "pay") in owner.tracker.steps
+    first._pool.shutdown(wait=True)
     owner._pool.shutdown(wait=True)

@@ -11,13 +11,13 @@ from confluent_kafka import TopicPartition
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
+from stepledger.domain.times import LATEST
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import (
     CheckpointBatch,
     InMemoryCheckpointStore,
     PartitionedCheckpointStore,
 )
-from stepledger.domain.times import LATEST
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry

@@ -34,7 +34,7 @@ SCALE_POINTS = {
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_three_projectors_and_two_recovery_daemons_killed_stopped_and_added(
     tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
 ) -> None:

@@ -45,6 +45,7 @@ from stepledger.dev.chaos.plan import AgentKill, ChaosPlan, CrashPoint, InfraFau
 from stepledger.dev.chaos.procs import Proc, wait_until
 from stepledger.dev.examples.clients import RunningService
 from stepledger.dev.examples.tools import BREAK_ENV
+from stepledger.dev.examples.trip_agent import BUG
 from stepledger.dev.stack import DaemonRole, Engine, LocalStack, StackOptions
 from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
@@ -67,6 +68,10 @@ AGENT_POINT = {
 SCALED_PARTITIONS = 8
 ROLES: tuple[DaemonRole, ...] = ("projector", "recovery")
 TERMINAL = {"completed", "compensated", "escalated", "dead_lettered"}
+#: Seconds an agent process is given at least, and kept short of the run's budget.
+AGENT_MIN_S, AGENT_MARGIN_S = 20.0, 30.0
+#: Bounds of the wait for continued (frozen) runners to end.
+THAW_MIN_S, THAW_MAX_S = 10.0, 60.0
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,7 @@ class Run:
                 with open(self.workdir / "agent-reports.jsonl", "a") as log:
                     log.write(out)
                 reports.update(_parse_reports(out))
+                self._flag_bugs(out)
                 running.remove(item)
                 if race_grace is not None and self.left() > 0:
                     # Restarted at once: the resume and the daemon are due at about the same
@@ -227,14 +233,31 @@ class Run:
         """
         for proc in self.frozen:
             os.kill(proc.pid, signal.SIGCONT)
+        # All continued at once and waited for together: one bound for the lot, not one each.
+        ends = time.monotonic() + max(THAW_MIN_S, min(THAW_MAX_S, self.left()))
+        for proc in self.frozen:
             try:
-                out, _ = proc.communicate(timeout=60)
+                out, _ = proc.communicate(timeout=max(1.0, ends - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, _ = proc.communicate(timeout=30)
+                detail = f"a continued runner (pid {proc.pid}) did not end in time"
+                self.problems.append(InvariantViolation("agents_end", None, detail))
             with open(self.workdir / "agent-reports-frozen.jsonl", "a") as log:
                 log.write(out)
+            self._flag_bugs(out)
         self.frozen.clear()
+
+    def _flag_bugs(self, out: str) -> None:
+        """An agent thread that raised outside the exception tree is a violation, by name."""
+        for line in out.splitlines():
+            with contextlib.suppress(ValueError, AttributeError):
+                report = json.loads(line)
+                if report.get("status") == BUG:
+                    detail = f"{report.get('workflow') or report.get('superseded_runner')}: "
+                    self.problems.append(
+                        InvariantViolation("agent_raised_a_bug", None, detail + report["error"])
+                    )
 
     def _spawn_agent(
         self,
@@ -248,7 +271,18 @@ class Run:
         self.acks.append(journal)
         args = [_target(wf, kill) for wf, kill in batch]
         proc = self.stack.spawn(
-            [*AGENT, *args, "--db", str(self.db), "--grace", str(grace)],
+            [
+                *AGENT,
+                *args,
+                "--db",
+                str(self.db),
+                "--grace",
+                str(grace),
+                # A hung agent says so (with every thread's stack in agents.log) before the
+                # run's budget is gone, instead of being killed silently at its end.
+                "--max-seconds",
+                f"{max(AGENT_MIN_S, self.left() - AGENT_MARGIN_S):.0f}",
+            ],
             env=self.stack.child_env(
                 STEPLEDGER_ACK_JOURNAL=str(journal),
                 STEPLEDGER_DEV_CLOCK_SKEW_S=str(self.options.agent_skew_s),

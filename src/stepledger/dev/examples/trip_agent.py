@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -65,6 +67,8 @@ FROZEN = "frozen_after_intent"
 SECOND = "second_runner"
 #: How long two runners of one workflow wait for each other at their step.
 MEET_S = 30.0
+#: The status of a workflow whose thread raised something outside the exception tree.
+BUG = "bug"
 SKEW_ENV = "STEPLEDGER_DEV_CLOCK_SKEW_S"
 QUOTE = "catalog.quote"
 HOTELS = ("Hotel Astoria", "Hotel Bristol", "Hotel Central", "Hotel Dorian")
@@ -187,7 +191,12 @@ def _older_runner(
     parking.meetings[workflow_id] = threading.Barrier(2, timeout=MEET_S)
 
     def run() -> None:
-        ended = outcome_of(lambda: _trip_steps(wf, by_step, workflow_id, kill, parking))
+        try:
+            ended = outcome_of(lambda: _trip_steps(wf, by_step, workflow_id, kill, parking))
+        finally:
+            # Ended before the meeting (an escalation, a takeover): the second runner must
+            # not wait the barrier's whole timeout for it.
+            parking.meetings[workflow_id].abort()
         print(json.dumps({"superseded_runner": workflow_id, **ended}), flush=True)
 
     threading.Thread(target=run, daemon=True).start()
@@ -271,6 +280,9 @@ def outcome_of(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"status": "dead_lettered", "escalation_id": exc.escalation_id, "error": exc.message}
     except StepLedgerError as exc:
         return {"status": "error", "error": f"{type(exc).__name__}: {exc.message}"}
+    except Exception as exc:  # a bug: reported (the harness fails the run), never a hung thread
+        traceback.print_exc()
+        return {"status": BUG, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def parse_target(text: str) -> tuple[str, KillPoint | None]:
@@ -332,13 +344,18 @@ def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]], limit:
         threading.Thread(target=one, args=target, daemon=True).start()
     if not parking.wait_all(len(targets), limit):
         print(json.dumps({"status": "error", "error": f"not done in {limit:g}s"}), flush=True)
+        faulthandler.dump_traceback(all_threads=True)  # where it hangs, in the agents' log
         return 1
     if parking.frozen:
         # Paused, not dead: the harness resumes the workflows elsewhere, then continues us.
         os.kill(os.getpid(), signal.SIGSTOP)
         parking.thaw()
         with parking.changed:
-            parking.changed.wait_for(lambda: len(parking.reports) >= len(targets), limit)
+            ended = parking.changed.wait_for(lambda: len(parking.reports) >= len(targets), limit)
+        if not ended:
+            print(json.dumps({"status": "error", "error": f"not done {limit:g}s after SIGCONT"}))
+            faulthandler.dump_traceback(all_threads=True)
+            return 1
     if parking.parked:
         # A real crash: no flush, no outcome, every parked workflow at its boundary.
         os.kill(os.getpid(), signal.SIGKILL)

@@ -72,6 +72,7 @@ TERMINAL = {"completed", "compensated", "escalated", "dead_lettered"}
 AGENT_MIN_S, AGENT_MARGIN_S = 20.0, 30.0
 #: Bounds of the wait for continued (frozen) runners to end.
 THAW_MIN_S, THAW_MAX_S = 10.0, 60.0
+SCALED_AGENT_GRACE_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ class Run:
         while pending or running:
             while pending and len(running) < self.options.parallel:
                 index, (batch, race_grace) = pending.pop(0)
-                proc, ids = self._spawn_agent(round_no, index, batch)
+                proc, ids = self._spawn_agent(round_no, index, batch, grace=self._agent_grace())
                 running.append((proc, ids, race_grace))
             for item in list(running):
                 proc, ids, race_grace = item
@@ -258,6 +259,16 @@ class Run:
                     self.problems.append(
                         InvariantViolation("agent_raised_a_bug", None, detail + report["error"])
                     )
+
+    def _agent_grace(self) -> float:
+        """Seconds a resuming agent waits past an in-doubt step's deadline before deciding it.
+
+        Scaled runs give the daemons a head start: a partition's new owner re-anchors the
+        deadlines it took over on its own clock, so with the agents' usual 0.5 s the resumed
+        agents would decide every in-doubt step themselves and the daemons' single decision
+        per step (what those runs check) would go unexercised.
+        """
+        return SCALED_AGENT_GRACE_S if self.options.scaled else 0.5
 
     def _spawn_agent(
         self,

@@ -35,12 +35,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.common import Row, broker, cli, fresh_settings, percentile, produce_bulk
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import FAST_CONSUMER
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import Clock, EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import topic_partitions
+from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport

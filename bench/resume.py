@@ -31,11 +31,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from bench.common import Row, broker, cli, fresh_settings
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import FAST_CONSUMER
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import topic_partitions
+from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.log import event_headers
 from stepledger.producer import KafkaScanReader, Ledger, SnapshotTailReader, WorkflowReader
 from stepledger.projector.rebuild import rebuild

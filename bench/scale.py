@@ -34,7 +34,7 @@ from confluent_kafka import TopicPartition
 from bench.common import Row, broker, cli, fresh_settings, produce_bulk
 from bench.projector import workload
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer
+from stepledger.kafka.consumer import assigned_consumer
 
 PARTITIONS = 8
 PROCESSES = (1, 2, 4)

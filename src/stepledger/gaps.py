@@ -13,11 +13,10 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
+from stepledger.kafka.client import Consumer, KafkaException, TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -18,13 +18,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import ConfigError
 from stepledger.kafka import admin
+from stepledger.kafka.client import ConfigResource, KafkaException
 
 logger = logging.getLogger(__name__)
 

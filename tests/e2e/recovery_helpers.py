@@ -21,11 +21,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from stepledger.cli._common import run_guarded
 from stepledger.cli._recovery import register
 from stepledger.config import Settings
-from stepledger.consume import FAST_CONSUMER, read_topic
 from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
 from stepledger.kafka import topic_partitions
+from stepledger.kafka.consumer import FAST_CONSUMER, read_topic
 from stepledger.log import KafkaEventLog, codec_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import dead_letter_info
 from stepledger.dev.broker import free_port
 from stepledger.dev.examples.clients import _JsonClient
@@ -21,6 +20,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus
 from stepledger.kafka import DurableProducer
+from stepledger.kafka.consumer import read_topic
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import LogWatcher, Stack, services_stack, stop, wait_for

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import dead_letter_info
 from stepledger.dev.broker import LocalBroker, free_port
 from stepledger.dev.examples.tools import payments_tool
@@ -30,6 +29,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.kafka import ensure_topics
+from stepledger.kafka.consumer import read_topic
 from stepledger.log import codec_for
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import (

@@ -20,7 +20,6 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import dead_letter_info
 from stepledger.dev.examples.clients import (
     BookingsClient,
@@ -33,6 +32,7 @@ from stepledger.dev.examples.trip_agent import BOUNDARIES
 from stepledger.domain.enums import Source
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
+from stepledger.kafka.consumer import read_topic
 
 pytestmark = pytest.mark.e2e
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.jsonlines import render_event
+from stepledger.kafka.consumer import read_topic
 from tests.unit.factories import factory
 from tests.unit.projector_logs import TOOLS
 

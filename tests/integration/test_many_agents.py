@@ -15,9 +15,9 @@ from collections.abc import Callable
 import stepledger as sl
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, Position
+from stepledger.kafka.consumer import read_topic
 
 AGENTS = 32
 STEPS = 10

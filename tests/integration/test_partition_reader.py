@@ -15,9 +15,9 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain.tools import Tool
-from stepledger.partitioner import partition_of
+from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.partitioner import partition_of
 from stepledger.producer import KafkaPartitionReader, Ledger
 
 PAY = Tool(name="pay", keyed=True)

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from stepledger.cli import cli as main_group
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import original_headers
 from stepledger.dev.broker import free_port
 from stepledger.errors import ConfigError
+from stepledger.kafka.consumer import read_topic
 from stepledger.projector.snapshot import latest_snapshot
 from tests.integration.projector_helpers import (
     cli,

@@ -14,15 +14,15 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
 from stepledger.kafka import Position, topic_partitions
+from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.partitioner import partition_of
 from stepledger.log import InMemoryEventLog
-from stepledger.partitioner import partition_of
 from stepledger.producer import (
     InMemoryWorkflowReader,
     KafkaScanReader,

@@ -18,9 +18,9 @@ from typing import Any
 
 import stepledger as sl
 from stepledger.codec import Codec
-from stepledger.consume import read_topic
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
+from stepledger.kafka.consumer import read_topic
 
 HERE = Path(__file__).parent
 

@@ -23,7 +23,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalPendingError, HistoryExpiredError
 from stepledger.kafka import admin, ensure_topics
-from stepledger.partitioner import configured, partition_of
+from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.producer import Ledger
 from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger.topics import checkpoint_topic_config, describe_retention

@@ -19,7 +19,6 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import Verdict
@@ -27,6 +26,7 @@ from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import SagaViolationError
 from stepledger.humanqueue.escalations import EscalationQueue, answer
+from stepledger.kafka.consumer import read_topic
 from stepledger.producer import Ledger
 from stepledger.projector.rebuild import rebuild
 

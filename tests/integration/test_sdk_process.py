@@ -11,10 +11,10 @@ from typing import Any
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
+from stepledger.kafka.consumer import read_topic
 from stepledger.producer import Ledger
 
 HERE = Path(__file__).parent

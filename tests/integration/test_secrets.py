@@ -24,11 +24,11 @@ from click.testing import CliRunner
 from stepledger.cli import cli
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import Record, read_topic
 from stepledger.domain.context import render
 from stepledger.domain.secrets import MARKER
 from stepledger.domain.tools import NotFound
 from stepledger.errors import StepInDoubtError
+from stepledger.kafka.consumer import Record, read_topic
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.projector.schema import TABLES
 from tests.integration.projector_helpers import projecting

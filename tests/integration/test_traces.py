@@ -10,8 +10,8 @@ from typing import Any
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain import events as ev
+from stepledger.kafka.consumer import read_topic
 from stepledger.tracing import workflow_trace_id
 from tests.integration.otel_process import WORKFLOW
 from tests.integration.projector_helpers import wait_for

@@ -6,8 +6,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from stepledger.config import Settings
-from stepledger.consume import GroupConsumer, Membership, consumer_failure
 from stepledger.errors import BrokerError, ConfigError
+from stepledger.kafka.consumer import GroupConsumer, Membership, consumer_failure
 
 SETTINGS = Settings(bootstrap="127.0.0.1:9", topic="t")
 FENCED = (

@@ -60,7 +60,7 @@ def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
         made.append(FakeProducer(conf, dead=not made))
         return made[-1]
 
-    monkeypatch.setattr("stepledger.kafka._new_producer", new_producer)
+    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     with pytest.raises(DurabilityError, match="fenced"):
         producer.append("t", b"k", b"v")
@@ -79,7 +79,7 @@ def test_a_fatal_error_reported_through_the_error_callback_also_replaces_the_cli
         made.append(FakeProducer(conf, dead=False))
         return made[-1]
 
-    monkeypatch.setattr("stepledger.kafka._new_producer", new_producer)
+    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     producer.append("t", b"k", b"v")
     made[0].conf["error_cb"](KafkaError(KafkaError._FATAL, "idempotence", fatal=True))

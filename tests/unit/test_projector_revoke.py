@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from stepledger.config import Settings
-from stepledger.consume import GroupConsumer, Membership
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
+from stepledger.kafka.consumer import GroupConsumer, Membership
 from stepledger.projector.daemon import ProjectorOptions, _Loop, _on_revoke
 from stepledger.projector.engine import Projector
 from stepledger.projector.metrics import ProjectorMetrics

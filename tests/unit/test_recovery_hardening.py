@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import KafkaError
 
-from stepledger.brokerwatch import BrokerWatch, RateLimit
 from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.times import LATEST, later, seconds
 from stepledger.errors import OwnershipLostError
+from stepledger.kafka.watch import BrokerWatch, RateLimit
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.tracker import Tracker

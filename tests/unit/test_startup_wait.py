@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from stepledger import kafka
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
+from stepledger.kafka import broker as kafka
 
 
 def _flaky(monkeypatch: pytest.MonkeyPatch, failures: int, error: BrokerError) -> list[float]:

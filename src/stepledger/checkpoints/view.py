@@ -14,13 +14,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
-
 from stepledger import wire
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, decode
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer, partition_end
 from stepledger.errors import BrokerError, CodecError
+from stepledger.kafka.client import TopicPartition
+from stepledger.kafka.consumer import assigned_consumer, partition_end
 
 logger = logging.getLogger(__name__)
 

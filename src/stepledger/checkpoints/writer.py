@@ -27,18 +27,17 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from confluent_kafka import Consumer, Message, TopicPartition
-
 from stepledger import wire
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer, partition_end
 from stepledger.domain.state import replay
 from stepledger.errors import CodecError, StepLedgerError
 from stepledger.gaps import LogStart, report_gap
 from stepledger.kafka import DurableProducer, Position, topic_partitions
+from stepledger.kafka.client import Consumer, Message, TopicPartition
+from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.log import codec_for
 
 logger = logging.getLogger(__name__)

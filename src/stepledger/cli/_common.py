@@ -8,11 +8,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka import KafkaError, KafkaException
 
 from stepledger.config import Settings, load_settings, parse_kafka_options
-from stepledger.consume import GROUP_PROTOCOLS
 from stepledger.errors import StepLedgerError
+from stepledger.kafka.client import KafkaError, KafkaException
+from stepledger.kafka.consumer import GROUP_PROTOCOLS
 from stepledger.terminal import safe
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -11,13 +11,13 @@ import click
 
 from stepledger.cli._common import with_settings
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, CodecError, ConfigError
 from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
+from stepledger.kafka.consumer import read_topic
 from stepledger.log import codec_for, event_headers
 from stepledger.terminal import safe
 from stepledger.topics import INFINITE, checkpoint_topic_config, retention_notice, step_log_config

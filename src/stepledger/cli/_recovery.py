@@ -15,13 +15,13 @@ import click
 from stepledger.cli._common import group_options, with_settings
 from stepledger.cli._identity import BY_HELP, answerer
 from stepledger.config import Settings
-from stepledger.consume import GroupProtocol
 from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.escalations import read_queue, select
+from stepledger.kafka.consumer import GroupProtocol
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.producer.reader import KafkaScanReader

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.deadletters.letter import (
     HEADER_PREFIX,
     TRUNCATED,
@@ -28,6 +27,7 @@ from stepledger.deadletters.letter import (
 )
 from stepledger.errors import ConfigError
 from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.kafka.consumer import read_topic
 
 
 @dataclass(frozen=True)

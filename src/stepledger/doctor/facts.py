@@ -5,18 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
-    ConfigResource,
-    OffsetSpec,
-    ResourceType,
-)
-
 from stepledger.config import Settings
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
 from stepledger.errors import BrokerError
 from stepledger.kafka import admin
+from stepledger.kafka.client import (
+    AdminClient,
+    ConfigResource,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    OffsetSpec,
+    ResourceType,
+    TopicPartition,
+)
 
 _TIMEOUT = 10.0
 

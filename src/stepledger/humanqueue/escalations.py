@@ -19,13 +19,13 @@ from typing import Any
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, WorkflowState
 from stepledger.errors import LedgerStateError, UnknownEscalationError
+from stepledger.kafka.consumer import read_topic
 from stepledger.log import EventLog
 
 STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)

@@ -39,12 +39,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.consume import FAST_CONSUMER
 from stepledger.errors import BrokerError
+from stepledger.kafka.client import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from stepledger.kafka.consumer import FAST_CONSUMER
 
 Partition = tuple[str, int]
 

@@ -4,7 +4,7 @@ Implementations:
 
 - :class:`KafkaPartitionReader` (the default): only the workflow's own partition, from the
   workflow's first record on.  The partition is computed with the producers' partitioner
-  (:mod:`stepledger.partitioner`); a :class:`~stepledger.producer.index.PartitionIndex`
+  (:mod:`stepledger.kafka.partitioner`); a :class:`~stepledger.producer.index.PartitionIndex`
   says where the workflow starts (or that it has no events), reading only the records
   written since the reader's previous read.  The first read in a process reads the
   partition once (keys only).
@@ -31,17 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from confluent_kafka import Consumer, Message, TopicPartition
-
 from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer, partition_end
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, topic_partitions
+from stepledger.kafka.client import Consumer, Message, TopicPartition
+from stepledger.kafka.consumer import assigned_consumer, partition_end
+from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.log import InMemoryEventLog, codec_for
-from stepledger.partitioner import configured, partition_of
 from stepledger.producer.history import HistoryGuard
 from stepledger.producer.index import PartitionIndex
 from stepledger.topics import check_retention

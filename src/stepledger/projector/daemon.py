@@ -15,17 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Message
-from confluent_kafka import TopicPartition as KafkaPartition
-
-from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.clientid import client_id
 from stepledger.config import Settings
-from stepledger.consume import GroupConsumer, GroupProtocol, Membership
 from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
 from stepledger.gaps import Gap, LogStart
 from stepledger.kafka import ensure_topics, reachable_partitions
+from stepledger.kafka.client import OFFSET_BEGINNING, Message
+from stepledger.kafka.client import TopicPartition as KafkaPartition
+from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership
+from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (

@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
-from confluent_kafka import Message
 
 from stepledger import wire
 from stepledger.codec import Codec
-from stepledger.consume import message_headers
 from stepledger.deadletters.letter import DeadLetter
 from stepledger.deadletters.records import RecordLetterSink
 from stepledger.domain.events import Event
@@ -30,6 +28,8 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import Position
+from stepledger.kafka.client import Message
+from stepledger.kafka.consumer import message_headers
 from stepledger.projector.fold import BatchFold, WorkflowCache
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates

@@ -13,12 +13,11 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from confluent_kafka import Message
-
 from stepledger.checkpoints.record import PROGRESS_KEY
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.config import Settings
 from stepledger.gaps import Gap, LogStart, report_gap
+from stepledger.kafka.client import Message
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 from stepledger.topics import topic_exists

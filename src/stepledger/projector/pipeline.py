@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka import Message
-
+from stepledger.kafka.client import Message
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
 from stepledger.projector.snapshot import publish_snapshot
 

@@ -20,12 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer
 from stepledger.errors import ViewStoreError
+from stepledger.kafka.client import Consumer, KafkaError, KafkaException, TopicPartition
+from stepledger.kafka.consumer import assigned_consumer
 
 Offsets = dict[tuple[str, int], int]
 #: The offset and value of the last event projected from (topic, partition) below an offset.

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
-from confluent_kafka import TopicPartition as KafkaPartition
 
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer
 from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLetters, RecordLetterSink
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import topic_partitions
+from stepledger.kafka.client import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from stepledger.kafka.client import TopicPartition as KafkaPartition
+from stepledger.kafka.consumer import assigned_consumer
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,

@@ -21,13 +21,12 @@ import threading
 import time
 from concurrent.futures import Future
 
-from confluent_kafka import TopicPartition
-
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.consume import assigned_consumer, partition_end
 from stepledger.errors import RecoveryError, StepLedgerError
 from stepledger.kafka import DurableProducer, Position
+from stepledger.kafka.client import TopicPartition
+from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
 
 _READER_GROUP = wire.RECOVERY_CHANGELOG_GROUP

@@ -29,14 +29,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
-
 from stepledger import tracing, wire
-from stepledger.brokerwatch import BrokerWatch, client_logger
 from stepledger.clientid import client_id
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import GroupConsumer, Polled
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
@@ -48,6 +44,9 @@ from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import admin, reachable_partitions
+from stepledger.kafka.client import OFFSET_BEGINNING, Message, TopicPartition
+from stepledger.kafka.consumer import GroupConsumer, Polled
+from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import (

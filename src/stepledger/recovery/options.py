@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from stepledger import wire
-from stepledger.consume import GroupProtocol, Membership
+from stepledger.kafka.consumer import GroupProtocol, Membership
 
 RECOVERY_GROUP = wire.RECOVERY_GROUP
 

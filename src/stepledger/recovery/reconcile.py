@@ -18,7 +18,6 @@ from typing import Any
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -27,6 +26,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import ToolRegistryError
+from stepledger.kafka.consumer import read_topic
 from stepledger.log import EventLog
 from stepledger.resolution.hooks import call_bounded, checked_query
 

@@ -309,8 +309,7 @@ def _format_all(
 
 
 def _wait_brokers(bootstrap: str, expected: int, deadline: float, nodes: list[KafkaNode]) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    from stepledger.kafka.client import AdminClient, KafkaException
 
     client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
     seen = 0

@@ -28,7 +28,7 @@ DOWN_S = 2.0
 
 def partitions(cluster: KafkaBroker, topic: str) -> dict[int, tuple[int, list[int]]]:
     """Each partition of ``topic`` as (leader, in-sync replicas), from cluster metadata."""
-    from confluent_kafka.admin import AdminClient
+    from stepledger.kafka.client import AdminClient
 
     client = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 2})
     meta = client.list_topics(topic, timeout=5)

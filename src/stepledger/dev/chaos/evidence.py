@@ -13,8 +13,8 @@ import duckdb
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain.events import Event
+from stepledger.kafka.consumer import read_topic
 from stepledger.projector.schema import TABLES
 from stepledger.snapshots import connect_union
 

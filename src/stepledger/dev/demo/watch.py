@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.consume import read_topic
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.errors import StepLedgerError
+from stepledger.kafka.consumer import read_topic
 
 #: Step statuses that still wait for a decision (an outcome or a compensation's outcome).
 UNSETTLED = frozenset({StepStatus.INTENDED, StepStatus.COMPENSATING})

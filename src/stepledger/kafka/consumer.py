@@ -33,7 +33,8 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, ConfigError, StepLedgerError
-from stepledger.kafka import Headers, Position, position_of, topic_partitions
+from stepledger.kafka.broker import topic_partitions
+from stepledger.kafka.producer import Headers, Position, position_of
 
 logger = logging.getLogger(__name__)
 

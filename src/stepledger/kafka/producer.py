@@ -1,4 +1,4 @@
-"""A thin wrapper over confluent-kafka: lazy clients, typed errors, per-record delivery waits.
+"""The durable producer: lazy client, typed errors, per-record delivery waits.
 
 No network happens in ``__init__``.  Every produced record gets its own future resolved
 by its delivery report, so concurrent callers never wait on each other's records (and
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError, DurabilityError
@@ -393,74 +392,3 @@ def _new_producer(conf: dict[str, Any]) -> Producer:
         return Producer(conf)
     except KafkaException as exc:
         raise BrokerError(f"invalid Kafka producer settings: {exc}", retryable=False) from exc
-
-
-def admin(settings: Settings) -> AdminClient:
-    """Return an admin client (no network until first used)."""
-    try:
-        return AdminClient(settings.client_config())
-    except KafkaException as exc:
-        raise BrokerError(f"invalid Kafka settings: {exc}", retryable=False) from exc
-
-
-def reachable_partitions(settings: Settings, topic: str) -> list[int]:
-    """:func:`topic_partitions`, waiting up to ``settings.startup_wait_s`` for the broker.
-
-    A daemon started while its broker is still coming up (a pod before Kafka, a supervisor
-    restarting both) waits, bounded, instead of exiting; a missing topic fails at once.
-    """
-    deadline = time.monotonic() + settings.startup_wait_s
-    while True:
-        try:
-            return topic_partitions(settings, topic)
-        except BrokerError as exc:
-            if not exc.retryable or time.monotonic() >= deadline:
-                raise
-            time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
-
-
-def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> list[int]:
-    """Return the partitions of a topic; raise BrokerError if unreachable or unknown."""
-    try:
-        # A metadata request naming the topic would auto-create it on some brokers (Tansu
-        # does): list every topic instead, so an unknown topic is reported, not created.
-        meta = admin(settings).list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    info = meta.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        where = settings.bootstrap
-        raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
-    return sorted(info.partitions)
-
-
-def ensure_topics(
-    settings: Settings,
-    topics: list[str],
-    partitions: int = 3,
-    timeout: float = 10.0,
-    configs: dict[str, dict[str, str]] | None = None,
-) -> None:
-    """Create the topics that do not exist yet (idempotent), replicated as the cluster's
-    ``default.replication.factor`` says (a fixed factor of 1 would leave the log on one
-    broker of a cluster, where ``acks=all`` means only that broker).
-
-    ``configs`` gives a created topic its settings (see :mod:`stepledger.topics`); an
-    existing topic keeps its own."""
-    client = admin(settings)
-    try:
-        existing = set(client.list_topics(timeout=timeout).topics)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    given = configs or {}
-    missing = [
-        NewTopic(t, partitions, config=given.get(t, {})) for t in topics if t not in existing
-    ]
-    if not missing:
-        return
-    for topic, future in client.create_topics(missing, operation_timeout=timeout).items():
-        try:
-            future.result(timeout)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"cannot create topic {topic!r}: {exc}") from None

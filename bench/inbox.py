@@ -28,8 +28,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message
-
 from bench.common import Row, cli, fixed_clock, median, percentile
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
@@ -38,6 +36,7 @@ from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.humanqueue.queue import QueueFilter, read_page
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.snapshot import connect_read_only, snapshot_path
 from stepledger.projector.store import ProjectionStore
@@ -84,7 +83,7 @@ def build_projection(path: Path, cases: int) -> int:
         key = event.workflow_id.encode()
         p = zlib.crc32(key) % PARTITIONS
         value = codec.encode(event)
-        messages.append(Message(topic="log", partition=p, offset=offsets[p], key=key, value=value))
+        messages.append(Consumed("log", p, offsets[p], key, value))
         offsets[p] += 1
     with ProjectionStore(path) as store:
         projector = Projector(store, codec, MemoryRecordLetters())

@@ -21,11 +21,11 @@ from typing import Any
 import duckdb
 import fastavro
 import pyarrow as pa
-from confluent_kafka import Message
 
 from bench.projector import _RAW_COLUMNS, workload
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.store import CHECKPOINT_THRESHOLD, DEFAULT_MEMORY_LIMIT, ProjectionStore
 
@@ -33,17 +33,17 @@ N = 30_000
 _ENVELOPE = ("event_id", "workflow_id", "step_id", "fleet_id", "producer_id", "occurred_at")
 
 
-def _messages() -> list[Message]:
+def _messages() -> list[Consumed]:
     offsets = [0, 0, 0]
     out = []
     for key, value in workload(N):
         p = zlib.crc32(key) % 3
-        out.append(Message(topic="t", partition=p, offset=offsets[p], key=key, value=value))
+        out.append(Consumed("t", p, offsets[p], key, value))
         offsets[p] += 1
     return out
 
 
-def _raw(msgs: list[Message], db: Path, schema: Any) -> float:
+def _raw(msgs: list[Consumed], db: Path, schema: Any) -> float:
     con = duckdb.connect(str(db), config={"memory_limit": DEFAULT_MEMORY_LIMIT})
     con.execute(f"SET checkpoint_threshold = '{CHECKPOINT_THRESHOLD}'")
     con.execute(
@@ -55,16 +55,16 @@ def _raw(msgs: list[Message], db: Path, schema: Any) -> float:
     for i in range(0, N, 10_000):
         cols: dict[str, list[Any]] = {k: [] for k in _RAW_COLUMNS}
         for msg in msgs[i : i + 10_000]:
-            value = msg.value() or b""
+            value = msg.value or b""
             r: Any = fastavro.schemaless_reader(
                 io.BytesIO(value[10:]), schema, None, return_record_name=True
             )
             for name in _ENVELOPE:
                 cols[name].append(r[name])
             cols["type"].append(r["body"][0])
-            cols["topic"].append(msg.topic())
-            cols["partition"].append(msg.partition())
-            cols["log_offset"].append(msg.offset())
+            cols["topic"].append(msg.topic)
+            cols["partition"].append(msg.partition)
+            cols["log_offset"].append(msg.offset)
             cols["value"].append(value)
         con.register("batch", pa.table(cols))
         con.execute("INSERT INTO events SELECT * FROM batch")
@@ -74,7 +74,7 @@ def _raw(msgs: list[Message], db: Path, schema: Any) -> float:
     return spent
 
 
-def _projector(batches: list[list[Message]], db: Path, codec: Codec) -> tuple[float, float]:
+def _projector(batches: list[list[Consumed]], db: Path, codec: Codec) -> tuple[float, float]:
     prepare = commit = 0.0
     with ProjectionStore(db) as store:
         projector = Projector(store, codec, MemoryRecordLetters())
@@ -92,11 +92,11 @@ def _projector(batches: list[list[Message]], db: Path, codec: Codec) -> tuple[fl
 def main() -> None:
     """Print CPU µs per event: raw, projector prepare, projector commit."""
     msgs = _messages()
-    batches: list[list[Message]] = []
+    batches: list[list[Consumed]] = []
     for i in range(0, N, 10_000):
-        by_partition: dict[int, list[Message]] = {}
+        by_partition: dict[int, list[Consumed]] = {}
         for m in msgs[i : i + 10_000]:
-            by_partition.setdefault(int(m.partition() or 0), []).append(m)
+            by_partition.setdefault(m.partition, []).append(m)
         batches.extend(by_partition.values())
     codec = Codec()
     gc.collect()

@@ -10,9 +10,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message
-
 from stepledger.config import Settings
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.snapshot import latest_snapshot
 from tests.fuzz_events import EventFuzzer, encode_unchecked
@@ -81,9 +80,7 @@ def test_fuzzed_log_keeps_projector_and_tail_alive_and_live_equals_rebuild(
 def test_fuzzed_events_project_the_same_whatever_the_batches(tmp_path: Path) -> None:
     fuzzer = EventFuzzer(SEED + 1, workflows=5, huge=0.0)
     messages = [
-        Message(
-            topic="log", partition=0, offset=i, key=b"k", value=encode_unchecked(r, fuzzer.codec)
-        )
+        Consumed("log", 0, i, b"k", encode_unchecked(r, fuzzer.codec))
         for i, r in enumerate(fuzzer.records(COUNT // 2))
     ]
     one = tmp_path / "one.duckdb"

@@ -8,11 +8,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Message
-
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.domain import events as ev
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.schema import TABLES
 from stepledger.projector.store import ProjectionStore
@@ -22,7 +21,7 @@ CODEC = Codec()
 
 def to_messages(
     events: Sequence[ev.Event], *, topic: str = "log", partitions: int = 3
-) -> list[Message]:
+) -> list[Consumed]:
     """Encode events into records keyed by workflow, partitioned like a producer would."""
     offsets = [0] * partitions
     out = []
@@ -35,19 +34,12 @@ def to_messages(
 
 def record(
     topic: str, partition: int, offset: int, value: bytes | None, key: bytes = b"k"
-) -> Message:
-    """One consumed record, as confluent-kafka hands it over."""
-    return Message(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=key,
-        value=value,
-        headers=[("ce_type", b"x")],
-    )
+) -> Consumed:
+    """One consumed record, as the Kafka package hands it over."""
+    return Consumed(topic, partition, offset, key, value, [("ce_type", b"x")])
 
 
-def batches(messages: list[Message], rng: random.Random, largest: int) -> Iterator[list[Message]]:
+def batches(messages: list[Consumed], rng: random.Random, largest: int) -> Iterator[list[Consumed]]:
     """The messages in consecutive batches of random sizes."""
     i = 0
     while i < len(messages):
@@ -58,7 +50,7 @@ def batches(messages: list[Message], rng: random.Random, largest: int) -> Iterat
 
 def project(
     path: Path,
-    messages: list[Message],
+    messages: list[Consumed],
     *,
     seed: int = 0,
     largest_batch: int = 50,

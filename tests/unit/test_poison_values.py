@@ -82,7 +82,7 @@ def test_an_event_whose_rows_cannot_be_staged_is_dead_lettered_and_the_rest_proj
     # A foreign producer's value whose attempt only fastavro would write.
     raw = encode_unchecked(with_body(good_after[0], attempt=2**31))
     messages.insert(2, record("log", 0, 99, raw))
-    messages[3:] = [record("log", 0, 100 + i, m.value()) for i, m in enumerate(messages[3:])]
+    messages[3:] = [record("log", 0, 100 + i, m.value) for i, m in enumerate(messages[3:])]
     letters = MemoryRecordLetters()
     db = tmp_path / f"p{largest}.duckdb"
     with ProjectionStore(db) as store:
@@ -98,6 +98,6 @@ def test_an_event_whose_rows_cannot_be_staged_is_dead_lettered_and_the_rest_proj
     tables = table_contents(db)
     assert len(tables["events"]) == 4  # both good events and the two valid "big" ones
     assert {row[0] for row in tables["workflows"]} == {"ok", "big"}
-    last = messages[-1].offset()
+    last = messages[-1].offset
     assert last is not None
     assert [r[-1] for r in tables["offsets"]] == [last + 1]

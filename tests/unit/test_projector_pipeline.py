@@ -104,5 +104,5 @@ def test_a_failed_commit_surfaces_at_the_next_drain_and_nothing_half_written_rem
         assert len(pipeline.projector.cache) == 0, "fold states ahead of the store are dropped"
         pipeline.stop()
     assert query_one(db, "SELECT sum(next_offset) FROM offsets") == [(10,)]
-    first = {CODEC.decode(m.value()).event_id for m in messages[:10]}
+    first = {CODEC.decode(m.value).event_id for m in messages[:10]}
     assert query_one(db, "SELECT count(*) FROM events") == [(len(first),)]

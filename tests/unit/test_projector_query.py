@@ -153,7 +153,7 @@ def test_a_workflow_is_read_back_from_a_snapshot_with_its_offsets(tmp_path: Path
     assert events == expected
     ends: dict[tuple[str, int], int] = {}
     for m in messages:
-        ends[(str(m.topic()), int(m.partition() or 0))] = int(m.offset() or 0) + 1
+        ends[(m.topic, m.partition)] = m.offset + 1
     assert offsets == ends
 
 

@@ -209,7 +209,7 @@ def test_a_revoked_shard_is_released_even_when_committing_another_shard_failed(
     for where in (kept, broken):
         pipeline = shards.pipeline(where)
         assert pipeline is not None
-        mine = [m for m in messages if (m.topic(), m.partition()) == where]
+        mine = [m for m in messages if (m.topic, m.partition) == where]
         pipeline.feed(mine[:3])
         pipeline.feed(mine[3:6])  # the broken shard's second write fails in its writer
     options = ProjectorOptions(db_path=tmp_path / "s", commit_to_kafka=False)

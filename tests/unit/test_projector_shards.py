@@ -6,10 +6,10 @@ import random
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message
 
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.query import run_query, workflow_status
@@ -36,10 +36,10 @@ def make_pipeline(store: ProjectionStore) -> Pipeline:
     return Pipeline(Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=8))
 
 
-def feed(shards: ShardDir, messages: list[Message]) -> None:
+def feed(shards: ShardDir, messages: list[Consumed]) -> None:
     for batch in batches(messages, random.Random(5), 30):
         for record in batch:
-            pipeline = shards.pipeline((str(record.topic()), int(record.partition() or 0)))
+            pipeline = shards.pipeline((record.topic, record.partition))
             assert pipeline is not None
             pipeline.feed([record])
 
@@ -105,8 +105,8 @@ def test_readers_open_the_union_and_resume_reads_only_its_own_partitions_shard(
     with pytest.raises(ReadOnlyQueryError):
         run_query(source, "SELECT * FROM read_csv('/etc/hostname')")
     record = messages[0]
-    workflow_id = (record.key() or b"").decode()
-    where = (str(record.topic()), int(record.partition() or 0))
+    workflow_id = (record.key or b"").decode()
+    where = (record.topic, record.partition)
     assert workflow_status(source, workflow_id).workflow["workflow_id"] == workflow_id
     events, offsets, read = workflow_events_from_shards(
         tmp_path / "shards", [where], workflow_id, CODEC

@@ -19,6 +19,7 @@ import pytest
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Found, NotFound, Tool
+from stepledger.kafka.consumer import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import SqliteCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
@@ -29,26 +30,9 @@ from tests.fuzz_events import EventFuzzer
 LATE = datetime(9000, 1, 1, tzinfo=UTC)  # everything ordinary is due by then
 
 
-class FakeMessage:
-    """The parts of a confluent Message the daemon reads."""
-
-    def __init__(self, value: bytes | None, partition: int, offset: int) -> None:
-        self._value, self._partition, self._offset = value, partition, offset
-
-    def error(self) -> None:
-        return None
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
+def _record(value: bytes | None, partition: int, offset: int) -> Consumed:
+    """A record as the daemon is handed it (no broker stamp)."""
+    return Consumed("t", partition, offset, None, value)
 
 
 def fuzz_tools(seed: int) -> ToolRegistry:
@@ -100,7 +84,7 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     first.fence.assigned({0})
     fuzzer = EventFuzzer(seed, workflows=6, steps=3, past_range=0.05)
     for offset, value in enumerate(fuzzer.values(1500)):
-        first._handle(FakeMessage(value, 0, offset))  # type: ignore[arg-type]
+        first._handle(_record(value, 0, offset))
         if offset % 100 == 99:
             first.fence.polled()
             first._dispatch()

@@ -12,6 +12,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.times import LATEST
+from stepledger.kafka.consumer import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import (
     CheckpointBatch,
@@ -55,26 +56,9 @@ class _Consumer:
         """Nothing to do."""
 
 
-class _Message:
-    """The parts of a confluent Message the daemon reads."""
-
-    def __init__(self, value: bytes, partition: int, offset: int) -> None:
-        self._value, self._partition, self._offset = value, partition, offset
-
-    def error(self) -> None:
-        return None
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes:
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, 0)
+def _record(value: bytes | None, partition: int, offset: int) -> Consumed:
+    """A record as the daemon is handed it (no broker stamp)."""
+    return Consumed("t", partition, offset, None, value)
 
 
 def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
@@ -124,17 +108,17 @@ def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_check
     paused._on_assign([TopicPartition("log", 0)])
     values = _intents(6)
     for offset, value in enumerate(values[:2]):
-        paused._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+        paused._handle(_record(value, 0, offset))
     paused.checkpoint()
     assert store.positions[("log", 0)] == 2
     # Paused past its session: it read more but never checkpointed it; the partition moved.
     for offset, value in enumerate(values[2:4], start=2):
-        paused._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+        paused._handle(_record(value, 0, offset))
     owner = _daemon(tmp_path, store)
     owner._on_assign([TopicPartition("log", 0)])
     for offset, value in enumerate(values, start=0):
         if offset >= 2:
-            owner._handle(_Message(value, 0, offset))  # type: ignore[arg-type]
+            owner._handle(_record(value, 0, offset))
     owner.checkpoint()
     assert store.positions[("log", 0)] == 6
     tracked = set(store.steps[("log", 0)])
@@ -157,7 +141,7 @@ def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_ove
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store)
     first._on_assign([TopicPartition("log", 0)])
-    first._handle(_Message(value, 0, 0))  # type: ignore[arg-type]
+    first._handle(_record(value, 0, 0))
     first.checkpoint()
     owner = _daemon(tmp_path, store)
     owner._on_assign([TopicPartition("log", 0)])  # raised OverflowError before

@@ -129,11 +129,42 @@ class Membership:
         return session / 1000, beat / 1000
 
 
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """One record as it was read, not decoded: where it sits, its bytes, headers and stamp.
+
+    The library's own record type: what reads a topic above this package (the projector's
+    engine, the recovery daemon, a rebuild) is handed these, never the client's messages.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+    timestamp: tuple[int, int] = (0, -1)
+    """The client's ``(type, milliseconds)``: type 2 is the broker's LogAppendTime."""
+
+
+def consumed(msg: Message) -> Consumed:
+    """The library's record for one message the client returned (with no error)."""
+    return Consumed(
+        str(msg.topic()),
+        int(msg.partition() or 0),
+        int(msg.offset() or 0),
+        msg.key(),
+        msg.value(),
+        message_headers(msg) if msg.headers() else [],
+        msg.timestamp(),
+    )
+
+
 @dataclass
 class Polled:
     """What one poll of the group returned: records, and partitions that reached their end."""
 
-    records: list[Message]
+    records: list[Consumed]
     at_end: list[Where]
     answered: bool
     """The broker answered something (records, ends or errors): it is reachable."""
@@ -241,12 +272,12 @@ class GroupConsumer:
     def poll(self, size: int, timeout: float) -> Polled:
         """Up to ``size`` records; raise BrokerError on an error that must stop the member."""
         messages = self.client.consume(size, timeout)
-        records: list[Message] = []
+        records: list[Consumed] = []
         at_end: list[Where] = []
         for msg in messages:
             err = msg.error()
             if err is None:
-                records.append(msg)
+                records.append(consumed(msg))
             elif err.code() == KafkaError._PARTITION_EOF:
                 at_end.append((str(msg.topic()), int(msg.partition() or 0)))
             else:

@@ -21,9 +21,9 @@ from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
 from stepledger.gaps import Gap, LogStart
 from stepledger.kafka import ensure_topics, reachable_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING, Message
+from stepledger.kafka.client import OFFSET_BEGINNING
 from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership
+from stepledger.kafka.consumer import Consumed, GroupConsumer, GroupProtocol, Membership
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
@@ -331,11 +331,10 @@ def _step(loop: _Loop) -> None:
         loop.last_lag = now
 
 
-def _by_partition(records: list[Message]) -> dict[Where, list[Message]]:
-    batches: dict[Where, list[Message]] = {}
+def _by_partition(records: list[Consumed]) -> dict[Where, list[Consumed]]:
+    batches: dict[Where, list[Consumed]] = {}
     for record in records:
-        where = (str(record.topic()), int(record.partition() or 0))
-        batches.setdefault(where, []).append(record)
+        batches.setdefault((record.topic, record.partition), []).append(record)
     return batches
 
 

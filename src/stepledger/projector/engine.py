@@ -28,8 +28,7 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import Position
-from stepledger.kafka.client import Message
-from stepledger.kafka.consumer import message_headers
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.fold import BatchFold, WorkflowCache
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
@@ -120,7 +119,7 @@ class Projector:
         self._folded = dict(self.committed)
         return dict(self.committed)
 
-    def process(self, records: Sequence[Message]) -> BatchReport:
+    def process(self, records: Sequence[Consumed]) -> BatchReport:
         """Project one batch: dead letters acknowledged first, then rows and offsets committed."""
         batch = self.prepare(records)
         try:
@@ -136,7 +135,7 @@ class Projector:
         self.cache.clear()
 
     def prepare(
-        self, records: Sequence[Message], settle: Callable[[], None] = _nothing
+        self, records: Sequence[Consumed], settle: Callable[[], None] = _nothing
     ) -> PreparedBatch:
         """Skip what is projected, decode, fold, and make the dead letters durable.
 
@@ -168,7 +167,7 @@ class Projector:
         )
 
     def _isolate(
-        self, decoded: list[Decoded], records: dict[Coordinates, Message]
+        self, decoded: list[Decoded], records: dict[Coordinates, Consumed]
     ) -> tuple[list[Decoded], list[DeadLetter]]:
         """Split a batch into the events whose rows stage and dead letters for the others.
 
@@ -205,15 +204,15 @@ class Projector:
                 projection.apply(event)
 
     def _fresh(
-        self, records: Sequence[Message], report: BatchReport
-    ) -> tuple[list[tuple[Message, Coordinates]], Offsets]:
+        self, records: Sequence[Consumed], report: BatchReport
+    ) -> tuple[list[tuple[Consumed, Coordinates]], Offsets]:
         """The records not projected yet, and the next offset each partition reaches."""
         reached: Offsets = {}
-        fresh: list[tuple[Message, Coordinates]] = []
+        fresh: list[tuple[Consumed, Coordinates]] = []
         folded = self._folded
         for record in records:
-            where = (str(record.topic()), int(record.partition() or 0))
-            offset = int(record.offset() or 0)
+            where = (record.topic, record.partition)
+            offset = record.offset
             if offset < folded.get(where, 0) or offset < reached.get(where, 0):
                 report.skipped += 1
                 continue
@@ -222,13 +221,13 @@ class Projector:
         return fresh, reached
 
     def _decode(
-        self, fresh: list[tuple[Message, Coordinates]]
+        self, fresh: list[tuple[Consumed, Coordinates]]
     ) -> tuple[list[tuple[Event, Coordinates, bytes]], list[DeadLetter]]:
         decoded: list[tuple[Event, Coordinates, bytes]] = []
         letters: list[DeadLetter] = []
         decode = self.codec.decode
         for record, at in fresh:
-            value = record.value()
+            value = record.value
             try:
                 decoded.append((decode(value), at, value or b""))
             except StepLedgerError as exc:
@@ -275,11 +274,9 @@ class Projector:
             if not projection.is_duplicate(event):
                 projection.apply(event)
 
-    def _letter(self, record: Message, stage: str, error: str) -> DeadLetter:
-        origin = Position(
-            str(record.topic()), int(record.partition() or 0), int(record.offset() or 0)
-        )
-        headers = message_headers(record)
+    def _letter(self, record: Consumed, stage: str, error: str) -> DeadLetter:
+        origin = Position(record.topic, record.partition, record.offset)
+        headers = record.headers
         logger.warning(
             "dead-lettering %s:%d@%d (%s): %s",
             origin.topic,
@@ -289,7 +286,7 @@ class Projector:
             error,
             extra={"stage": stage, "topic": origin.topic, "offset": origin.offset},
         )
-        return DeadLetter(record.key(), record.value(), headers, origin, stage, error, self.group)
+        return DeadLetter(record.key, record.value, headers, origin, stage, error, self.group)
 
 
 def _summarise(

@@ -17,7 +17,7 @@ from stepledger.checkpoints.record import PROGRESS_KEY
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.config import Settings
 from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.kafka.client import Message
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 from stepledger.topics import topic_exists
@@ -53,8 +53,7 @@ def restore_from_checkpoints(settings: Settings, pipeline: Pipeline, gap: Gap) -
         if gap.expected_offset <= offset < gap.log_start
     )
     records = [
-        Message(topic=gap.topic, partition=gap.partition, offset=offset, key=key, value=value)
-        for offset, key, value in found
+        Consumed(gap.topic, gap.partition, offset, key, value) for offset, key, value in found
     ]
     for start in range(0, len(records), _FEED):
         pipeline.feed(records[start : start + _FEED])

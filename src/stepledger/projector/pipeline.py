@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from stepledger.kafka.client import Message
+from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
 from stepledger.projector.snapshot import publish_snapshot
 
@@ -44,7 +44,7 @@ class Pipeline:
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="stepledger-writer")
         self._tasks: deque[_Commit | _Snapshot] = deque()
 
-    def feed(self, records: Sequence[Message]) -> None:
+    def feed(self, records: Sequence[Consumed]) -> None:
         """Prepare a batch here, then hand it to the writer once the previous one committed."""
         logger.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()

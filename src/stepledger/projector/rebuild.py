@@ -20,9 +20,9 @@ from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLette
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import topic_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message
+from stepledger.kafka.client import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
 from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import assigned_consumer
+from stepledger.kafka.consumer import Consumed, assigned_consumer, consumed
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
@@ -202,17 +202,17 @@ def _read_routed(
 
 
 def _routed(
-    records: list[Message], route: Mapping[Where, Pipeline]
-) -> list[tuple[Pipeline, list[Message]]]:
+    records: list[Consumed], route: Mapping[Where, Pipeline]
+) -> list[tuple[Pipeline, list[Consumed]]]:
     """The records grouped by the pipeline of their partition, in log order within each."""
-    grouped: dict[int, tuple[Pipeline, list[Message]]] = {}
-    for msg in records:
-        pipeline = route[(str(msg.topic()), int(msg.partition() or 0))]
-        grouped.setdefault(id(pipeline), (pipeline, []))[1].append(msg)
+    grouped: dict[int, tuple[Pipeline, list[Consumed]]] = {}
+    for record in records:
+        pipeline = route[(record.topic, record.partition)]
+        grouped.setdefault(id(pipeline), (pipeline, []))[1].append(record)
     return list(grouped.values())
 
 
-def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Message]:
+def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Consumed]:
     """Up to size records; partitions that reported their end are noted in at_end."""
     records = []
     for msg in consumer.consume(size, 0.5):
@@ -220,7 +220,7 @@ def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Messa
         where = (str(msg.topic()), int(msg.partition() or 0))
         if err is None:
             at_end.discard(where)
-            records.append(msg)
+            records.append(consumed(msg))
         elif err.code() == KafkaError._PARTITION_EOF:
             at_end.add(where)
         elif err.fatal():

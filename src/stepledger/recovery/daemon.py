@@ -44,8 +44,8 @@ from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import admin, reachable_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING, Message, TopicPartition
-from stepledger.kafka.consumer import GroupConsumer, Polled
+from stepledger.kafka.client import OFFSET_BEGINNING, TopicPartition
+from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
@@ -199,11 +199,10 @@ class RecoveryDaemon:
             wait = min(wait, max(0.001, (upcoming - self.clock()).total_seconds()))
         return wait
 
-    def _handle(self, msg: Message) -> None:
-        partition = int(msg.partition() or 0)
-        offset = int(msg.offset() or 0)
+    def _handle(self, msg: Consumed) -> None:
+        partition, offset = msg.partition, msg.offset
         try:
-            event = self.codec.decode(msg.value())
+            event = self.codec.decode(msg.value)
         except StepLedgerError as exc:
             # Bad input is the projector's to dead-letter; recovery only moves past it.
             logger.warning(
@@ -360,9 +359,9 @@ class RecoveryDaemon:
             },
         )
 
-    def _anchor(self, event: ev.Event, msg: Message) -> None:
+    def _anchor(self, event: ev.Event, msg: Consumed) -> None:
         """Re-anchor a tracked intent's deadline on this daemon's clock (one clock)."""
-        now, timestamp = self.clock(), msg.timestamp()
+        now, timestamp = self.clock(), msg.timestamp
         self.deadlines.observe(timestamp, now)
         if not isinstance(event.body, ev.StepIntended) or event.step_id is None:
             return

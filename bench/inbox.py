@@ -35,7 +35,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
-from stepledger.humanqueue.queue import QueueFilter, read_page
+from stepledger.humanqueue.queue import QueueFilter, QueueSource
 from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.snapshot import connect_read_only, snapshot_path
@@ -165,7 +165,11 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         built_s = time.perf_counter() - began
         # What the projector publishes between batches: the inbox reads this copy.
         shutil.copyfile(db, snapshot_path(db))
-        page = read_page(db, QueueFilter())
+        source = QueueSource(db)
+        try:
+            page = source.page(QueueFilter())
+        finally:
+            source.close()
         assert page.total == cases, (page.total, cases)
         proc, base = _start_inbox(db)
         try:

@@ -76,6 +76,15 @@ class Inbox:
         return [e for e in self.log.events if isinstance(e.body, kinds)]
 
 
+def read_page(db: Path, wanted: q.QueueFilter, page_size: int = q.PAGE_SIZE) -> q.QueuePage:
+    """One page from a source opened for it alone."""
+    source = q.QueueSource(db, page_size)
+    try:
+        return source.page(wanted)
+    finally:
+        source.close()
+
+
 def everything() -> list[ev.Event]:
     old, new = h.factory("fleet-a", hours_ago=3), h.factory("fleet-b", hours_ago=0.01)
     return [
@@ -98,7 +107,7 @@ def form(case_html: str, **fields: str) -> dict[str, str]:
 
 
 def test_queue_lists_every_open_case_with_filters_counts_and_order(inbox: Inbox) -> None:
-    page = q.read_page(inbox.db, q.QueueFilter())
+    page = read_page(inbox.db, q.QueueFilter())
     assert page.total == 4 and page.matching == 4
     assert page.by_kind == {"approval": 1, "escalation": 3}
     assert page.by_fleet == {"fleet-a": 2, "fleet-b": 2}
@@ -106,18 +115,18 @@ def test_queue_lists_every_open_case_with_filters_counts_and_order(inbox: Inbox)
         ["trip-old", "trip-dead"],
         ["trip-dead", "trip-old"],
     )
-    oldest = q.read_page(inbox.db, q.QueueFilter(order=q.Order.OLDEST))
+    oldest = read_page(inbox.db, q.QueueFilter(order=q.Order.OLDEST))
     assert oldest.rows[0].workflow_id in ("trip-old", "trip-dead")
-    assert [r.tool for r in q.read_page(inbox.db, q.QueueFilter(tool="send_wire")).rows] == [
+    assert [r.tool for r in read_page(inbox.db, q.QueueFilter(tool="send_wire")).rows] == [
         "send_wire",
         "send_wire",
     ]
-    aged = q.read_page(inbox.db, q.QueueFilter(older_than=q.parse_age("1h")))
+    aged = read_page(inbox.db, q.QueueFilter(older_than=q.parse_age("1h")))
     assert {r.workflow_id for r in aged.rows} == {"trip-old", "trip-dead"}
     assert aged.total == 4 and aged.matching == 2
-    only = q.read_page(inbox.db, q.QueueFilter(workflow="approve", kind=q.KindFilter.APPROVAL))
+    only = read_page(inbox.db, q.QueueFilter(workflow="approve", kind=q.KindFilter.APPROVAL))
     assert [(r.kind, r.step_id) for r in only.rows] == [("approval", "wire")]
-    paged = q.read_page(inbox.db, q.QueueFilter(page=2), page_size=3)
+    paged = read_page(inbox.db, q.QueueFilter(page=2), page_size=3)
     assert (paged.page, paged.pages, len(paged.rows)) == (2, 2, 1)
     html = inbox.client().get("/?fleet=fleet-b").text
     assert "pay-new" in html and "trip-old" not in html

@@ -143,15 +143,6 @@ def snapshot_version(db_path: str | Path) -> str:
     return f"{info.st_ino:x}-{info.st_mtime_ns:x}-{info.st_size:x}"
 
 
-def read_page(db_path: str | Path, wanted: QueueFilter, page_size: int = PAGE_SIZE) -> QueuePage:
-    """One page of open cases from the newest snapshot, with totals and per-facet counts."""
-    source = QueueSource(db_path, page_size)
-    try:
-        return source.page(wanted)
-    finally:
-        source.close()
-
-
 class QueueSource:
     """Reads the queue from the newest snapshot, one connection per published snapshot.
 

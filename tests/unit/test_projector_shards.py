@@ -141,7 +141,7 @@ def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path
 
 def test_several_directories_read_each_partitions_freshest_shard(tmp_path: Path) -> None:
     """No shared volume: a member that lost partitions leaves stale shards behind."""
-    messages = to_messages(random_log(seed=23, workflows=30), partitions=PARTITIONS)
+    messages = to_messages(random_log(seed=23, workflows=12), partitions=PARTITIONS)
     single = tmp_path / "one.duckdb"
     with ProjectionStore(single) as store:
         Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=8).process(messages)

@@ -15,6 +15,7 @@ stale shard behind that the union must not read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def test_members_with_separate_directories_killed_stopped_and_added_equal_a_rebu
 
     work = tmp_path / "work"
     assert not (work / "shards").exists() and not (work / "recovery-shared").exists()
+    written = re.search(r"(\d+) checkpoints written", (work / "checkpointer.log").read_text())
+    assert written and int(written[1]) > 0, "the checkpointer wrote nothing"
     members = sorted(p for p in work.glob("projector-*") if p.is_dir())
     assert [m.name for m in members] == ["projector-0", "projector-1", "projector-2"]
     # A partition moved to a member whose directory never had its shard: it was replayed

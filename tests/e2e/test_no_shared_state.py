@@ -61,7 +61,9 @@ def test_members_with_separate_directories_killed_stopped_and_added_equal_a_rebu
     written = re.search(r"(\d+) checkpoints written", (work / "checkpointer.log").read_text())
     assert written and int(written[1]) > 0, "the checkpointer wrote nothing"
     members = sorted(p for p in work.glob("projector-*") if p.is_dir())
-    assert [m.name for m in members] == ["projector-0", "projector-1", "projector-2"]
+    # One directory per member (the added one has none if it ended before it started up).
+    names = {m.name for m in members}
+    assert {"projector-0", "projector-1"} <= names <= {f"projector-{n}" for n in range(3)}
     # A partition moved to a member whose directory never had its shard: it was replayed
     # from offset 0 there (a shared volume would have handed over the shard instead).
     by_member = report["projector_replays_by_member"]

@@ -11,6 +11,12 @@ whichever projector of the group owns the partition and each with its own snapsh
 Readers see the directory as one database: :func:`connect_union` attaches every shard's
 snapshot read-only and defines each table as the ``UNION ALL`` of the shards' (a partition's
 rows live in its shard alone, so the union is exact), and each view over the union.
+
+Without a shared volume each projector keeps its shards in a directory of its own, and a
+member that lost a partition leaves a stale shard behind.  :func:`connect_union` given
+several directories takes, for each partition, the snapshot whose stored offset is the
+furthest: every shard is an exactly-once projection of its partition up to its offset, so
+the furthest one holds everything the others do.
 """
 
 from __future__ import annotations
@@ -75,15 +81,54 @@ def shard_snapshots(directory: str | Path) -> dict[tuple[str, int], Path]:
     return found
 
 
-def connect_union(directory: str | Path) -> duckdb.DuckDBPyConnection:
+def freshest_shard_snapshots(*directories: str | Path) -> dict[tuple[str, int], Path]:
+    """Each partition's snapshot with the furthest stored offset across shard directories.
+
+    With one directory this is :func:`shard_snapshots`.  Of two snapshots at the same offset
+    (identical, as exactly-once projections of the same records) the first directory's wins.
+    """
+    candidates: dict[tuple[str, int], list[Path]] = {}
+    for directory in directories:
+        for where, path in shard_snapshots(directory).items():
+            candidates.setdefault(where, []).append(path)
+    chosen: dict[tuple[str, int], Path] = {}
+    for where, paths in candidates.items():
+        if len(paths) == 1:
+            chosen[where] = paths[0]
+            continue
+        offsets = [
+            (snapshot_next_offset(path, where), -rank, path) for rank, path in enumerate(paths)
+        ]
+        chosen[where] = max(offsets)[2]
+    return chosen
+
+
+def snapshot_next_offset(snapshot: Path, where: tuple[str, int]) -> int:
+    """The next offset a shard's snapshot stores for its partition (-1: none yet)."""
+    con = connect_read_only(snapshot)
+    try:
+        row = con.execute(
+            "SELECT max(next_offset) FROM offsets WHERE topic = ? AND partition = ?", list(where)
+        ).fetchone()
+    except duckdb.Error as exc:
+        raise ViewStoreError(f"cannot read {snapshot}: {_first_line(exc)}") from exc
+    finally:
+        con.close()
+    return -1 if row is None or row[0] is None else int(row[0])
+
+
+def connect_union(*directories: str | Path) -> duckdb.DuckDBPyConnection:
     """A read-only, in-memory database whose tables are the union of every shard's snapshot.
 
-    Each snapshot is attached ``READ_ONLY``; file access and configuration are locked
-    before the connection is returned, as in :func:`connect_read_only`.
+    Given several shard directories (one per projector, no shared volume), each partition
+    is read from its freshest snapshot (:func:`freshest_shard_snapshots`).  Each snapshot
+    is attached ``READ_ONLY``; file access and configuration are locked before the
+    connection is returned, as in :func:`connect_read_only`.
     """
-    snapshots = shard_snapshots(directory)
+    snapshots = freshest_shard_snapshots(*directories)
+    where = ", ".join(str(d) for d in directories)
     if not snapshots:
-        raise ViewStoreError(f"no shard snapshot in {directory} yet")
+        raise ViewStoreError(f"no shard snapshot in {where or 'no directory'} yet")
     con = duckdb.connect(":memory:")
     try:
         aliases = _attach(con, list(snapshots.values()))
@@ -92,7 +137,7 @@ def connect_union(directory: str | Path) -> duckdb.DuckDBPyConnection:
         con.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
         con.close()
-        raise ViewStoreError(f"cannot read the shards in {directory}: {_first_line(exc)}") from exc
+        raise ViewStoreError(f"cannot read the shards in {where}: {_first_line(exc)}") from exc
     return con
 
 

@@ -8,6 +8,7 @@ from stepledger.dev.chaos.invariants import (
     daemon_decisions,
     decided_by_one_daemon,
     replayed_from_zero_once,
+    replayed_once_per_member,
 )
 from stepledger.dev.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
 from stepledger.domain import events as ev
@@ -186,6 +187,26 @@ def test_a_partition_replayed_from_zero_twice_or_never_is_flagged() -> None:
         "recovery",
     ]
     assert "partition 2 replayed from offset 0 2 time(s)" in found[0].detail
+
+
+def test_without_a_shared_volume_each_member_replays_a_partition_at_most_once() -> None:
+    members = {"projector-0": {0: 1, 1: 1}, "projector-1": {1: 1, 2: 1}, "projector-2": {}}
+    assert replayed_once_per_member(members, 3) == []
+    found = replayed_once_per_member({"projector-0": {0: 2, 1: 1}}, 3)
+    assert [v.detail for v in found] == [
+        "projector projector-0: partition 0 replayed from offset 0 2 time(s), expected at "
+        "most once",
+        "projector: partition 2 never replayed from offset 0 by any member",
+    ]
+    # In that mode only recovery's replays are counted once per run.
+    evidence = Evidence(
+        events=[],
+        partitions=2,
+        no_shared_state=True,
+        replays_from_zero={"projector": {0: 3, 1: 2}, "recovery": {0: 1, 1: 1}},
+        projector_replays_by_member={"projector-0": {0: 1, 1: 1}, "projector-1": {0: 1, 1: 1}},
+    )
+    assert check_all(evidence) == []
 
 
 def test_a_scaled_plan_kills_stops_and_adds_members_of_both_groups_once() -> None:

@@ -19,6 +19,7 @@ from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import ProjectionStore
 from stepledger.snapshots import (
     connect_union,
+    freshest_shard_snapshots,
     is_shard_dir,
     shard_of,
     shard_path,
@@ -136,3 +137,33 @@ def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path
     with pytest.raises(ViewStoreError, match="stayed locked"):
         stuck.open([("log", 0)])
     assert stuck.pipeline(("log", 0)) is None
+
+
+def test_several_directories_read_each_partitions_freshest_shard(tmp_path: Path) -> None:
+    """No shared volume: a member that lost partitions leaves stale shards behind."""
+    messages = to_messages(random_log(seed=23, workflows=12), partitions=PARTITIONS)
+    single = tmp_path / "one.duckdb"
+    with ProjectionStore(single) as store:
+        Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=8).process(messages)
+    everything = [("log", p) for p in range(PARTITIONS)]
+    # The stale member projected half the log, the fresh one (listed last) all of it.
+    for name, upto in (("stale", len(messages) // 2), ("fresh", len(messages))):
+        shards = ShardDir(tmp_path / name, make_pipeline)
+        shards.open(everything)
+        feed(shards, messages[:upto])
+        shards.shutdown()
+    chosen = freshest_shard_snapshots(tmp_path / "stale", tmp_path / "fresh")
+    assert {path.parent.name for path in chosen.values()} == {"fresh"}
+    con = connect_union(tmp_path / "stale", tmp_path / "fresh")
+    try:
+        union = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+    finally:
+        con.close()
+    assert union == table_contents(single)
+    stale = connect_union(tmp_path / "stale")
+    try:
+        assert stale.execute("SELECT count(*) FROM events").fetchone() != (len(messages),)
+    finally:
+        stale.close()
+    with pytest.raises(ViewStoreError, match="no shard snapshot"):
+        connect_union(tmp_path / "nothing-here")

@@ -36,7 +36,7 @@ from stepledger.errors import ViewStoreError
 from stepledger.kafka import ensure_topics
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.snapshots import connect_union, shard_snapshots
-from stepledger.topics import step_log_config
+from stepledger.topics import checkpoint_topic_config, step_log_config
 
 SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
 TOOLS = "stepledger.dev.examples.tools:registry"
@@ -88,6 +88,11 @@ class StackOptions:
     recovery_state_in_kafka: bool = False
     """Recovery daemons keep their checkpoints on a compacted topic, each with its own
     state directory: nothing shared between them but Kafka."""
+    no_shared_state: bool = False
+    """No volume shared between members: each projector projects into a shard directory of
+    its own (``<workdir>/<name>/``), recovery state lives in Kafka (implies
+    ``recovery_state_in_kafka``), a checkpointer writes the workflow checkpoints, and
+    agents open workflows from Kafka rather than from a projection's snapshot."""
 
     @property
     def scaled(self) -> bool:
@@ -128,6 +133,23 @@ class LocalStack:
             return self.workdir / "shards"
         return self.workdir / "ledger.duckdb"
 
+    def agent_db(self) -> Path | None:
+        """The projection agents open workflows from (None: from Kafka alone)."""
+        return None if self.options.no_shared_state else self.db
+
+    def projections(self) -> list[Path]:
+        """Every place a projector projects into: the one path, or each member's directory.
+
+        Without a shared volume a member that lost a partition leaves a stale shard behind;
+        read them with :func:`stepledger.snapshots.connect_union`, which keeps the freshest.
+        """
+        if not self.options.no_shared_state:
+            return [self.db]
+        return [self._projector_db(p.name) for p in self.daemons("projector")]
+
+    def _projector_db(self, name: str) -> Path:
+        return self.workdir / name if self.options.no_shared_state else self.db
+
     @property
     def shared_state(self) -> Path:
         """The recovery daemons' per-partition checkpoints when there are several."""
@@ -147,16 +169,18 @@ class LocalStack:
                     "topic": f"{prefix}-{suffix}",
                     "dlq_topic": f"{prefix}-dlq-{suffix}",
                     "recovery_state_topic": f"{prefix}-recovery-{suffix}",
+                    "checkpoint_topic": f"{prefix}-checkpoints-{suffix}",
                     "fleet_id": self.options.fleet_id,
                 }
             )
             topics = [self.settings.topic, self.settings.dlq_topic]
             # As `stepledger init` makes them: kept forever, stamped with broker time.
+            configs = {self.settings.topic: step_log_config()}
+            if self.options.no_shared_state:  # as `init --checkpoints` makes it
+                topics.append(self.settings.checkpoint_topic)
+                configs[self.settings.checkpoint_topic] = checkpoint_topic_config()
             ensure_topics(
-                self.settings,
-                topics,
-                partitions=self.options.partitions,
-                configs={self.settings.topic: step_log_config()},
+                self.settings, topics, partitions=self.options.partitions, configs=configs
             )
             self._start_services()
         except BaseException:
@@ -224,13 +248,26 @@ class LocalStack:
             self.add_daemon("projector")
         for _ in range(self.options.recoverers):
             self.add_daemon("recovery")
+        if self.options.no_shared_state:
+            self._start_checkpointer()
+
+    def _start_checkpointer(self) -> None:
+        """The checkpointer of every partition (one process: one writer per partition)."""
+        argv = [
+            *STEPLEDGER,
+            "checkpoint",
+            *("--every", "1", "--log-level", self.options.daemon_log_level),
+        ]
+        proc = Proc("checkpointer", argv, self.child_env(), self.workdir / "checkpointer.log")
+        self.procs["checkpointer"] = proc.start()
+        self._track("checkpointer", proc.process)
 
     def add_daemon(self, role: DaemonRole) -> Proc:
         """Start one more projector or recovery daemon (in the same group as the others)."""
         many = self.options.projectors if role == "projector" else self.options.recoverers
         number = sum(1 for name in self.procs if name.split("-")[0] == role)
         name = f"{role}-{number}" if many > 1 else role
-        argv = self._projector_argv() if role == "projector" else self._recovery_argv(name)
+        argv = self._projector_argv(name) if role == "projector" else self._recovery_argv(name)
         proc = Proc(name, argv, self.child_env(), self.workdir / f"{name}.log").start()
         self.procs[name] = proc
         self._track(role, proc.process)
@@ -240,12 +277,12 @@ class LocalStack:
         """The projectors or the recovery daemons started so far (alive or not)."""
         return [p for name, p in self.procs.items() if name.split("-")[0] == role]
 
-    def _projector_argv(self) -> list[str]:
+    def _projector_argv(self, name: str) -> list[str]:
         return [
             *STEPLEDGER,
             "project",
             "--db",
-            str(self.db),
+            str(self._projector_db(name)),
             "--snapshot-interval",
             f"{self.options.snapshot_interval_s:g}",
             "--session-timeout",
@@ -256,7 +293,7 @@ class LocalStack:
 
     def _recovery_argv(self, name: str) -> list[str]:
         shared = ["--shared-state", str(self.shared_state)] if self.options.recoverers > 1 else []
-        if self.options.recovery_state_in_kafka:
+        if self.options.recovery_state_in_kafka or self.options.no_shared_state:
             shared = ["--state-in-kafka"]
         return [
             *STEPLEDGER,
@@ -286,6 +323,7 @@ class LocalStack:
             "STEPLEDGER_TOPIC": self.settings.topic,
             "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
             "STEPLEDGER_RECOVERY_STATE_TOPIC": self.settings.recovery_state_topic,
+            "STEPLEDGER_CHECKPOINT_TOPIC": self.settings.checkpoint_topic,
             "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
             # A daemon (re)started while the broker restarts waits for it, as a pod would be
             # restarted by its supervisor, instead of leaving the stack without it.
@@ -344,6 +382,10 @@ class LocalStack:
         return None if row is None else int(row[0])
 
     def _open_snapshots(self) -> duckdb.DuckDBPyConnection | None:
+        if self.options.no_shared_state:
+            places = self.projections()
+            found = any(shard_snapshots(p) for p in places)
+            return connect_union(*places) if found else None
         if self.options.projectors > 1:
             return connect_union(self.db) if shard_snapshots(self.db) else None
         snap = latest_snapshot(self.db)

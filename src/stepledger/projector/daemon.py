@@ -269,6 +269,9 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
         pipeline = loop.state.pipeline((gap.topic, gap.partition))
         if pipeline is not None:
             pipeline.projector.reload_offsets()
+        if gap in restored:
+            # Published with the next snapshot even if no record follows (an idle log).
+            loop.dirty.add((gap.topic, gap.partition))
         gapped.add((gap.topic, gap.partition))
     return gapped
 

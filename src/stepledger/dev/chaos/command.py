@@ -81,6 +81,14 @@ import click
     help="Recovery daemons keep their checkpoints on a compacted topic, each with its own "
     "state directory: no shared state between members but Kafka.",
 )
+@click.option(
+    "--no-shared-state",
+    "no_shared_state",
+    is_flag=True,
+    help="No volume shared between members (implies --state-in-kafka): each projector "
+    "projects into a directory of its own, a checkpointer runs, agents open workflows from "
+    "Kafka; the projection checked is each partition's freshest shard.",
+)
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option(
     "--agent-skew",
@@ -102,6 +110,7 @@ def chaos(
     projectors: int,
     recoverers: int,
     state_in_kafka: bool,
+    no_shared_state: bool,
     parallel: int,
     agent_skew: float = 0.0,
     break_mode: str | None = None,
@@ -131,7 +140,8 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
-        recovery_state_in_kafka=state_in_kafka,
+        recovery_state_in_kafka=state_in_kafka or no_shared_state,
+        no_shared_state=no_shared_state,
         agent_skew_s=agent_skew,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
@@ -147,6 +157,8 @@ def chaos(
         click.echo(f"members started: {result.members}")
         click.echo(f"step attempts decided by recovery daemons: {result.decided_by_daemons}")
         click.echo(f"partitions replayed from offset 0 (no state yet): {result.replays_from_zero}")
+    if options.no_shared_state:
+        click.echo(f"replayed from offset 0 by member: {result.projector_replays_by_member}")
     path = report_path or workdir / "chaos-report.json"
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))

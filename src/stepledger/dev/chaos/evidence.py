@@ -92,8 +92,12 @@ def email_workflow(address: str) -> str:
     return address.rsplit("@", 1)[0]
 
 
-def projection_diff(live: Path, rebuilt: Path) -> list[str]:
-    """Every table whose content differs between the live projection and a rebuild."""
+def projection_diff(live: Path | list[Path], rebuilt: Path) -> list[str]:
+    """Every table whose content differs between the live projection and a rebuild.
+
+    ``live`` is one file, one shard directory, or the shard directories of projectors that
+    share no volume (read as the union of each partition's freshest shard).
+    """
     a, b = _tables(live), _tables(rebuilt)
     diffs = []
     for table in TABLES:
@@ -114,6 +118,16 @@ REPLAY_LINES = {
 }
 
 
+def replays_by_member(logs: list[Path], role: str, topic: str) -> dict[str, dict[int, int]]:
+    """Per member (its log's name), how often it replayed each partition from offset 0."""
+    found: dict[str, dict[int, int]] = {}
+    for path in logs:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        counts = Counter(int(p) for t, p in REPLAY_LINES[role].findall(text) if t == topic)
+        found[path.stem] = dict(counts)
+    return found
+
+
 def replays_from_zero(logs: dict[str, list[Path]], topic: str) -> dict[str, dict[int, int]]:
     """Per role, how often each partition of the topic was replayed from offset 0 (from logs)."""
     found: dict[str, dict[int, int]] = {}
@@ -126,9 +140,14 @@ def replays_from_zero(logs: dict[str, list[Path]], topic: str) -> dict[str, dict
     return found
 
 
-def _tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every table's rows; a shard directory is read as the union of its shards' snapshots."""
-    con = connect_union(path) if path.is_dir() else duckdb.connect(str(path), read_only=True)
+def _tables(path: Path | list[Path]) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows; shard directories are read as the union of their shards' snapshots."""
+    if isinstance(path, list):
+        con = connect_union(*path)
+    elif path.is_dir():
+        con = connect_union(path)
+    else:
+        con = duckdb.connect(str(path), read_only=True)
     try:
         return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
     finally:

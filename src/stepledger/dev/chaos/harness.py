@@ -99,6 +99,9 @@ class ChaosOptions:
     """Recovery daemons in one group (more than one: shared per-partition checkpoints)."""
     recovery_state_in_kafka: bool = False
     """Recovery checkpoints on a compacted topic, no shared directory (``--state-in-kafka``)."""
+    no_shared_state: bool = False
+    """No shared volume at all (``--no-shared-state``): a shard directory per projector,
+    recovery state in Kafka, a checkpointer, agents opening workflows from Kafka."""
     agent_skew_s: float = 0.0
     """Seconds the agents' wall clock is moved against the daemons' (one clock for deadlines)."""
 
@@ -129,6 +132,8 @@ class RunResult:
     """Per daemon role, processes started (restarts and additions included)."""
     decided_by_daemons: int = 0
     """Step attempts a recovery daemon decided (an outcome, a compensation, an abandonment)."""
+    projector_replays_by_member: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per projector member, partition -> times it replayed it from offset 0."""
 
 
 class Run:
@@ -281,12 +286,13 @@ class Run:
         journal = self.workdir / f"acks-r{round_no}-b{index}.txt"
         self.acks.append(journal)
         args = [_target(wf, kill) for wf, kill in batch]
+        db = self.stack.agent_db()
+        where = [] if db is None else ["--db", str(db)]
         proc = self.stack.spawn(
             [
                 *AGENT,
                 *args,
-                "--db",
-                str(self.db),
+                *where,
                 "--grace",
                 str(grace),
                 # A hung agent says so (with every thread's stack in agents.log) before the
@@ -375,8 +381,9 @@ class Run:
         shared = self.stack.shared_state
 
         def ready() -> bool:
+            places = self.stack.projections()
             shards = self.options.projectors < 2 or all(
-                shard_path(self.db, topic, p).exists() for p in range(count)
+                any(shard_path(place, topic, p).exists() for place in places) for p in range(count)
             )
             saved = self.options.recoverers < 2 or all(
                 self._checkpointed(shared, topic, p) for p in range(count)
@@ -386,7 +393,7 @@ class Run:
         return wait_until(ready, timeout, interval=0.2)
 
     def _checkpointed(self, shared: Path, topic: str, partition: int) -> bool:
-        if not self.options.recovery_state_in_kafka:
+        if not (self.options.recovery_state_in_kafka or self.options.no_shared_state):
             path = partition_checkpoint_path(shared, RECOVERY_GROUP, topic, partition)
             return gather.checkpointed(path)
         from stepledger.recovery.changelog import KafkaCheckpointStore
@@ -454,7 +461,7 @@ class Run:
             confirmed_bookings=gather.standing_records(
                 self.services["bookings"].state_path, "booking", "idempotency_key", "confirmed"
             ),
-            projection_diff=gather.projection_diff(self.db, rebuilt),
+            projection_diff=gather.projection_diff(self._live(), rebuilt),
             undecodable=bad,
             replays_from_zero=self.replays_from_zero(),
             partitions=self.stack.options.partitions if self.options.scaled else 0,
@@ -463,7 +470,18 @@ class Run:
                 for member in self.stack.daemons("recovery")
                 for pid in member.pids
             ),
+            no_shared_state=self.options.no_shared_state,
+            projector_replays_by_member=self.projector_replays_by_member(),
         )
+
+    def _live(self) -> Path | list[Path]:
+        """The live projection: one path, or every member's own shard directory."""
+        return self.stack.projections() if self.options.no_shared_state else self.db
+
+    def projector_replays_by_member(self) -> dict[str, dict[int, int]]:
+        """Per projector member, how often it replayed each partition from offset 0."""
+        logs = [p.log_path for p in self.stack.daemons("projector")]
+        return gather.replays_by_member(logs, "projector", self.settings.topic)
 
     def replays_from_zero(self) -> dict[str, dict[int, int]]:
         """Per role, how often each partition was replayed from offset 0 (from the logs)."""
@@ -497,7 +515,8 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         partitions=SCALED_PARTITIONS if options.scaled else 3,
         projectors=options.projectors,
         recoverers=options.recoverers,
-        recovery_state_in_kafka=options.recovery_state_in_kafka,
+        recovery_state_in_kafka=options.recovery_state_in_kafka or options.no_shared_state,
+        no_shared_state=options.no_shared_state,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
         return _execute(Run(options, stack), plan, echo)
@@ -550,6 +569,7 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         {k: dict(v) for k, v in found.replays_from_zero.items()},
         {role: sum(p.starts for p in run.stack.daemons(role)) for role in ROLES},
         len(daemon_decisions(found.events, found.recovery_producers)),
+        {k: dict(v) for k, v in found.projector_replays_by_member.items()},
     )
 
 

@@ -55,6 +55,11 @@ class Evidence:
     """Partitions whose replays are checked (0: unchecked, as with one daemon of each kind)."""
     recovery_producers: frozenset[str] = frozenset()
     """The producer ids (``host:pid``) the recovery daemon processes appended under."""
+    no_shared_state: bool = False
+    """Each projector has a directory of its own: a partition is replayed from offset 0 by
+    every member that takes it without a shard of it (once per member, not once per run)."""
+    projector_replays_by_member: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    """Per projector member, partition -> times it replayed it from offset 0."""
 
 
 def workflows_of(events: Iterable[Event]) -> dict[str, WorkflowState]:
@@ -84,7 +89,14 @@ def check_all(evidence: Evidence) -> list[InvariantViolation]:
         InvariantViolation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
     violations += decided_by_one_daemon(evidence.events, evidence.recovery_producers)
-    violations += replayed_from_zero_once(evidence.replays_from_zero, evidence.partitions)
+    if evidence.no_shared_state:
+        replays = evidence.replays_from_zero
+        violations += replayed_from_zero_once(replays, evidence.partitions, ("recovery",))
+        violations += replayed_once_per_member(
+            evidence.projector_replays_by_member, evidence.partitions
+        )
+    else:
+        violations += replayed_from_zero_once(evidence.replays_from_zero, evidence.partitions)
     if evidence.undecodable:
         violations.append(
             InvariantViolation("log_decodes", None, f"{evidence.undecodable} undecodable records")
@@ -338,7 +350,9 @@ def _decides(body: object, *, already: bool) -> bool:
 
 
 def replayed_from_zero_once(
-    replays: Mapping[str, Mapping[int, int]], partitions: int
+    replays: Mapping[str, Mapping[int, int]],
+    partitions: int,
+    roles: tuple[str, ...] = ("projector", "recovery"),
 ) -> list[InvariantViolation]:
     """Each partition is replayed from offset 0 once per daemon kind: only while it has no state.
 
@@ -352,10 +366,41 @@ def replayed_from_zero_once(
             f"{role}: partition {p} replayed from offset 0 {replays.get(role, {}).get(p, 0)} "
             f"time(s), expected once",
         )
-        for role in ("projector", "recovery")
+        for role in roles
         for p in range(partitions)
         if replays.get(role, {}).get(p, 0) != 1
     ]
+
+
+def replayed_once_per_member(
+    by_member: Mapping[str, Mapping[int, int]], partitions: int
+) -> list[InvariantViolation]:
+    """Without a shared volume: each member replays a partition from 0 at most once.
+
+    A member keeps the shard it built in its own directory, so taking the partition again
+    continues from that shard; and every partition was replayed by some member.
+    """
+    found = [
+        InvariantViolation(
+            "replayed_from_zero_only_without_state",
+            None,
+            f"projector {member}: partition {p} replayed from offset 0 {n} time(s), "
+            "expected at most once",
+        )
+        for member, counts in sorted(by_member.items())
+        for p, n in sorted(counts.items())
+        if n > 1
+    ]
+    found += [
+        InvariantViolation(
+            "replayed_from_zero_only_without_state",
+            None,
+            f"projector: partition {p} never replayed from offset 0 by any member",
+        )
+        for p in range(partitions)
+        if not any(counts.get(p, 0) for counts in by_member.values())
+    ]
+    return found
 
 
 def _undo_key(tool: str, key: str) -> str:

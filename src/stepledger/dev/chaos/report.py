@@ -42,6 +42,7 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
         "members": result.members,
         "replays_from_zero": result.replays_from_zero,
         "decided_by_daemons": result.decided_by_daemons,
+        "projector_replays_by_member": result.projector_replays_by_member,
         "crash_points": [{"point": p, "count": n, "violations": v} for p, n, v in rows(result)],
         "violations": [
             {"invariant": v.invariant, "workflow_id": v.workflow_id, "detail": v.detail}
@@ -58,6 +59,8 @@ def _members(options: dict[str, Any]) -> str:
         for name in ("projectors", "recoverers")
         if str(options.get(name, "1")) != "1"
     ]
+    if str(options.get("no_shared_state")) == "True":
+        flags.append(" --no-shared-state")
     return "".join(flags)
 
 

@@ -28,8 +28,8 @@ from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Tool
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.ledger import Ledger
-from stepledger.producer.reader import InMemoryWorkflowReader
 from stepledger.producer.session import ResumeOptions
+from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.resolution.registry import ToolRegistry
 
 __all__ = [

@@ -28,7 +28,7 @@ import pytest
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.kafka import ensure_topics
-from stepledger.producer.reader import KafkaScanReader
+from stepledger.readers.workflows import KafkaScanReader
 from tests.e2e.recovery_helpers import append_events
 from tests.integration import inbox_helpers as h
 from tests.integration.projector_helpers import snapshot_count, spawn_projector, wait_for

@@ -21,7 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.snapshots import freshest_shard_snapshots, shard_snapshots, snapshot_next_offset
+from stepledger.readers.snapshots import (
+    freshest_shard_snapshots,
+    shard_snapshots,
+    snapshot_next_offset,
+)
 from tests.e2e.test_chaos import external, run_chaos
 
 __all__ = ["external"]

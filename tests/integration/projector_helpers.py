@@ -23,7 +23,7 @@ from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport
 from stepledger.projector.snapshot import connect_read_only, latest_snapshot
-from stepledger.snapshots import connect_union, shard_snapshots
+from stepledger.readers.snapshots import connect_union, shard_snapshots
 
 STEPLEDGER = [sys.executable, "-m", "stepledger"]
 CODEC = Codec()

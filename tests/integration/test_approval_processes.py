@@ -20,7 +20,7 @@ from typing import Any
 from stepledger.cli._identity import os_user
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.producer.reader import KafkaScanReader
+from stepledger.readers.workflows import KafkaScanReader
 
 CLI = [sys.executable, "-m", "stepledger"]
 AGENT = [sys.executable, str(Path(__file__).parent / "agent_wire.py")]

@@ -27,8 +27,8 @@ from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import csrf_token
 from stepledger.log import InMemoryEventLog, KafkaEventLog
-from stepledger.producer.reader import InMemoryWorkflowReader, KafkaScanReader
 from stepledger.projector.snapshot import snapshot_path
+from stepledger.readers.workflows import InMemoryWorkflowReader, KafkaScanReader
 from tests.integration import inbox_helpers as h
 from tests.unit.projector_harness import project, to_messages
 

@@ -27,7 +27,7 @@ from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import hash_token
 from stepledger.log import InMemoryEventLog
-from stepledger.producer.reader import InMemoryWorkflowReader
+from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.integration import inbox_helpers as h
 from tests.integration.test_inbox import HOSTS, PREFIX, ROOT, TOKEN, everything, form
 from tests.unit.projector_harness import project, to_messages

@@ -18,7 +18,7 @@ from typing import Any
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.producer import KafkaPartitionReader, Ledger
-from stepledger.producer.index import PartitionIndex
+from stepledger.readers.index import PartitionIndex
 
 PAY = Tool(name="pay", keyed=True)
 

@@ -19,8 +19,8 @@ from stepledger.projector.store import ProjectionStore
 SCRIPT = r"""
 import json, os, signal, sys, threading, time
 import duckdb
-from stepledger.projector import query
-from stepledger.snapshots import connect_projection
+from stepledger.readers import query
+from stepledger.readers.snapshots import connect_projection
 
 SLOW_SQL = "SELECT count(*) FROM range(1000000000000) a WHERE a.range % 7 = 3"
 stay_inside_s, grace_s = float(sys.argv[2]), float(sys.argv[3])

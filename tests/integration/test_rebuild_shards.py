@@ -14,7 +14,7 @@ from stepledger.errors import ConfigError
 from stepledger.projector.rebuild import rebuild as rebuild_file
 from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.schema import TABLES
-from stepledger.snapshots import connect_union, shard_path, shard_snapshots
+from stepledger.readers.snapshots import connect_union, shard_path, shard_snapshots
 from tests.conftest import Factory
 from tests.integration.projector_helpers import STEPLEDGER, cli, produce_events, wait_for
 from tests.unit.projector_harness import table_contents

@@ -30,7 +30,7 @@ from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ResultTypeError
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.producer.reader import KafkaPartitionReader
+from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
 from tests.conftest import Factory, unique
 

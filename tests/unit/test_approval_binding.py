@@ -18,7 +18,7 @@ from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, ApprovalPendingError, ToolDefinitionError
 from stepledger.producer import Ledger, approval
-from stepledger.producer.reader import InMemoryWorkflowReader
+from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.resume_fakes import World
 
 HUMAN = EventFactory("fleet", "inbox")

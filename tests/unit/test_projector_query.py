@@ -13,14 +13,6 @@ from stepledger.cli import cli
 from stepledger.deadletters.readback import StoredLetter, parse_position, select_letters
 from stepledger.errors import ConfigError, ReadOnlyQueryError, ViewStoreError
 from stepledger.kafka import Position
-from stepledger.projector.query import (
-    QueryResult,
-    check_read_only,
-    run_query,
-    to_csv,
-    to_json,
-    workflow_status,
-)
 from stepledger.projector.snapshot import (
     latest_snapshot,
     publish_snapshot,
@@ -29,6 +21,14 @@ from stepledger.projector.snapshot import (
     workflow_events_from_snapshot,
 )
 from stepledger.projector.store import ProjectionStore
+from stepledger.readers.query import (
+    QueryResult,
+    check_read_only,
+    run_query,
+    to_csv,
+    to_json,
+    workflow_status,
+)
 from tests.unit.projector_harness import project, to_messages
 from tests.unit.projector_logs import random_log
 

@@ -28,7 +28,7 @@ from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.shards import ShardDir
 from stepledger.projector.store import ProjectionStore
-from stepledger.snapshots import shard_path, snapshot_path
+from stepledger.readers.snapshots import shard_path, snapshot_path
 from tests.unit.projector_harness import CODEC, batches, to_messages
 from tests.unit.projector_logs import random_log
 

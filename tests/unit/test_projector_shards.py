@@ -12,12 +12,12 @@ from stepledger.errors import ReadOnlyQueryError, ViewStoreError
 from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.query import run_query, workflow_status
 from stepledger.projector.schema import TABLES, VIEWS
 from stepledger.projector.shards import ShardDir
 from stepledger.projector.snapshot import readable_source
 from stepledger.projector.store import ProjectionStore
-from stepledger.snapshots import (
+from stepledger.readers.query import run_query, workflow_status
+from stepledger.readers.snapshots import (
     connect_union,
     freshest_shard_snapshots,
     is_shard_dir,

@@ -30,7 +30,7 @@ from stepledger.errors import (
 )
 from stepledger.humanqueue.cases import Answer, escalation_case
 from stepledger.producer import approval
-from stepledger.producer.reader import InMemoryWorkflowReader
+from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World, crash_after
 

@@ -36,7 +36,11 @@ from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP
 from stepledger.projector.metrics import ProjectorMetrics
-from stepledger.projector.query import (
+from stepledger.projector.rebuild import rebuild
+from stepledger.projector.rebuild_shards import rebuild_shards
+from stepledger.projector.snapshot import readable_source
+from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
+from stepledger.readers.query import (
     DEFAULT_TIMEOUT_S,
     QueryResult,
     plain,
@@ -45,11 +49,7 @@ from stepledger.projector.query import (
     to_json,
     workflow_status,
 )
-from stepledger.projector.rebuild import rebuild
-from stepledger.projector.rebuild_shards import rebuild_shards
-from stepledger.projector.snapshot import readable_source
-from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
-from stepledger.snapshots import is_shard_dir
+from stepledger.readers.snapshots import is_shard_dir
 from stepledger.terminal import safe
 from stepledger.timeline import bars, timeline_svg
 

@@ -24,7 +24,7 @@ from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.kafka.consumer import GroupProtocol
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
-from stepledger.producer.reader import KafkaScanReader
+from stepledger.readers.workflows import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions

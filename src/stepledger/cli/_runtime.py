@@ -29,7 +29,7 @@ from stepledger.errors import LedgerStateError
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
-from stepledger.producer.reader import KafkaScanReader, SnapshotTailReader, WorkflowReader
+from stepledger.readers.workflows import KafkaScanReader, SnapshotTailReader, WorkflowReader
 from stepledger.terminal import safe
 
 

@@ -35,7 +35,7 @@ from stepledger.dev.examples.clients import RunningService, ServiceKind, start_s
 from stepledger.errors import ViewStoreError
 from stepledger.kafka import ensure_topics
 from stepledger.projector.snapshot import latest_snapshot
-from stepledger.snapshots import connect_union, shard_snapshots
+from stepledger.readers.snapshots import connect_union, shard_snapshots
 from stepledger.topics import checkpoint_topic_config, step_log_config
 
 SERVICES: tuple[ServiceKind, ...] = ("payments", "bookings", "email")
@@ -141,7 +141,7 @@ class LocalStack:
         """Every place a projector projects into: the one path, or each member's directory.
 
         Without a shared volume a member that lost a partition leaves a stale shard behind;
-        read them with :func:`stepledger.snapshots.connect_union`, which keeps the freshest.
+        read them with :func:`stepledger.readers.snapshots.connect_union`, which keeps the freshest.
         """
         if not self.options.no_shared_state:
             return [self.db]

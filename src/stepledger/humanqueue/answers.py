@@ -37,7 +37,7 @@ from stepledger.humanqueue.cases import Answer, Case, Decision, approval_case, e
 from stepledger.humanqueue.shown import Redactor
 from stepledger.log import EventLog
 from stepledger.producer import approval
-from stepledger.producer.reader import WorkflowReader
+from stepledger.readers.workflows import WorkflowReader
 
 CLI_NOTE = "answered from the command line"
 """The comment a command-line answer records when none is given."""

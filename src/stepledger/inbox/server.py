@@ -17,7 +17,7 @@ from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
 from stepledger.log import KafkaEventLog
-from stepledger.producer.reader import SnapshotTailReader
+from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.topics import check_retention
 

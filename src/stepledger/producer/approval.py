@@ -26,7 +26,7 @@ from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, LedgerStateError
 from stepledger.log import EventLog
-from stepledger.producer.reader import WorkflowReader
+from stepledger.readers.workflows import WorkflowReader
 
 if TYPE_CHECKING:
     from stepledger.producer.session import WorkflowHandle

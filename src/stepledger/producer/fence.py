@@ -32,7 +32,7 @@ from stepledger.domain.factory import Clock
 from stepledger.domain.state import WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError, WorkflowTakenOverError
-from stepledger.producer.reader import WorkflowReader
+from stepledger.readers.workflows import WorkflowReader
 from stepledger.resolution.resolver import claim_stands
 
 #: How often a read-back is tried when the reader does not return the acknowledged intent

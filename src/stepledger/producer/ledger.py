@@ -28,14 +28,14 @@ from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
 from stepledger.producer.opening import STAGE, WorkflowSpec
-from stepledger.producer.reader import (
+from stepledger.producer.session import ResumeOptions
+from stepledger.producer.workflow import ToolFn, Workflow, plan_step
+from stepledger.readers.workflows import (
     InMemoryWorkflowReader,
     KafkaPartitionReader,
     SnapshotTailReader,
     WorkflowReader,
 )
-from stepledger.producer.session import ResumeOptions
-from stepledger.producer.workflow import ToolFn, Workflow, plan_step
 from stepledger.resolution.registry import ToolRegistry
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from stepledger.deadletters.events import EventLetterSink
     from stepledger.kafka import Position
     from stepledger.log import EventLog
-    from stepledger.producer.reader import WorkflowReader
+    from stepledger.readers.workflows import WorkflowReader
     from stepledger.resolution.registry import ToolRegistry
 
 

@@ -2,14 +2,14 @@
 
 ``daemon`` runs the consumer; ``engine`` projects batches exactly once; ``fold`` turns
 events into rows with the domain's state machine; ``store`` writes DuckDB; ``snapshot``
-publishes read-only copies; ``query`` reads them; ``rebuild`` starts over from offset 0.
+publishes read-only copies (read, with SQL over them, by :mod:`stepledger.readers`); ``rebuild``
+starts over from offset 0.
 """
 
 from __future__ import annotations
 
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import Projector
-from stepledger.projector.query import run_query, workflow_status
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.snapshot import (
     latest_snapshot,
@@ -17,6 +17,7 @@ from stepledger.projector.snapshot import (
     workflow_events_from_snapshot,
 )
 from stepledger.projector.store import ProjectionStore
+from stepledger.readers.query import run_query, workflow_status
 
 __all__ = [
     "ProjectionStore",

@@ -39,7 +39,7 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
-from stepledger.snapshots import is_shard_dir
+from stepledger.readers.snapshots import is_shard_dir
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)

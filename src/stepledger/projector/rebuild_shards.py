@@ -26,7 +26,7 @@ from stepledger.projector.rebuild import ProgressHook, RebuildReport, read_parti
 from stepledger.projector.schema import TABLES
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore
-from stepledger.snapshots import shard_path
+from stepledger.readers.snapshots import shard_path
 
 Where = tuple[str, int]
 

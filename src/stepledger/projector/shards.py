@@ -24,7 +24,7 @@ from typing import Protocol
 from stepledger.errors import ViewStoreError
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore
-from stepledger.snapshots import shard_path
+from stepledger.readers.snapshots import shard_path
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from stepledger.errors import ViewStoreError
-from stepledger.snapshots import (  # the read side lives below the SDK and the projector
+from stepledger.readers.snapshots import (  # the read side lives below the SDK and the projector
     SNAPSHOT_SUFFIX,
     Offsets,
     connect_read_only,

@@ -16,7 +16,7 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.kafka.consumer import read_topic
 from stepledger.projector.schema import TABLES
-from stepledger.snapshots import connect_union
+from stepledger.readers.snapshots import connect_union
 
 
 def read_log(settings: Settings) -> tuple[list[Event], int]:

@@ -49,9 +49,9 @@ from stepledger.dev.examples.trip_agent import BUG
 from stepledger.dev.stack import DaemonRole, Engine, LocalStack, StackOptions
 from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
+from stepledger.readers.snapshots import shard_path
 from stepledger.recovery.checkpoint import partition_checkpoint_path
 from stepledger.recovery.options import RECOVERY_GROUP as RECOVERY_GROUP
-from stepledger.snapshots import shard_path
 
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")

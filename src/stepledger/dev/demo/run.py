@@ -37,8 +37,8 @@ from stepledger.errors import DemoError
 from stepledger.humanqueue.escalations import OpenEscalation, read_queue
 from stepledger.log import codec_for
 from stepledger.ops import sigterm_interrupts
-from stepledger.projector.query import QueryResult, run_query, to_records
 from stepledger.projector.snapshot import latest_snapshot
+from stepledger.readers.query import QueryResult, run_query, to_records
 
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEPS_SQL = f"SELECT {', '.join(show.STEP_COLUMNS)} FROM steps ORDER BY workflow_id, sequence"

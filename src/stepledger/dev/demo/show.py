@@ -13,7 +13,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.humanqueue.escalations import OpenEscalation
-from stepledger.projector.query import QueryResult, plain
+from stepledger.readers.query import QueryResult, plain
 from stepledger.terminal import safe, shell_arg
 
 STEP_COLUMNS = (

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import duckdb
 
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
-from stepledger.snapshots import connect_projection
+from stepledger.readers.snapshots import connect_projection
 
 OutputFormat = Literal["table", "csv", "json"]
 

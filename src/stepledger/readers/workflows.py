@@ -4,7 +4,7 @@ Implementations:
 
 - :class:`KafkaPartitionReader` (the default): only the workflow's own partition, from the
   workflow's first record on.  The partition is computed with the producers' partitioner
-  (:mod:`stepledger.kafka.partitioner`); a :class:`~stepledger.producer.index.PartitionIndex`
+  (:mod:`stepledger.kafka.partitioner`); a :class:`~stepledger.readers.index.PartitionIndex`
   says where the workflow starts (or that it has no events), reading only the records
   written since the reader's previous read.  The first read in a process reads the
   partition once (keys only).
@@ -41,8 +41,8 @@ from stepledger.kafka.client import Consumer, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.log import InMemoryEventLog, codec_for
-from stepledger.producer.history import HistoryGuard
-from stepledger.producer.index import PartitionIndex
+from stepledger.readers.history import HistoryGuard
+from stepledger.readers.index import PartitionIndex
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
@@ -202,7 +202,7 @@ class KafkaPartitionReader(KafkaScanReader):
         The index is caught up first (the records since the last read, keys only): a
         workflow not in it has no events and nothing more is read.  Where the partition's
         head was deleted, the history is completed from the workflow's checkpoint, or the
-        read raises HistoryExpiredError (see :mod:`stepledger.producer.history`).
+        read raises HistoryExpiredError (see :mod:`stepledger.readers.history`).
         """
         check_retention(self.settings, "sdk")
         mine = self._workflow_partitions(workflow_id)
@@ -263,7 +263,7 @@ class SnapshotTailReader(KafkaPartitionReader):
 
         With a shard directory only the shards of the workflow's partitions are opened.
         """
-        from stepledger.snapshots import (
+        from stepledger.readers.snapshots import (
             is_shard_dir,
             latest_snapshot,
             workflow_events_from_shards,

@@ -24,6 +24,7 @@ BENCHES = (
     "inbox",
     "scale",
     "peers",
+    "checkpoint",
 )
 
 

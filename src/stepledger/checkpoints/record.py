@@ -117,3 +117,47 @@ def decode(data: bytes | None) -> WorkflowCheckpoint:
         events=tuple(record["events"]),
         offsets=tuple(record["offsets"]),
     )
+
+
+def covered_offset_of(data: bytes | None) -> int:
+    """The covered offset of framed checkpoint bytes, read without decoding the values.
+
+    The schema's first fields are ``workflow_id`` (a union: null or string), ``topic``,
+    ``partition`` and ``covered_offset``; a reader of the checkpoint topic compares
+    covered offsets of every record it reads but needs the values of one workflow only.
+    Raises CodecError where :func:`decode` would fail to read these fields.
+    """
+    prefix = _prefix()
+    if not data or not data.startswith(prefix):
+        raise CodecError("not a WorkflowCheckpoint in single-object encoding")
+    at = len(prefix)
+    branch, at = _varint(data, at)
+    if branch not in (0, 1):
+        raise CodecError(f"undecodable checkpoint: workflow_id union branch {branch}")
+    if branch == 1:
+        at = _skip_string(data, at)
+    at = _skip_string(data, at)  # topic
+    _, at = _varint(data, at)  # partition
+    covered, _ = _varint(data, at)
+    return covered
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """An Avro zig-zag varint at ``at``: its value and the offset after it."""
+    shift = result = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise CodecError("undecodable checkpoint: truncated or overlong varint")
+        byte = data[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at
+        shift += 7
+
+
+def _skip_string(data: bytes, at: int) -> int:
+    length, at = _varint(data, at)
+    if length < 0 or at + length > len(data):
+        raise CodecError("undecodable checkpoint: string past the end")
+    return at + length

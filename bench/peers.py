@@ -7,8 +7,10 @@ stepledger's front door (``import stepledger as sl``: ``@sl.tool``, ``ledger.wor
 (``@DBOS.workflow``, ``@DBOS.step``) twice: with its default SQLite system database in a
 temporary directory, and on PostgreSQL (its production setup: a throwaway cluster the bench
 starts on loopback with ``fsync=on``, ``bench.pg``; skipped, with the reason printed, where
-no PostgreSQL server binaries are installed).  The tool is the same trivial function (its
-cost is the systems' own).
+no PostgreSQL server binaries are installed), and Restate 1.7 (its server from the npm
+package, the service on its Python SDK served by Hypercorn, agents as ingress clients:
+``bench.restate_peer``; skipped where it is not installed, and with ``--quick``).  The tool
+is the same trivial function (its cost is the systems' own).
 
 - sequential step: one workflow, one step after another; p50 and p99 of a step's latency;
 - 8 and 64 threads: agents in one process, each running workflows of a few steps;
@@ -18,7 +20,7 @@ cost is the systems' own).
   the tool counted twice.  stepledger's tool has a query hook (``policy="query"``) and its
   default ``timeout_s`` (30 s).
 
-``pip install -e '.[bench]'`` brings DBOS and its PostgreSQL driver.
+``pip install -e '.[bench]'`` brings DBOS, its PostgreSQL driver and Restate's Python SDK.
 ``python -m bench.peers [--quick]``
 """
 
@@ -40,6 +42,12 @@ import stepledger as sl
 from bench.common import Row, broker, cli, fresh_settings, percentile
 from bench.peer_agent import effects
 from bench.pg import postgres_cluster, postgres_missing
+from bench.restate_peer import (
+    restate_figures,
+    restate_kill_and_resume,
+    restate_missing,
+    restate_running,
+)
 
 
 def _dbos() -> Any:
@@ -222,13 +230,20 @@ def kill_and_resume(system: str, workdir: Path, steps: int, where: list[str]) ->
 
 # -- the run ---------------------------------------------------------------------------------
 
-SQLITE, POSTGRES = "DBOS-SQLite", "DBOS-Postgres"
+SQLITE, POSTGRES, RESTATE = "DBOS-SQLite", "DBOS-Postgres", "Restate"
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
-    """Every figure of stepledger and of DBOS on SQLite and on PostgreSQL, then the ratios."""
-    steps, shape = (20, QUICK_SHAPE) if quick else (1000, SHAPE)
-    long_steps = 30 if quick else 1000
+    """Every figure of stepledger, DBOS on SQLite and on PostgreSQL, and Restate; the ratios."""
+    if quick:
+        return measure(bootstrap, 20, QUICK_SHAPE, 30, quick=True)
+    return measure(bootstrap, 1000, SHAPE, 1000)
+
+
+def measure(
+    bootstrap: str | None, steps: int, shape: Shape, long_steps: int, quick: bool = False
+) -> list[Row]:
+    """The run at these sizes; ``quick`` leaves out what costs more to start than to measure."""
     peers: dict[str, dict[str, Any]] = {}
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -253,14 +268,23 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
                     peers[POSTGRES]["resume"] = kill_and_resume(
                         "dbos-postgres", work, long_steps, [f"{pg}/dbos_kill"]
                     )
+        missing = "its server's start and stop cost ~15 s: not in --quick" if quick else None
+        missing = missing or restate_missing()
+        if missing:
+            print(f"[peers] {RESTATE} skipped: {missing}", flush=True)
+        else:
+            with restate_running(work) as restate:
+                peers[RESTATE] = restate_figures(restate, steps, shape)
+                peers[RESTATE]["resume"] = restate_kill_and_resume(restate, long_steps)
     return rows(ours, peers, shape, long_steps)
 
 
-# The issue's targets, against DBOS on PostgreSQL (its production setup); the first peer
-# bench's (8 agents, SQLite) stay on the SQLite rows.
+# The issue's targets, against DBOS on PostgreSQL (its production setup) and Restate; the
+# first peer bench's (8 agents, SQLite) stay on the SQLite rows.
 TARGETS = {
     (POSTGRES, "p50"): "<=0.35",
     (POSTGRES, "asyncio64"): ">=10",
+    (RESTATE, "asyncio64"): ">=3",
     (SQLITE, "p50"): "<=0.3",
     (SQLITE, "threads8"): ">=10",
     (SQLITE, "asyncio8"): ">=10",

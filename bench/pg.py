@@ -48,7 +48,7 @@ def postgres_missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -106,7 +106,7 @@ def postgres_cluster(timeout_s: float = 60) -> Iterator[str]:
         # below runs with fsync on.
         run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
             "-E", "UTF8", "--no-sync")  # fmt: skip
-        port = _free_port()
+        port = free_port()
         options = (
             f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={root} "
             "-c fsync=on -c synchronous_commit=on -c max_connections=200"

@@ -268,7 +268,11 @@ def measure(
                     peers[POSTGRES]["resume"] = kill_and_resume(
                         "dbos-postgres", work, long_steps, [f"{pg}/dbos_kill"]
                     )
-        missing = "its server's start and stop cost ~15 s: not in --quick" if quick else None
+        missing = (
+            "its server, service and their imports cost ~5-10 s more: not in --quick"
+            if quick
+            else None
+        )
         missing = missing or restate_missing()
         if missing:
             print(f"[peers] {RESTATE} skipped: {missing}", flush=True)

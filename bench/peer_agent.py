@@ -1,10 +1,11 @@
 """One agent process of the peer bench's kill-and-resume: the same workflow on either system.
 
-``python -m bench.peer_agent SYSTEM MODE WORKDIR STEPS [KILL_AT] [BOOTSTRAP TOPIC]``
+``python -m bench.peer_agent SYSTEM MODE WORKDIR STEPS [KILL_AT] [BOOTSTRAP TOPIC | URL]``
 
 - SYSTEM: ``stepledger`` (``import stepledger as sl``: ``@sl.tool``, ``ledger.workflow``,
-  ``wf.step``) or ``dbos`` (``@DBOS.workflow``/``@DBOS.step``, SQLite system database in
-  WORKDIR, DBOS's defaults).
+  ``wf.step``), ``dbos`` (``@DBOS.workflow``/``@DBOS.step``, SQLite system database in
+  WORKDIR, DBOS's defaults) or ``dbos-postgres`` (the same on the PostgreSQL system
+  database at URL).
 - MODE: ``die`` runs the workflow and SIGKILLs itself inside step KILL_AT, after the tool's
   effect and before anything recorded it (the worst point for both); ``resume`` starts
   again and runs the same workflow to its end (stepledger: ``ledger.workflow`` resumes it;
@@ -65,11 +66,11 @@ def run_stepledger(mode: str, workdir: Path, steps: int, kill_at: int, where: li
         wf.finish()
 
 
-def run_dbos(mode: str, workdir: Path, steps: int, kill_at: int) -> None:
-    """The workflow through DBOS Transact, SQLite system database, its defaults."""
+def run_dbos(system: str, mode: str, workdir: Path, steps: int, kill_at: int, url: str) -> None:
+    """The workflow through DBOS Transact on the system database at ``url``, its defaults."""
     from dbos import DBOS, SetWorkflowID
 
-    path = effects(workdir, "dbos")
+    path = effects(workdir, system)
 
     @DBOS.step()
     def act(i: int) -> int:
@@ -80,7 +81,6 @@ def run_dbos(mode: str, workdir: Path, steps: int, kill_at: int) -> None:
     def long_workflow(n: int) -> int:
         return sum(act(i) for i in range(n))
 
-    url = f"sqlite:///{workdir / 'dbos-kill.sqlite'}"
     DBOS(config={"name": "peerbench", "system_database_url": url, "log_level": "WARNING"})
     DBOS.launch()
     try:
@@ -100,8 +100,10 @@ def main(argv: list[str]) -> None:
     kill_at = int(argv[4]) if len(argv) > 4 else -1
     if system == "stepledger":
         run_stepledger(mode, workdir, steps, kill_at, argv[5:7])
+    elif system == "dbos":
+        run_dbos(system, mode, workdir, steps, kill_at, f"sqlite:///{workdir / 'dbos-kill.sqlite'}")
     else:
-        run_dbos(mode, workdir, steps, kill_at)
+        run_dbos(system, mode, workdir, steps, kill_at, argv[5])
     print(f"done {time.perf_counter() - STARTED:.3f}", flush=True)
 
 

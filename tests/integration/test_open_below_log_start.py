@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
+from stepledger.errors import HistoryExpiredError
 from stepledger.kafka import admin, ensure_topics
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.topics import checkpoint_topic_config
@@ -76,3 +77,26 @@ def test_an_open_below_a_deleted_head_reads_from_the_log_start_without_an_offset
     resets = [r.getMessage() for r in caplog.records if "out of range" in r.getMessage().lower()]
     assert resets == [], resets
     assert start > 0 and indexed <= 3  # only the tail: 'after', the claim
+
+
+@pytest.mark.kafka_only
+def test_a_head_deleted_after_the_index_read_it_from_0_loses_nothing_the_index_saw(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The index began at offset 0: a deletion since then takes nothing from what it kept.
+
+    A reader that began after the deletion cannot say that, and with no checkpoint it
+    refuses to treat the workflow as new (the guard asks the broker).
+    """
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        wf = ledger.start("wf-before")
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: "paid") == "paid"
+        indexed = ledger.workflow("wf-before")  # the index reads the partition from 0
+        assert indexed.attempt == 2
+        delete_head(settings)
+        after = ledger.workflow("wf-before")  # from the index's memory: all of it
+        assert after.attempt == 3
+        assert after.step("pay", PAY, {"n": 1}, _never) == "paid"
+    with Ledger(settings) as ledger, pytest.raises(HistoryExpiredError):
+        ledger.workflow("wf-before")  # began past the deleted head: never run as new

@@ -159,3 +159,29 @@ def test_past_its_key_bound_a_partition_falls_back_to_full_reads(
         assert reader.read("nobody") == []
     finally:
         reader.close()
+
+
+def test_an_open_over_a_partition_indexed_from_offset_0_asks_no_log_start(
+    make_settings: Callable[..., Settings], monkeypatch: Any
+) -> None:
+    """Retention's guard costs nothing while the index has read the partition from 0."""
+    from stepledger.gaps import LogStart
+
+    asked: list[tuple[str, int]] = []
+    real = LogStart.of
+
+    def counted(self: LogStart, topic: str, partition: int) -> int:
+        asked.append((topic, partition))
+        return real(self, topic, partition)
+
+    monkeypatch.setattr(LogStart, "of", counted)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        wf = ledger.workflow("wf-kept")
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: "paid") == "paid"
+    with Ledger(settings) as ledger:
+        again = ledger.workflow("wf-kept")  # known: its records from the index's memory
+        assert again.attempt == 2
+        assert again.step("pay", PAY, {"n": 1}, lambda a, k: "twice") == "paid"
+        assert ledger.workflow("wf-never-seen").attempt == 1  # new: proven by the index
+    assert asked == [], "an open asked the broker for the log start"

@@ -82,12 +82,24 @@ class Lookup:
     """Where the covering catch-up started reading: the records below it were not seen."""
     records: list[bytes] = field(default_factory=list)
     """The values of the key's records the covering catch-up read, in log order."""
+    from_zero: bool = False
+    """The index has read the partition from offset 0: a record it never saw never existed."""
     done: bool = False
 
     @property
     def complete(self) -> bool:
         """True when ``records`` hold every record of the key (nothing of it came before)."""
         return self.first is None or (self.seen_from is not None and self.first >= self.seen_from)
+
+    @property
+    def whole(self) -> bool:
+        """True when ``records`` are the key's whole history, whatever was deleted since.
+
+        The index read the partition from offset 0 and kept every record of the key (or saw
+        none: the id never had a record), so a log start moved forward since, by retention or
+        ``DeleteRecords``, cannot have taken anything from it.
+        """
+        return self.from_zero and self.complete
 
 
 class _Kept:
@@ -118,6 +130,8 @@ class PartitionIndex:
         self._wanted: set[Partition] = set()
         self._lookups: list[Lookup] = []
         self._next: dict[Partition, int] = {}
+        self._began: dict[Partition, int] = {}
+        """Where the index began reading each partition (its log start then), when known."""
         self._first: dict[Partition, dict[bytes, int]] = {}
         self._overflowed: set[Partition] = set()
         self._keys = 0
@@ -140,6 +154,7 @@ class PartitionIndex:
             if partition in self._overflowed:
                 found.first, found.seen_from = 0, None
             else:
+                found.from_zero = self._began.get(partition) == 0
                 found.first = self._first.get(partition, {}).get(key)
                 if not found.complete:
                     self._hand_kept(found)
@@ -164,6 +179,7 @@ class PartitionIndex:
         with self._cond:
             self._first.clear()
             self._next.clear()
+            self._began.clear()
             self._overflowed.clear()
             self._keys = 0
             with self._kept_lock:
@@ -285,7 +301,8 @@ class PartitionIndex:
                 TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
             )
         except KafkaException:
-            return 0  # the reset to the earliest offset still finds the start
+            return 0  # the reset to the earliest offset still finds the start (not recorded)
+        self._began[(topic, partition)] = max(0, int(low))
         return max(0, int(low))
 
     def _starved_after(self) -> float:
@@ -325,6 +342,11 @@ class PartitionIndex:
         offset = int(msg.offset() or 0)
         if offset < self._next.get(where, 0):
             return False  # already indexed
+        expected = self._next.get(where, self._began.get(where, offset))
+        if offset > expected:
+            # Offsets skipped (a head deleted under the catch-up, or control records): what
+            # the index holds no longer proves anything about the records it never read.
+            self._began.pop(where, None)
         self._next[where] = offset + 1
         self.records += 1
         if where in self._overflowed:

@@ -206,12 +206,13 @@ class KafkaPartitionReader(KafkaScanReader):
         """
         check_retention(self.settings, "sdk")
         mine = self._workflow_partitions(workflow_id)
-        events = self._read_log(workflow_id, mine)
-        if len(mine) != 1:
-            return events
+        events, whole = self._read_log(workflow_id, mine)
+        if len(mine) != 1 or whole:
+            return events  # whole: the index saw the partition from offset 0, no broker round
         return self.history.complete(workflow_id, mine[0][1], events)
 
-    def _read_log(self, workflow_id: str, mine: list[tuple[str, int]]) -> list[Event]:
+    def _read_log(self, workflow_id: str, mine: list[tuple[str, int]]) -> tuple[list[Event], bool]:
+        """The workflow's events, and whether they are its whole history for certain."""
         began = time.perf_counter()
         starts = dict.fromkeys(mine, FIRST_OFFSET)
         if len(mine) == 1:
@@ -224,11 +225,11 @@ class KafkaPartitionReader(KafkaScanReader):
                     _decode_value(events, value, self.codec)
                 read = self.index.records - indexed
                 self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
-                return events
+                return events, found.whole
             starts = {mine[0]: found.first or FIRST_OFFSET}
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
-        return events
+        return events, False
 
     def close(self) -> None:
         """Close the index's consumer and the history guard's clients."""

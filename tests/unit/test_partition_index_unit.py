@@ -1,0 +1,40 @@
+"""The partition index proves a history whole only while it has read every offset from 0."""
+
+from __future__ import annotations
+
+from confluent_kafka import Message
+
+from stepledger.config import Settings
+from stepledger.readers.index import PartitionIndex
+
+WHERE = ("log", 0)
+
+
+def _record(offset: int, key: bytes = b"wf") -> Message:
+    return Message(topic=WHERE[0], partition=WHERE[1], offset=offset, key=key, value=b"v")
+
+
+def _index_from(start: int) -> PartitionIndex:
+    index = PartitionIndex(Settings())
+    index._began[WHERE] = start  # what _start records once the broker said the log start
+    return index
+
+
+def test_records_read_one_after_another_from_offset_0_keep_the_proof() -> None:
+    index = _index_from(0)
+    for offset in range(3):
+        assert index._take(_record(offset), set())
+    assert index._began.get(WHERE) == 0
+
+
+def test_a_skipped_offset_drops_the_proof() -> None:
+    index = _index_from(0)
+    assert index._take(_record(0), set())
+    assert index._take(_record(5), set())  # 1-4 never read: deleted under the catch-up
+    assert WHERE not in index._began
+
+
+def test_a_first_record_past_the_start_drops_the_proof() -> None:
+    index = _index_from(0)
+    assert index._take(_record(7), set())  # the head moved between the start and the read
+    assert WHERE not in index._began

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import Message
 
 from stepledger.config import Settings
-from stepledger.readers.index import PartitionIndex
+from stepledger.readers.index import Lookup, PartitionIndex
 
 WHERE = ("log", 0)
 
@@ -38,3 +38,16 @@ def test_a_first_record_past_the_start_drops_the_proof() -> None:
     index = _index_from(0)
     assert index._take(_record(7), set())  # the head moved between the start and the read
     assert WHERE not in index._began
+
+
+def test_a_lookup_ends_as_itself_when_another_of_the_same_key_waits() -> None:
+    """Two runners of one workflow in one process look its key up at once (chaos, seed 2)."""
+    index = PartitionIndex(Settings())
+    waiting, mine = Lookup(WHERE, b"wf"), Lookup(WHERE, b"wf")
+    waiting.done = mine.done = True  # one catch-up covered both: equal field by field
+    index._lookups.append(waiting)
+    index._catch_up(mine)  # registers, is done already, leaves
+    assert len(index._lookups) == 1 and index._lookups[0] is waiting
+    mine.first = 3  # what lookup() fills in afterwards: the two differ now
+    index._lookups.remove(waiting)  # the other one's own leaving (raised ValueError before)
+    assert index._lookups == []

@@ -70,9 +70,14 @@ _STARVED_MIN_S = 0.1
 _WATERMARK_TIMEOUT_S = 5.0
 
 
-@dataclass
+@dataclass(eq=False)
 class Lookup:
-    """What the index knows about one workflow key after a catch-up that covered the lookup."""
+    """What the index knows about one workflow key after a catch-up that covered the lookup.
+
+    One caller's request, compared by identity: two runners of one workflow in a process
+    look up the same key at once, and a lookup equal by value to another must never be
+    taken for it (``list.remove`` took the other one and the second removal raised).
+    """
 
     partition: Partition
     key: bytes

@@ -335,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]], limit: float) -> int:
     parking = Parking()
+    # The harness asks where a process it is about to kill was (every thread, to stderr).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def one(workflow_id: str, kill: KillPoint | None) -> None:
         ended = outcome_of(lambda: trip(ledger, workflow_id, kill, parking))

@@ -28,27 +28,22 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from bench.common import Row, broker, produce_bulk, run_broker, table
-from bench.recovery import FAST_FETCH, bench_tool, open_intents, settled_history
-from bench.resume import _produce
+from bench.common import Row, broker, fill_log, produce_bulk, run_broker, table
+from bench.recovery import FAST_FETCH, Running, bench_tool, open_intents, settled_history
 from stepledger.checkpoints.record import encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.checkpoints.writer import Checkpointer
-from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import EventFactory
@@ -56,8 +51,6 @@ from stepledger.domain.tools import Tool
 from stepledger.kafka import admin, ensure_topics, topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.producer import Ledger
-from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.topics import COMPACTED, checkpoint_topic_config, step_log_config
 
@@ -117,35 +110,14 @@ def workflow_events(
     return events
 
 
-def _produce_range(bootstrap: str, topic: str, prefix: str, start: int, stop: int) -> int:
-    """Produce finished workflows [start, stop) (in a worker process)."""
-    codec, factory = Codec(), EventFactory("bench", "bench")
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "acks": "all"}
-    )
-    count = 0
-    for i in range(start, stop):
-        wf = f"{prefix}-{i}"
-        for event in workflow_events(factory, wf, range(STEPS), started=True, finished=True):
-            _produce(producer, topic, event, codec)
-            count += 1
-    producer.flush(120)
-    return count
+def finished_workflow(factory: EventFactory, workflow_id: str) -> list[ev.Event]:
+    """A finished workflow of ``STEPS`` steps (what the log is filled with)."""
+    return workflow_events(factory, workflow_id, range(STEPS), started=True, finished=True)
 
 
 def fill(settings: Settings, events: int, prefix: str, workers: int = 2) -> int:
     """About ``events`` events of finished 10-step workflows, from worker processes."""
-    workflows = max(1, events // EVENTS_PER_WORKFLOW)
-    workers = min(workers, workflows)
-    bounds = [workflows * w // workers for w in range(workers + 1)]
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [
-            pool.submit(
-                _produce_range, settings.bootstrap, settings.topic, prefix, bounds[w], bounds[w + 1]
-            )
-            for w in range(workers)
-        ]
-        return sum(f.result() for f in futures)
+    return fill_log(settings, events, prefix, finished_workflow, EVENTS_PER_WORKFLOW, workers)
 
 
 def append_target(settings: Settings, steps: range, *, started: bool) -> None:
@@ -336,43 +308,6 @@ def sizes_per_workflow(settings: Settings) -> dict[str, float]:
     }
 
 
-class _Daemon:
-    """A recovery daemon on a thread keeping its state on the Kafka changelog."""
-
-    def __init__(self, settings: Settings, state: Path, tools: ToolRegistry) -> None:
-        options = DaemonOptions(
-            state_dir=state,
-            grace_s=0.0,
-            workers=8,
-            session_timeout_s=2.0,
-            consumer=FAST_FETCH,
-            health_interval_s=60.0,
-            state_in_kafka=True,
-        )
-        self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=MemoryEventLetters())
-        self.started = time.perf_counter()
-        self.thread = threading.Thread(target=self.daemon.run, daemon=True)
-        self.thread.start()
-
-    def caught_up_after(self, timeout: float = 900.0) -> tuple[float, float]:
-        """(s from start to partitions assigned, s from assignment to all caught up)."""
-        deadline = time.monotonic() + timeout
-        assigned_at: float | None = None
-        while time.monotonic() < deadline:
-            d = self.daemon
-            if assigned_at is None and d.assigned:
-                assigned_at = time.perf_counter()
-            if assigned_at is not None and d.assigned <= d.caught_up:
-                return assigned_at - self.started, time.perf_counter() - assigned_at
-            time.sleep(0.002)
-        raise TimeoutError("the daemon did not catch up")
-
-    def stop(self) -> None:
-        """Stop gracefully (the changelog written)."""
-        self.daemon.shutdown.request()
-        self.thread.join(timeout=120)
-
-
 def handover(bootstrap: str, n: int, tmp: Path, kept_open: int) -> dict[str, float]:
     """A daemon replays ``n`` events from 0; a new one on an empty directory takes over."""
     settings = topic_settings(bootstrap)
@@ -383,17 +318,17 @@ def handover(bootstrap: str, n: int, tmp: Path, kept_open: int) -> dict[str, flo
     produce_bulk(
         settings, settled_history(n, "old") + open_intents(kept_open, far, bench_tool(3600))
     )
-    first = _Daemon(settings, tmp / "first", tools)
-    join, replay = first.caught_up_after()
+    first = Running(settings, tmp / "first", tools, state_in_kafka=True)
+    join, replay = first.caught_up_after(timeout=900.0)
     replay_read = first.daemon.events_read
-    first.stop()
+    first.stop(timeout=120.0)
     new = settled_history(max(min(3000, n // 10), n // 100), "new")
     produce_bulk(settings, new)
-    second = _Daemon(settings, tmp / "second", tools)  # a fresh directory: no local state
-    rejoin, handed = second.caught_up_after()
+    second = Running(settings, tmp / "second", tools, state_in_kafka=True)  # no local state
+    rejoin, handed = second.caught_up_after(timeout=900.0)
     tracked = second.daemon.tracker.open_count()
     read = second.daemon.events_read
-    second.stop()
+    second.stop(timeout=120.0)
     assert tracked == kept_open, (
         f"{tracked} open intents tracked by the new owner, {kept_open} open"
     )

@@ -7,13 +7,22 @@ import platform
 import statistics
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from confluent_kafka import Producer
+
+from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.dev.broker import LocalBroker
+from stepledger.domain.factory import EventFactory
 from stepledger.kafka import ensure_topics
+from stepledger.log import event_headers
+
+#: One finished workflow's events (a module-level function: worker processes import it).
+WorkflowShape = Callable[[EventFactory, str], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -160,3 +169,59 @@ def table(rows: list[Row]) -> str:
             f"| {r.target} | {r.met} |"
         )
     return "\n".join(lines)
+
+
+def produce_one(producer: Producer, topic: str, event: Any, codec: Codec) -> None:
+    """Produce one event raw (no durability wait), waiting while the client's queue is full."""
+    value, key = codec.encode(event), event.workflow_id.encode()
+    while True:
+        try:
+            producer.produce(topic, value, key, headers=event_headers(event))  # type: ignore[arg-type]
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
+def _produce_range(
+    bootstrap: str, topic: str, shape: WorkflowShape, prefix: str, start: int, stop: int
+) -> int:
+    """Produce workflows ``prefix-start`` .. ``prefix-(stop-1)`` (in a worker process)."""
+    codec, factory = Codec(), EventFactory("bench", "bench")
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "acks": "all"}
+    )
+    count = 0
+    for i in range(start, stop):
+        for event in shape(factory, f"{prefix}-{i}"):
+            produce_one(producer, topic, event, codec)
+            count += 1
+    producer.flush(120)
+    return count
+
+
+def fill_log(
+    settings: Settings,
+    events: int,
+    prefix: str,
+    shape: WorkflowShape,
+    per_workflow: int,
+    workers: int = 2,
+) -> int:
+    """Write about ``events`` events of workflows of ``shape``, from worker processes."""
+    workflows = max(1, events // per_workflow)
+    workers = min(workers, workflows)
+    bounds = [workflows * w // workers for w in range(workers + 1)]
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [
+            pool.submit(
+                _produce_range,
+                settings.bootstrap,
+                settings.topic,
+                shape,
+                prefix,
+                bounds[w],
+                bounds[w + 1],
+            )
+            for w in range(workers)
+        ]
+        return sum(f.result() for f in futures)

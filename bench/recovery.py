@@ -102,7 +102,15 @@ def open_intents(
 class Running:
     """A daemon on a thread, for measuring."""
 
-    def __init__(self, settings: Settings, state: Path, tools: ToolRegistry, workers: int = 8):
+    def __init__(
+        self,
+        settings: Settings,
+        state: Path,
+        tools: ToolRegistry,
+        workers: int = 8,
+        *,
+        state_in_kafka: bool = False,
+    ):
         options = DaemonOptions(
             state_dir=state,
             grace_s=0.0,
@@ -110,6 +118,7 @@ class Running:
             session_timeout_s=2.0,
             consumer=FAST_FETCH,
             health_interval_s=60.0,
+            state_in_kafka=state_in_kafka,
         )
         self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=MemoryEventLetters())
         self.started = time.perf_counter()
@@ -129,10 +138,10 @@ class Running:
             time.sleep(0.002)
         raise TimeoutError("the daemon did not catch up")
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         """Stop gracefully (checkpoint written)."""
         self.daemon.shutdown.request()
-        self.thread.join(timeout=60)
+        self.thread.join(timeout=timeout)
 
 
 def restart_cost(servers: str, n: int, tmp: Path, kept_open: int = 1000) -> dict[str, float]:

@@ -21,14 +21,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench.common import Row, broker, cli, fresh_settings
+from bench.common import Row, broker, cli, fill_log, fresh_settings
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
@@ -36,7 +35,6 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
-from stepledger.log import event_headers
 from stepledger.producer import KafkaScanReader, Ledger, SnapshotTailReader, WorkflowReader
 from stepledger.projector.rebuild import rebuild
 
@@ -78,43 +76,14 @@ def _events(factory: EventFactory, workflow_id: str, finished: bool) -> list[Any
     return events
 
 
-def _produce_range(bootstrap: str, topic: str, prefix: str, start: int, stop: int) -> int:
-    """Produce finished workflows [start, stop) (run in a worker process)."""
-    codec, factory = Codec(), EventFactory("bench", "bench")
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "acks": "all"}
-    )
-    count = 0
-    for i in range(start, stop):
-        for event in _events(factory, f"{prefix}-{i}", finished=True):
-            _produce(producer, topic, event, codec)
-            count += 1
-    producer.flush(120)
-    return count
-
-
-def _produce(producer: Producer, topic: str, event: Any, codec: Codec) -> None:
-    value, key = codec.encode(event), event.workflow_id.encode()
-    while True:
-        try:
-            producer.produce(topic, value, key, headers=event_headers(event))  # type: ignore[arg-type]
-            return
-        except BufferError:
-            producer.poll(0.01)
+def finished_workflow(factory: EventFactory, workflow_id: str) -> list[Any]:
+    """A finished workflow of ``STEPS`` steps (what the log is filled with)."""
+    return _events(factory, workflow_id, finished=True)
 
 
 def fill(settings: Settings, events: int, prefix: str, workers: int = 2) -> int:
     """Write about ``events`` events of finished workflows, in parallel worker processes."""
-    workflows = events // EVENTS_PER_WORKFLOW
-    bounds = [workflows * w // workers for w in range(workers + 1)]
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [
-            pool.submit(
-                _produce_range, settings.bootstrap, settings.topic, prefix, bounds[w], bounds[w + 1]
-            )
-            for w in range(workers)
-        ]
-        return sum(f.result() for f in futures)
+    return fill_log(settings, events, prefix, finished_workflow, EVENTS_PER_WORKFLOW, workers)
 
 
 def prepare(bootstrap: str, events: int, tail: int, workdir: Path) -> Log:

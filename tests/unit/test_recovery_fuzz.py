@@ -96,7 +96,7 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     decided = {e.type for e in first.log.events}  # type: ignore[attr-defined]
     assert "resolution_attempted" in decided, "the fuzz reached the resolver"
     tracked = len(first.tracker.steps)
-    first._pool.shutdown(wait=True)
+    first.work.shutdown(wait=True)
     first.store.close()
     # Another daemon takes the partition over from the checkpoint the first one left.
     second = daemon(tmp_path, seed)
@@ -108,5 +108,5 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     second.fence.polled()
     second._dispatch()
     second._collect(wait=10.0)
-    second._pool.shutdown(wait=True)
+    second.work.shutdown(wait=True)
     second.store.close()

@@ -96,8 +96,8 @@ def test_a_partition_without_checkpoint_is_saved_at_once_and_its_replay_logged(
     with caplog.at_level(logging.WARNING, logger="stepledger.recovery.daemon"):
         second._on_assign([TopicPartition("log", 3)])
     assert "no checkpoint" not in caplog.text
-    first._pool.shutdown(wait=True)
-    second._pool.shutdown(wait=True)
+    first.work.shutdown(wait=True)
+    second.work.shutdown(wait=True)
 
 
 def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_checkpoint(
@@ -126,8 +126,8 @@ def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_check
     assert store.positions[("log", 0)] == 6, "the old owner wrote its stale position back"
     assert set(store.steps[("log", 0)]) == tracked
     assert paused.tracker.positions == {}
-    paused._pool.shutdown(wait=True)
-    owner._pool.shutdown(wait=True)
+    paused.work.shutdown(wait=True)
+    owner.work.shutdown(wait=True)
 
 
 def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_overflow(
@@ -146,5 +146,5 @@ def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_ove
     owner = _daemon(tmp_path, store)
     owner._on_assign([TopicPartition("log", 0)])  # raised OverflowError before
     assert ("wf-far", "pay") in owner.tracker.steps
-    first._pool.shutdown(wait=True)
-    owner._pool.shutdown(wait=True)
+    first.work.shutdown(wait=True)
+    owner.work.shutdown(wait=True)

@@ -17,7 +17,7 @@ from stepledger.kafka import Position
 from stepledger.log import event_headers
 from stepledger.projector.engine import PROJECTOR_GROUP
 from stepledger.projector.metrics import ProjectorMetrics
-from stepledger.recovery.daemon import CLIENT_ID
+from stepledger.recovery.groups import CLIENT_ID
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import RECOVERY_GROUP
 from stepledger.resolution.registry import ENTRY_POINT_GROUP

@@ -18,18 +18,13 @@ running resolutions there, checkpoints and forgets the partition.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
-import queue
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
 
-from stepledger import tracing, wire
+from stepledger import tracing
 from stepledger.clientid import client_id
 from stepledger.codec import Codec
 from stepledger.config import Settings
@@ -43,7 +38,7 @@ from stepledger.domain.state import StepState
 from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.kafka import admin, reachable_partitions
+from stepledger.kafka import reachable_partitions
 from stepledger.kafka.client import OFFSET_BEGINNING, TopicPartition
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.kafka.watch import BrokerWatch, client_logger
@@ -57,16 +52,17 @@ from stepledger.recovery.checkpoint import (
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.clock import DeadlineClock
 from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.groups import warn_other_groups
+from stepledger.recovery.health import write_health
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.tracker import LateOutcome, StepKey, Tracked, Tracker, snapshot
+from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker, snapshot
+from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
-CLIENT_ID = wire.RECOVERY_CLIENT_ID
-"""The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 
 class RecoveryDaemon:
@@ -125,10 +121,7 @@ class RecoveryDaemon:
         self.caught_up: set[int] = set()
         """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
-        self._pool = ThreadPoolExecutor(max(1, options.workers), thread_name_prefix="resolve")
-        self._inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
-        self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
-        self._capacity = max(1, options.workers) * max(1, options.queue_per_worker)
+        self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
     # -- the loop ----------------------------------------------------------------------
@@ -191,7 +184,7 @@ class RecoveryDaemon:
     def _wait_time(self) -> float:
         # While work is out, come back quickly to collect it; otherwise sleep in the poll
         # until the next step falls due, so a deadline is acted on within milliseconds.
-        if self._inflight:
+        if self.work.inflight:
             return 0.005
         wait = self.options.poll_timeout_s
         upcoming = self.tracker.next_due()
@@ -243,16 +236,16 @@ class RecoveryDaemon:
 
     def _dispatch(self) -> None:
         self._dispatch_late()
-        free = self._capacity - len(self._inflight)
+        free = self.work.free
         if free <= 0:
             return
         for key in self.tracker.due(self.clock(), free, self.caught_up):
             tracked = self.tracker.steps[key]
-            self._submit(key, tracked, self._attempt, list(tracked.events), key[1])
+            self.work.submit(key, tracked, self._attempt, list(tracked.events), key[1])
 
     def _dispatch_late(self) -> None:
         for event_id, late in list(self.pending_late.items()):
-            if len(self._inflight) >= self._capacity:
+            if self.work.free <= 0:
                 return
             tracked = self.tracker.steps.get(late.key)
             if tracked is None:
@@ -267,7 +260,7 @@ class RecoveryDaemon:
             anomaly_id = ids.event_id(late.key[0], late.key[1], "anomaly_observed", event_id)
             if anomaly_id in tracked.state.seen:
                 continue  # judged before a restart: its record is already in the log
-            self._submit(late.key, tracked, self._judge, list(tracked.events), late.event)
+            self.work.submit(late.key, tracked, self._judge, list(tracked.events), late.event)
 
     def _attempt(self, workflow_id: str, events: list[str], step_id: str) -> Resolution:
         # On the worker: the fresh fold is built there, off the loop's thread.
@@ -276,38 +269,9 @@ class RecoveryDaemon:
     def _judge(self, workflow_id: str, events: list[str], outcome: ev.Event) -> Resolution:
         return self.resolver.judge_late(snapshot(workflow_id, events), outcome)
 
-    def _submit(self, key: StepKey, tracked: Tracked, fn: Any, *args: Any) -> None:
-        tracked.busy = True
-        future: Future[Resolution] = self._pool.submit(
-            self._fenced, tracked.partition, fn, key[0], *args
-        )
-        self._inflight[future] = (key, tracked.partition)
-        # Finished work is queued by the worker, so the loop never scans what still runs.
-        future.add_done_callback(self._done.put)
-
-    def _fenced(self, partition: int, fn: Any, *args: Any) -> Resolution:
-        # On the worker: every append this resolution makes is checked against ownership.
-        self.fence.working_on(partition)
-        try:
-            result: Resolution = fn(*args)
-            return result
-        finally:
-            self.fence.working_on(None)
-
     def _collect(self, *, wait: float = 0.0) -> None:
-        deadline = time.monotonic() + wait
-        while True:
-            while not self._done.empty():
-                self._finish(self._done.get_nowait())
-            remaining = deadline - time.monotonic()
-            if not self._inflight or remaining <= 0:
-                return
-            with contextlib.suppress(queue.Empty):
-                self._finish(self._done.get(timeout=min(0.05, remaining)))
-
-    def _finish(self, future: Future[Resolution]) -> None:
-        key, _ = self._inflight.pop(future)
-        self._finished(key, future)
+        """Take in the resolutions that finished (waiting up to ``wait`` s for the rest)."""
+        self.work.collect(self._finished, wait=wait)
 
     def _finished(self, key: StepKey, future: Future[Resolution]) -> None:
         now = self.clock()
@@ -455,7 +419,7 @@ class RecoveryDaemon:
         gone = {tp.partition for tp in partitions}
         self._cancel_queued(gone)
         # Still ours until this callback returns: let running resolutions append, briefly.
-        if any(p in gone for _, p in self._inflight.values()):
+        if self.work.on(gone):
             self._collect(wait=min(self.options.drain_timeout_s, self.fence.session_s / 2))
         self.fence.revoked(gone)
         self._forget(gone, "partitions revoked")
@@ -471,9 +435,7 @@ class RecoveryDaemon:
         self._forget(gone, "partitions lost")
 
     def _cancel_queued(self, gone: set[int]) -> None:
-        for future, (_, partition) in list(self._inflight.items()):
-            if partition in gone:
-                future.cancel()  # only work not started yet; running work meets the fence
+        self.work.cancel(gone)
         self._collect()
 
     def _forget(self, gone: set[int], what: str) -> None:
@@ -508,7 +470,7 @@ class RecoveryDaemon:
                 "open_intents": open_count,
                 "tracked_steps": len(self.tracker.steps),
                 "events_read": self.events_read,
-                "inflight": len(self._inflight),
+                "inflight": len(self.work.inflight),
                 "broker_up": self.watch.up,
                 "broker_down_s": self._outage_s(),
             },
@@ -524,7 +486,7 @@ class RecoveryDaemon:
             self.checkpoint()
         finally:
             consumer.close()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self.work.shutdown()
             self.log.close()
             if isinstance(self.dead_letters, KafkaEventLetters):
                 self.dead_letters.close()
@@ -541,50 +503,3 @@ def _checkpoints(settings: Settings, options: DaemonOptions) -> CheckpointStore:
     if options.shared_state_dir is not None:
         return PartitionedCheckpointStore(options.shared_state_dir, options.group)
     return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group)
-
-
-def warn_other_groups(settings: Settings, group: str) -> list[str]:
-    """Warn loudly when recovery daemons of another group follow the same topic.
-
-    Daemons split partitions only within one consumer group: two groups each own every
-    partition, so each in-doubt step has two deciders (their claims are ordered by the log,
-    but hooks are tried twice and every decision is contested).  Run one group per topic.
-    Returns the other groups found (none where the broker cannot describe groups).
-    """
-    try:
-        client = admin(settings)
-        listed = client.list_consumer_groups(request_timeout=5).result(timeout=10)
-        ids = [g.group_id for g in listed.valid if g.group_id != group]
-        if not ids:
-            return []
-        described = client.describe_consumer_groups(ids, request_timeout=5)
-        others = []
-        for group_id, future in described.items():
-            members = future.result(timeout=10).members
-            if any(_recovery_on(m, settings.topic) for m in members):
-                others.append(group_id)
-    except Exception as exc:  # a broker that cannot list groups (the dev broker): no check
-        logger.debug("consumer groups not checked", extra={"error": str(exc)})
-        return []
-    if others:
-        logger.error(
-            "other recovery groups follow this topic: each group decides every step again; "
-            "run one recovery group per topic",
-            extra={"topic": settings.topic, "groups": sorted(others), "group": group},
-        )
-    return others
-
-
-def _recovery_on(member: Any, topic: str) -> bool:
-    if not str(member.client_id or "").startswith(CLIENT_ID):
-        return False
-    assignment = getattr(member, "assignment", None)
-    partitions = getattr(assignment, "topic_partitions", None) or []
-    return any(tp.topic == topic for tp in partitions)
-
-
-def write_health(path: Path, payload: dict[str, Any]) -> None:
-    """Write the heartbeat atomically, so a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)

@@ -18,7 +18,9 @@ from stepledger.cli._common import run_guarded
 #: Each area's module, the extra it needs, and the commands its ``register`` adds.
 AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger.cli._ledger": ("", ("broker", "init", "append", "tail")),
-    "stepledger.cli._projector": ("projector", ("project", "query", "status", "rebuild", "dlq")),
+    "stepledger.cli._projector": ("projector", ("project", "rebuild")),
+    "stepledger.cli._query": ("projector", ("query", "status")),
+    "stepledger.cli._dlq": ("projector", ("dlq",)),
     "stepledger.cli._recovery": (
         "recovery",
         ("recover", "recover-health", "escalations", "reconcile"),

@@ -1,0 +1,145 @@
+"""CLI commands that read the projection: query (read-only SQL) and status (one workflow)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stepledger.cli._projector import _DB
+from stepledger.projector.snapshot import readable_source
+from stepledger.readers.query import (
+    DEFAULT_TIMEOUT_S,
+    QueryResult,
+    plain,
+    run_query,
+    to_csv,
+    to_json,
+    workflow_status,
+)
+from stepledger.terminal import safe
+from stepledger.timeline import bars, timeline_svg
+
+
+def register(group: click.Group) -> None:
+    """Add this area's commands to the group."""
+    for command in (query, status):
+        group.add_command(command)
+
+
+@click.command()
+@click.argument("sql", required=False)
+@click.option("--file", "sql_file", type=click.File("r"), help="Read the SQL from a file.")
+@_DB
+@click.option(
+    "--format",
+    "output",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option(
+    "--timeout",
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Stop the query after this many seconds.",
+)
+def query(sql: str | None, sql_file: Any, db_path: Path, output: str, timeout: float) -> None:
+    """Run read-only SQL on the freshest snapshot of the projection."""
+
+    if (sql is None) == (sql_file is None):
+        raise click.UsageError("give the SQL as an argument or with --file (not both)")
+    text = sql if sql is not None else sql_file.read()
+    for result in run_query(readable_source(db_path), text, timeout=timeout):
+        _print_result(result, output)
+
+
+def _print_result(result: QueryResult, output: str) -> None:
+
+    if output == "csv":
+        click.echo(to_csv(result), nl=False)
+    elif output == "json":
+        click.echo(to_json(result))
+    else:
+        print_table(result.columns, [[_cell(v) for v in row] for row in result.rows])
+
+
+def _cell(value: Any) -> str:
+
+    shown = plain(value)
+    return "" if shown is None else str(shown)
+
+
+def print_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
+    """Print rows as a table on the terminal (cells as plain text, never markup)."""
+    # Text, not markup: a cell holding "[red]" or an escape sequence is shown as it is.
+    table = Table(title=title, show_lines=False)
+    for column in columns:
+        table.add_column(Text(safe(column)))
+    for row in rows:
+        table.add_row(*(Text(safe(cell)) for cell in row))
+    Console(width=200).print(table)
+
+
+@click.command()
+@click.argument("workflow_id")
+@_DB
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option(
+    "--svg",
+    "svg_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also draw the workflow's timeline (steps, attempts, decisions) into this SVG file.",
+)
+def status(workflow_id: str, db_path: Path, as_json: bool, svg_file: Path | None) -> None:
+    """Show a workflow's steps in order with status, tool, attempts and result."""
+
+    found = workflow_status(readable_source(db_path), workflow_id)
+    if svg_file is not None:
+        _write_timeline(svg_file, found.workflow, found.steps)
+    if as_json:
+        click.echo(json.dumps({"workflow": found.workflow, "steps": found.steps}))
+        return
+    wf = found.workflow
+    click.echo(
+        safe(
+            f"workflow {wf['workflow_id']}  fleet {wf['fleet_id']}  status {wf['status']}  "
+            f"attempt {wf['attempt']}/{wf['max_attempts']}  steps {wf['steps']}  "
+            f"in doubt {wf['in_doubt']}  anomalies {wf['anomalies']}  "
+            f"last activity {wf['last_at']}"
+        )
+    )
+    rows = [
+        [
+            str(s["sequence"]),
+            s["step_id"],
+            s["status"] + (" (in doubt)" if s["in_doubt"] else ""),
+            s["tool"],
+            str(s["attempt"]),
+            s["resolved_by"] or "",
+            _summary(s),
+        ]
+        for s in found.steps
+    ]
+    print_table(["#", "step", "status", "tool", "attempts", "resolved by", "result"], rows)
+
+
+def _write_timeline(path: Path, workflow: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+    title = f"{workflow['workflow_id']}: {workflow['status']}, attempt {workflow['attempt']}"
+    picture = timeline_svg(title, bars(steps), now=datetime.now(UTC))
+    try:
+        path.write_text(picture + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _summary(step: dict[str, Any], width: int = 60) -> str:
+    text = step["error"] or step["result_json"] or ""
+    return text if len(text) <= width else text[: width - 1] + "…"

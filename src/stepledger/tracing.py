@@ -313,17 +313,15 @@ class _Remembered:
 _intents = _Remembered(_REMEMBERED)
 
 
-def remember_intent(event: Event, record: Any) -> None:
+def remember_intent(event: Event, headers: Headers) -> None:
     """Keep an intent's ``traceparent`` (from its record's headers) for a later decision.
 
-    ``record`` is the consumed message (anything with ``headers()``); a record without
-    headers, or with a header that is not a traceparent, is simply not remembered.
+    A record without the header, or with one that is not a traceparent, is simply not
+    remembered.
     """
     if event.step_id is None or event.type != "step_intended" or not _active():
         return
-    headers = getattr(record, "headers", None)
-    found = headers() if callable(headers) else None
-    for key, value in found or ():
+    for key, value in headers:
         if key == TRACEPARENT and isinstance(value, bytes):
             _intents.put((event.workflow_id, event.step_id), value.decode(errors="replace"))
             return

@@ -206,7 +206,7 @@ class RecoveryDaemon:
             return
         self.metrics.events.inc()
         self.events_read += 1
-        tracing.remember_intent(event, msg)
+        tracing.remember_intent(event, msg.headers)
         try:
             late = self.tracker.apply(event, partition, offset)
         except Exception as exc:

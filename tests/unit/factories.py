@@ -8,6 +8,7 @@ from typing import Any
 from stepledger.domain import ids
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Found, NotFound, Tool
+from stepledger.gaps import LogStart
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -37,3 +38,11 @@ def pay_tool(**kw: Any) -> Tool:
 def comp_key(workflow_id: str, step_id: str, tool: Tool, attempt: int = 1) -> str:
     """The compensation key of a step's attempt, as the SDK and recovery derive it."""
     return ids.compensation_key(ids.idempotency_key(workflow_id, step_id, tool.name, attempt))
+
+
+class LogStartAtZero(LogStart):
+    """A log start that is 0 everywhere, asked of no broker (unit tests of the daemons)."""
+
+    def of(self, topic: str, partition: int) -> int:
+        """Nothing was ever deleted."""
+        return 0

@@ -26,6 +26,7 @@ from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
 from tests.fuzz_events import EventFuzzer
+from tests.unit.factories import LogStartAtZero
 
 LATE = datetime(9000, 1, 1, tzinfo=UTC)  # everything ordinary is due by then
 
@@ -63,7 +64,7 @@ def fuzz_tools(seed: int) -> ToolRegistry:
 def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
     options = DaemonOptions(state_dir=tmp_path, workers=2, claim_timeout_s=0.01, grace_s=0.0)
     settings = Settings(bootstrap="127.0.0.1:9", topic="fuzz")
-    return RecoveryDaemon(
+    daemon = RecoveryDaemon(
         settings,
         fuzz_tools(seed),
         options,
@@ -72,6 +73,8 @@ def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
         dead_letters=MemoryEventLetters(),
         clock=lambda: LATE,
     )
+    daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
+    return daemon
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

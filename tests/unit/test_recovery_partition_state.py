@@ -22,7 +22,7 @@ from stepledger.recovery.checkpoint import (
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
-from tests.unit.factories import factory, pay_tool
+from tests.unit.factories import LogStartAtZero, factory, pay_tool
 
 
 def test_a_moved_partition_is_resumed_by_another_daemon_from_its_own_file(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def _record(value: bytes | None, partition: int, offset: int) -> Consumed:
 
 
 def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
-    return RecoveryDaemon(
+    daemon = RecoveryDaemon(
         Settings(bootstrap="127.0.0.1:9", topic="log"),
         ToolRegistry([pay_tool()]),
         DaemonOptions(state_dir=tmp_path, workers=1),
@@ -70,6 +70,8 @@ def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
         store=store,
         dead_letters=MemoryEventLetters(),
     )
+    daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
+    return daemon
 
 
 def _intents(count: int) -> list[bytes]:
@@ -148,3 +150,47 @@ def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_ove
     assert ("wf-far", "pay") in owner.tracker.steps
     first.work.shutdown(wait=True)
     owner.work.shutdown(wait=True)
+
+
+def test_a_daemon_back_from_a_pause_writes_no_checkpoint_before_the_group_has_answered(
+    tmp_path: Path,
+) -> None:
+    """Seen in the scale-out chaos run: a daemon SIGCONTed after its partition moved wrote
+    its stale tracked intent (and its position) over the new owner's checkpoint before the
+    group told it the partition was lost; the next owner then compensated a step an agent
+    had settled."""
+    store = InMemoryCheckpointStore()
+    paused = _daemon(tmp_path, store)
+    paused._on_assign([TopicPartition("log", 0)])
+    values = _intents(6)
+    for offset, value in enumerate(values[:2]):
+        paused._handle(_record(value, 0, offset))
+    paused.checkpoint()
+    paused._handle(_record(values[2], 0, 2))  # read, not checkpointed, then SIGSTOPped
+    owner = _daemon(tmp_path, store)
+    owner._on_assign([TopicPartition("log", 0)])
+    for offset, value in enumerate(values[2:], start=2):
+        owner._handle(_record(value, 0, offset))
+    owner.checkpoint()
+    written = (store.positions[("log", 0)], dict(store.steps[("log", 0)]))
+    # SIGCONT: its first poll ends a gap longer than the session, the group has not
+    # answered yet, and its checkpoint interval is long past.
+    paused.fence._last_poll -= paused.fence.session_s + 1
+    paused.fence.polled()
+    paused.checkpoint()
+    assert (store.positions[("log", 0)], dict(store.steps[("log", 0)])) == written
+    paused._on_lost([TopicPartition("log", 0)])  # the group's answer: nothing held is written
+    assert (store.positions[("log", 0)], dict(store.steps[("log", 0)])) == written
+    paused.work.shutdown(wait=True)
+    owner.work.shutdown(wait=True)
+
+
+def test_a_revoked_partition_is_handed_over_with_its_last_checkpoint(tmp_path: Path) -> None:
+    store = InMemoryCheckpointStore()
+    daemon = _daemon(tmp_path, store)
+    daemon._on_assign([TopicPartition("log", 0)])
+    for offset, value in enumerate(_intents(3)):
+        daemon._handle(_record(value, 0, offset))
+    daemon._on_revoke([TopicPartition("log", 0)])
+    assert store.positions[("log", 0)] == 3 and len(store.steps[("log", 0)]) == 3
+    daemon.work.shutdown(wait=True)

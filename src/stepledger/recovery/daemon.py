@@ -359,8 +359,13 @@ class RecoveryDaemon:
     # -- state, partitions, health ----------------------------------------------------
 
     def checkpoint(self, *, sweep: bool = False) -> None:
-        """Write the tracked steps and positions changed since the last checkpoint."""
-        batch = self.tracker.take_batch(self.clock(), sweep=sweep)
+        """Write the tracked steps and positions changed since the last checkpoint.
+
+        Only for partitions owned beyond doubt: a daemon back from a pause past its session
+        holds its changes until the group has answered, so a partition that moved meanwhile
+        never gets this daemon's stale state written over its new owner's checkpoint.
+        """
+        batch = self.tracker.take_batch(self.clock(), sweep=sweep, writable=self.fence.owns)
         self.store.save(self.settings.topic, batch)
         self._last_checkpoint = time.monotonic()
         if sweep:
@@ -418,9 +423,11 @@ class RecoveryDaemon:
         """Partitions are handed over in order: queued work dropped, running work finished."""
         gone = {tp.partition for tp in partitions}
         self._cancel_queued(gone)
-        # Still ours until this callback returns: let running resolutions append, briefly.
+        # Still ours until this callback returns: let running resolutions append, briefly,
+        # then hand the partitions over with their last checkpoint.
         if self.work.on(gone):
             self._collect(wait=min(self.options.drain_timeout_s, self.fence.session_s / 2))
+        self.checkpoint()
         self.fence.revoked(gone)
         self._forget(gone, "partitions revoked")
 

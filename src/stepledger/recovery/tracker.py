@@ -285,10 +285,18 @@ class Tracker:
 
     # -- checkpoints -------------------------------------------------------------------
 
-    def take_batch(self, now: datetime, *, sweep: bool = False) -> CheckpointBatch:
+    def take_batch(
+        self,
+        now: datetime,
+        *,
+        sweep: bool = False,
+        writable: Callable[[int], bool] = lambda partition: True,
+    ) -> CheckpointBatch:
         """Drop what needs no tracking and return everything changed since the last batch.
 
         Changed steps are checked every time; ``sweep`` also expires retained decisions.
+        Changes of a partition that is not ``writable`` (its ownership in doubt) stay
+        pending: written by a later batch once it is, or dropped with the partition.
         """
         for key in list(self.steps) if sweep else list(self._dirty):
             tracked = self.steps.get(key)
@@ -296,15 +304,21 @@ class Tracker:
                 del self.steps[key]
                 self._dirty.discard(key)
                 self._removed.add((tracked.partition, *key))
-        batch = CheckpointBatch(positions={p: self.positions[p] for p in self._moved})
+        moved = {p for p in self._moved if writable(p)}
+        batch = CheckpointBatch(positions={p: self.positions[p] for p in moved})
+        held: set[StepKey] = set()
         for key in self._dirty:
             tracked = self.steps.get(key)
-            if tracked is not None:
+            if tracked is None:
+                continue
+            if writable(tracked.partition):
                 batch.upserts[(tracked.partition, *key)] = list(tracked.events)
-        batch.deletes = set(self._removed)
-        self._dirty.clear()
-        self._removed.clear()
-        self._moved.clear()
+            else:
+                held.add(key)
+        batch.deletes = {r for r in self._removed if writable(r[0])}
+        self._dirty = held
+        self._removed -= batch.deletes
+        self._moved -= moved
         return batch
 
     def _keep(self, step: StepState, now: datetime) -> bool:

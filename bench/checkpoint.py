@@ -371,44 +371,21 @@ def run(
         r = handover(servers, n, tmp, kept_open)
     ms = 1000.0
     first = measured[0]
+
+    def took(what: str, seconds: float, against_ms: float | None, target: str = "") -> Row:
+        """A time in ms, lower is better, against a target or a baseline of the same run."""
+        return Row("checkpoint", what, seconds * ms, against_ms, "ms", target, False)
+
     for m in measured:
         label = f"{m.events:,} events + {tail:,} tail"
+        fresh = f"open from checkpoint + tail, fresh Ledger, {label}"
         if m.from_checkpoint is not None:
-            rows.append(
-                Row(
-                    "checkpoint",
-                    f"open from checkpoint + tail, fresh Ledger, {label} (vs the 100 ms target)",
-                    m.from_checkpoint * ms,
-                    100.0,
-                    "ms",
-                    "<=1",
-                    False,
-                )
-            )
-            rows.append(
-                Row(
-                    "checkpoint",
-                    f"open from checkpoint + tail, fresh Ledger, {label} "
-                    "(vs the whole partition, same log)",
-                    m.from_checkpoint * ms,
-                    m.full_partition * ms,
-                    "ms",
-                    "",
-                    False,
-                )
-            )
+            rows.append(took(f"{fresh} (vs the 100 ms target)", m.from_checkpoint, 100.0, "<=1"))
+            whole = f"{fresh} (vs the whole partition, same log)"
+            rows.append(took(whole, m.from_checkpoint, m.full_partition * ms))
         if m.warm is not None:
-            rows.append(
-                Row(
-                    "checkpoint",
-                    f"open from checkpoint + tail, warm Ledger, {label}",
-                    m.warm * ms,
-                    100.0,
-                    "ms",
-                    "<=1",
-                    False,
-                )
-            )
+            warm = f"open from checkpoint + tail, warm Ledger, {label}"
+            rows.append(took(warm, m.warm, 100.0, "<=1"))
         rows.append(
             Row(
                 "checkpoint",

@@ -17,6 +17,7 @@ from stepledger.config import Settings
 from tests.conftest import unique
 from tests.integration.projector_helpers import STEPLEDGER, query_one, wait_for
 from tests.integration.test_retention import (
+    checkpointed_log,
     cli,
     delete_head,
     differing,
@@ -56,10 +57,7 @@ def snapshot_count(snapshot: Path, sql: str) -> int:
 def test_a_reader_projection_started_after_the_head_expired_equals_a_rebuild_before_it(
     make_settings: Callable[..., Settings], tmp_path: Path, src_env: dict[str, str]
 ) -> None:
-    settings = make_settings(create=False)
-    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
-    made = cli(settings, env, "init", "--partitions", "1", "--checkpoints")
-    assert made.returncode == 0, made.stderr
+    settings, env = checkpointed_log(make_settings, src_env)
     run_paid(settings, 30, "early")
     assert cli(settings, env, "checkpoint", "--once").returncode == 0
     before = tmp_path / "before.duckdb"

@@ -46,6 +46,17 @@ def cli(settings: Settings, env: dict[str, str], *args: str) -> subprocess.Compl
     )
 
 
+def checkpointed_log(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> tuple[Settings, dict[str, str]]:
+    """A one-partition step log made by ``stepledger init --checkpoints``, and its env."""
+    settings = make_settings(create=False)
+    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
+    made = cli(settings, env, "init", "--partitions", "1", "--checkpoints")
+    assert made.returncode == 0, made.stderr
+    return settings, env
+
+
 def partition_for(settings: Settings, workflow_id: str, partitions: int = 3) -> int:
     chosen = partition_of(workflow_id.encode(), partitions, configured(settings.client_config()))
     assert chosen is not None
@@ -256,10 +267,7 @@ def run_trip(ledger: Ledger, workflow_id: str, effects: Effects) -> None:
 def test_a_workflow_waiting_on_an_approval_resumes_from_its_checkpoint_after_the_head_expired(
     make_settings: Callable[..., Settings], src_env: dict[str, str]
 ) -> None:
-    settings = make_settings(create=False)
-    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
-    made = cli(settings, env, "init", "--partitions", "1", "--checkpoints")
-    assert made.returncode == 0, made.stderr
+    settings, env = checkpointed_log(make_settings, src_env)
     effects = Effects()
     workflow_id = unique("trip")
     with Ledger(settings) as ledger:
@@ -461,10 +469,7 @@ def differing(a: Path, b: Path, table: str, where: str = "") -> int:
 def test_a_projector_down_across_a_deletion_restores_its_tables_from_the_checkpoints(
     make_settings: Callable[..., Settings], tmp_path: Path, src_env: dict[str, str]
 ) -> None:
-    settings = make_settings(create=False)
-    env = {**src_env, "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic}
-    made = cli(settings, env, "init", "--partitions", "1", "--checkpoints")
-    assert made.returncode == 0, made.stderr
+    settings, env = checkpointed_log(make_settings, src_env)
     db = tmp_path / "view.duckdb"
     run_paid(settings, 10, "early")
     with projecting(settings, db) as projector:

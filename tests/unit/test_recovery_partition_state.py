@@ -74,6 +74,29 @@ def _daemon(tmp_path: Path, store: InMemoryCheckpointStore) -> RecoveryDaemon:
     return daemon
 
 
+def _moved_while_paused(
+    tmp_path: Path, store: InMemoryCheckpointStore, read_before_pause: int
+) -> tuple[RecoveryDaemon, RecoveryDaemon]:
+    """Partition 0 of six intents: one daemon checkpoints the first two, reads on to
+    ``read_before_pause`` and is paused past its session; the partition moves to a second
+    daemon, which reads all six and checkpoints them."""
+    paused = _daemon(tmp_path, store)
+    paused._on_assign([TopicPartition("log", 0)])
+    values = _intents(6)
+    for offset, value in enumerate(values[:2]):
+        paused._handle(_record(value, 0, offset))
+    paused.checkpoint()
+    assert store.positions[("log", 0)] == 2
+    for offset, value in enumerate(values[2:read_before_pause], start=2):
+        paused._handle(_record(value, 0, offset))  # read, never checkpointed
+    owner = _daemon(tmp_path, store)
+    owner._on_assign([TopicPartition("log", 0)])
+    for offset, value in enumerate(values[2:], start=2):
+        owner._handle(_record(value, 0, offset))
+    owner.checkpoint()
+    return paused, owner
+
+
 def _intents(count: int) -> list[bytes]:
     events, codec = factory(), Codec()
     return [
@@ -106,22 +129,7 @@ def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_check
     tmp_path: Path,
 ) -> None:
     store = InMemoryCheckpointStore()
-    paused = _daemon(tmp_path, store)
-    paused._on_assign([TopicPartition("log", 0)])
-    values = _intents(6)
-    for offset, value in enumerate(values[:2]):
-        paused._handle(_record(value, 0, offset))
-    paused.checkpoint()
-    assert store.positions[("log", 0)] == 2
-    # Paused past its session: it read more but never checkpointed it; the partition moved.
-    for offset, value in enumerate(values[2:4], start=2):
-        paused._handle(_record(value, 0, offset))
-    owner = _daemon(tmp_path, store)
-    owner._on_assign([TopicPartition("log", 0)])
-    for offset, value in enumerate(values, start=0):
-        if offset >= 2:
-            owner._handle(_record(value, 0, offset))
-    owner.checkpoint()
+    paused, owner = _moved_while_paused(tmp_path, store, read_before_pause=4)
     assert store.positions[("log", 0)] == 6
     tracked = set(store.steps[("log", 0)])
     paused._on_lost([TopicPartition("log", 0)])
@@ -160,18 +168,7 @@ def test_a_daemon_back_from_a_pause_writes_no_checkpoint_before_the_group_has_an
     group told it the partition was lost; the next owner then compensated a step an agent
     had settled."""
     store = InMemoryCheckpointStore()
-    paused = _daemon(tmp_path, store)
-    paused._on_assign([TopicPartition("log", 0)])
-    values = _intents(6)
-    for offset, value in enumerate(values[:2]):
-        paused._handle(_record(value, 0, offset))
-    paused.checkpoint()
-    paused._handle(_record(values[2], 0, 2))  # read, not checkpointed, then SIGSTOPped
-    owner = _daemon(tmp_path, store)
-    owner._on_assign([TopicPartition("log", 0)])
-    for offset, value in enumerate(values[2:], start=2):
-        owner._handle(_record(value, 0, offset))
-    owner.checkpoint()
+    paused, owner = _moved_while_paused(tmp_path, store, read_before_pause=3)
     written = (store.positions[("log", 0)], dict(store.steps[("log", 0)]))
     # SIGCONT: its first poll ends a gap longer than the session, the group has not
     # answered yet, and its checkpoint interval is long past.

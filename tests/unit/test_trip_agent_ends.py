@@ -55,7 +55,8 @@ def test_the_harness_names_a_bug_report_as_a_violation() -> None:
         json.dumps({"superseded_runner": "w2", "status": BUG, "error": "KeyError: 'x'"}),
         "not json",
     ]
-    run._flag_bugs("\n".join(lines))
+    statuses = run._take_reports("\n".join(lines))
+    assert statuses == {"w1": "completed"}
     assert [(v.invariant, v.detail) for v in run.problems] == [
         ("agent_raised_a_bug", "w2: KeyError: 'x'")
     ]

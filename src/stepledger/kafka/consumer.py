@@ -155,7 +155,7 @@ def consumed(msg: Message) -> Consumed:
         int(msg.offset() or 0),
         msg.key(),
         msg.value(),
-        message_headers(msg) if msg.headers() else [],
+        message_headers(msg),
         msg.timestamp(),
     )
 

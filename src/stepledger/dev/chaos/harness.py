@@ -213,8 +213,7 @@ class Run:
                 out, _ = proc.communicate(timeout=30)
                 with open(self.workdir / "agent-reports.jsonl", "a") as log:
                     log.write(out)
-                reports.update(_parse_reports(out))
-                self._flag_bugs(out)
+                reports.update(self._take_reports(out))
                 running.remove(item)
                 if race_grace is not None and self.left() > 0:
                     # Restarted at once: the resume and the daemon are due at about the same
@@ -257,19 +256,22 @@ class Run:
                 self.slow_runners.append(proc.pid)
             with open(self.workdir / "agent-reports-frozen.jsonl", "a") as log:
                 log.write(out)
-            self._flag_bugs(out)
+            self._take_reports(out)  # statuses: not the workflows' (they moved on)
         self.frozen.clear()
 
-    def _flag_bugs(self, out: str) -> None:
-        """An agent thread that raised outside the exception tree is a violation, by name."""
+    def _take_reports(self, out: str) -> dict[str, str]:
+        """Each workflow's status from an agent's report lines; a thread that raised outside
+        the exception tree (any report, a superseded runner's too) is a violation, by name."""
+        statuses: dict[str, str] = {}
         for line in out.splitlines():
-            with contextlib.suppress(ValueError, AttributeError):
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
                 report = json.loads(line)
                 if report.get("status") == BUG:
-                    detail = f"{report.get('workflow') or report.get('superseded_runner')}: "
-                    self.problems.append(
-                        InvariantViolation("agent_raised_a_bug", None, detail + report["error"])
-                    )
+                    who = report.get("workflow") or report.get("superseded_runner")
+                    detail = f"{who}: {report['error']}"
+                    self.problems.append(InvariantViolation("agent_raised_a_bug", None, detail))
+                statuses[report["workflow"]] = report["status"]
+        return statuses
 
     def _agent_grace(self) -> float:
         """Seconds a resuming agent waits past an in-doubt step's deadline before deciding it.
@@ -623,15 +625,6 @@ def _stopped(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[:1] == ["T"]
-
-
-def _parse_reports(out: str) -> dict[str, str]:
-    reports = {}
-    for line in out.splitlines():
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            report = json.loads(line)
-            reports[report["workflow"]] = report["status"]
-    return reports
 
 
 @contextlib.contextmanager

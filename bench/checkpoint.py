@@ -40,6 +40,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bench.common import Row, broker, fill_log, produce_bulk, run_broker, table
 from bench.recovery import FAST_FETCH, Running, bench_tool, open_intents, settled_history
+from stepledger.checkpoints.directory import is_directory_key
 from stepledger.checkpoints.record import encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.checkpoints.writer import Checkpointer
@@ -296,10 +297,13 @@ def sizes_per_workflow(settings: Settings) -> dict[str, float]:
 
     checkpoints, written, _ = _newest(settings, settings.checkpoint_topic)
     checkpoints.pop(PROGRESS_KEY, None)
+    listed = [key for key in checkpoints if is_directory_key(key)]
+    directory = sum(checkpoints.pop(key) for key in listed)
     steps, step_bytes, step_records = _newest(settings, settings.topic)
     workflows = len(steps)
     return {
         "checkpoint": sum(checkpoints.values()) / len(checkpoints),
+        "directory": directory / len(checkpoints),
         "checkpoint_written": written,
         "checkpoints": len(checkpoints),
         "step_log": step_bytes / workflows,
@@ -458,6 +462,13 @@ def run(
             "bytes",
             "",
             False,
+        ),
+        Row(
+            "checkpoint",
+            "checkpoint directory bytes per workflow, newest per key (context)",
+            sized["directory"],
+            None,
+            "bytes",
         ),
     ]
     return rows

@@ -76,6 +76,17 @@ def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
     return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
 
 
+@functools.cache
+def _current_fingerprint() -> bytes:
+    # fastavro computes the fingerprint in pure Python (~1 ms a schema): once per process.
+    return single_object_fingerprint(_current())
+
+
+@functools.cache
+def _released_by_fingerprint() -> dict[bytes, dict[str, Any]]:
+    return {single_object_fingerprint(s): s for s in _released()}
+
+
 def to_record(event: Event) -> dict[str, Any]:
     """Turn an event into the dict fastavro writes (the body as a named union branch).
 
@@ -157,10 +168,12 @@ class Codec:
         known_writer_schemas: Iterable[dict[str, Any]] = (),
     ) -> None:
         self.schema = schema if schema is not None else _current()
-        self._fingerprint = single_object_fingerprint(self.schema)
+        self._fingerprint = (
+            _current_fingerprint() if schema is None else single_object_fingerprint(schema)
+        )
         # Old producers may still write with a released schema: a reader knows them all.
-        writers = [*_released(), *known_writer_schemas]
-        self._writers = {single_object_fingerprint(s): s for s in writers}
+        self._writers = dict(_released_by_fingerprint())
+        self._writers.update((single_object_fingerprint(s), s) for s in known_writer_schemas)
         self._registry = registry
         self._registry_id = registry.register(self.schema) if registry else None
         self._prefix = (

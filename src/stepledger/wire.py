@@ -21,6 +21,10 @@ CHECKPOINT_TOPIC = "stepledger.checkpoints.workflow"
 """The default compacted topic of workflow checkpoints (partitioned like the step log)."""
 RECOVERY_STATE_TOPIC = "stepledger.recovery.changelog"
 """The default compacted topic of the recovery daemons' per-partition state."""
+CHECKPOINT_DIRECTORY_KEY = "\x00directory"
+"""The record key of a checkpoint partition's directory root (no workflow id starts with NUL)."""
+CHECKPOINT_DIRECTORY_CHUNK_PREFIX = "\x00directory/"
+"""A directory chunk's record key: this prefix and its bucket number in decimal."""
 
 STEP_LOG_TIMESTAMP_TYPE = "LogAppendTime"
 """How ``init`` has the step log's records stamped: by the broker (deadlines anchor on it)."""
@@ -58,6 +62,8 @@ TOOLS_ENTRY_POINT_GROUP = "stepledger.tools"
 
 # -- record headers ---------------------------------------------------------------------------
 
+CHECKPOINT_DIRECTORY_HEADER = "stepledger_directory"
+"""On every checkpoint-topic record: the offset of the partition's newest directory root."""
 CE_SPECVERSION_HEADER = "ce_specversion"
 CE_TYPE_HEADER = "ce_type"
 CE_ID_HEADER = "ce_id"

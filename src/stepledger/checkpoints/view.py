@@ -6,6 +6,11 @@ checkpoints written since (the topic is compacted: its size follows the workflow
 events).  The end of a catch-up is the partition-EOF a fresh consumer reports, as for the
 step log's readers.
 
+A partition the view never read is first looked up through the partition's directory
+(:mod:`stepledger.checkpoints.directory`): a handful of point reads instead of the whole
+partition, taken only when the directory proves the answer (otherwise the partition is
+read as before).  ``lookup(..., fresh=True)`` always reads the partition.
+
 A record read is kept as its bytes and covered offset (read from its first fields,
 :func:`~stepledger.checkpoints.record.covered_offset_of`); only the checkpoints handed out
 are decoded.  Opening one workflow reads its partition of the checkpoint topic, which
@@ -18,9 +23,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from stepledger import wire
+from stepledger.checkpoints import directory as dirs
 from stepledger.checkpoints.record import (
     PROGRESS_KEY,
     WorkflowCheckpoint,
@@ -29,7 +36,7 @@ from stepledger.checkpoints.record import (
 )
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
-from stepledger.kafka.client import TopicPartition
+from stepledger.kafka.client import Consumer, KafkaException, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
 
 logger = logging.getLogger(__name__)
@@ -39,6 +46,8 @@ _BATCH = 5000
 _POLL_S = 0.01
 #: A catch-up never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
+#: A directory lookup gives up (and the partition is read) after this long.
+DIRECTORY_LIMIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class _Held:
 
     covered: int
     value: bytes
+    offset: int = -1
+    """Where the record sits in the checkpoint topic (-1: not known)."""
     decoded: WorkflowCheckpoint | None = None
 
 
@@ -69,6 +80,8 @@ class CheckpointView:
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, _Held]] = {}
+        self._directed: dict[tuple[int, bytes], Covering] = {}
+        """What directory lookups proved, by partition and key (until a whole read)."""
 
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
         """The workflow's checkpoint and the partition's progress.
@@ -77,6 +90,14 @@ class CheckpointView:
         partition never read is read now).
         """
         with self._lock:
+            if not fresh and partition not in self._next:
+                key = workflow_id.encode()
+                found = self._directed.get((partition, key))
+                if found is None:
+                    found = self._from_directory(partition, key)
+                if found is not None:
+                    self._directed[(partition, key)] = found
+                    return found
             if fresh or partition not in self._next:
                 self._catch_up(partition)
             latest = self._latest.get(partition, {})
@@ -94,6 +115,29 @@ class CheckpointView:
             found = {key: _checkpoint(latest, key) for key in list(latest)}
             return {key: checkpoint for key, checkpoint in found.items() if checkpoint}
 
+    def offsets(self, partition: int) -> dict[bytes, int]:
+        """Where each key's newest checkpoint sits in the partition (after a catch-up)."""
+        with self._lock:
+            self._catch_up(partition)
+            latest = self._latest.get(partition, {})
+            return {key: held.offset for key, held in latest.items() if held.offset >= 0}
+
+    def _from_directory(self, partition: int, key: bytes) -> Covering | None:
+        """The covering the partition's directory proves, or None (read the partition)."""
+        topic = self.settings.checkpoint_topic
+        deadline = time.monotonic() + DIRECTORY_LIMIT_S
+        try:
+            # A 1 ms fetch wait: each point read is one fetch of records already there
+            # (with 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4
+            # ms; with 0 Tansu answers no fetch at all).
+            with assigned_consumer(
+                self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
+            ) as consumer:
+                return _Points(consumer, topic, partition, deadline).covering(key)
+        except (KafkaException, BrokerError, CodecError) as exc:
+            logger.info("checkpoint directory of %s[%d] not used: %s", topic, partition, exc)
+            return None
+
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic
         start = self._next.get(partition, 0)
@@ -109,11 +153,16 @@ class CheckpointView:
                 for msg in consumer.consume(_BATCH, _POLL_S):
                     if partition_end(msg):
                         return
-                    self._next[partition] = int(msg.offset() or 0) + 1
-                    self._take(latest, msg.key() or b"", msg.value())
+                    offset = int(msg.offset() or 0)
+                    self._next[partition] = offset + 1
+                    self._take(latest, msg.key() or b"", msg.value(), offset)
 
     @staticmethod
-    def _take(latest: dict[bytes, _Held], key: bytes, value: bytes | None) -> None:
+    def _take(
+        latest: dict[bytes, _Held], key: bytes, value: bytes | None, offset: int = -1
+    ) -> None:
+        if dirs.is_directory_key(key):
+            return  # where checkpoints are, not one
         if value is None:
             latest.pop(key, None)  # a tombstone
             return
@@ -125,7 +174,7 @@ class CheckpointView:
             return
         held = latest.get(key)
         if held is None or covered >= held.covered:
-            latest[key] = _Held(covered, value)
+            latest[key] = _Held(covered, value, offset)
 
 
 def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | None:
@@ -142,3 +191,102 @@ def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | 
             del latest[key]
             return None
     return held.decoded
+
+
+class _Points:
+    """Point reads of one checkpoint partition through its directory (see the module doc)."""
+
+    def __init__(self, consumer: Consumer, topic: str, partition: int, deadline: float) -> None:
+        self.consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self.deadline = deadline
+
+    def covering(self, key: bytes) -> Covering | None:
+        """What the directory proves about ``key``, or None when it proves nothing."""
+        _, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
+        )
+        # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
+        last = self._first(high - 1) if high > 0 else None
+        if last is None:
+            return None  # empty (a whole read is as cheap), or gone meanwhile
+        pointer = dirs.root_pointer(last.headers())
+        if last.key() == dirs.ROOT_KEY:
+            pointer = int(last.offset() or 0)
+        if pointer is None:
+            return None  # written before directories (or none written yet)
+        # The root, then every record written after it (checkpoints the root does not list).
+        after = self._from(pointer)
+        if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
+            return None
+        root = dirs.decode(after[0].value())
+        if root.bucket != -1 or len(root.chunks) != root.buckets:
+            return None
+        hashed = dirs.key_hash(key)
+        bucket = dirs.bucket_of(hashed, root.buckets)
+        chunk_msg = self._first(root.chunks[bucket])
+        if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
+            return None
+        if chunk_msg.key() != dirs.chunk_key(bucket):
+            return None
+        chunk = dirs.decode(chunk_msg.value())
+        if chunk.buckets != root.buckets or chunk.bucket != bucket:
+            return None
+        newest: _Held | None = None
+        for offset in chunk.offsets_of(hashed):
+            msg = self._first(offset)
+            if msg is None or msg.offset() != offset:
+                return None  # compacted away: a newer checkpoint sits somewhere unlisted
+            if msg.key() == key:  # else another workflow with the same hash
+                newest = _newer(newest, msg)
+        for msg in after[1:]:
+            if msg.key() != key:
+                continue
+            if msg.value() is None:
+                return None  # a tombstone: only a whole read says what is left
+            newest = _newer(newest, msg)
+        checkpoint = None if newest is None else decode(newest.value)
+        return Covering(checkpoint, root.progress if root.progress >= 0 else None)
+
+    def _first(self, offset: int) -> Message | None:
+        """The first record at or after ``offset`` (None: the partition ends before it)."""
+        self._assign(offset)
+        for msg in self._messages():
+            return msg
+        return None
+
+    def _from(self, offset: int) -> list[Message]:
+        """Every record from ``offset`` to the partition's end."""
+        self._assign(offset)
+        return list(self._messages())
+
+    def _assign(self, offset: int) -> None:
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+
+    def _messages(self) -> Iterator[Message]:
+        """This assignment's records, up to the partition's end.
+
+        ``poll`` returns with the first record (``consume`` would wait out its timeout for
+        a full batch), then what is already fetched is taken without waiting.
+        """
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
+            first = self.consumer.poll(min(remaining, 1.0))
+            if first is None:
+                continue
+            for msg in [first, *self.consumer.consume(_BATCH, 0)]:
+                if partition_end(msg):
+                    return
+                yield msg
+
+
+def _newer(held: _Held | None, msg: Message) -> _Held:
+    """The record of higher covered offset: ``held`` or the one in ``msg``."""
+    value = msg.value() or b""
+    covered = covered_offset_of(value)
+    if held is None or covered >= held.covered:
+        return _Held(covered, value, int(msg.offset() or 0))
+    return held

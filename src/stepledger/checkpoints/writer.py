@@ -9,6 +9,11 @@ after ``every_events`` new records, when it finishes, and every ``every_s`` seco
 that has a record there has a checkpoint covering it.  A reader uses the progress to prove
 that an id with no checkpoint and no record after the log start is new.
 
+After each round's checkpoints the partition's *directory* is written (where each
+workflow's newest checkpoint sits, :mod:`stepledger.checkpoints.directory`), so a reader
+finds one checkpoint without reading the partition; every record carries the offset of the
+newest directory root.
+
 Exactly once relative to the input, without transactions: a checkpoint is a function of
 the step log up to its covered offset (the workflow's values in log order, byte for byte,
 and the fold's summary of them), so writing it again, after a crash or by a second owner
@@ -28,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stepledger import wire
+from stepledger.checkpoints import directory as dirs
+from stepledger.checkpoints.directory import Directory, DirectoryRecord
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.codec import Codec
@@ -38,6 +45,7 @@ from stepledger.gaps import LogStart, report_gap
 from stepledger.kafka import DurableProducer, Position, topic_partitions
 from stepledger.kafka.client import Consumer, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
+from stepledger.kafka.producer import Headers
 from stepledger.log import codec_for
 
 logger = logging.getLogger(__name__)
@@ -79,6 +87,8 @@ class _Partition:
     read_to: int = -1
     """The offset of the newest step-log record taken in."""
     workflows: dict[bytes, _Workflow] = field(default_factory=dict)
+    directory: Directory = field(default_factory=Directory)
+    """Where each workflow's newest checkpoint sits in the checkpoint topic."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,9 @@ class Checkpointer:
                 covered = found.covered_offset
                 offsets = list(found.offsets) or [-1] * len(found.events)
                 part.workflows[key] = _Workflow(list(found.events), offsets, covered, covered)
+            for key, offset in view.offsets(number).items():
+                if key in part.workflows:
+                    part.directory.put(key, offset)
             self._parts[number] = part
             self._check_start(part, part.progress + 1)
         logger.info(
@@ -187,15 +200,28 @@ class Checkpointer:
         self.round()
 
     def round(self) -> None:
-        """Checkpoint every workflow with new records, then each partition's progress."""
+        """Checkpoint every workflow with new records, then each partition's directory and
+        progress (both vouch only for checkpoints already acknowledged)."""
         for part in self._parts.values():
             if part.broken:
                 continue
             self._flush(part, [k for k, w in part.workflows.items() if w.covered > w.written])
+            if part.directory.due():
+                self._write_directory(part)
             if part.read_to > part.progress:
                 progress = WorkflowCheckpoint(None, self.settings.topic, part.number, part.read_to)
-                self._send([(part.number, progress)])
+                self._send(part, [(progress.key, encode(progress))])
                 part.progress = part.read_to
+
+    def _write_directory(self, part: _Partition) -> None:
+        """The chunks whose entries changed, then the root over them."""
+        topic, number, progress = self.settings.topic, part.number, part.read_to
+        chunks = part.directory.chunks_due(topic, number, progress)
+        at = self._send(part, [(c.key, dirs.encode(c)) for c in chunks])
+        buckets = chunks[0].buckets if chunks else part.directory.buckets
+        part.directory.written({c.bucket: o for c, o in zip(chunks, at, strict=True)}, buckets)
+        root: DirectoryRecord = part.directory.root_record(topic, number, progress)
+        (part.directory.root,) = self._send(part, [(root.key, dirs.encode(root))])
 
     def close(self) -> None:
         """Flush the producer."""
@@ -232,13 +258,12 @@ class Checkpointer:
             self._flush(part, [key])
 
     def _flush(self, part: _Partition, keys: list[bytes]) -> None:
-        records = [
-            (part.number, self._checkpoint(part.number, key, part.workflows[key])) for key in keys
-        ]
-        self._send(records)
-        for key in keys:
+        checkpoints = [self._checkpoint(part.number, key, part.workflows[key]) for key in keys]
+        at = self._send(part, [(c.key, encode(c)) for c in checkpoints])
+        for key, offset in zip(keys, at, strict=True):
             held = part.workflows[key]
             held.written, held.pending = held.covered, 0
+            part.directory.put(key, offset)
 
     def _checkpoint(self, partition: int, key: bytes, held: _Workflow) -> WorkflowCheckpoint:
         workflow_id = key.decode("utf-8", "replace")
@@ -261,17 +286,25 @@ class Checkpointer:
             offsets=tuple(held.offsets),
         )
 
-    def _send(self, records: list[tuple[int, WorkflowCheckpoint]]) -> None:
-        futures: list[Future[Position]] = []
-        for _, checkpoint in records:
-            topic, value = self.settings.checkpoint_topic, encode(checkpoint)
-            # The checkpoint's partition is the step log's, whatever the key hashes to.
-            futures.append(
-                self._producer.send(topic, checkpoint.key, value, partition=checkpoint.partition)
-            )
-        for future in futures:
-            self._producer.wait(future)
+    def _send(self, part: _Partition, records: list[tuple[bytes, bytes]]) -> list[int]:
+        """Write records to the partition's checkpoint partition; their offsets once acked.
+
+        Each carries the offset of the newest directory root (the header readers start
+        from); a record sent before any root carries none.
+        """
+        topic = self.settings.checkpoint_topic
+        root = part.directory.root
+        headers: Headers | None = (
+            [(wire.CHECKPOINT_DIRECTORY_HEADER, str(root).encode())] if root >= 0 else None
+        )
+        # The checkpoint's partition is the step log's, whatever the key hashes to.
+        futures: list[Future[Position]] = [
+            self._producer.send(topic, key, value, headers, partition=part.number)
+            for key, value in records
+        ]
+        offsets = [self._producer.wait(future).offset for future in futures]
         self.written += len(futures)
+        return offsets
 
 
 def _ends(msg: Message) -> bool:

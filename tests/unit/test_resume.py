@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -11,6 +12,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import EffectClass, Source, Verdict
 from stepledger.domain.state import RunStatus, StepStatus, replay
+from stepledger.domain.tools import Tool
 from stepledger.errors import (
     LedgerStateError,
     PlanMismatchError,
@@ -333,6 +335,31 @@ def test_a_timeout_leaves_the_step_in_doubt_and_a_retry_never_doubles_the_effect
     assert world.services.effects["charge"] == 1
     assert result["amount"] == 120
     assert "failed" not in json.dumps([e.model_dump(mode="json") for e in world.log.events])
+
+
+@pytest.mark.parametrize("run_async", [False, True], ids=["step", "astep"])
+def test_a_read_only_call_that_times_out_is_failed_not_left_open(run_async: bool) -> None:
+    """A read has no effect to be in doubt about, and recovery never settles its intent:
+    left open, the step stayed ``intended`` for good (the chaos run's
+    every_intent_resolved_or_escalated)."""
+    world = World()
+    lookup = Tool(name="lookup", effect="read_only")
+
+    def timing_out(args: dict[str, Any], key: str) -> Any:
+        raise TimeoutError("read timed out")
+
+    wf = world.ledger().workflow("wf-read-timeout", name="t")
+    with pytest.raises(TimeoutError, match="read timed out"):
+        if run_async:
+            asyncio.run(wf.astep("lookup", lookup, {"q": 1}, timing_out))
+        else:
+            wf.step("lookup", lookup, {"q": 1}, timing_out)
+    state = replay("wf-read-timeout", world.log.workflow_events("wf-read-timeout"))
+    assert state.steps["lookup"].status is StepStatus.FAILED
+    assert world.types("wf-read-timeout")[-1] == "step_outcome"
+    again = world.ledger().workflow("wf-read-timeout", name="t")
+    with pytest.raises(ToolCallError, match="failed before: read timed out"):
+        again.step("lookup", lookup, {"q": 1}, lambda args, key: "found")  # as any failure
 
 
 def test_a_definite_tool_error_is_recorded_as_failed() -> None:

@@ -173,7 +173,7 @@ class Workflow:
         try:
             result = run(call.arguments, call.key)
         except Exception as exc:
-            if effect_unknown(exc):
+            if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
@@ -215,7 +215,7 @@ class Workflow:
             else:
                 result = await asyncio.to_thread(run, call.arguments, call.key)
         except Exception as exc:
-            if effect_unknown(exc):
+            if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
             raise
@@ -288,6 +288,8 @@ class Workflow:
     ) -> StepInDoubtError:
         # Recording "failed" here would let a retry repeat an effect that may have happened:
         # the intent stays open and the tool's policy decides (recovery daemon or resume).
+        # A read-only call has no effect to be in doubt about (and recovery never settles
+        # its intent): its timeout is recorded as failed, as any other error.
         step_id = call.step_id
         return StepInDoubtError(
             f"step {step_id!r} ({tool.name}): the call's effect is unknown after "

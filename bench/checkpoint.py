@@ -209,6 +209,7 @@ class Sized:
     view_s: float = 0.0
     view_records: int = 0
     view_bytes: int = 0
+    held_bytes: int = 0
 
 
 def resume_at(bootstrap: str, events: int, repeats: int, tail: int) -> tuple[Settings, Sized]:
@@ -223,6 +224,7 @@ def resume_at(bootstrap: str, events: int, repeats: int, tail: int) -> tuple[Set
     checkpointer = Checkpointer(settings)
     try:
         checkpointer.catch_up(timeout_s=3600)
+        held = checkpointer.held_bytes
     finally:
         checkpointer.close()
     checkpointer_s = time.perf_counter() - began
@@ -245,6 +247,7 @@ def resume_at(bootstrap: str, events: int, repeats: int, tail: int) -> tuple[Set
         view_s,
         view_records,
         view_bytes,
+        held,
     )
     print(
         f"[checkpoint] {written:,} events: fill {fill_s:.1f}s, checkpointer {checkpointer_s:.1f}s;"
@@ -259,14 +262,15 @@ def resume_at(bootstrap: str, events: int, repeats: int, tail: int) -> tuple[Set
     return settings, figures
 
 
-def _newest(settings: Settings, topic: str) -> tuple[dict[bytes, int], int, int]:
-    """Per key the size of its newest record (key + value + headers), all bytes, records."""
+def _newest(settings: Settings, topic: str) -> tuple[dict[tuple[int, bytes], int], int, int]:
+    """Per partition and key the size of its newest record (key + value + headers), all
+    bytes, records (a directory's keys repeat in every partition)."""
     partitions = topic_partitions(settings, topic)
     consumer = Consumer(
         settings.client_config(**{**FAST_CONSUMER, "group.id": "bench-size", **FAST_FETCH})
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    newest: dict[bytes, int] = {}
+    newest: dict[tuple[int, bytes], int] = {}
     total = records = 0
     done: set[int] = set()
     deadline = time.monotonic() + 600
@@ -283,7 +287,7 @@ def _newest(settings: Settings, topic: str) -> tuple[dict[bytes, int], int, int]
                 items = pairs.items() if isinstance(pairs, dict) else pairs
                 headers = sum(len(name) + len(v or b"") for name, v in items)
                 size = len(key) + len(value) + headers
-                newest[key] = size
+                newest[(int(msg.partition() or 0), key)] = size
                 total += size
                 records += 1
     finally:
@@ -296,9 +300,10 @@ def sizes_per_workflow(settings: Settings) -> dict[str, float]:
     from stepledger.checkpoints.record import PROGRESS_KEY
 
     checkpoints, written, _ = _newest(settings, settings.checkpoint_topic)
-    checkpoints.pop(PROGRESS_KEY, None)
-    listed = [key for key in checkpoints if is_directory_key(key)]
-    directory = sum(checkpoints.pop(key) for key in listed)
+    for where in [where for where in checkpoints if where[1] == PROGRESS_KEY]:
+        del checkpoints[where]
+    listed = [where for where in checkpoints if is_directory_key(where[1])]
+    directory = sum(checkpoints.pop(where) for where in listed)
     steps, step_bytes, step_records = _newest(settings, settings.topic)
     workflows = len(steps)
     return {
@@ -407,6 +412,16 @@ def run(
                 m.view_s * ms,
                 None,
                 "ms",
+            )
+        )
+        rows.append(
+            Row(
+                "checkpoint",
+                f"checkpointer: step-log bytes held in memory after its catch-up (ended "
+                f"workflows let go), {label} (context)",
+                m.held_bytes,
+                None,
+                "bytes",
             )
         )
         rows.append(

@@ -155,7 +155,7 @@ def test_checkpoints_deleted_under_the_directory_are_never_taken_for_absent(
     for future in futures.values():
         assert future.result(10).low_watermark == 5
     answers = directory_answers(monkeypatch)
-    results = [fast_and_whole(settings, f"wf-{i}") for i in range(0, WORKFLOWS, 3)]
+    results = [fast_and_whole(settings, f"wf-{i}") for i in range(12)]  # offsets 0-4 too
     assert all(fast == whole for fast, whole in results)
     assert None in answers  # the deleted ones fell back to the whole read
     assert any(a is not None for a in answers)  # the others did not
@@ -183,3 +183,32 @@ def write(settings: Settings, key: bytes, value: bytes, headers: Headers | None)
         producer.wait(future)
     finally:
         producer.close()
+
+
+def test_ended_workflows_are_let_go_and_read_back_when_a_record_arrives(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = log_with_checkpoints(make_settings)
+    checkpointer = Checkpointer(settings)
+    try:
+        checkpointer.restore()
+        # Only the running workflows (every third) keep their values in memory.
+        running = {f"wf-{i}" for i in range(0, WORKFLOWS, 3)}
+        whole = CheckpointView(settings).partition(0)
+        expected = sum(len(v) for k, c in whole.items() if k.decode() in running for v in c.events)
+        assert checkpointer.held_bytes == expected > 0
+        # A record for an ended workflow after all: its values come back from the checkpoint.
+        ended = whole[b"wf-1"]
+        with Ledger(settings) as ledger:
+            late = ledger.events.envelope(
+                "wf-1", None, ev.WorkflowFinished(status=WorkflowStatus.COMPLETED)
+            )
+            ledger.log.append(late)
+        checkpointer.catch_up(timeout_s=60)
+    finally:
+        checkpointer.close()
+    rewritten = CheckpointView(settings).lookup(0, "wf-1").checkpoint
+    assert rewritten is not None and rewritten.covered_offset > ended.covered_offset
+    assert rewritten.events[: len(ended.events)] == ended.events
+    assert len(rewritten.events) == len(ended.events) + 1
+    assert rewritten.offsets[-1] == rewritten.covered_offset

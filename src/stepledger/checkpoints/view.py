@@ -115,6 +115,21 @@ class CheckpointView:
             found = {key: _checkpoint(latest, key) for key in list(latest)}
             return {key: checkpoint for key, checkpoint in found.items() if checkpoint}
 
+    def at(self, partition: int, offset: int, key: bytes) -> WorkflowCheckpoint | None:
+        """The checkpoint of ``key`` at ``offset`` (None: that record is gone or another's)."""
+        topic = self.settings.checkpoint_topic
+        deadline = time.monotonic() + DIRECTORY_LIMIT_S
+        with assigned_consumer(
+            self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
+        ) as consumer:
+            msg = _Points(consumer, topic, partition, deadline).first(offset)
+        if msg is None or msg.offset() != offset or msg.key() != key or msg.value() is None:
+            return None
+        try:
+            return decode(msg.value())
+        except CodecError:
+            return None
+
     def offsets(self, partition: int) -> dict[bytes, int]:
         """Where each key's newest checkpoint sits in the partition (after a catch-up)."""
         with self._lock:
@@ -208,7 +223,7 @@ class _Points:
             TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
         )
         # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
-        last = self._first(high - 1) if high > 0 else None
+        last = self.first(high - 1) if high > 0 else None
         if last is None:
             return None  # empty (a whole read is as cheap), or gone meanwhile
         pointer = dirs.root_pointer(last.headers())
@@ -225,7 +240,7 @@ class _Points:
             return None
         hashed = dirs.key_hash(key)
         bucket = dirs.bucket_of(hashed, root.buckets)
-        chunk_msg = self._first(root.chunks[bucket])
+        chunk_msg = self.first(root.chunks[bucket])
         if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
             return None
         if chunk_msg.key() != dirs.chunk_key(bucket):
@@ -235,7 +250,7 @@ class _Points:
             return None
         newest: _Held | None = None
         for offset in chunk.offsets_of(hashed):
-            msg = self._first(offset)
+            msg = self.first(offset)
             if msg is None or msg.offset() != offset:
                 return None  # compacted away: a newer checkpoint sits somewhere unlisted
             if msg.key() == key:  # else another workflow with the same hash
@@ -249,7 +264,7 @@ class _Points:
         checkpoint = None if newest is None else decode(newest.value)
         return Covering(checkpoint, root.progress if root.progress >= 0 else None)
 
-    def _first(self, offset: int) -> Message | None:
+    def first(self, offset: int) -> Message | None:
         """The first record at or after ``offset`` (None: the partition ends before it)."""
         self._assign(offset)
         for msg in self._messages():

@@ -40,6 +40,7 @@ from stepledger.checkpoints.view import CheckpointView
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.state import replay
+from stepledger.domain.steps import ENDED
 from stepledger.errors import CodecError, StepLedgerError
 from stepledger.gaps import LogStart, report_gap
 from stepledger.kafka import DurableProducer, Position, topic_partitions
@@ -54,6 +55,8 @@ logger = logging.getLogger(__name__)
 _ENDINGS = tuple(
     f"{wire.CE_TYPE_PREFIX}{t}".encode() for t in ("workflow_finished", "workflow_dead_lettered")
 )
+#: A workflow whose checkpoint says one of these has ended: its values are let go.
+_ENDED = frozenset(status.value for status in ENDED)
 _BATCH = 5000
 _POLL_S = 0.05
 _GROUP = wire.CHECKPOINTER_GROUP
@@ -76,6 +79,9 @@ class _Workflow:
     written: int = -1
     """The covered offset of the newest checkpoint acknowledged."""
     pending: int = 0
+    evicted: bool = False
+    """Ended and checkpointed: ``values`` were let go and are read back from the
+    checkpoint if a record of the workflow arrives after all (a dead letter cleared)."""
 
 
 @dataclass
@@ -118,6 +124,8 @@ class Checkpointer:
         self._parts: dict[int, _Partition] = {}
         self._producer = DurableProducer(settings)
         self._log_start = LogStart(settings)
+        self._points = CheckpointView(settings)
+        """Reads evicted workflows' checkpoints back (see ``_read_back``)."""
         self.written = 0
         """Checkpoints (workflow and progress records) acknowledged so far."""
 
@@ -132,6 +140,9 @@ class Checkpointer:
                     part.progress = part.read_to = found.covered_offset
                     continue
                 covered = found.covered_offset
+                if found.status in _ENDED:
+                    part.workflows[key] = _Workflow([], [], covered, covered, evicted=True)
+                    continue
                 offsets = list(found.offsets) or [-1] * len(found.events)
                 part.workflows[key] = _Workflow(list(found.events), offsets, covered, covered)
             for key, offset in view.offsets(number).items():
@@ -250,6 +261,8 @@ class Checkpointer:
         part.read_to = max(part.read_to, offset)
         if offset <= held.covered:
             return  # already in its restored checkpoint
+        if held.evicted:
+            self._read_back(part, key, held)
         held.values.append(msg.value() or b"")
         held.offsets.append(offset)
         held.covered = offset
@@ -260,10 +273,40 @@ class Checkpointer:
     def _flush(self, part: _Partition, keys: list[bytes]) -> None:
         checkpoints = [self._checkpoint(part.number, key, part.workflows[key]) for key in keys]
         at = self._send(part, [(c.key, encode(c)) for c in checkpoints])
-        for key, offset in zip(keys, at, strict=True):
+        for key, offset, checkpoint in zip(keys, at, checkpoints, strict=True):
             held = part.workflows[key]
             held.written, held.pending = held.covered, 0
             part.directory.put(key, offset)
+            if checkpoint.status in _ENDED:
+                # Its values live on in the checkpoint just acknowledged: memory follows
+                # the running workflows, not every workflow the partition ever held.
+                held.values, held.offsets, held.evicted = [], [], True
+
+    def _read_back(self, part: _Partition, key: bytes, held: _Workflow) -> None:
+        """Take an evicted workflow's values back from its newest checkpoint."""
+        workflow_id = key.decode("utf-8", "replace")
+        at = part.directory.offsets.get(key)
+        found = None if at is None else self._points.at(part.number, at, key)
+        if found is None:  # not where this checkpointer wrote it: whatever is newest
+            found = self._points.lookup(part.number, workflow_id).checkpoint
+        if found is None:
+            raise StepLedgerError(
+                f"checkpointer: the checkpoint of {workflow_id!r} in "
+                f"{self.settings.checkpoint_topic}[{part.number}] cannot be read back"
+            )
+        held.values = list(found.events)
+        held.offsets = list(found.offsets) or [-1] * len(found.events)
+        held.evicted = False
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of step-log values held in memory (running workflows' only)."""
+        return sum(
+            len(value)
+            for part in self._parts.values()
+            for held in part.workflows.values()
+            for value in held.values
+        )
 
     def _checkpoint(self, partition: int, key: bytes, held: _Workflow) -> WorkflowCheckpoint:
         workflow_id = key.decode("utf-8", "replace")

@@ -14,7 +14,13 @@ imports confluent-kafka.
 The import contract ``kafka-one-package`` keeps it so.
 """
 
-from stepledger.kafka.broker import admin, ensure_topics, reachable_partitions, topic_partitions
+from stepledger.kafka.broker import (
+    admin,
+    ensure_topics,
+    listed_topics,
+    reachable_partitions,
+    topic_partitions,
+)
 from stepledger.kafka.producer import (
     DURABLE_PRODUCER,
     DurableProducer,
@@ -32,6 +38,7 @@ __all__ = [
     "admin",
     "durable_config",
     "ensure_topics",
+    "listed_topics",
     "position_of",
     "reachable_partitions",
     "topic_partitions",

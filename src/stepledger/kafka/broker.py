@@ -37,17 +37,26 @@ def reachable_partitions(settings: Settings, topic: str) -> list[int]:
 
 def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> list[int]:
     """Return the partitions of a topic; raise BrokerError if unreachable or unknown."""
+    found = listed_topics(settings, timeout).get(topic)
+    if not found:
+        where = settings.bootstrap
+        raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
+    return found
+
+
+def listed_topics(settings: Settings, timeout: float = 5.0) -> dict[str, list[int]]:
+    """Every topic the broker lists, with its partitions; BrokerError if unreachable."""
     try:
         # A metadata request naming the topic would auto-create it on some brokers (Tansu
         # does): list every topic instead, so an unknown topic is reported, not created.
         meta = admin(settings).list_topics(timeout=timeout)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    info = meta.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        where = settings.bootstrap
-        raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
-    return sorted(info.partitions)
+    return {
+        name: sorted(info.partitions)
+        for name, info in meta.topics.items()
+        if info.error is None and info.partitions
+    }
 
 
 def ensure_topics(

@@ -19,6 +19,7 @@ topic:
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Protocol
 
 from stepledger.checkpoints.view import CheckpointView, Covering
@@ -99,6 +100,11 @@ class HistoryGuard:
             partition=partition,
             log_start=low,
         )
+
+    def saw_topics(self, topics: Collection[str]) -> None:
+        """A topic listing the caller made anyway: whether the checkpoint topic exists."""
+        if self._has_checkpoints is None:
+            self._has_checkpoints = self.settings.checkpoint_topic in topics
 
     def close(self) -> None:
         """Close the clients."""

@@ -36,7 +36,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka import Position, topic_partitions
+from stepledger.kafka import Position, listed_topics
 from stepledger.kafka.client import Consumer, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.kafka.partitioner import configured, partition_of
@@ -175,7 +175,13 @@ class KafkaScanReader:
         # Asked once per reader: a metadata round costs more than reading a short tail.
         if self._known is None:
             topic = self.settings.topic
-            self._known = [(topic, p) for p in topic_partitions(self.settings, topic)]
+            listed = listed_topics(self.settings)
+            if not listed.get(topic):
+                where = self.settings.bootstrap
+                raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
+            self._known = [(topic, p) for p in listed[topic]]
+            # The same listing tells the history guard whether checkpoints exist.
+            self.history.saw_topics(listed)
         return self._known
 
     def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:

@@ -206,7 +206,10 @@ class Workflow:
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             await self.arecord(call.event)
-            await asyncio.to_thread(self._before_call, call, tool)
+            if self.after_intent is not None or fence.needs_read_back(tool):
+                # A hook or the read-back blocks: off the event loop.  Otherwise there is
+                # nothing to do, and a thread hop per step cost more than the step's fold.
+                await asyncio.to_thread(self._before_call, call, tool)
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         run = _runner(tool, fn)
         try:

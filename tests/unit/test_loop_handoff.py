@@ -1,0 +1,71 @@
+"""Delivery reports reach an event loop in batches, and an unanswered record fails in time."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from stepledger.errors import DurabilityError
+from stepledger.kafka.producer import Position, _LoopHandoff
+
+
+def test_reports_from_another_thread_resolve_every_future_with_few_wakeups() -> None:
+    async def main() -> tuple[list[int], int]:
+        loop = asyncio.get_running_loop()
+        handoff = _LoopHandoff(loop)
+        wakeups = 0
+        original = loop.call_soon_threadsafe
+
+        def counted(*args: object) -> asyncio.Handle:
+            nonlocal wakeups
+            wakeups += 1
+            return original(*args)  # type: ignore[arg-type]
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        futures = [loop.create_future() for _ in range(500)]
+        for future in futures:
+            handoff.watch(future, 30.0)
+
+        def deliver() -> None:  # what one producer.poll serving 500 reports does
+            for i, future in enumerate(futures):
+                handoff.settle(future, Position("t", 0, i))
+
+        thread = threading.Thread(target=deliver)
+        thread.start()
+        results = await asyncio.gather(*futures)
+        thread.join()
+        return [p.offset for p in results], wakeups
+
+    offsets, wakeups = asyncio.run(main())
+    assert offsets == list(range(500))
+    assert 1 <= wakeups < 500
+
+
+def test_a_record_never_answered_fails_with_durability_error_after_its_limit() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handoff = _LoopHandoff(loop)
+        answered, silent = loop.create_future(), loop.create_future()
+        handoff.watch(answered, 0.05)
+        handoff.watch(silent, 0.05)
+        handoff.settle(answered, Position("t", 0, 1))
+        assert (await answered).offset == 1
+        with pytest.raises(DurabilityError, match="no acknowledgement"):
+            await asyncio.wait_for(silent, 5.0)
+
+    asyncio.run(main())
+
+
+def test_an_error_report_fails_the_future_with_it() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handoff = _LoopHandoff(loop)
+        future = loop.create_future()
+        handoff.watch(future, 30.0)
+        handoff.settle(future, DurabilityError("record not acknowledged: x"))
+        with pytest.raises(DurabilityError, match="not acknowledged"):
+            await future
+
+    asyncio.run(main())

@@ -20,6 +20,7 @@ from stepledger.dev.broker import LocalBroker
 from stepledger.domain.factory import EventFactory
 from stepledger.kafka import ensure_topics
 from stepledger.log import event_headers
+from stepledger.topics import step_log_config
 
 #: One finished workflow's events (a module-level function: worker processes import it).
 WorkflowShape = Callable[[EventFactory, str], list[Any]]
@@ -92,7 +93,12 @@ def fresh_settings(bootstrap: str, partitions: int = 3, **overrides: Any) -> Set
     settings = Settings(
         bootstrap=bootstrap, topic=f"bench-{uuid.uuid4().hex[:8]}", producer_id="bench", **overrides
     )
-    ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=partitions)
+    # As `stepledger init` makes it (kept forever, broker-stamped): a bench on the broker's
+    # defaults would also print the SDK's retention warning for every Ledger.
+    configs = {settings.topic: step_log_config()}
+    ensure_topics(
+        settings, [settings.topic, settings.dlq_topic], partitions=partitions, configs=configs
+    )
     return settings
 
 

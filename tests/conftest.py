@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,13 @@ from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
 from stepledger.topics import step_log_config
+
+# A test run started in the background of a non-interactive shell (`cmd &`, a CI runner's
+# script) inherits SIGINT ignored, and every process it starts inherits that too: the tests
+# that press Ctrl-C on a child (the demo, `query`) then wait out their timeouts.  Taking
+# SIGINT back here gives every child the default, as an interactive shell would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 Factory = Callable[..., Settings]
 

@@ -48,6 +48,8 @@ _POLL_S = 0.01
 CATCH_UP_LIMIT_S = 120.0
 #: A directory lookup gives up (and the partition is read) after this long.
 DIRECTORY_LIMIT_S = 10.0
+#: Directory answers kept for a second lookup of the same workflow (an open's read-back).
+_DIRECTED_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ class CheckpointView:
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, _Held]] = {}
         self._directed: dict[tuple[int, bytes], Covering] = {}
-        """What directory lookups proved, by partition and key (until a whole read)."""
+        """What the latest directory lookups proved, by partition and key (at most
+        ``_DIRECTED_KEPT``: a stale one only sends the guard to a whole read)."""
 
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
         """The workflow's checkpoint and the partition's progress.
@@ -96,6 +99,8 @@ class CheckpointView:
                 if found is None:
                     found = self._from_directory(partition, key)
                 if found is not None:
+                    if len(self._directed) >= _DIRECTED_KEPT:
+                        self._directed.pop(next(iter(self._directed)))  # the oldest
                     self._directed[(partition, key)] = found
                     return found
             if fresh or partition not in self._next:
@@ -119,15 +124,16 @@ class CheckpointView:
         """The checkpoint of ``key`` at ``offset`` (None: that record is gone or another's)."""
         topic = self.settings.checkpoint_topic
         deadline = time.monotonic() + DIRECTORY_LIMIT_S
-        with assigned_consumer(
-            self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
-        ) as consumer:
-            msg = _Points(consumer, topic, partition, deadline).first(offset)
-        if msg is None or msg.offset() != offset or msg.key() != key or msg.value() is None:
-            return None
         try:
+            with assigned_consumer(
+                self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
+            ) as consumer:
+                msg = _Points(consumer, topic, partition, deadline).first(offset)
+            if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
+                return None
             return decode(msg.value())
-        except CodecError:
+        except (KafkaException, BrokerError, CodecError) as exc:
+            logger.info("checkpoint at %s[%d]@%d not read: %s", topic, partition, offset, exc)
             return None
 
     def offsets(self, partition: int) -> dict[bytes, int]:

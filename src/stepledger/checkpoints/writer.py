@@ -263,6 +263,8 @@ class Checkpointer:
             return  # already in its restored checkpoint
         if held.evicted:
             self._read_back(part, key, held)
+            if part.broken:
+                return
         held.values.append(msg.value() or b"")
         held.offsets.append(offset)
         held.covered = offset
@@ -290,10 +292,18 @@ class Checkpointer:
         if found is None:  # not where this checkpointer wrote it: whatever is newest
             found = self._points.lookup(part.number, workflow_id).checkpoint
         if found is None:
-            raise StepLedgerError(
-                f"checkpointer: the checkpoint of {workflow_id!r} in "
-                f"{self.settings.checkpoint_topic}[{part.number}] cannot be read back"
+            # Extending it from nothing would write a checkpoint that forgets its history:
+            # as for records deleted unread, the partition's progress stays where it was
+            # (readers refuse what it cannot prove) until a restart restores the partition.
+            logger.error(
+                "checkpointer: %s[%d] is no longer checkpointed: the checkpoint of %r "
+                "could not be read back",
+                self.settings.checkpoint_topic,
+                part.number,
+                workflow_id,
             )
+            part.broken = True
+            return
         held.values = list(found.events)
         held.offsets = list(found.offsets) or [-1] * len(found.events)
         held.evicted = False

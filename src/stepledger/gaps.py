@@ -75,7 +75,11 @@ class LogStart:
         """The partition's log start now (0 when the broker says nothing)."""
         with self._lock:
             if self._consumer is None:
-                conf = {"group.id": wire.LOG_START_GROUP, "enable.auto.commit": False}
+                conf = {
+                    "group.id": wire.LOG_START_GROUP,
+                    "enable.auto.commit": False,
+                    **self.settings.quick_connect(),
+                }
                 self._consumer = Consumer(self.settings.client_config(**conf))
             try:
                 low, _ = self._consumer.get_watermark_offsets(

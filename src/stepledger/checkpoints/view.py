@@ -126,7 +126,10 @@ class CheckpointView:
         deadline = time.monotonic() + DIRECTORY_LIMIT_S
         try:
             with assigned_consumer(
-                self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
+                self.settings,
+                [],
+                group=_GROUP,
+                **{"fetch.wait.max.ms": 1, **self.settings.quick_connect()},
             ) as consumer:
                 msg = _Points(consumer, topic, partition, deadline).first(offset)
             if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
@@ -152,7 +155,10 @@ class CheckpointView:
             # (with 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4
             # ms; with 0 Tansu answers no fetch at all).
             with assigned_consumer(
-                self.settings, [], group=_GROUP, **{"fetch.wait.max.ms": 1}
+                self.settings,
+                [],
+                group=_GROUP,
+                **{"fetch.wait.max.ms": 1, **self.settings.quick_connect()},
             ) as consumer:
                 return _Points(consumer, topic, partition, deadline).covering(key)
         except (KafkaException, BrokerError, CodecError) as exc:

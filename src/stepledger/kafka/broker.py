@@ -14,7 +14,7 @@ from stepledger.errors import BrokerError
 def admin(settings: Settings) -> AdminClient:
     """Return an admin client (no network until first used)."""
     try:
-        return AdminClient(settings.client_config())
+        return AdminClient(settings.client_config(**settings.quick_connect()))
     except KafkaException as exc:
         raise BrokerError(f"invalid Kafka settings: {exc}", retryable=False) from exc
 

@@ -77,6 +77,22 @@ def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
 
 
 @functools.cache
+def record_schema(name: str) -> dict[str, Any]:
+    """A packaged record schema other than the envelope (``schemas/NAME.avsc``), parsed once."""
+    path = schema_dir() / f"{name}.avsc"
+    try:
+        return cast(dict[str, Any], load_schema(str(path)))
+    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
+        raise CodecError(f"cannot load schema {path}: {exc}") from exc
+
+
+@functools.cache
+def record_prefix(name: str) -> bytes:
+    """The single-object header of a record written with :func:`record_schema` ``(name)``."""
+    return SINGLE_OBJECT_MAGIC + single_object_fingerprint(record_schema(name))
+
+
+@functools.cache
 def _current_fingerprint() -> bytes:
     # fastavro computes the fingerprint in pure Python (~1 ms a schema): once per process.
     return single_object_fingerprint(_current())

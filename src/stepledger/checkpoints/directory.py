@@ -28,7 +28,6 @@ This module is the pure part (hashing, the record and its codec); the reads are 
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import io
 import struct
@@ -37,10 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import fastavro
-from fastavro.schema import load_schema
 
 from stepledger import wire
-from stepledger.codec import SINGLE_OBJECT_MAGIC, schema_dir, single_object_fingerprint
+from stepledger.codec import record_prefix, record_schema
 from stepledger.errors import CodecError
 
 NAME = "stepledger.CheckpointDirectory"
@@ -191,18 +189,12 @@ def pack(entries: Iterable[tuple[int, int]]) -> bytes:
     return b"".join(_ENTRY.pack(h, o) for h, o in sorted(entries))
 
 
-@functools.cache
 def _schema() -> dict[str, Any]:
-    path = schema_dir() / f"{NAME}.avsc"
-    try:
-        return cast(dict[str, Any], load_schema(str(path)))
-    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
-        raise CodecError(f"cannot load schema {path}: {exc}") from exc
+    return record_schema(NAME)
 
 
-@functools.cache
 def _prefix() -> bytes:
-    return SINGLE_OBJECT_MAGIC + single_object_fingerprint(_schema())
+    return record_prefix(NAME)
 
 
 def encode(record: DirectoryRecord) -> bytes:

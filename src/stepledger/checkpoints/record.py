@@ -12,15 +12,13 @@ of this schema + the body), as step-log events are without a registry.
 
 from __future__ import annotations
 
-import functools
 import io
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import fastavro
-from fastavro.schema import load_schema
 
-from stepledger.codec import SINGLE_OBJECT_MAGIC, schema_dir, single_object_fingerprint
+from stepledger.codec import record_prefix, record_schema
 from stepledger.errors import CodecError
 
 NAME = "stepledger.WorkflowCheckpoint"
@@ -59,18 +57,12 @@ class WorkflowCheckpoint:
         return PROGRESS_KEY if self.workflow_id is None else self.workflow_id.encode()
 
 
-@functools.cache
 def _schema() -> dict[str, Any]:
-    path = schema_dir() / f"{NAME}.avsc"
-    try:
-        return cast(dict[str, Any], load_schema(str(path)))
-    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
-        raise CodecError(f"cannot load schema {path}: {exc}") from exc
+    return record_schema(NAME)
 
 
-@functools.cache
 def _prefix() -> bytes:
-    return SINGLE_OBJECT_MAGIC + single_object_fingerprint(_schema())
+    return record_prefix(NAME)
 
 
 def encode(checkpoint: WorkflowCheckpoint) -> bytes:

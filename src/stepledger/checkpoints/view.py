@@ -20,6 +20,7 @@ holds every workflow of the partition: decoding them all cost ~24 us each (0.36 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -123,15 +124,9 @@ class CheckpointView:
     def at(self, partition: int, offset: int, key: bytes) -> WorkflowCheckpoint | None:
         """The checkpoint of ``key`` at ``offset`` (None: that record is gone or another's)."""
         topic = self.settings.checkpoint_topic
-        deadline = time.monotonic() + DIRECTORY_LIMIT_S
         try:
-            with assigned_consumer(
-                self.settings,
-                [],
-                group=_GROUP,
-                **{"fetch.wait.max.ms": 1, **self.settings.quick_connect()},
-            ) as consumer:
-                msg = _Points(consumer, topic, partition, deadline).first(offset)
+            with self._points(partition) as points:
+                msg = points.first(offset)
             if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
                 return None
             return decode(msg.value())
@@ -149,21 +144,23 @@ class CheckpointView:
     def _from_directory(self, partition: int, key: bytes) -> Covering | None:
         """The covering the partition's directory proves, or None (read the partition)."""
         topic = self.settings.checkpoint_topic
-        deadline = time.monotonic() + DIRECTORY_LIMIT_S
         try:
-            # A 1 ms fetch wait: each point read is one fetch of records already there
-            # (with 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4
-            # ms; with 0 Tansu answers no fetch at all).
-            with assigned_consumer(
-                self.settings,
-                [],
-                group=_GROUP,
-                **{"fetch.wait.max.ms": 1, **self.settings.quick_connect()},
-            ) as consumer:
-                return _Points(consumer, topic, partition, deadline).covering(key)
+            with self._points(partition) as points:
+                return points.covering(key)
         except (KafkaException, BrokerError, CodecError) as exc:
             logger.info("checkpoint directory of %s[%d] not used: %s", topic, partition, exc)
             return None
+
+    @contextlib.contextmanager
+    def _points(self, partition: int) -> Iterator[_Points]:
+        """Point reads of one checkpoint partition, bounded by ``DIRECTORY_LIMIT_S``."""
+        # A 1 ms fetch wait: each point read is one fetch of records already there (with
+        # 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4 ms; with 0
+        # Tansu answers no fetch at all).
+        conf = {"fetch.wait.max.ms": 1, **self.settings.quick_connect()}
+        topic = self.settings.checkpoint_topic
+        with assigned_consumer(self.settings, [], group=_GROUP, **conf) as consumer:
+            yield _Points(consumer, topic, partition, time.monotonic() + DIRECTORY_LIMIT_S)
 
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic

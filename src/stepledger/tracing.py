@@ -66,6 +66,7 @@ IDEMPOTENCY_KEY = "stepledger.idempotency_key"
 REPLAYED = "stepledger.replayed"
 DECISION = "stepledger.decision"
 EVENT_TYPE = "stepledger.event_type"
+PIPELINED = "stepledger.pipelined"
 
 #: The step span current in this context (set only inside ``stepledger.step``).
 _STEP: contextvars.ContextVar[Span | None] = contextvars.ContextVar("stepledger_step", default=None)
@@ -247,6 +248,22 @@ def recorded(event: Event, position: Position) -> None:
     if status is not None:
         attrs["stepledger.status"] = str(getattr(status, "value", status))
     span.add_event(name, attrs)
+
+
+def sent(event: Event) -> None:
+    """Note on the current step span that its outcome left unacknowledged (pipelined outcomes).
+
+    Its acknowledgement comes during the next event's wait, in another span: this span
+    says only that the outcome was handed to the producer.
+    """
+    span = _STEP.get()
+    if span is None:
+        return
+    attrs: dict[str, Any] = {EVENT_TYPE: event.type, PIPELINED: True}
+    status = getattr(event.body, "status", None)
+    if status is not None:
+        attrs["stepledger.status"] = str(getattr(status, "value", status))
+    span.add_event("outcome sent", attrs)
 
 
 def traced_call(run: Callable[..., Any], tool: str) -> Callable[..., Any]:

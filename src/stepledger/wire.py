@@ -121,6 +121,7 @@ SPAN_ATTRIBUTES = frozenset(
         "stepledger.decision",
         "stepledger.event_type",
         "stepledger.status",
+        "stepledger.pipelined",
     }
 )
 """Attributes stepledger sets on its spans and span events."""

@@ -30,8 +30,10 @@ def test_span_names_and_attributes_are_pinned() -> None:
         tracing.REPLAYED,
         tracing.DECISION,
         tracing.EVENT_TYPE,
+        tracing.PIPELINED,
     }
     assert used <= wire.SPAN_ATTRIBUTES
+    assert tracing.PIPELINED == "stepledger.pipelined"
     assert tracing.TRACEPARENT == "traceparent" and tracing.TRACER == "stepledger"
 
 

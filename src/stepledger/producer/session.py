@@ -45,6 +45,16 @@ class ResumeOptions:
     """Query a compensatable in-doubt step that has a query hook instead of compensating it."""
     approval_wait_s: float = 0.0
     """How long a step waits for a human approval before raising ApprovalPendingError."""
+    pipeline_outcomes: bool = False
+    """Return from a step once its outcome is handed to the producer, not acknowledged.
+
+    The outcome is acknowledged before the workflow's next event is (the next intent, and
+    so before the next call), before any read of the log by the handle, before ``finish``
+    returns; its wait overlaps the next intent's, so a step costs one round trip to the
+    broker instead of two.  What changes: a crash in the round trip after ``step``
+    returned leaves that step in doubt (resolved by its policy, as a crash while the tool
+    returned would), and a failed acknowledgement is raised by the next call on the
+    handle instead of by ``step``.  See docs/guarantees.md."""
 
 
 class Session(Protocol):

@@ -42,6 +42,7 @@ from stepledger.domain.state import (
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
+    DurabilityError,
     LedgerStateError,
     PlanMismatchError,
     ResultTypeError,
@@ -84,6 +85,10 @@ class Workflow:
         self.after_intent: Callable[[str], None] | None = None
         """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
         self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
+        self._pending: _PendingOutcome | None = None
+        """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
+        self._lost: DurabilityError | None = None
+        """Set once a pipelined outcome was not acknowledged: the handle is no longer usable."""
 
     @property
     def attempt(self) -> int:
@@ -101,18 +106,98 @@ class Workflow:
         return self._lock
 
     def record(self, event: ev.Event) -> Position:
-        """Append an event durably, then fold it into the local state."""
-        position = self.ledger.log.append(event)
+        """Append an event durably, then fold it into the local state.
+
+        A pipelined outcome still unacknowledged is waited for together with this event
+        (sent after it, so it lands before it): this returns once both are acknowledged.
+        """
+        self._ensure_usable()
+        if self._pending is None:
+            position = self.ledger.log.append(event)
+        else:
+            acknowledged = self.ledger.log.send(event)
+            self.settle_pending()
+            position = acknowledged()
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
 
     async def arecord(self, event: ev.Event) -> Position:
         """Append an event durably (asyncio), then fold it into the local state."""
-        position = await self.ledger.log.append_async(event)
+        self._ensure_usable()
+        if self._pending is None:
+            position = await self.ledger.log.append_async(event)
+        else:
+            acknowledged = self.ledger.log.send_async(event)
+            await self.asettle_pending()
+            position = await acknowledged
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
+
+    def _record_outcome(self, event: ev.Event) -> None:
+        """Record a step's outcome: durably, or (pipelined outcomes) sent and folded now."""
+        if not self.ledger.options.pipeline_outcomes:
+            self.record(event)
+            return
+        self._ensure_usable()
+        previous = self._pending
+        self._pending = _PendingOutcome(event, wait=self.ledger.log.send(event))
+        self._fold_sent(event)
+        tracing.sent(event)
+        if previous is not None:
+            self._settle(previous)
+
+    async def _arecord_outcome(self, event: ev.Event) -> None:
+        """Record a step's outcome (asyncio): durably, or sent and folded now."""
+        if not self.ledger.options.pipeline_outcomes:
+            await self.arecord(event)
+            return
+        self._ensure_usable()
+        previous = self._pending
+        self._pending = _PendingOutcome(event, future=self.ledger.log.send_async(event))
+        self._fold_sent(event)
+        tracing.sent(event)
+        if previous is not None:
+            self._settle(previous, await _awaited(previous))
+
+    def settle_pending(self) -> None:
+        """Wait until a pipelined outcome is acknowledged (at once when there is none).
+
+        Raises DurabilityError if it was not: the step stays in doubt in the log, to be
+        resolved by its policy, and this handle refuses further use.
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._settle(pending)
+
+    async def asettle_pending(self) -> None:
+        """Await a pipelined outcome's acknowledgement (asyncio)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._settle(pending, await _awaited(pending))
+
+    def _settle(
+        self, pending: _PendingOutcome, outcome: Position | BaseException | None = None
+    ) -> None:
+        if outcome is None:
+            outcome = pending.result()
+        if isinstance(outcome, BaseException):
+            step_id = pending.event.step_id
+            self._lost = DurabilityError(
+                f"workflow {self.workflow_id!r}: the outcome of step {step_id!r} was not "
+                f"acknowledged ({outcome}); the step stays in doubt until its policy resolves "
+                "it: open the workflow again",
+                workflow_id=self.workflow_id,
+                step_id=step_id,
+            )
+            raise self._lost from outcome
+        with self._lock:
+            self.position = outcome
+
+    def _ensure_usable(self) -> None:
+        if self._lost is not None:
+            raise self._lost
 
     def adopt(self, events: Iterable[ev.Event]) -> None:
         """Fold events someone else appended (a resolver, a human) into the local state."""
@@ -122,6 +207,7 @@ class Workflow:
 
     def reload(self) -> None:
         """Read the workflow again and fold it afresh: the log's first decisions win."""
+        self.settle_pending()
         events = self.ledger.reader.read(self.workflow_id)
         with self._lock:
             self.state = replay(self.workflow_id, events)
@@ -179,7 +265,7 @@ class Workflow:
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        self.record(outcome)
+        self._record_outcome(outcome)
         self._ensure_outcome_stands(call, outcome)
         _ensure_replayable(tool, step_id, encoded)
         return result
@@ -197,6 +283,7 @@ class Workflow:
         args = {**(arguments or {}), **kwargs}
         if step_id in self.state.steps:
             # Settling or waiting for an approval blocks: keep it off the event loop.
+            await self.asettle_pending()
             move = await asyncio.to_thread(self._prepare, step_id, tool, args)
         else:
             move = self._prepare(step_id, tool, args)
@@ -224,8 +311,9 @@ class Workflow:
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        await self.arecord(outcome)
+        await self._arecord_outcome(outcome)
         if self._past_deadline(call):
+            await self.asettle_pending()
             await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
         _ensure_replayable(tool, step_id, encoded)
         return result
@@ -379,6 +467,7 @@ class Workflow:
 
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
         """Wait up to ``timeout_s`` for a human's decision on a step; return its status."""
+        self.settle_pending()
         return approval.await_decision(self, step_id, timeout_s)
 
     # -- one step call ---------------------------------------------------------------------
@@ -386,6 +475,8 @@ class Workflow:
     def _prepare(self, step_id: str, tool: Tool, args: dict[str, Any]) -> Move:
         """Match the call against the log and clear what stands in its way; RUN/RERUN/REPLAY."""
         self._tools.setdefault(tool.name, tool)
+        if step_id in self.state.steps:
+            self.settle_pending()  # settling and approvals read the log: it must hold ours
         with self._lock:
             replaying, position = self._claim(step_id, tool, args)
         for _ in range(_MAX_ROUNDS):
@@ -510,6 +601,12 @@ class Workflow:
             runner=self.runner,
         )
 
+    def _fold_sent(self, event: ev.Event) -> None:
+        """Fold an outcome sent but not yet acknowledged (its position comes with the ack)."""
+        with self._lock:
+            self.state.apply(event)
+            self.appended += 1
+
     def _folded(self, event: ev.Event, position: Position) -> None:
         with self._lock:
             self.state.apply(event)
@@ -519,6 +616,54 @@ class Workflow:
             claim = ev.WorkflowStarted | ev.WorkflowResumed
             if isinstance(body, claim) and body.runner == self.runner:
                 self.epoch = body.attempt
+
+
+@dataclass(slots=True)
+class _PendingOutcome:
+    """A pipelined outcome: sent, folded, its acknowledgement still to be waited for."""
+
+    event: ev.Event
+    wait: Callable[[], Position] | None = None
+    future: asyncio.Future[Position] | None = None
+
+    def result(self) -> Position | BaseException:
+        """The acknowledgement's position or its error (blocking; not on the future's loop)."""
+        try:
+            if self.wait is not None:
+                return self.wait()
+            assert self.future is not None
+            if not self.future.done():
+                return _wait_from_another_thread(self.future)
+            return self.future.result()
+        except DurabilityError as exc:
+            return exc
+
+
+async def _awaited(pending: _PendingOutcome) -> Position | BaseException:
+    if pending.future is None:
+        return await asyncio.to_thread(pending.result)
+    try:
+        return await pending.future
+    except DurabilityError as exc:
+        return exc
+
+
+def _wait_from_another_thread(future: asyncio.Future[Position]) -> Position:
+    loop = future.get_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        raise LedgerStateError(
+            "a step's outcome is awaited by the event loop: call `await wf.asettle_pending()` "
+            "(or an async method) instead of a blocking one"
+        )
+
+    async def wait() -> Position:
+        return await future
+
+    return asyncio.run_coroutine_threadsafe(wait(), loop).result()
 
 
 @dataclass(slots=True)

@@ -8,7 +8,9 @@ three runs (quick: one), stepledger and the floor interleaved:
   and of an outcome) and waiting for each one's delivery report before the next, reports
   served by one poller thread;
 - **stepledger**: the same agents through one ``Ledger``: ``ledger.start(id)`` (asyncio:
-  ``await ledger.astart(id)``), ``STEPS`` steps of a trivial tool, ``finish``.
+  ``await ledger.astart(id)``), ``STEPS`` steps of a trivial tool, ``finish``;
+- **stepledger, pipelined outcomes**: the same with ``ResumeOptions(pipeline_outcomes=True)``
+  (a step's outcome is acknowledged with the next event: docs/guarantees.md).
 
 Figures: steps/s (target: at least 0.5 of the floor) and the process's CPU per step
 (``time.process_time``, the broker runs in another process; target: at most 2x the raw
@@ -40,6 +42,7 @@ from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.kafka import DURABLE_PRODUCER
 from stepledger.log import event_headers
+from stepledger.producer.session import ResumeOptions
 
 #: Steps per workflow (each workflow also writes a started and a finished event).
 STEPS = 10
@@ -47,6 +50,8 @@ MODES = ("threads", "asyncio")
 OPENS = ("open new", "open existing")
 #: Runs per figure (medians): the machine is shared, one run swings by 2x.
 REPEATS = 3
+#: The label of rows measured with ``ResumeOptions(pipeline_outcomes=True)``.
+PIPELINED = ", pipelined outcomes"
 
 
 @sl.tool(keyed=True)
@@ -177,8 +182,9 @@ class RawFloor:
 # -- stepledger ------------------------------------------------------------------------------
 
 
-def _ledger(settings: Settings) -> sl.Ledger:
-    ledger = sl.Ledger(settings, tools=[act])
+def _ledger(settings: Settings, pipelined: bool = False) -> sl.Ledger:
+    options = ResumeOptions(pipeline_outcomes=pipelined)
+    ledger = sl.Ledger(settings, tools=[act], options=options)
     wf = ledger.start(f"warm-up-{uuid.uuid4().hex[:6]}")  # the producer id, the connection
     wf.step("s0", act, i=0)
     wf.finish()
@@ -224,9 +230,11 @@ def stepledger_asyncio(ledger: sl.Ledger, agents: int, steps: int, how: str) -> 
     return _measured(agents * steps, lambda: _in_asyncio(agents, agent))
 
 
-def stepledger_figure(settings: Settings, mode: str, agents: int, steps: int, how: str) -> Figure:
+def stepledger_figure(
+    settings: Settings, mode: str, agents: int, steps: int, how: str, pipelined: bool = False
+) -> Figure:
     """One stepledger measurement on a fresh, warmed-up ledger."""
-    with _ledger(settings) as ledger:
+    with _ledger(settings, pipelined) as ledger:
         run = stepledger_threads if mode == "threads" else stepledger_asyncio
         return run(ledger, agents, steps, how)
 
@@ -252,12 +260,17 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             for agents in counts:
                 steps = per_agent if agents > 1 else per_agent * 4
                 for mode in MODES:
-                    floors, ours = [], []
-                    for _ in range(repeats):  # interleaved: both see the same moments of load
+                    floors, ours, piped = [], [], []
+                    for _ in range(repeats):  # interleaved: all see the same moments of load
                         floors.append(getattr(raw, mode)(agents, steps))
                         settings = fresh_settings(servers)
                         ours.append(stepledger_figure(settings, mode, agents, steps, "start"))
+                        settings = fresh_settings(servers)
+                        piped.append(
+                            stepledger_figure(settings, mode, agents, steps, "start", True)
+                        )
                     rows += _rows(agents, mode, _median(ours), _median(floors))
+                    rows += _rows(agents, mode, _median(piped), _median(floors), PIPELINED)
             for mode in MODES[:1] if quick else MODES:
                 rows += _open_rows(servers, mode, open_at, per_agent, repeats)
         finally:
@@ -290,8 +303,8 @@ def _open_rows(servers: str, mode: str, agents: int, steps: int, repeats: int) -
     return rows
 
 
-def _rows(agents: int, mode: str, ours: Figure, floor: Figure) -> list[Row]:
-    label = f"{agents} agent{'s' if agents > 1 else ''} ({mode})"
+def _rows(agents: int, mode: str, ours: Figure, floor: Figure, variant: str = "") -> list[Row]:
+    label = f"{agents} agent{'s' if agents > 1 else ''} ({mode}{variant})"
     print(
         f"[concurrency] {label}: {ours.steps_per_s:,.0f} steps/s at {ours.cpu_us:,.0f} us/step; "
         f"raw {floor.steps_per_s:,.0f} steps/s at {floor.cpu_us:,.0f} us/step",

@@ -251,6 +251,11 @@ def measure(
         with sl.Ledger(settings, tools=[act]) as ledger:
             ledger.workflow("warm-up").finish()
             ours = stepledger_figures(ledger, steps, shape)
+        # The same agents with pipelined outcomes (docs/guarantees.md): its own rows.
+        piped = sl.ResumeOptions(pipeline_outcomes=True)
+        with sl.Ledger(fresh_settings(servers), tools=[act], options=piped) as ledger:
+            ledger.workflow("warm-up").finish()
+            ours[PIPELINED] = stepledger_figures(ledger, steps, shape)
         where = [servers, fresh_settings(servers).topic]
         ours["resume"] = kill_and_resume("stepledger", work, long_steps, where)
         peers[SQLITE] = dbos_figures(f"sqlite:///{work / 'dbos.sqlite'}", steps, shape)
@@ -283,6 +288,9 @@ def measure(
     return rows(ours, peers, shape, long_steps)
 
 
+#: stepledger's figures with ``ResumeOptions(pipeline_outcomes=True)``.
+PIPELINED = "(pipelined outcomes)"
+
 # The issue's targets, against DBOS on PostgreSQL (its production setup) and Restate; the
 # first peer bench's (8 agents, SQLite) stay on the SQLite rows.
 TARGETS = {
@@ -301,32 +309,34 @@ def rows(
     """The result rows: stepledger's figure, each DBOS's as the baseline."""
     ms = 1000.0
     out: list[Row] = []
+    variants = [("", ours)] + ([(f" {PIPELINED}", ours[PIPELINED])] if PIPELINED in ours else [])
     for peer, theirs in peers.items():
-        for q in (50, 99):
-            out.append(
-                Row(
-                    "peers",
-                    f"sequential step p{q} (vs {peer})",
-                    percentile(ours["latencies"], q) * ms,
-                    percentile(theirs["latencies"], q) * ms,
-                    "ms",
-                    TARGETS.get((peer, f"p{q}"), ""),
-                    False,
-                )
-            )
-        for agents in shape:
-            for kind, name in (("threads", "threads"), ("asyncio", "asyncio agents")):
-                key = f"{kind}{agents}"
+        for label, figures in variants:
+            for q in (50, 99):
                 out.append(
                     Row(
                         "peers",
-                        f"{agents} {name}, steps/s (vs {peer})",
-                        ours[key],
-                        theirs[key],
-                        "steps/s",
-                        TARGETS.get((peer, key), ""),
+                        f"sequential step p{q}{label} (vs {peer})",
+                        percentile(figures["latencies"], q) * ms,
+                        percentile(theirs["latencies"], q) * ms,
+                        "ms",
+                        TARGETS.get((peer, f"p{q}"), ""),
+                        False,
                     )
                 )
+            for agents in shape:
+                for kind, name in (("threads", "threads"), ("asyncio", "asyncio agents")):
+                    key = f"{kind}{agents}"
+                    out.append(
+                        Row(
+                            "peers",
+                            f"{agents} {name}{label}, steps/s (vs {peer})",
+                            figures[key],
+                            theirs[key],
+                            "steps/s",
+                            TARGETS.get((peer, key), ""),
+                        )
+                    )
         if "resume" not in theirs:
             continue
         (our_s, our_rerun), (their_s, their_rerun) = ours["resume"], theirs["resume"]

@@ -146,6 +146,7 @@ PROJECTOR_METRICS = frozenset(
         "stepledger_projector_duplicates",
         "stepledger_projector_events",
         "stepledger_projector_records_lost",
+        "stepledger_projector_partitions_held",
         "stepledger_projector_snapshot_timestamp_seconds",
     }
 )

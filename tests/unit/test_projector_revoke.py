@@ -165,16 +165,23 @@ def test_two_shard_dirs_of_one_process_hand_a_shard_over_and_never_share_it(
     assert pipeline is not None
     pipeline.feed(messages)
 
+    # Still locked past the wait: held back (no offset, no pipeline), not an error.
     stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.2)
-    with pytest.raises(ViewStoreError, match="stayed locked"):
-        stuck.open([WHERE])
-    assert stuck.pipeline(WHERE) is None
+    assert stuck.open([WHERE]) == {}
+    assert stuck.pipeline(WHERE) is None and stuck.held() == {WHERE}
+    assert stuck.take_held() is None and stuck.held() == {WHERE}
+    first.close([WHERE])  # the owner lets it go
+    assert stuck.take_held() == {WHERE: len(messages)}
+    assert stuck.held() == set() and stuck.pipeline(WHERE) is not None
+    stuck.close([WHERE])
 
     second = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=30)
+    third = ShardDir(tmp_path / "s", make_pipeline)
+    third.open([WHERE])
     taken: dict[tuple[str, int], int] = {}
     waiter = threading.Thread(target=lambda: taken.update(second.open([WHERE])))
     waiter.start()
-    first.close([WHERE])  # the revocation that lets the waiting owner in
+    third.close([WHERE])  # the revocation that lets the waiting owner in
     waiter.join(60)
     assert not waiter.is_alive()
     assert taken == {WHERE: len(messages)}

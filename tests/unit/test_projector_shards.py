@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -133,10 +134,21 @@ def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path
     def held(path: Path) -> ProjectionStore:
         raise ViewStoreError("Could not set lock on file: Conflicting lock is held")
 
-    stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.2, opener=held)
-    with pytest.raises(ViewStoreError, match="stayed locked"):
-        stuck.open([("log", 0)])
-    assert stuck.pipeline(("log", 0)) is None
+    # Every locked shard of one assignment shares one wait (not one each), then is held.
+    stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.5, opener=held)
+    began = time.monotonic()
+    assert stuck.open([("log", p) for p in range(4)]) == {}
+    assert time.monotonic() - began < 1.5
+    assert stuck.pipeline(("log", 0)) is None and len(stuck.held()) == 4
+    stuck.close([("log", 0)])  # revoked while held: just let go
+    assert stuck.held() == {("log", p) for p in range(1, 4)}
+
+    def broken(path: Path) -> ProjectionStore:
+        raise ViewStoreError("cannot open projection: not a DuckDB file")
+
+    # Anything but a lock is not waited for.
+    with pytest.raises(ViewStoreError, match="not a DuckDB file"):
+        ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=30, opener=broken).open([("log", 0)])
 
 
 def test_several_directories_read_each_partitions_freshest_shard(tmp_path: Path) -> None:

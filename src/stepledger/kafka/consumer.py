@@ -60,6 +60,8 @@ GroupProtocol = Literal["classic", "consumer"]
 GROUP_PROTOCOLS: tuple[GroupProtocol, ...] = ("classic", "consumer")
 Where = tuple[str, int]
 OnPartitions = Callable[[list[KafkaPartition]], None]
+#: An assignment callback; the partitions it returns are assigned paused (held back).
+OnAssign = Callable[[list[KafkaPartition]], "list[KafkaPartition] | None"]
 
 
 @dataclass(frozen=True)
@@ -231,15 +233,16 @@ class GroupConsumer:
         self,
         topics: list[str],
         *,
-        on_assign: OnPartitions,
+        on_assign: OnAssign,
         on_revoke: OnPartitions,
         on_lost: OnPartitions | None = None,
     ) -> None:
         """Join the group; callbacks run inside :meth:`poll` on the polling thread.
 
         ``on_assign`` may set each partition's offset; the partitions are taken after it
-        returns.  ``on_revoke`` (and ``on_lost``, which defaults to it) run while the
-        partitions are still ours; they are given back after the callback, even if it raised.
+        returns, and those it returns are paused at once (:meth:`release` resumes one).
+        ``on_revoke`` (and ``on_lost``, which defaults to it) run while the partitions are
+        still ours; they are given back after the callback, even if it raised.
         """
         try:
             self._client = Consumer(self.config)
@@ -253,12 +256,29 @@ class GroupConsumer:
             on_lost=lambda c, ps: self._give_back(lost, ps),
         )
 
-    def _take(self, callback: OnPartitions, partitions: list[KafkaPartition]) -> None:
-        callback(partitions)
+    def _take(self, callback: OnAssign, partitions: list[KafkaPartition]) -> None:
+        held = callback(partitions)
         if self.incremental:
             self.client.incremental_assign(partitions)
         else:
             self.client.assign(partitions)
+        if held:
+            self.client.pause(held)
+
+    def release(self, partition: KafkaPartition) -> bool:
+        """Start reading a paused (held) partition at ``partition.offset``; False: not yet.
+
+        The position is set while the partition is still paused, so no record from an
+        earlier position reaches the caller.  librdkafka refuses a seek on a partition
+        whose fetcher has not started yet: the caller tries again later.
+        """
+        try:
+            self.client.seek(partition)
+        except KafkaException as exc:
+            logger.debug("seek of held partition %s refused: %s", partition, exc)
+            return False
+        self.client.resume([partition])
+        return True
 
     def _give_back(self, callback: OnPartitions, partitions: list[KafkaPartition]) -> None:
         try:

@@ -74,8 +74,9 @@ class ProjectorOptions:
     """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
     memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
-    shard_lock_timeout_s: float = 30.0
-    """How long a newly assigned shard waits for its previous owner to release the lock."""
+    shard_lock_timeout_s: float = 5.0
+    """How long a newly assigned shard waits (in the assignment) for its previous owner to
+    release the lock; past it the partition is held back: paused, retried every second."""
     instance_id: str | None = None
     """Static group membership: a restart within the session timeout moves no partition."""
     group_protocol: GroupProtocol | None = None
@@ -93,6 +94,8 @@ class ProjectorOptions:
 
 
 BatchHook = Callable[[BatchReport], None]
+#: How often a held-back partition's shard is tried again.
+HELD_RETRY_S = 1.0
 
 
 @dataclass
@@ -111,6 +114,9 @@ class _Loop:
     """One line when the broker is lost and one when it is back."""
     log_start: LogStart | None = None
     """Each partition's log start, compared with the stored offsets on assignment."""
+    unplaced: dict[Where, int] = field(default_factory=dict)
+    """Held partitions whose shard is taken, still paused until their seek is accepted."""
+    last_held_try: float = 0.0
 
     @property
     def state(self) -> Shards:
@@ -215,27 +221,66 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
     logger.info("projector stopped cleanly")
 
 
-def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaPartition]:
+    """Open the partitions' state and set their offsets; return those held back (paused)."""
     state = loop.state
     keys = [(tp.topic, tp.partition) for tp in partitions]
     stored = state.open(keys)
-    if loop.settings is not None:
-        gapped = _record_gaps(loop, keys, stored)
-        # A partition past a gap starts at the log start: nothing below it to read back.
-        probed = {where: n for where, n in stored.items() if where not in gapped}
-        check_positions(
-            loop.settings, probed, lambda *at: _last_event(state, *at), db=str(loop.options.db_path)
-        )
+    held = state.held() & set(keys)
+    _checked(loop, [k for k in keys if k not in held], stored)
     for tp in partitions:
         tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
     kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
+    for where in keys:
+        loop.unplaced.pop(where, None)
+    loop.metrics.partitions_held.set(len(state.held()) + len(loop.unplaced))
     logger.info(
         "assigned %s",
-        ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions),
-        extra={"partitions": len(partitions)},
+        ", ".join(
+            f"{tp.topic}[{tp.partition}]" + (" (held back)" if k in held else f"@{tp.offset}")
+            for tp, k in zip(partitions, keys, strict=True)
+        ),
+        extra={"partitions": len(partitions), "held": len(held)},
     )
+    return [tp for tp, k in zip(partitions, keys, strict=True) if k in held]
+
+
+def _checked(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> None:
+    """Compare newly opened partitions' stored offsets with the log (gaps, positions)."""
+    if loop.settings is None or not keys:
+        return
+    gapped = _record_gaps(loop, keys, stored)
+    # A partition past a gap starts at the log start: nothing below it to read back.
+    probed = {where: n for where, n in stored.items() if where in keys and where not in gapped}
+    state = loop.state
+    check_positions(
+        loop.settings, probed, lambda *at: _last_event(state, *at), db=str(loop.options.db_path)
+    )
+
+
+def _take_held(loop: _Loop) -> None:
+    """Take the held shards their previous owner let go; start reading them where they were."""
+    state = loop.state
+    before = state.held()
+    if before:
+        stored = state.take_held() or {}
+        taken = sorted(before - state.held())
+        if taken:
+            for pipeline in (state.pipeline(where) for where in taken):
+                if pipeline is not None:
+                    stored.update(
+                        {w: n for w, n in pipeline.projector.reload_offsets().items() if w in taken}
+                    )
+            _checked(loop, taken, stored)
+            for where in taken:
+                loop.unplaced[where] = stored.get(where, OFFSET_BEGINNING)
+    for (topic, partition), offset in list(loop.unplaced.items()):
+        if loop.consumer.release(KafkaPartition(topic, partition, offset)):
+            del loop.unplaced[(topic, partition)]
+            logger.info("%s[%d] released: projecting from offset %d", topic, partition, offset)
+    loop.metrics.partitions_held.set(len(state.held()) + len(loop.unplaced))
 
 
 def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> set[Where]:
@@ -304,6 +349,9 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
 def _forget(loop: _Loop, gone: list[Where]) -> None:
     loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
     loop.dirty -= set(gone)
+    for where in gone:
+        loop.unplaced.pop(where, None)
+    loop.metrics.partitions_held.set(len(loop.state.held()) + len(loop.unplaced))
     for topic, partition in gone:
         try:
             loop.metrics.lag.remove(topic, str(partition))
@@ -332,6 +380,9 @@ def _step(loop: _Loop) -> None:
     if now - loop.last_lag >= loop.options.lag_interval_s:
         _refresh_lag(loop)
         loop.last_lag = now
+    if (loop.unplaced or loop.state.held()) and now - loop.last_held_try >= HELD_RETRY_S:
+        loop.last_held_try = now
+        _take_held(loop)
 
 
 def _by_partition(records: list[Consumed]) -> dict[Where, list[Consumed]]:

@@ -57,6 +57,11 @@ class ProjectorMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
             registry=r,
         )
+        self.partitions_held = Gauge(
+            "stepledger_projector_partitions_held",
+            "Assigned partitions not projected: their shard is still locked by a previous owner.",
+            registry=r,
+        )
         self.snapshot_time = Gauge(
             "stepledger_projector_snapshot_timestamp_seconds",
             "Unix time the last snapshot was published.",

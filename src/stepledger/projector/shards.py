@@ -7,7 +7,10 @@ transaction per batch, as in a single file).  The instance the group assigns a p
 to opens its shard and continues from the shard's offset; a revoked partition's shard is
 drained, snapshotted and closed.  DuckDB's file lock, held as long as the partition is
 owned, is the fence: an instance given a partition whose previous owner has not closed it
-yet (paused past its session) waits for the lock and never writes beside it.
+yet (paused past its session) waits for the lock and never writes beside it.  A shard still
+locked after a short wait is **held back**, not fatal: the daemon pauses the partition,
+keeps projecting the others and takes the shard once its previous owner lets it go (a
+paused process resumed, or killed: the OS drops its locks).
 
 :class:`OneFile` keeps the single-file projection of one process: every partition goes to
 one store, opened for the process's whole life.
@@ -27,6 +30,9 @@ from stepledger.projector.store import Offsets, ProjectionStore
 from stepledger.readers.snapshots import shard_path
 
 logger = logging.getLogger(__name__)
+
+#: How often a shard still held back is named again in the log.
+HELD_WARN_EVERY_S = 60.0
 
 Where = tuple[str, int]
 #: Builds a pipeline (store, projector, writer thread) over an opened store.
@@ -56,6 +62,14 @@ class Shards(Protocol):
 
     def describe(self, where: Where) -> str:
         """The file a partition is projected into (for messages)."""
+        ...
+
+    def held(self) -> set[Where]:
+        """Assigned partitions whose shard another owner still holds (not projected yet)."""
+        ...
+
+    def take_held(self) -> Offsets | None:
+        """Try once to take every held shard; the offsets of those taken (None: none was)."""
         ...
 
     def shutdown(self) -> None:
@@ -92,6 +106,14 @@ class OneFile:
         """The one file."""
         return str(self.path)
 
+    def held(self) -> set[Where]:
+        """Nothing is held back: the one file is this process's for its whole life."""
+        return set()
+
+    def take_held(self) -> Offsets | None:
+        """Nothing to take."""
+        return None
+
     def shutdown(self) -> None:
         """Stop the writer and close the file."""
         try:
@@ -117,25 +139,94 @@ class ShardDir:
         self._open_store = opener or ProjectionStore
         self.lock_timeout_s = lock_timeout_s
         self._open: dict[Where, Pipeline] = {}
+        self._held: dict[Where, float] = {}
+        """Held-back partitions and when each was assigned (monotonic seconds)."""
+        self._warned: dict[Where, float] = {}
         self.created: list[Where] = []
         """Partitions whose shard was missing and are projected from offset 0."""
 
     def open(self, partitions: list[Where]) -> Offsets:
-        """Open each partition's shard (waiting for a previous owner's lock) and its offset."""
-        offsets: Offsets = {}
+        """Open each partition's shard and its offset.
+
+        A shard whose lock another owner still holds after ``lock_timeout_s`` is held back
+        (:meth:`held`): no offset is returned for it and :meth:`take_held` tries again.
+        """
+        began = time.monotonic()
+        locked: list[Where] = []
         for where in partitions:
             if where in self._open:
                 # Still open here (assigned again before it was given up): what is in
                 # flight is committed before the offsets are read and the fold restarts.
                 self._open[where].drain()
-            else:
-                self._open[where] = self._make(self._take(where))
-            stored = self._open[where].projector.reload_offsets()
-            if where in stored:
-                offsets[where] = stored[where]
+            elif not self._opened(where):
+                locked.append(where)
+        # One wait for the whole assignment, not one per locked shard.
+        wait = 0.05
+        while locked and time.monotonic() + wait <= began + self.lock_timeout_s:
+            logger.info("%d shard(s) locked by another owner; waiting", len(locked))
+            time.sleep(wait)
+            wait = min(1.0, wait * 2)
+            locked = [where for where in locked if not self._opened(where)]
+        for where in locked:
+            self._held.setdefault(where, began)
+            self._warn_held(where)
+        offsets: Offsets = {}
+        for where in partitions:
+            if where in self._open:
+                offsets.update(self._offset_of(where))
         return offsets
 
-    def _take(self, where: Where) -> ProjectionStore:
+    def _opened(self, where: Where) -> bool:
+        """Open the partition's shard if its lock is free now (no wait)."""
+        store = self._take(where)
+        if store is None:
+            return False
+        self._open[where] = self._make(store)
+        return True
+
+    def _offset_of(self, where: Where) -> Offsets:
+        stored = self._open[where].projector.reload_offsets()
+        return {where: stored[where]} if where in stored else {}
+
+    def held(self) -> set[Where]:
+        """Assigned partitions whose shard another owner still holds."""
+        return set(self._held)
+
+    def take_held(self) -> Offsets | None:
+        """Try once (no wait) to take each held shard; the offsets of those taken."""
+        taken: list[Where] = []
+        for where in list(self._held):
+            if not self._opened(where):
+                self._warn_held(where)
+                continue
+            del self._held[where]
+            self._warned.pop(where, None)
+            taken.append(where)
+            logger.info("took over shard %s after its previous owner released it", where)
+        if not taken:
+            return None
+        offsets: Offsets = {}
+        for where in taken:
+            offsets.update(self._offset_of(where))
+        return offsets
+
+    def _warn_held(self, where: Where) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(where, -HELD_WARN_EVERY_S) < HELD_WARN_EVERY_S:
+            return
+        self._warned[where] = now
+        path = shard_path(self.directory, *where)
+        logger.warning(
+            "shard %s is still locked by another owner (%.0fs after it was assigned here): "
+            "%s[%d] is held back, not projected, until that owner closes it (a paused "
+            "process, or one that lost the partition and has not noticed yet)",
+            path,
+            now - self._held[where],
+            *where,
+            extra={"topic": where[0], "partition": where[1], "shard": str(path)},
+        )
+
+    def _take(self, where: Where) -> ProjectionStore | None:
         path = shard_path(self.directory, *where)
         if not path.exists():
             self.created.append(where)
@@ -145,28 +236,23 @@ class ShardDir:
                 path,
                 extra={"topic": where[0], "partition": where[1], "shard": str(path)},
             )
-        deadline = time.monotonic() + self.lock_timeout_s
-        wait = 0.05
-        while True:
-            try:
-                return self._open_store(path)
-            except ViewStoreError as exc:
-                # The previous owner has not closed it yet (revocation under way, or a
-                # paused process that lost the partition): its lock is the fence.  Another
-                # store of this process is fenced the same way.
-                if time.monotonic() + wait > deadline:
-                    raise ViewStoreError(
-                        f"shard {path} stayed locked by another owner for "
-                        f"{self.lock_timeout_s:g}s: {exc.message}"
-                    ) from exc
-                logger.info("shard %s is locked by another owner; waiting", path)
-                time.sleep(wait)
-                wait = min(1.0, wait * 2)
+        try:
+            return self._open_store(path)
+        except ViewStoreError as exc:
+            # The previous owner has not closed it yet (revocation under way, or a paused
+            # process that lost the partition): its lock is the fence.  Another store of
+            # this process is fenced the same way.  Only a lock is waited for: any other
+            # failure to open the file is raised.
+            if not _locked(exc):
+                raise
+            return None
 
     def close(self, partitions: list[Where]) -> None:
-        """Commit, snapshot and close each partition's shard."""
+        """Commit, snapshot and close each partition's shard (a held one is just let go)."""
         failures: list[BaseException] = []
         for where in partitions:
+            self._held.pop(where, None)
+            self._warned.pop(where, None)
             pipeline = self._open.pop(where, None)
             if pipeline is None:
                 continue
@@ -201,3 +287,13 @@ class ShardDir:
     def shutdown(self) -> None:
         """Close every open shard."""
         self.close(list(self._open))
+
+
+def _locked(exc: ViewStoreError) -> bool:
+    """True when the store could not be opened because another owner holds its lock."""
+    text = exc.message.lower()
+    return any(sign in text for sign in _LOCK_SIGNS)
+
+
+#: What DuckDB (and this process's own registry of open files) say of a file held elsewhere.
+_LOCK_SIGNS = ("could not set lock", "conflicting lock", "already open in this process")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import threading
 from collections.abc import Callable
@@ -35,14 +34,6 @@ class EventLog(Protocol):
 
         Events of one workflow sent one after another land in that order (one partition,
         an idempotent producer), so a caller may send several and then wait for them all.
-        """
-        ...
-
-    def send_async(self, event: Event) -> asyncio.Future[Position]:
-        """Queue one event now (asyncio) and return the future of its acknowledgement.
-
-        The event is handed to the producer before this returns, so an event sent after it
-        lands after it; the future is awaited when the caller chooses.
         """
         ...
 
@@ -147,20 +138,6 @@ class KafkaEventLog:
 
         return acknowledged
 
-    def send_async(self, event: Event) -> asyncio.Future[Position]:
-        """Queue one event now and return the asyncio future of its acknowledgement."""
-        key, value = event.workflow_id.encode(), self.codec.encode(event)
-        future = self._producer.send_async(self.settings.topic, key, value, event_headers(event))
-        journal = self._journal
-        if journal is not None:
-
-            def journaled(done: asyncio.Future[Position]) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    journal.record(event.event_id)
-
-            future.add_done_callback(journaled)
-        return future
-
     async def append_async(self, event: Event) -> Position:
         """Append one event and await its own acknowledgement."""
         key, value = event.workflow_id.encode(), self.codec.encode(event)
@@ -205,15 +182,6 @@ class InMemoryEventLog:
         """Append one event now (an in-memory log acknowledges at once)."""
         position = self.append(event)
         return lambda: position
-
-    def send_async(self, event: Event) -> asyncio.Future[Position]:
-        """Append one event now; the future is already resolved (or failed)."""
-        future: asyncio.Future[Position] = asyncio.get_running_loop().create_future()
-        try:
-            future.set_result(self.append(event))
-        except DurabilityError as exc:
-            future.set_exception(exc)
-        return future
 
     def workflow_events(self, workflow_id: str) -> list[Event]:
         """The events of one workflow in log order."""

@@ -82,14 +82,14 @@ def test_a_shard_locked_by_a_paused_owner_is_held_back_then_taken_and_nothing_st
         assert second.poll() is None, log.read_text()[-2000:]
         assert "released: projecting from offset" in log.read_text()
         wait_for(lambda: _held_metric(port) == 0, 30, "no partition held any more")
-        for proc in (first, second):
-            proc.send_signal(signal.SIGTERM)
+        first.send_signal(signal.SIGTERM)
+        second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0, log.read_text()[-2000:]
         assert first.wait(30) == 0, (tmp_path / "first.log").read_text()[-2000:]
         assert "Traceback" not in log.read_text()
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-                proc.wait(10)
+        for left in (first, second):
+            if left is not None and left.poll() is None:
+                os.kill(left.pid, signal.SIGCONT)
+                left.kill()
+                left.wait(10)

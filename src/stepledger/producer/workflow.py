@@ -115,6 +115,7 @@ class Workflow:
         if self._pending is None:
             position = self.ledger.log.append(event)
         else:
+            # Sent first: the two waits overlap, and the outcome lands before this event.
             acknowledged = self.ledger.log.send(event)
             self.settle_pending()
             position = acknowledged()
@@ -125,12 +126,19 @@ class Workflow:
     async def arecord(self, event: ev.Event) -> Position:
         """Append an event durably (asyncio), then fold it into the local state."""
         self._ensure_usable()
-        if self._pending is None:
+        pending = self._pending
+        if pending is None:
             position = await self.ledger.log.append_async(event)
         else:
-            acknowledged = self.ledger.log.send_async(event)
-            await self.asettle_pending()
-            position = await acknowledged
+            # The append produces before it first suspends, so this event lands after the
+            # outcome; the outcome's report is served before this one's (one partition, in
+            # order), so once this is acknowledged the outcome's wait returns at once.
+            try:
+                position = await self.ledger.log.append_async(event)
+            except BaseException:
+                await asyncio.to_thread(self._settle, pending)  # may still be in flight
+                raise
+            self._settle(pending)
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
@@ -142,24 +150,28 @@ class Workflow:
             return
         self._ensure_usable()
         previous = self._pending
-        self._pending = _PendingOutcome(event, wait=self.ledger.log.send(event))
+        self._pending = _PendingOutcome(event, self.ledger.log.send(event))
         self._fold_sent(event)
         tracing.sent(event)
         if previous is not None:
             self._settle(previous)
 
     async def _arecord_outcome(self, event: ev.Event) -> None:
-        """Record a step's outcome (asyncio): durably, or sent and folded now."""
+        """Record a step's outcome (asyncio): durably, or sent and folded now.
+
+        The pending wait is the log's thread-safe one, not an asyncio future: it is settled
+        whichever thread or loop uses the handle next (a loop that stopped included).
+        """
         if not self.ledger.options.pipeline_outcomes:
             await self.arecord(event)
             return
         self._ensure_usable()
         previous = self._pending
-        self._pending = _PendingOutcome(event, future=self.ledger.log.send_async(event))
+        self._pending = _PendingOutcome(event, self.ledger.log.send(event))
         self._fold_sent(event)
         tracing.sent(event)
         if previous is not None:
-            self._settle(previous, await _awaited(previous))
+            await asyncio.to_thread(self._settle, previous)
 
     def settle_pending(self) -> None:
         """Wait until a pipelined outcome is acknowledged (at once when there is none).
@@ -167,33 +179,36 @@ class Workflow:
         Raises DurabilityError if it was not: the step stays in doubt in the log, to be
         resolved by its policy, and this handle refuses further use.
         """
-        pending, self._pending = self._pending, None
+        self._ensure_usable()
+        pending = self._pending
         if pending is not None:
             self._settle(pending)
 
     async def asettle_pending(self) -> None:
-        """Await a pipelined outcome's acknowledgement (asyncio)."""
-        pending, self._pending = self._pending, None
+        """Await a pipelined outcome's acknowledgement (asyncio; blocks no event loop)."""
+        self._ensure_usable()
+        pending = self._pending
         if pending is not None:
-            self._settle(pending, await _awaited(pending))
+            await asyncio.to_thread(self._settle, pending)
 
-    def _settle(
-        self, pending: _PendingOutcome, outcome: Position | BaseException | None = None
-    ) -> None:
-        if outcome is None:
-            outcome = pending.result()
-        if isinstance(outcome, BaseException):
+    def _settle(self, pending: _PendingOutcome) -> None:
+        """Wait for one pending outcome; it stays pending until its wait gave an answer."""
+        try:
+            position = pending.wait()
+        except DurabilityError as exc:
             step_id = pending.event.step_id
             self._lost = DurabilityError(
                 f"workflow {self.workflow_id!r}: the outcome of step {step_id!r} was not "
-                f"acknowledged ({outcome}); the step stays in doubt until its policy resolves "
+                f"acknowledged ({exc}); the step stays in doubt until its policy resolves "
                 "it: open the workflow again",
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )
-            raise self._lost from outcome
+            raise self._lost from exc
         with self._lock:
-            self.position = outcome
+            if self._pending is pending:
+                self._pending = None
+                self.position = position
 
     def _ensure_usable(self) -> None:
         if self._lost is not None:
@@ -242,6 +257,7 @@ class Workflow:
         ToolCallError) without calling the tool.
         """
         args = {**(arguments or {}), **kwargs}
+        self._ensure_usable()
         move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
             return _recorded_result(tool, move.step)
@@ -281,6 +297,7 @@ class Workflow:
     ) -> Any:
         """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
         args = {**(arguments or {}), **kwargs}
+        self._ensure_usable()
         if step_id in self.state.steps:
             # Settling or waiting for an approval blocks: keep it off the event loop.
             await self.asettle_pending()
@@ -623,47 +640,8 @@ class _PendingOutcome:
     """A pipelined outcome: sent, folded, its acknowledgement still to be waited for."""
 
     event: ev.Event
-    wait: Callable[[], Position] | None = None
-    future: asyncio.Future[Position] | None = None
-
-    def result(self) -> Position | BaseException:
-        """The acknowledgement's position or its error (blocking; not on the future's loop)."""
-        try:
-            if self.wait is not None:
-                return self.wait()
-            assert self.future is not None
-            if not self.future.done():
-                return _wait_from_another_thread(self.future)
-            return self.future.result()
-        except DurabilityError as exc:
-            return exc
-
-
-async def _awaited(pending: _PendingOutcome) -> Position | BaseException:
-    if pending.future is None:
-        return await asyncio.to_thread(pending.result)
-    try:
-        return await pending.future
-    except DurabilityError as exc:
-        return exc
-
-
-def _wait_from_another_thread(future: asyncio.Future[Position]) -> Position:
-    loop = future.get_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        raise LedgerStateError(
-            "a step's outcome is awaited by the event loop: call `await wf.asettle_pending()` "
-            "(or an async method) instead of a blocking one"
-        )
-
-    async def wait() -> Position:
-        return await future
-
-    return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+    wait: Callable[[], Position]
+    """The log's wait for its acknowledgement: any thread, any number of times."""
 
 
 @dataclass(slots=True)

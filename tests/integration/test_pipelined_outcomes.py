@@ -10,18 +10,27 @@ recorded or in doubt, never repeated: the resume finds the effect by its key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import stepledger as sl
 from stepledger.codec import Codec
+from stepledger.dev.broker import LocalBroker
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
+from stepledger.errors import DurabilityError
+from stepledger.kafka import ensure_topics
 from stepledger.kafka.consumer import read_topic
 from stepledger.producer.session import ResumeOptions
+from stepledger.topics import step_log_config
 
 HERE = Path(__file__).parent
 PIPELINED = ResumeOptions(pipeline_outcomes=True)
@@ -87,12 +96,12 @@ def test_threads_and_coroutines_with_pipelined_outcomes_write_each_workflow_in_o
         assert seen == expected(), workflow
 
 
-def _charge(effects: Path, calls: list[str]) -> sl.Tool:
+def _charge(effects: Path, calls: list[str], timeout_s: float = 30.0) -> sl.Tool:
     def find(args: dict[str, Any], idempotency_key: str) -> sl.Found | sl.NotFound:
         keys = effects.read_text().split() if effects.exists() else []
         return sl.Found(args["amount"]) if idempotency_key in keys else sl.NotFound()
 
-    @sl.tool(keyed=True, policy="query", query=find, timeout_s=30.0)
+    @sl.tool(keyed=True, policy="query", query=find, timeout_s=timeout_s)
     def charge(amount: int, *, idempotency_key: str) -> int:
         calls.append(idempotency_key)
         with effects.open("a") as out:
@@ -145,3 +154,54 @@ def test_an_agent_killed_the_moment_a_pipelined_step_returned_repeats_no_effect(
         assert len(s2) == 1, s2  # one outcome: the agent's, or the resume's query
         branches.append("found by query" if s2[0].source is Source.RECOVERY_QUERY else "landed")
     print("s2's outcome per run:", branches)
+
+
+@pytest.mark.own_tansu
+def test_a_broker_frozen_under_a_pipelined_step_fails_the_next_call_and_nothing_repeats(
+    tmp_path: Path,
+) -> None:
+    """The outcome never gets its acknowledgement: the next step raises and calls nothing;
+    a resume after the broker is back settles every step once."""
+    effects, calls = tmp_path / "effects", list[str]()
+    with LocalBroker(log_path=tmp_path / "broker.log") as broker:
+        settings = sl.Settings(
+            bootstrap=broker.bootstrap,
+            topic="events",
+            dlq_topic="dlq",
+            producer_id="test",
+            durable_timeout_s=2.0,
+        )
+        configs = {settings.topic: step_log_config()}
+        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1, configs=configs)
+        charge = _charge(effects, calls, timeout_s=3.0)
+
+        def freeze_after(args: dict[str, Any], key: str) -> int:
+            assert charge.run is not None and broker.process is not None
+            out = charge.run(args, key)  # the service's effect, then the broker stops answering
+            os.kill(broker.process.pid, signal.SIGSTOP)
+            return int(out)
+
+        try:
+            ledger = sl.Ledger(settings, tools=[charge], options=PIPELINED)
+            wf = ledger.start("wf-frozen")
+            assert wf.step("s0", charge, amount=0) == 0
+            assert wf.step("s1", charge, amount=1, fn=freeze_after) == 1
+            with pytest.raises(DurabilityError, match="outcome of step 's1'"):
+                wf.step("s2", charge, amount=2)
+            assert len(calls) == 2  # s2's tool was not called
+            with pytest.raises(DurabilityError, match="open the workflow again"):
+                wf.finish()
+        finally:
+            assert broker.process is not None
+            os.kill(broker.process.pid, signal.SIGCONT)
+        with contextlib.suppress(DurabilityError):  # the records it never got acknowledged
+            ledger.close()
+        calls.clear()
+        with sl.Ledger(settings, tools=[charge]) as ledger:
+            wf = ledger.workflow("wf-frozen")
+            for i in range(4):
+                assert wf.step(f"s{i}", charge, amount=i) == i
+            wf.finish()
+    keys = effects.read_text().split()
+    assert len(keys) == 4 == len(set(keys)), f"an effect repeated: {keys}"
+    assert len(calls) == 2  # the resume called s2 and s3 only: s1 was recorded or found

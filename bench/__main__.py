@@ -25,6 +25,7 @@ BENCHES = (
     "scale",
     "peers",
     "checkpoint",
+    "sdk_cpu",
 )
 
 

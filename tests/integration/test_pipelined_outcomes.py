@@ -31,6 +31,7 @@ from stepledger.kafka import ensure_topics
 from stepledger.kafka.consumer import read_topic
 from stepledger.producer.session import ResumeOptions
 from stepledger.topics import step_log_config
+from tests.integration.test_resume_found import charge_tool
 
 HERE = Path(__file__).parent
 PIPELINED = ResumeOptions(pipeline_outcomes=True)
@@ -96,21 +97,6 @@ def test_threads_and_coroutines_with_pipelined_outcomes_write_each_workflow_in_o
         assert seen == expected(), workflow
 
 
-def _charge(effects: Path, calls: list[str], timeout_s: float = 30.0) -> sl.Tool:
-    def find(args: dict[str, Any], idempotency_key: str) -> sl.Found | sl.NotFound:
-        keys = effects.read_text().split() if effects.exists() else []
-        return sl.Found(args["amount"]) if idempotency_key in keys else sl.NotFound()
-
-    @sl.tool(keyed=True, policy="query", query=find, timeout_s=timeout_s)
-    def charge(amount: int, *, idempotency_key: str) -> int:
-        calls.append(idempotency_key)
-        with effects.open("a") as out:
-            out.write(idempotency_key + "\n")
-        return amount
-
-    return charge
-
-
 def test_an_agent_killed_the_moment_a_pipelined_step_returned_repeats_no_effect(
     make_settings: Any, tmp_path: Path, src_env: dict[str, str]
 ) -> None:
@@ -136,7 +122,7 @@ def test_an_agent_killed_the_moment_a_pipelined_step_returned_repeats_no_effect(
         assert proc.returncode == -9, proc.stderr[-2000:]
         assert len(effects.read_text().split()) == 3  # s0, s1, s2 charged once each
         calls: list[str] = []
-        charge = _charge(effects, calls)
+        charge = charge_tool(effects, 30.0, calls)
         with sl.Ledger(settings, tools=[charge]) as ledger:
             wf = ledger.workflow("wf-pipelined")
             for i in range(STEPS):
@@ -173,7 +159,7 @@ def test_a_broker_frozen_under_a_pipelined_step_fails_the_next_call_and_nothing_
         )
         configs = {settings.topic: step_log_config()}
         ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1, configs=configs)
-        charge = _charge(effects, calls, timeout_s=3.0)
+        charge = charge_tool(effects, 3.0, calls)
 
         def freeze_after(args: dict[str, Any], key: str) -> int:
             assert charge.run is not None and broker.process is not None

@@ -74,6 +74,15 @@ def _tool(journal: list[str]) -> sl.Tool:
     return act
 
 
+def _atool(journal: list[str]) -> sl.Tool:
+    @sl.tool(keyed=True, name="act")
+    async def act(i: int, *, idempotency_key: str) -> int:
+        journal.append(f"call s{i}")
+        return i
+
+    return act
+
+
 def test_the_next_call_waits_for_the_outcome_and_the_next_intent_is_sent_first() -> None:
     journal: list[str] = []
     act = _tool(journal)
@@ -132,10 +141,7 @@ def test_reading_the_log_settles_the_outcome_first() -> None:
 def test_asyncio_steps_pipeline_the_same_way() -> None:
     journal: list[str] = []
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        journal.append(f"call s{i}")
-        return i
+    act = _atool(journal)
 
     async def run() -> None:
         ledger = _ledger(journal)
@@ -156,10 +162,7 @@ def test_asyncio_steps_pipeline_the_same_way() -> None:
 def test_an_asyncio_lost_outcome_is_raised_by_the_next_step() -> None:
     journal: list[str] = []
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        journal.append(f"call s{i}")
-        return i
+    act = _atool(journal)
 
     async def run() -> None:
         wf = await _ledger(journal, lose="step_outcome").astart("wf")
@@ -237,9 +240,7 @@ def test_a_sync_step_on_the_event_loop_after_an_astep_settles_the_outcome() -> N
     journal: list[str] = []
     sync_act = _tool(journal)
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        return i
+    act = _atool(journal)
 
     async def run() -> None:
         wf = await sl.Ledger(log=SlowAcks(journal, 0.05), options=PIPELINED).astart("wf")
@@ -254,9 +255,7 @@ def test_after_the_loop_is_gone_a_sync_step_settles_the_outcome() -> None:
     journal: list[str] = []
     sync_act = _tool(journal)
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        return i
+    act = _atool(journal)
 
     ledger = sl.Ledger(log=SlowAcks(journal, 0.2), options=PIPELINED)
 
@@ -273,10 +272,7 @@ def test_after_the_loop_is_gone_a_sync_step_settles_the_outcome() -> None:
 def test_a_cancelled_astep_leaves_the_outcome_pending_for_the_next_call() -> None:
     journal: list[str] = []
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        journal.append(f"call s{i}")
-        return i
+    act = _atool(journal)
 
     async def run() -> None:
         wf = await sl.Ledger(log=SlowAcks(journal, 0.2), options=PIPELINED).astart("wf")
@@ -293,9 +289,7 @@ def test_a_cancelled_astep_leaves_the_outcome_pending_for_the_next_call() -> Non
 def test_a_new_approval_step_after_a_pipelined_astep_asks_for_approval() -> None:
     journal: list[str] = []
 
-    @sl.tool(keyed=True, name="act")
-    async def act(i: int, *, idempotency_key: str) -> int:
-        return i
+    act = _atool(journal)
 
     wire = sl.Tool(name="wire", effect="irreversible", keyed=True, requires_approval=True)
 

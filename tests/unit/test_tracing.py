@@ -99,3 +99,42 @@ def test_without_an_sdk_provider_nothing_is_traced_and_no_header_added(
         "s", PAY, {}, lambda a, k: calls.append(k)
     )
     assert len(calls) == 1
+
+
+def test_a_provider_set_after_the_first_steps_is_seen_at_the_next_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cheap check reads the API's global each time and the environment once a second."""
+    from opentelemetry import trace
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.delenv("OTEL_PYTHON_TRACER_PROVIDER", raising=False)
+    monkeypatch.setattr(tracing._EnvProvider, "checked_at", -1.0)
+    assert not tracing._active()
+    provider = TracerProvider()
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # set_tracer_provider, once
+    assert tracing._active()
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setenv("OTEL_PYTHON_TRACER_PROVIDER", "sdk_tracer_provider")
+    assert tracing._none_configured()  # read less than a second ago: not seen yet
+    monkeypatch.setattr(tracing._EnvProvider, "checked_at", -1.0)  # a second later
+    assert not tracing._none_configured()
+    provider.shutdown()
+
+
+def test_a_pipelined_outcome_is_an_outcome_sent_event_on_its_own_step_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    from stepledger.producer.session import ResumeOptions
+
+    options = ResumeOptions(pipeline_outcomes=True)
+    wf = ledger_over(InMemoryEventLog(), options=options).workflow("wf-p")
+    wf.step("charge", PAY, {"amount": 3}, lambda args, key: 1)
+    wf.step("refund", PAY, {"amount": 3}, lambda args, key: 2)
+    first, second = (s for s in exporter.get_finished_spans() if s.name == "stepledger.step pay")
+    # The outcome's acknowledgement came during the next step: its span says only "sent".
+    assert [e.name for e in first.events] == ["intent acknowledged", "outcome sent"]
+    sent = first.events[1].attributes
+    assert sent is not None and sent["stepledger.pipelined"] is True
+    assert sent["stepledger.status"] == "succeeded"
+    assert [e.name for e in second.events] == ["intent acknowledged", "outcome sent"]

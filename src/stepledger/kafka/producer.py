@@ -183,8 +183,13 @@ class DurableProducer:
         self._serve_until(future, timeout)
         return future.result()
 
+    @property
+    def _wait_limit_s(self) -> float:
+        """How long a wait for one report lasts: the record's own timeout, plus a margin."""
+        return self._settings.durable_timeout_s + 2.0
+
     def _serve_until(self, waiting: _Waiting, timeout: float | None) -> None:
-        limit = self._settings.durable_timeout_s + 2.0 if timeout is None else timeout
+        limit = self._wait_limit_s if timeout is None else timeout
         deadline = time.monotonic() + limit
         while not waiting.done():
             if time.monotonic() > deadline:
@@ -224,7 +229,7 @@ class DurableProducer:
         self._start_background_poller()
         woken = _WakeSlot()
         self._produce(topic, key, value, headers, woken.settle)
-        limit = self._settings.durable_timeout_s + 2.0
+        limit = self._wait_limit_s
         return lambda: woken.wait(limit)
 
     def send_async(
@@ -242,7 +247,7 @@ class DurableProducer:
             with self._lock:
                 handoff = self._handoffs.setdefault(loop, _LoopHandoff(loop))
         future: asyncio.Future[Position] = loop.create_future()
-        handoff.watch(future, self._settings.durable_timeout_s + 2.0)
+        handoff.watch(future, self._wait_limit_s)
         self._produce(topic, key, value, headers, lambda outcome: handoff.settle(future, outcome))
         return future
 
@@ -263,10 +268,7 @@ class DurableProducer:
             self._produce(topic, key, value, headers, slot.settle)
             self._serve_until(slot, None)
             return slot.result()
-        self._start_background_poller()
-        woken = _WakeSlot()
-        self._produce(topic, key, value, headers, woken.settle)
-        return woken.wait(self._settings.durable_timeout_s + 2.0)
+        return self.queue(topic, key, value, headers)()
 
     def _produce(
         self,

@@ -148,30 +148,33 @@ class Workflow:
         if not self.ledger.options.pipeline_outcomes:
             self.record(event)
             return
-        self._ensure_usable()
-        previous = self._pending
-        self._pending = _PendingOutcome(event, self.ledger.log.send(event))
-        self._fold_sent(event)
-        tracing.sent(event)
+        previous = self._send_outcome(event)
         if previous is not None:
             self._settle(previous)
 
     async def _arecord_outcome(self, event: ev.Event) -> None:
-        """Record a step's outcome (asyncio): durably, or sent and folded now.
+        """Record a step's outcome (asyncio): durably, or sent and folded now."""
+        if not self.ledger.options.pipeline_outcomes:
+            await self.arecord(event)
+            return
+        previous = self._send_outcome(event)
+        if previous is not None:
+            await asyncio.to_thread(self._settle, previous)
+
+    def _send_outcome(self, event: ev.Event) -> _PendingOutcome | None:
+        """Send and fold a pipelined outcome; return the one it replaces, still to settle.
 
         The pending wait is the log's thread-safe one, not an asyncio future: it is settled
         whichever thread or loop uses the handle next (a loop that stopped included).
         """
-        if not self.ledger.options.pipeline_outcomes:
-            await self.arecord(event)
-            return
         self._ensure_usable()
         previous = self._pending
         self._pending = _PendingOutcome(event, self.ledger.log.send(event))
-        self._fold_sent(event)
+        with self._lock:  # folded now; its position comes with the acknowledgement
+            self.state.apply(event)
+            self.appended += 1
         tracing.sent(event)
-        if previous is not None:
-            await asyncio.to_thread(self._settle, previous)
+        return previous
 
     def settle_pending(self) -> None:
         """Wait until a pipelined outcome is acknowledged (at once when there is none).
@@ -619,12 +622,6 @@ class Workflow:
             scrub=call.scrub,
             runner=self.runner,
         )
-
-    def _fold_sent(self, event: ev.Event) -> None:
-        """Fold an outcome sent but not yet acknowledged (its position comes with the ack)."""
-        with self._lock:
-            self.state.apply(event)
-            self.appended += 1
 
     def _folded(self, event: ev.Event, position: Position) -> None:
         with self._lock:

@@ -235,7 +235,7 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaParti
     loop.assigned = kept + list(partitions)
     for where in keys:
         loop.unplaced.pop(where, None)
-    loop.metrics.partitions_held.set(len(state.held()) + len(loop.unplaced))
+    _count_held(loop)
     logger.info(
         "assigned %s",
         ", ".join(
@@ -262,20 +262,22 @@ def _checked(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> None:
 
 def _take_held(loop: _Loop) -> None:
     """Take the held shards their previous owner let go; start reading them where they were."""
-    state = loop.state
-    before = state.held()
-    if before:
-        stored = state.take_held() or {}
-        taken = sorted(before - state.held())
-        if taken:
-            _checked(loop, taken, stored)
-            for where in taken:
-                loop.unplaced[where] = stored.get(where, OFFSET_BEGINNING)
+    taken = loop.state.take_held()
+    if taken:
+        stored = {where: n for where, n in taken.items() if n is not None}
+        _checked(loop, sorted(taken), stored)
+        for where in taken:
+            loop.unplaced[where] = stored.get(where, OFFSET_BEGINNING)
     for (topic, partition), offset in list(loop.unplaced.items()):
         if loop.consumer.release(KafkaPartition(topic, partition, offset)):
             del loop.unplaced[(topic, partition)]
             logger.info("%s[%d] released: projecting from offset %d", topic, partition, offset)
-    loop.metrics.partitions_held.set(len(state.held()) + len(loop.unplaced))
+    _count_held(loop)
+
+
+def _count_held(loop: _Loop) -> None:
+    """Partitions assigned but not projected: shards still locked, or not yet sought."""
+    loop.metrics.partitions_held.set(len(loop.state.held()) + len(loop.unplaced))
 
 
 def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> set[Where]:
@@ -346,7 +348,7 @@ def _forget(loop: _Loop, gone: list[Where]) -> None:
     loop.dirty -= set(gone)
     for where in gone:
         loop.unplaced.pop(where, None)
-    loop.metrics.partitions_held.set(len(loop.state.held()) + len(loop.unplaced))
+    _count_held(loop)
     for topic, partition in gone:
         try:
             loop.metrics.lag.remove(topic, str(partition))

@@ -68,8 +68,9 @@ class Shards(Protocol):
         """Assigned partitions whose shard another owner still holds (not projected yet)."""
         ...
 
-    def take_held(self) -> Offsets | None:
-        """Try once to take every held shard; the offsets of those taken (None: none was)."""
+    def take_held(self) -> dict[Where, int | None]:
+        """Try once to take every held shard; each one taken, with its stored next offset
+        (None: the shard has none yet)."""
         ...
 
     def shutdown(self) -> None:
@@ -110,9 +111,9 @@ class OneFile:
         """Nothing is held back: the one file is this process's for its whole life."""
         return set()
 
-    def take_held(self) -> Offsets | None:
+    def take_held(self) -> dict[Where, int | None]:
         """Nothing to take."""
-        return None
+        return {}
 
     def shutdown(self) -> None:
         """Stop the writer and close the file."""
@@ -192,23 +193,18 @@ class ShardDir:
         """Assigned partitions whose shard another owner still holds."""
         return set(self._held)
 
-    def take_held(self) -> Offsets | None:
-        """Try once (no wait) to take each held shard; the offsets of those taken."""
-        taken: list[Where] = []
+    def take_held(self) -> dict[Where, int | None]:
+        """Try once (no wait) to take each held shard; those taken, with their offsets."""
+        taken: dict[Where, int | None] = {}
         for where in list(self._held):
             if not self._opened(where):
                 self._warn_held(where)
                 continue
             del self._held[where]
             self._warned.pop(where, None)
-            taken.append(where)
+            taken[where] = self._offset_of(where).get(where)
             logger.info("took over shard %s after its previous owner released it", where)
-        if not taken:
-            return None
-        offsets: Offsets = {}
-        for where in taken:
-            offsets.update(self._offset_of(where))
-        return offsets
+        return taken
 
     def _warn_held(self, where: Where) -> None:
         now = time.monotonic()

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def test_a_broker_frozen_under_a_pipelined_step_fails_the_next_call_and_nothing_
             assert charge.run is not None and broker.process is not None
             out = charge.run(args, key)  # the service's effect, then the broker stops answering
             os.kill(broker.process.pid, signal.SIGSTOP)
+            _stopped(broker.process.pid)
             return int(out)
 
         try:
@@ -191,3 +193,14 @@ def test_a_broker_frozen_under_a_pipelined_step_fails_the_next_call_and_nothing_
     keys = effects.read_text().split()
     assert len(keys) == 4 == len(set(keys)), f"an effect repeated: {keys}"
     assert len(calls) == 2  # the resume called s2 and s3 only: s1 was recorded or found
+
+
+def _stopped(pid: int) -> None:
+    """Return once every thread of the process is stopped (SIGSTOP is delivered late)."""
+    tasks = Path(f"/proc/{pid}/task")
+    for _ in range(2000):  # bounded: 2 s
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        if all(state in "tT" for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"broker {pid} did not stop: {states}")

@@ -1,9 +1,10 @@
 """The one codec between domain models and wire bytes.
 
-Model -> dict -> Avro bytes and back.  Values are framed either as Avro single-object
-encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the default)
-or with Confluent Schema Registry framing (``00`` + 4-byte big-endian schema id) when a
-registry is configured.  The reader accepts both.  Schemas are parsed once per codec.
+Model -> Avro bytes (a writer compiled from the schema, :mod:`stepledger._writer`; fastavro
+for a schema it does not know) and bytes -> dict -> model.  Values are framed either as Avro
+single-object encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the
+default) or with Confluent Schema Registry framing (``00`` + 4-byte big-endian schema id) when
+a registry is configured.  The reader accepts both.  Schemas are parsed once per codec.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
 from stepledger._records import EventPlans
+from stepledger._writer import Unsupported, Writer, compile_writer
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 
@@ -120,6 +122,19 @@ def _plans() -> EventPlans:
     return EventPlans(_BODY_BY_NAME)
 
 
+def _compiled(schema: dict[str, Any], prefix: bytes) -> Writer | None:
+    """The schema's compiled writer (``prefix`` first), or None where fastavro must write."""
+    try:
+        return compile_writer(schema, _BODY_BY_NAME, prefix)
+    except Unsupported:
+        return None
+
+
+@functools.cache
+def _current_writer(prefix: bytes) -> Writer | None:
+    return _compiled(_current(), prefix)
+
+
 def from_record(record: dict[str, Any]) -> Event:
     """Turn a dict fastavro read (with record names) into a validated event.
 
@@ -197,14 +212,19 @@ class Codec:
             if self._registry_id is not None
             else SINGLE_OBJECT_MAGIC + self._fingerprint
         )
+        self._write = (
+            _current_writer(self._prefix) if schema is None else _compiled(schema, self._prefix)
+        )
 
     def encode(self, event: Event) -> bytes:
         """Return the framed Avro bytes of one event."""
-        buf = io.BytesIO(self._prefix)
-        buf.seek(len(self._prefix))
         try:
+            if self._write is not None:
+                return self._write(event)
+            buf = io.BytesIO(self._prefix)
+            buf.seek(len(self._prefix))
             fastavro.schemaless_writer(buf, self.schema, to_record(event))
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CodecError(f"cannot encode {event.type} {event.event_id}: {exc}") from exc
         return buf.getvalue()
 

@@ -1,0 +1,125 @@
+"""The compiled Avro writer writes fastavro's bytes, refuses what it cannot write, and the
+codec keeps fastavro for a schema it does not know."""
+
+from __future__ import annotations
+
+import copy
+import io
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import fastavro
+import pytest
+
+from stepledger import _writer
+from stepledger.codec import _BODY_BY_NAME, Codec, load_envelope_schema, to_record
+from stepledger.domain import events as ev
+from stepledger.errors import CodecError, EventValidationError
+from tests.fuzz_events import EventFuzzer
+from tests.unit.test_codec import sample_events
+
+
+def _fastavro(schema: Any, value: Any) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), value)
+    return buf.getvalue()
+
+
+def _fastavro_event(codec: Codec, event: ev.Event) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, codec.schema, to_record(event))
+    return buf.getvalue()
+
+
+def test_every_event_kind_is_written_as_fastavro_writes_it() -> None:
+    codec = Codec()
+    prefix = codec.encode(sample_events()[0])[:10]
+    kinds = set()
+    for value in EventFuzzer(24, codec=codec, huge=2).values(2000):
+        try:
+            event = codec.decode(value)  # the valid ones: the models' values
+        except (CodecError, EventValidationError):
+            continue
+        kinds.add(event.type)
+        assert codec.encode(event) == prefix + _fastavro_event(codec, event)
+    assert len(kinds) == len(_BODY_BY_NAME)
+
+
+_EDGES = [0, 1, -1, 63, 64, -64, -65, 1023, 1024, 8191, 8192, 16383, 16384, 2**31 - 1, -(2**31)]
+
+
+def test_longs_and_times_at_every_width() -> None:
+    rng = random.Random(7)
+    longs = _EDGES + [2**63 - 1, -(2**63)] + [rng.randint(-(2**63), 2**63 - 1) for _ in range(2000)]
+    longs += [rng.randint(0, 4 * 10**12) for _ in range(2000)]  # times as millis
+    for value in longs:
+        assert _writer.write_long(value) == _fastavro("long", value), value
+    millis = {"type": "long", "logicalType": "timestamp-millis"}
+    first, last = (
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    )
+    times = [
+        first,
+        last,
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999500, tzinfo=UTC),
+    ]
+    span = int((last - first) / timedelta(microseconds=1))
+    for _ in range(3000):
+        at = first + timedelta(microseconds=rng.randint(0, span))
+        times += [at, at.replace(microsecond=at.microsecond // 1000 * 1000)]
+    for at in times:
+        assert _writer.write_millis(at) == _fastavro(millis, at), at
+    assert _writer.write_millis(1_700_000_000_000) == _fastavro(millis, 1_700_000_000_000)
+
+
+def test_strings_and_bytes_of_every_length_class() -> None:
+    for size in (0, 1, 511, 512, 1023, 1024, 8191, 8192, 70_000):
+        text = "é" * (size // 2) + "x" * (size % 2)
+        assert _writer.write_string(text) == _fastavro("string", text)
+        assert _writer.write_bytes(b"b" * size) == _fastavro("bytes", b"b" * size)
+
+
+def test_a_naive_time_or_a_wrong_value_is_a_codec_error() -> None:
+    codec = Codec()
+    event = sample_events()[1]
+    naive = event.model_copy(update={"occurred_at": datetime(2026, 1, 1)})
+    with pytest.raises(CodecError, match="naive"):
+        codec.encode(naive)
+    wrong = event.model_copy(update={"workflow_id": 7})
+    with pytest.raises(CodecError):
+        codec.encode(wrong)
+    body = event.body.model_copy(update={"effect": "not-a-symbol"})
+    with pytest.raises(CodecError):
+        codec.encode(event.model_copy(update={"body": body}))
+
+
+def _with_double(schema: dict[str, Any]) -> dict[str, Any]:
+    """The envelope with a field of a type the compiler does not write (a double, defaulted)."""
+    plain = copy.deepcopy(dict(schema))
+    plain.pop("__fastavro_parsed", None)
+    plain.pop("__named_schemas", None)
+    plain["fields"] = [*plain["fields"], {"name": "weight", "type": "double", "default": 0.5}]
+    parsed = fastavro.parse_schema(plain)
+    assert isinstance(parsed, dict)
+    return dict(parsed)
+
+
+def test_a_schema_it_cannot_write_is_refused_and_the_codec_keeps_fastavro() -> None:
+    schema = _with_double(load_envelope_schema())
+    with pytest.raises(_writer.Unsupported, match="double"):
+        _writer.compile_writer(schema, _BODY_BY_NAME)
+    with pytest.raises(_writer.Unsupported):
+        _writer.compile_writer({"type": "enum", "name": "E", "symbols": ["a"]}, {})
+    codec = Codec(schema)
+    event = sample_events()[1]
+    # The model has no ``weight``: fastavro writes the field's default, as it always did.
+    expected = _fastavro(schema, {**to_record(event), "weight": 0.5})
+    assert codec.encode(event)[10:] == expected
+
+
+def test_a_union_member_with_no_class_is_refused() -> None:
+    with pytest.raises(_writer.Unsupported, match="no class"):
+        _writer.compile_writer(load_envelope_schema(), {})

@@ -2,7 +2,8 @@
 imports confluent-kafka.
 
 - :mod:`~stepledger.kafka.producer`: the durable producer (acks=all, idempotent, a future
-  per record) every appender uses;
+  per record) every appender uses; :mod:`~stepledger.kafka.lanes`: which of its clients a
+  record goes to when the SDK's records may wait for company under load;
 - :mod:`~stepledger.kafka.consumer`: group and assigned consumers, bounded topic reads, and
   :class:`~stepledger.kafka.consumer.Record`, the decoded record the rest of the library sees;
 - :mod:`~stepledger.kafka.broker`: topics and partitions, a broker awaited at start;
@@ -21,6 +22,7 @@ from stepledger.kafka.broker import (
     reachable_partitions,
     topic_partitions,
 )
+from stepledger.kafka.lanes import Batching
 from stepledger.kafka.producer import (
     DURABLE_PRODUCER,
     DurableProducer,
@@ -32,6 +34,7 @@ from stepledger.kafka.producer import (
 
 __all__ = [
     "DURABLE_PRODUCER",
+    "Batching",
     "DurableProducer",
     "Headers",
     "Position",

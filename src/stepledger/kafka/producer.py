@@ -8,6 +8,9 @@ Who serves delivery reports: a thread that waits synchronously polls the produce
 (one poller at a time, under a lock), so its own report wakes it without a hand-off to
 another thread; the reports it serves for other threads resolve their futures on the way.
 A background thread, started only when the asyncio API is first used, serves coroutines.
+
+With :class:`~stepledger.kafka.lanes.Batching` (the SDK's step log), a record produced while
+many are in flight goes to a second, lingering client (:mod:`stepledger.kafka.lanes`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError, DurabilityError
+from stepledger.kafka.lanes import LINGERING, Batching, Lanes
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
 Headers = list[tuple[str, bytes | None]]
@@ -57,6 +61,8 @@ _GUARDED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 #: Set through ``Settings.durable_timeout_s``, which the SDK's waits are bounded by.
 _TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
+#: A user's own linger: every record then waits that long, and no second client is made.
+_LINGER_KEYS = ("linger.ms", "queue.buffering.max.ms")
 
 
 def durable_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
@@ -96,12 +102,26 @@ class Position:
 
 
 class DurableProducer:
-    """Produce records and wait for each one's own acknowledgement (sync or asyncio)."""
+    """Produce records and wait for each one's own acknowledgement (sync or asyncio).
 
-    def __init__(self, settings: Settings, **overrides: Any) -> None:
+    ``batching``: records produced under load may linger in a second client (see
+    :mod:`stepledger.kafka.lanes`); ignored when the settings give a linger of their own.
+    """
+
+    def __init__(
+        self, settings: Settings, *, batching: Batching | None = None, **overrides: Any
+    ) -> None:
         self._settings = settings
         self._overrides = overrides
         durable_config(settings, **overrides)  # refuse unsafe settings now, not at first write
+        self._lanes: Lanes | None = None
+        self._lingering: DurableProducer | None = None
+        user_linger = any(key in settings.kafka for key in _LINGER_KEYS)
+        if batching is not None and batching.linger_ms > 0 and not user_linger:
+            self._lanes = Lanes(batching)
+            self._lingering = DurableProducer(
+                settings, **{**overrides, "linger.ms": batching.linger_ms}
+            )
         self._producer: Producer | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
@@ -158,6 +178,8 @@ class DurableProducer:
         id get ready in the background (librdkafka's first producer-id request waits ~0.5 s
         for a broker), so a first durable write made later waits less."""
         self._client()
+        if self._lingering is not None:
+            self._lingering.connect()
 
     def _start_background_poller(self) -> None:
         with self._lock:
@@ -214,7 +236,8 @@ class DurableProducer:
 
         ``partition`` places it explicitly (None: the partitioner chooses by key)."""
         future: Future[Position] = Future()
-        self._produce(topic, key, value, headers, _resolve_into(future), partition)
+        # Its waiter polls this client itself (``wait``): it must not linger in the other.
+        self._produce(topic, key, value, headers, _resolve_into(future), partition, False)
         return future
 
     def queue(
@@ -265,7 +288,7 @@ class DurableProducer:
         """
         if self._poller is None and not self._poll_lock.locked():
             slot = _Slot()
-            self._produce(topic, key, value, headers, slot.settle)
+            self._produce(topic, key, value, headers, slot.settle, may_linger=False)
             self._serve_until(slot, None)
             return slot.result()
         return self.queue(topic, key, value, headers)()
@@ -278,6 +301,30 @@ class DurableProducer:
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
         partition: int | None = None,
+        may_linger: bool = True,
+    ) -> None:
+        lanes, target = self._lanes, self
+        if lanes is None:
+            self._produce_now(topic, key, value, headers, settle, partition)
+            return
+        lane, settle, release = lanes.take(topic, key, partition, settle, may_linger)
+        if lane == LINGERING and self._lingering is not None:
+            target = self._lingering
+            target._start_background_poller()  # its reports are served by its own thread
+        try:
+            target._produce_now(topic, key, value, headers, settle, partition)
+        except BaseException:
+            release()
+            raise
+
+    def _produce_now(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        settle: Callable[[Position | BaseException], None],
+        partition: int | None,
     ) -> None:
         producer = self._client()
         # -1: no partition given, the partitioner chooses (librdkafka's RD_KAFKA_PARTITION_UA).
@@ -316,11 +363,22 @@ class DurableProducer:
 
     def flush(self, timeout: float = 10.0) -> int:
         """Wait for every queued record (for shutdown and bulk tools, not per-record durability)."""
+        lingering = 0 if self._lingering is None else self._lingering.flush(timeout)
+        return lingering + self._flush_own(timeout)
+
+    def _flush_own(self, timeout: float) -> int:
         return 0 if self._producer is None else int(self._producer.flush(timeout))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush what is queued and stop the delivery thread."""
-        remaining = self.flush(timeout)
+        """Flush what is queued and stop the delivery threads."""
+        try:
+            if self._lingering is not None:
+                self._lingering.close(timeout)
+        finally:
+            self._close_own(timeout)
+
+    def _close_own(self, timeout: float) -> None:
+        remaining = self._flush_own(timeout)
         self._closed.set()
         if self._poller is not None:
             self._poller.join(timeout=1.0)

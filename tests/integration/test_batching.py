@@ -1,0 +1,91 @@
+"""Records produced under load linger in a second client; each key keeps its order.
+
+With ``linger.ms=0`` a record produced while others are in flight is a produce request of
+its own; under load the step log's producer sends such records through a client that
+lingers for company (:mod:`stepledger.kafka.lanes`).  Nothing orders records across two
+clients, so a key stays on one client while any of its records is in flight: without that,
+a key's second record, sent once the load had gone, would leave at once and land before
+its first, still lingering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import stepledger as sl
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.kafka import Batching, DurableProducer, Position
+from stepledger.kafka.consumer import read_topic
+from tests.conftest import Factory
+
+#: Long enough that a record sent after a lingering one would overtake it if it could.
+LINGER_MS = 300
+
+
+def _values_by_key(settings: Settings) -> dict[bytes, list[bytes]]:
+    seen: dict[bytes, list[bytes]] = {}
+    for record in read_topic(settings, Codec(), idle_timeout=0.3, max_time=30):
+        assert record.key is not None and record.value is not None
+        seen.setdefault(record.key, []).append(record.value)
+    return seen
+
+
+def test_a_key_sent_again_after_the_load_went_lands_after_its_lingering_record(
+    settings: Settings,
+) -> None:
+    producer = DurableProducer(settings, batching=Batching(LINGER_MS, from_in_flight=2))
+    topic = settings.topic
+    try:
+        producer.append(topic, b"warm-up", b"0")  # the producer id, the connection
+        load = [producer.queue(topic, key, b"1") for key in (b"a", b"b")]
+        first = producer.queue(topic, b"k", b"k1")  # 2 in flight: this one lingers
+        positions = [wait() for wait in load]  # the load is gone; k1 still lingers
+        assert producer._lanes is not None and producer._lanes.in_flight == 1
+        second = producer.queue(topic, b"k", b"k2")
+        landed: list[Position] = [second(), first()]
+        assert landed[0].offset > landed[1].offset, (landed, positions)
+        assert producer._lanes.in_flight == 0
+        assert producer._lingering is not None and producer._lingering._producer is not None
+    finally:
+        producer.close()
+    assert _values_by_key(settings)[b"k"] == [b"k1", b"k2"]
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["default", "pipelined"])
+def test_agents_under_load_write_each_workflow_in_order_through_both_clients(
+    make_settings: Factory, pipelined: bool
+) -> None:
+    """Every record produced while another is in flight lingers: both clients carry steps."""
+    settings = make_settings(batch_from_in_flight=1, batch_linger_ms=5.0)
+    options = sl.ResumeOptions(pipeline_outcomes=pipelined)
+
+    @sl.tool(keyed=True, name="act")
+    async def act(i: int, *, idempotency_key: str) -> int:
+        return i
+
+    async def agents(ledger: sl.Ledger) -> None:
+        async def one(n: int) -> None:
+            wf = await ledger.astart(f"agent-{n}")
+            for i in range(5):
+                assert await wf.astep(f"s{i}", act, i=i) == i
+            await wf.afinish()
+
+        await asyncio.gather(*(one(n) for n in range(12)))
+
+    with sl.Ledger(settings, tools=[act], options=options) as ledger:
+        asyncio.run(agents(ledger))
+        producer = ledger.log._producer  # type: ignore[attr-defined]
+        assert producer._lingering._producer is not None, "no record lingered"
+    kinds: dict[str, list[str]] = {}
+    for record in read_topic(settings, Codec(), idle_timeout=0.3, max_time=30):
+        event = record.event
+        assert event is not None
+        kinds.setdefault(event.workflow_id, []).append(f"{event.type} {event.step_id}")
+    steps = [f"step_{k} s{i}" for i in range(5) for k in ("intended", "outcome")]
+    expected = ["workflow_started None", *steps, "workflow_finished None"]
+    assert len(kinds) == 12
+    for workflow, seen in kinds.items():
+        assert seen == expected, workflow

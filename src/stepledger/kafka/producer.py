@@ -130,6 +130,8 @@ class DurableProducer:
         self._handoffs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopHandoff] = (
             weakref.WeakKeyDictionary()
         )
+        self._last_handoff: weakref.ref[_LoopHandoff] | None = None
+        """The handoff of the loop that sent last: a weak-map lookup per record costs more."""
         self._fatal: KafkaError | None = None
         self._timeouts = 0
 
@@ -182,6 +184,8 @@ class DurableProducer:
             self._lingering.connect()
 
     def _start_background_poller(self) -> None:
+        if self._poller is not None:  # every asyncio record asks: no lock once it runs
+            return
         with self._lock:
             if self._poller is None:
                 self._poller = threading.Thread(
@@ -265,10 +269,14 @@ class DurableProducer:
         """
         self._start_background_poller()
         loop = asyncio.get_running_loop()
-        handoff = self._handoffs.get(loop)
-        if handoff is None:
-            with self._lock:
-                handoff = self._handoffs.setdefault(loop, _LoopHandoff(loop))
+        last = self._last_handoff
+        handoff = None if last is None else last()
+        if handoff is None or handoff.loop is not loop:
+            handoff = self._handoffs.get(loop)
+            if handoff is None:
+                with self._lock:
+                    handoff = self._handoffs.setdefault(loop, _LoopHandoff(loop))
+            self._last_handoff = weakref.ref(handoff)
         future: asyncio.Future[Position] = loop.create_future()
         handoff.watch(future, self._wait_limit_s)
         self._produce(topic, key, value, headers, lambda outcome: handoff.settle(future, outcome))
@@ -329,7 +337,6 @@ class DurableProducer:
         producer = self._client()
         # -1: no partition given, the partitioner chooses (librdkafka's RD_KAFKA_PARTITION_UA).
         placed = -1 if partition is None else partition
-        deadline = time.monotonic() + self._settings.durable_timeout_s
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -339,6 +346,7 @@ class DurableProducer:
                 self._timeouts = 0
                 settle(position_of(msg))
 
+        deadline: float | None = None
         while True:
             try:
                 producer.produce(
@@ -352,7 +360,9 @@ class DurableProducer:
                 return
             except BufferError:
                 # The local queue is full: let deliveries drain, bounded by the durable timeout.
-                if time.monotonic() > deadline:
+                if deadline is None:
+                    deadline = time.monotonic() + self._settings.durable_timeout_s
+                elif time.monotonic() > deadline:
                     raise DurabilityError("local produce queue stayed full") from None
                 producer.poll(0.01)
             except KafkaException as exc:
@@ -487,7 +497,12 @@ class _LoopHandoff:
         with self._lock:
             ready, self._ready, self._scheduled = self._ready, [], False
         for future, outcome in ready:
-            _resolve_into(future)(outcome)
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
     def _sweep(self) -> None:
         now = time.monotonic()

@@ -231,3 +231,44 @@ def fill_log(
             for w in range(workers)
         ]
         return sum(f.result() for f in futures)
+
+
+def broker_pids(bootstrap: str) -> list[int]:
+    """The local processes listening on the bootstrap's ports (empty when none is found here).
+
+    Read from /proc (Linux): a listening socket's inode, then the process holding it.  Lets
+    a bench charge the broker's CPU to a workload whichever engine started it.
+    """
+    import os
+    from pathlib import Path
+
+    ports = {int(server.rpartition(":")[2]) for server in bootstrap.split(",")}
+    inodes: set[str] = set()
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table_path).read_text().splitlines()[1:]:
+                fields = line.split()
+                port = int(fields[1].rpartition(":")[2], 16)
+                if fields[3] == "0A" and port in ports:  # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            fds = Path(f"/proc/{pid}/fd")
+            if any(os.readlink(fds / fd) in inodes for fd in os.listdir(fds)):
+                pids.append(int(pid))
+    return pids
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU the processes have used so far (0 for one that is gone)."""
+    import os
+    from pathlib import Path
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total

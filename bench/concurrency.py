@@ -12,11 +12,13 @@ three runs (quick: one), stepledger and the floor interleaved:
 - **stepledger, pipelined outcomes**: the same with ``ResumeOptions(pipeline_outcomes=True)``
   (a step's outcome is acknowledged with the next event: docs/guarantees.md).
 
-Figures: steps/s (target: at least 0.5 of the floor) and the process's CPU per step
+Figures: steps/s (target: at least 0.5 of the floor), the process's CPU per step
 (``time.process_time``, the broker runs in another process; target: at most 2x the raw
-client's).  Then, at 32 agents (quick: 8 threads): opening a workflow with ``ledger.workflow(id)``
-against ``start``, for a new id and for an id started earlier (the open reads the log and
-appends ``workflow_resumed``); target: at most 10% of throughput lost.
+client's), and the broker's CPU per step (no target: what small produce requests cost;
+only for a broker process on this machine, found by its listening port).  Then, at 32
+agents (quick: 8 threads): opening a workflow with ``ledger.workflow(id)`` against
+``start``, for a new id and for an id started earlier (the open reads the log and appends
+``workflow_resumed``); target: at most 10% of throughput lost.
 
 ``python -m bench.concurrency [--quick] [--engine kafka]``
 """
@@ -35,7 +37,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 import stepledger as sl
-from bench.common import Row, broker, cli, fresh_settings
+from bench.common import Row, broker, broker_pids, cli, cpu_seconds, fresh_settings
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.enums import OutcomeStatus
@@ -68,17 +70,24 @@ async def aact(i: int, *, idempotency_key: str) -> int:
 
 @dataclass(frozen=True)
 class Figure:
-    """One measurement: steps per second and the process's CPU per step."""
+    """One measurement: steps per second, the process's and the broker's CPU per step."""
 
     steps_per_s: float
     cpu_us: float
+    broker_us: float = 0.0
+
+
+#: The broker's processes when it runs on this machine (set by ``run``; empty: not measured).
+BROKERS: list[int] = []
 
 
 def _measured(steps: int, body: Callable[[], None]) -> Figure:
+    served = cpu_seconds(BROKERS)
     cpu, wall = time.process_time(), time.perf_counter()
     body()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    return Figure(steps / wall, cpu / steps * 1e6)
+    served = cpu_seconds(BROKERS) - served
+    return Figure(steps / wall, cpu / steps * 1e6, served / steps * 1e6)
 
 
 def _in_threads(agents: int, agent: Callable[[int], None]) -> None:
@@ -246,6 +255,7 @@ def _median(figures: list[Figure]) -> Figure:
     return Figure(
         statistics.median(f.steps_per_s for f in figures),
         statistics.median(f.cpu_us for f in figures),
+        statistics.median(f.broker_us for f in figures),
     )
 
 
@@ -255,6 +265,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     open_at = 8 if quick else 32
     rows: list[Row] = []
     with broker(bootstrap) as servers:
+        BROKERS[:] = broker_pids(servers)
         raw = RawFloor(fresh_settings(servers))
         try:
             for agents in counts:
@@ -306,8 +317,9 @@ def _open_rows(servers: str, mode: str, agents: int, steps: int, repeats: int) -
 def _rows(agents: int, mode: str, ours: Figure, floor: Figure, variant: str = "") -> list[Row]:
     label = f"{agents} agent{'s' if agents > 1 else ''} ({mode}{variant})"
     print(
-        f"[concurrency] {label}: {ours.steps_per_s:,.0f} steps/s at {ours.cpu_us:,.0f} us/step; "
-        f"raw {floor.steps_per_s:,.0f} steps/s at {floor.cpu_us:,.0f} us/step",
+        f"[concurrency] {label}: {ours.steps_per_s:,.0f} steps/s at {ours.cpu_us:,.0f} us/step "
+        f"(broker {ours.broker_us:,.0f}); raw {floor.steps_per_s:,.0f} steps/s at "
+        f"{floor.cpu_us:,.0f} us/step (broker {floor.broker_us:,.0f})",
         flush=True,
     )
     return [
@@ -327,6 +339,20 @@ def _rows(agents: int, mode: str, ours: Figure, floor: Figure, variant: str = ""
             "us",
             "<=2" if agents >= 8 else "",
             False,
+        ),
+        *(
+            [
+                Row(
+                    "concurrency",
+                    f"{label}, broker CPU per step (vs the broker's for raw)",
+                    ours.broker_us,
+                    floor.broker_us,
+                    "us",
+                    higher_is_better=False,
+                )
+            ]
+            if BROKERS
+            else []
         ),
     ]
 

@@ -145,6 +145,10 @@ class DurableProducer:
                         self._settings, **{"error_cb": self._on_error, **self._overrides}
                     )
                     self._producer = _new_producer(conf)
+                    if self._lingering is not None:
+                        # Its connection and producer id get ready now, not when the first
+                        # load makes a record wait ~0.5 s for them.
+                        self._lingering.connect()
         return self._producer
 
     def _replace_after_fatal(self) -> None:

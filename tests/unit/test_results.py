@@ -165,3 +165,37 @@ def test_the_arguments_digest_tells_a_date_from_its_text() -> None:
     assert tool.arguments_digest(plain) == canonical_digest(canonical_json(plain)), (
         "digests of JSON arguments are unchanged, so workflows recorded before still resume"
     )
+
+
+@pytest.mark.parametrize(
+    ("declared", "value"),
+    [
+        (int, 7),
+        (int, 10**30),
+        (int, True),
+        (bool, True),
+        (float, 1.5),
+        (float, 1e308),
+        (float, float("nan")),
+        (float, float("inf")),
+        (float, 3),
+        (str, "é\u2028"),
+        (str, ""),
+    ],
+)
+def test_a_scalar_result_is_encoded_as_the_pydantic_round_trip_would_encode_it(
+    declared: type, value: Any
+) -> None:
+    """Results of exactly a declared str/int/bool/finite float skip the round trip."""
+    from pydantic import TypeAdapter
+
+    from stepledger.domain.results import ResultCodec
+
+    encoded = ResultCodec(declared).encode(value)
+    adapter: TypeAdapter[Any] = TypeAdapter(declared)
+    dumped = adapter.dump_python(value, mode="json")
+    back = adapter.validate_json(canonical_json(dumped))
+    same = type(back) is type(value) and back == value
+    assert (encoded.problem is None) == same, (encoded, back)
+    if same:
+        assert encoded.value == dumped and type(encoded.value) is type(dumped)

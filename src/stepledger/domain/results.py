@@ -36,6 +36,9 @@ from stepledger.errors import ResultTypeError, ToolDefinitionError
 
 JSON = "json"
 UNREPLAYABLE = "!"
+#: Declared result types whose values JSON writes and reads back exactly, of the same type
+#: (a finite float included): a result of exactly that type needs no pydantic round trip.
+_EXACT = frozenset({str, int, bool, float})
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class ResultCodec:
         """The value as recorded; ``problem`` says why it would not replay as it is."""
         if value is None:
             return Encoded(None, self.name)
+        kind = type(value)
+        if kind is self.declared and kind in _EXACT and (kind is not float or math.isfinite(value)):
+            return Encoded(value, self.name)  # JSON keeps it exactly: no round trip to prove
         if self._adapter is None:
             problem = json_problem(value)
             if problem is not None:

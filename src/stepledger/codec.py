@@ -198,6 +198,11 @@ class Codec:
             else SINGLE_OBJECT_MAGIC + self._fingerprint
         )
 
+    @property
+    def prefix(self) -> bytes:
+        """The framing every value this codec encodes starts with."""
+        return self._prefix
+
     def encode(self, event: Event) -> bytes:
         """Return the framed Avro bytes of one event."""
         buf = io.BytesIO(self._prefix)

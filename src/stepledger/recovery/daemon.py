@@ -59,7 +59,7 @@ from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
 from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.resolution.resolver import Resolution, Resolver
+from stepledger.resolution.resolver import Resolution, Resolver, Settle
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
@@ -266,9 +266,10 @@ class RecoveryDaemon:
                 continue  # judged before a restart: its record is already in the log
             self.work.submit(late.key, tracked, self._judge, events, late.event)
 
-    def _attempt(self, workflow_id: str, events: Events, step_id: str) -> Resolution:
-        # On the worker: its own fold of the (immutable) events is built there.
-        return self.resolver.attempt(replay(workflow_id, list(events)), step_id)
+    def _attempt(self, workflow_id: str, events: Events, step_id: str) -> Settle:
+        # On the worker: its own fold of the (immutable) events is built there; the pool
+        # waits for the last acknowledgements while the worker goes on to the next step.
+        return self.resolver.begin(replay(workflow_id, list(events)), step_id)
 
     def _judge(self, workflow_id: str, events: Events, outcome: ev.Event) -> Resolution:
         return self.resolver.judge_late(replay(workflow_id, list(events)), outcome)

@@ -18,6 +18,7 @@ running resolutions there, checkpoints and forgets the partition.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -51,6 +52,7 @@ from stepledger.recovery.checkpoint import (
 )
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.clock import DeadlineClock
+from stepledger.recovery.echoes import Echoes
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.groups import warn_other_groups
 from stepledger.recovery.health import write_health
@@ -124,6 +126,7 @@ class RecoveryDaemon:
         """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
         self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
+        self.echoes = Echoes(settings.topic)
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
     # -- the loop ----------------------------------------------------------------------
@@ -197,7 +200,7 @@ class RecoveryDaemon:
     def _handle(self, msg: Consumed) -> None:
         partition, offset = msg.partition, msg.offset
         try:
-            event = self.codec.decode(msg.value)
+            event = self.echoes.take(msg) or self.codec.decode(msg.value)
         except StepLedgerError as exc:
             # Bad input is the projector's to dead-letter; recovery only moves past it.
             logger.warning(
@@ -269,7 +272,15 @@ class RecoveryDaemon:
     def _attempt(self, workflow_id: str, events: Events, step_id: str) -> Settle:
         # On the worker: its own fold of the (immutable) events is built there; the pool
         # waits for the last acknowledgements while the worker goes on to the next step.
-        return self.resolver.begin(replay(workflow_id, list(events)), step_id)
+        settle = self.resolver.begin(replay(workflow_id, list(events)), step_id)
+        return functools.partial(self._acknowledged, settle)
+
+    def _acknowledged(self, settle: Settle) -> Resolution:
+        # On the settling thread, before the resolution counts as finished: its events are
+        # known where they landed before the consumer reads them back.
+        resolution = settle()
+        self.echoes.expect(resolution)
+        return resolution
 
     def _judge(self, workflow_id: str, events: Events, outcome: ev.Event) -> Resolution:
         return self.resolver.judge_late(replay(workflow_id, list(events)), outcome)

@@ -28,8 +28,9 @@ from stepledger.errors import RecoveryError
 #: A tracked step's events in log order, as Avro values (see :func:`stored`).
 Values = tuple[bytes, ...]
 StepKey = tuple[str, str]
-#: How many steps that changed or were handed to a worker lately keep their events decoded.
-FOLDS_KEPT = 1024
+#: How many steps handed to a worker (or changed) lately keep their events decoded: a bound
+#: well above the resolutions in flight, which are dropped once checkpointed and read back.
+FOLDS_KEPT = 4096
 
 
 @functools.cache

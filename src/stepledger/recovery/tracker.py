@@ -357,6 +357,8 @@ class Tracker:
         folded = self._folds.get(key, tracked.values)
         if folded is None:
             return json_lines(tracked.values)
+        if not tracked.busy and not self._echo_pending(tracked):
+            self._folds.drop(key)  # written, and no resolution of it under way: done
         return [event.model_dump_json() for event in folded.events]
 
     def _keep(self, tracked: Tracked, now: datetime) -> bool:

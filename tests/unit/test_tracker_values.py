@@ -25,6 +25,7 @@ from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
+from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracker import Tracker
 from stepledger.resolution.registry import ToolRegistry
 from tests.unit.factories import T0, LogStartAtZero, factory, pay_tool
@@ -132,3 +133,22 @@ def test_a_step_taken_over_in_doubt_falls_due_a_timeout_after_the_take_over(
     assert not owner.tracker.loaded_in_doubt
     first.work.shutdown(wait=True)
     owner.work.shutdown(wait=True)
+
+
+def test_a_workflows_latest_claim_is_kept_as_a_value_and_recent_ones_decoded() -> None:
+    events, codec = factory(), Codec()
+    started = events.workflow_started(
+        "wf", name="", attempt=1, read_only=False, max_attempts=3, runner="A"
+    )
+    resumed = events.workflow_resumed("wf", attempt=2, reason="crash", runner="B")
+    claims = LatestClaims(decoded=1)
+    value = codec.encode(started)
+    assert claims.remember(started, value) and not claims.remember(started, value)
+    intent = codec.encode(events.intent("wf", "s", PAY, ARGS, sequence=0))
+    folded = claims.decoded("wf", (value, intent))
+    assert folded[0] is started and folded[1].type == "step_intended"  # the claim not decoded
+    assert claims.remember(resumed, codec.encode(resumed))
+    assert claims.remember(started, value) is False  # stale: attempt 1 after attempt 2
+    other = events.workflow_started("other", name="", attempt=1, read_only=False, max_attempts=3)
+    assert claims.remember(other, codec.encode(other))  # "wf" is no longer kept decoded
+    assert claims.event("wf") == resumed  # decoded again from its value

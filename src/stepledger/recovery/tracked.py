@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -174,11 +174,13 @@ class FoldCache:
         folded = self._entries.get(key)
         return folded if folded is not None and folded.values is values else None
 
-    def take(self, key: StepKey, values: Values) -> Folded:
+    def take(
+        self, key: StepKey, values: Values, decode: Callable[[Values], list[ev.Event]] = decoded
+    ) -> Folded:
         """The step's decoded events (decoded now if need be), kept as recently used."""
         folded = self.get(key, values)
         if folded is None:
-            folded = Folded(values, decoded(values))
+            folded = Folded(values, decode(values))
         self._entries[key] = folded
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:

@@ -11,8 +11,8 @@ feeds events in and takes checkpoint batches out.
 
 from __future__ import annotations
 
+import functools
 import heapq
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,18 +23,16 @@ from stepledger.domain.resolution import ACTIONABLE
 from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, decode_events
-from stepledger.recovery.tracked import FoldCache, Tracked, Values, fold, json_lines, stored
+from stepledger.recovery.runs import LatestClaims
+from stepledger.recovery.tracked import FoldCache, Tracked, Values, json_lines, stored
 
 StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
 #: Anomaly kinds of an outcome that arrived after the step was decided.
 LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
-#: How many workflows' latest claims are remembered, so a step tracked from its intent is
-#: folded with the claim before it and a zombie's intent (fenced off) is never tracked.
-CLAIMS_KEPT = 100_000
 _CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
 
-__all__ = ["LATE_OUTCOME_KINDS", "LateOutcome", "StepKey", "Tracked", "Tracker", "fold"]
+__all__ = ["LATE_OUTCOME_KINDS", "LateOutcome", "StepKey", "Tracked", "Tracker"]
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,7 @@ class Tracker:
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
         self.loaded_in_doubt: list[tuple[StepKey, timedelta]] = []
         """Steps in doubt taken over from checkpoints, with their timeouts, to re-anchor."""
-        self._claims: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
-        """Workflow -> its latest claim's (event id, value)."""
+        self._claims = LatestClaims()
         self._folds = FoldCache()
 
     # -- partitions --------------------------------------------------------------------
@@ -98,7 +95,7 @@ class Tracker:
         for event, value in zip(events, values, strict=True):
             if isinstance(event.body, _CLAIMS):
                 # The claims a tracked step was folded with survive a restart.
-                self._remember(event, value)
+                self._claims.remember(event, value)
         step = state.steps.get(key[1])
         if step is None:
             return
@@ -152,7 +149,7 @@ class Tracker:
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
         else:
-            folded = self._folds.take(key, tracked.values)
+            folded = self._folds.take(key, tracked.values, self._decoder(key[0]))
             state = folded.fold(event.workflow_id)
             if event.event_id in state.seen:
                 return None
@@ -187,15 +184,14 @@ class Tracker:
 
     def _claimed(self, event: ev.Event, value: bytes | None) -> None:
         """Remember a workflow's claim; a resume also reaches the steps already tracked."""
-        wf = event.workflow_id
-        if not self._remember(event, stored(event, value)):
+        wf, claim = event.workflow_id, stored(event, value)
+        if not self._claims.remember(event, claim):
             return
         if isinstance(event.body, ev.WorkflowResumed):
-            claim = self._claims[wf][1]
             for key, tracked in self:
                 if key[0] != wf:
                     continue
-                folded = self._folds.take(key, tracked.values)
+                folded = self._folds.take(key, tracked.values, self._decoder(wf))
                 state = folded.fold(wf)
                 if event.event_id in state.seen:
                     continue
@@ -208,27 +204,14 @@ class Tracker:
                 folded.took(values, event)
                 self._took(key, tracked, values, step)
 
-    def _remember(self, event: ev.Event, value: bytes) -> bool:
-        """Keep the claim as its workflow's latest; False for a stale or competing one."""
-        wf = event.workflow_id
-        known = self._claims.get(wf)
-        if known is not None:
-            if known[0] == event.event_id:
-                return False
-            probe = fold(wf, [known[1]])
-            if probe.apply(event) is not None:
-                return False  # a stale or competing claim owns nothing
-        self._claims[wf] = (event.event_id, value)
-        self._claims.move_to_end(wf)
-        while len(self._claims) > CLAIMS_KEPT:
-            self._claims.popitem(last=False)
-        return True
-
     def _new_tracked(self, partition: int, workflow_id: str) -> tuple[Tracked, WorkflowState]:
-        claim = self._claims.get(workflow_id)
+        claim = self._claims.value(workflow_id)
         if claim is None:
             return Tracked(partition), WorkflowState(workflow_id)
-        return Tracked(partition, (claim[1],)), fold(workflow_id, [claim[1]])
+        return Tracked(partition, (claim,)), replay(workflow_id, [self._claims.event(workflow_id)])
+
+    def _decoder(self, workflow_id: str) -> Callable[[Values], list[ev.Event]]:
+        return functools.partial(self._claims.decoded, workflow_id)
 
     def _forget(self, key: StepKey, tracked: Tracked) -> None:
         self._folds.drop(key)
@@ -279,7 +262,7 @@ class Tracker:
 
     def events_of(self, key: StepKey) -> tuple[ev.Event, ...]:
         """A tracked step's events, decoded (kept decoded a while: it is about to change)."""
-        return tuple(self._folds.take(key, self.steps[key].values).events)
+        return tuple(self._folds.take(key, self.steps[key].values, self._decoder(key[0])).events)
 
     def snapshot(self, key: StepKey) -> WorkflowState:
         """A fresh fold of a tracked step's events, independent of the tracker's own."""

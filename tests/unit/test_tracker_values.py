@@ -11,6 +11,7 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from stepledger.codec import REGISTRY_MAGIC, Codec
@@ -22,6 +23,7 @@ from stepledger.domain.events import Event
 from stepledger.domain.state import StepStatus
 from stepledger.kafka.consumer import Consumed
 from stepledger.log import InMemoryEventLog
+from stepledger.recovery import tracked as tracked_module
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -152,3 +154,40 @@ def test_a_workflows_latest_claim_is_kept_as_a_value_and_recent_ones_decoded() -
     other = events.workflow_started("other", name="", attempt=1, read_only=False, max_attempts=3)
     assert claims.remember(other, codec.encode(other))  # "wf" is no longer kept decoded
     assert claims.event("wf") == resumed  # decoded again from its value
+
+
+def test_the_daemons_tracker_makes_checkpoint_lines_as_steps_change_not_by_decoding_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events, codec = factory(), Codec()
+    intents = [events.intent(f"wf-{i}", "s", PAY, ARGS, sequence=0) for i in range(50)]
+    decided = events.outcome(
+        "wf-0", "s", attempt=1, status=OutcomeStatus.NOT_HAPPENED, source=Source.RECOVERY_QUERY
+    )
+    tracker = Tracker(lambda step: rs.due_at(step, PAY, grace=timedelta(0)), stage_lines=True)
+    for offset, intent in enumerate(intents):
+        tracker.apply(intent, 0, offset, codec.encode(intent))
+    tracker.apply(decided, 0, 50, codec.encode(decided))
+    decodes: list[bytes] = []
+    stored_codec = tracked_module.own_codec()
+    monkeypatch.setattr(tracked_module, "own_codec", lambda: _Counting(stored_codec, decodes))
+    batch = tracker.take_batch(T0)
+    assert decodes == []
+    assert [Event.model_validate_json(line) for line in batch.upserts[(0, "wf-0", "s")]] == [
+        intents[0],
+        decided,
+    ]
+    assert len(batch.upserts) == 50
+
+
+class _Counting:
+    def __init__(self, codec: Codec, decodes: list[bytes]) -> None:
+        self.codec, self.decodes = codec, decodes
+        self.prefix = codec.prefix
+
+    def decode(self, value: bytes) -> Event:
+        self.decodes.append(value)
+        return self.codec.decode(value)
+
+    def encode(self, event: Event) -> bytes:
+        return self.codec.encode(event)

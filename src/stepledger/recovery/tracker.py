@@ -24,7 +24,14 @@ from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, decode_events
 from stepledger.recovery.runs import LatestClaims
-from stepledger.recovery.tracked import FoldCache, Tracked, Values, json_lines, stored
+from stepledger.recovery.tracked import (
+    FoldCache,
+    StagedLines,
+    Tracked,
+    Values,
+    json_lines,
+    stored,
+)
 
 StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
@@ -46,7 +53,13 @@ class LateOutcome:
 class Tracker:
     """Tracked steps by (workflow, step), with a due-time heap and a checkpoint diff."""
 
-    def __init__(self, due: DueFn, *, retain: timedelta = timedelta(hours=24)) -> None:
+    def __init__(
+        self,
+        due: DueFn,
+        *,
+        retain: timedelta = timedelta(hours=24),
+        stage_lines: bool = False,
+    ) -> None:
         self._due_of = due
         self.retain = retain
         self.steps: dict[StepKey, Tracked] = {}
@@ -66,6 +79,8 @@ class Tracker:
         """Steps in doubt taken over from checkpoints, with their timeouts, to re-anchor."""
         self._claims = LatestClaims()
         self._folds = FoldCache()
+        self._staged = StagedLines() if stage_lines else None
+        """Checkpoint lines made as steps change (the daemon's; see ``StagedLines``)."""
 
     # -- partitions --------------------------------------------------------------------
 
@@ -113,7 +128,7 @@ class Tracker:
         """Forget a partition (revoked): its steps are another daemon's now."""
         for key in [k for k, t in self.steps.items() if t.partition == partition]:
             del self.steps[key]
-            self._folds.drop(key)
+            self._drop_cached(key)
             self._dirty.discard(key)
             self._check.discard(key)
         self._removed = {r for r in self._removed if r[0] != partition}
@@ -148,11 +163,13 @@ class Tracker:
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
+            before = [self._claims.event(key[0])] if tracked.values else []
         else:
             folded = self._folds.take(key, tracked.values, self._decoder(key[0]))
             state = folded.fold(event.workflow_id)
             if event.event_id in state.seen:
                 return None
+            before = folded.events
         anomaly = state.apply(event)
         step = state.steps.get(event.step_id)
         if step is None:
@@ -163,12 +180,21 @@ class Tracker:
         values = (*tracked.values, stored(event, value))
         if folded is not None:
             folded.took(values, event)
-        self._took(key, tracked, values, step)
+        self._took(key, tracked, values, step, [*before, event])
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
         return None
 
-    def _took(self, key: StepKey, tracked: Tracked, values: Values, step: StepState) -> None:
+    def _took(
+        self,
+        key: StepKey,
+        tracked: Tracked,
+        values: Values,
+        step: StepState,
+        events: list[ev.Event],
+    ) -> None:
+        if self._staged is not None:
+            self._staged.stage(key, values, events)
         tracked.values = values
         tracked.took(step, self._due_of(step))
         self.steps[key] = tracked
@@ -202,7 +228,7 @@ class Tracker:
                     continue
                 values = (*tracked.values, claim)
                 folded.took(values, event)
-                self._took(key, tracked, values, step)
+                self._took(key, tracked, values, step, folded.events)
 
     def _new_tracked(self, partition: int, workflow_id: str) -> tuple[Tracked, WorkflowState]:
         claim = self._claims.value(workflow_id)
@@ -214,7 +240,7 @@ class Tracker:
         return functools.partial(self._claims.decoded, workflow_id)
 
     def _forget(self, key: StepKey, tracked: Tracked) -> None:
-        self._folds.drop(key)
+        self._drop_cached(key)
         if self.steps.pop(key, None) is not None:
             self._dirty.discard(key)
             self._check.discard(key)
@@ -316,7 +342,7 @@ class Tracker:
             tracked = self.steps.get(key)
             if tracked is not None and not tracked.busy and not self._keep(tracked, now):
                 del self.steps[key]
-                self._folds.drop(key)
+                self._drop_cached(key)
                 self._dirty.discard(key)
                 self._removed.add((tracked.partition, *key))
         moved = {p for p in self._moved if writable(p)}
@@ -336,13 +362,21 @@ class Tracker:
         self._moved -= moved
         return batch
 
+    def _drop_cached(self, key: StepKey) -> None:
+        self._folds.drop(key)
+        if self._staged is not None:
+            self._staged.drop(key)
+
     def _lines(self, key: StepKey, tracked: Tracked) -> list[str]:
+        staged = None if self._staged is None else self._staged.take(key, tracked.values)
         folded = self._folds.get(key, tracked.values)
-        if folded is None:
-            return json_lines(tracked.values)
-        if not tracked.busy and not self._echo_pending(tracked):
+        if folded is not None and not tracked.busy and not self._echo_pending(tracked):
             self._folds.drop(key)  # written, and no resolution of it under way: done
-        return [event.model_dump_json() for event in folded.events]
+        if staged is not None:
+            return staged
+        if folded is not None:
+            return [event.model_dump_json() for event in folded.events]
+        return json_lines(tracked.values)
 
     def _keep(self, tracked: Tracked, now: datetime) -> bool:
         if tracked.status in ACTIONABLE or tracked.escalated:

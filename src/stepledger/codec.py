@@ -216,6 +216,11 @@ class Codec:
             _current_writer(self._prefix) if schema is None else _compiled(schema, self._prefix)
         )
 
+    @property
+    def prefix(self) -> bytes:
+        """The framing every value this codec encodes starts with."""
+        return self._prefix
+
     def encode(self, event: Event) -> bytes:
         """Return the framed Avro bytes of one event."""
         try:

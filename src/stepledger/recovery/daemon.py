@@ -18,6 +18,7 @@ running resolutions there, checkpoints and forgets the partition.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -34,7 +35,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
-from stepledger.domain.state import StepState
+from stepledger.domain.state import StepState, replay
 from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
@@ -51,18 +52,21 @@ from stepledger.recovery.checkpoint import (
 )
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.clock import DeadlineClock
+from stepledger.recovery.echoes import Echoes
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.groups import warn_other_groups
 from stepledger.recovery.health import write_health
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
-from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker, snapshot
+from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
 from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.resolution.resolver import Resolution, Resolver
+from stepledger.resolution.resolver import Resolution, Resolver, Settle
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
+#: A tracked step's events as handed to a worker.
+Events = tuple[ev.Event, ...]
 
 
 class RecoveryDaemon:
@@ -114,7 +118,9 @@ class RecoveryDaemon:
             pipeline=True,
             record_limit=oversize.record_limit(max_message_bytes(settings)),
         )
-        self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.tracker = Tracker(
+            self._due, retain=timedelta(seconds=options.retain_s), stage_lines=True
+        )
         self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
         self.events_read = 0
@@ -122,6 +128,7 @@ class RecoveryDaemon:
         """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
         self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
+        self.echoes = Echoes(settings.topic)
         self._last_checkpoint = self._last_health = self._last_sweep = 0.0
 
     # -- the loop ----------------------------------------------------------------------
@@ -195,7 +202,7 @@ class RecoveryDaemon:
     def _handle(self, msg: Consumed) -> None:
         partition, offset = msg.partition, msg.offset
         try:
-            event = self.codec.decode(msg.value)
+            event = self.echoes.take(msg) or self.codec.decode(msg.value)
         except StepLedgerError as exc:
             # Bad input is the projector's to dead-letter; recovery only moves past it.
             logger.warning(
@@ -208,7 +215,7 @@ class RecoveryDaemon:
         self.events_read += 1
         tracing.remember_intent(event, msg.headers)
         try:
-            late = self.tracker.apply(event, partition, offset)
+            late = self.tracker.apply(event, partition, offset, msg.value)
         except Exception as exc:
             # One event may at worst be skipped (the projector dead-letters what it cannot
             # project); the daemon and every other step of the partition go on.
@@ -229,8 +236,9 @@ class RecoveryDaemon:
         self._anchor(event, msg)
         if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
             # A claim read back in log order: the fold says whether it was the first decision.
-            tracked = self.tracker.steps.get((event.workflow_id, event.step_id))
-            self._claims.post(event.event_id, None if tracked is None else tracked.snapshot())
+            key = (event.workflow_id, event.step_id)
+            tracked = key in self.tracker.steps
+            self._claims.post(event.event_id, self.tracker.snapshot(key) if tracked else None)
 
     # -- dispatching work --------------------------------------------------------------
 
@@ -241,7 +249,7 @@ class RecoveryDaemon:
             return
         for key in self.tracker.due(self.clock(), free, self.caught_up):
             tracked = self.tracker.steps[key]
-            self.work.submit(key, tracked, self._attempt, list(tracked.events), key[1])
+            self.work.submit(key, tracked, self._attempt, self.tracker.events_of(key), key[1])
 
     def _dispatch_late(self) -> None:
         for event_id, late in list(self.pending_late.items()):
@@ -254,20 +262,30 @@ class RecoveryDaemon:
             ready = self.tracker.ready(late.key)
             if ready is None or ready.partition not in self.caught_up:
                 continue
-            if tracked.step.status in rs.ACTIONABLE:
+            if tracked.status in rs.ACTIONABLE:
                 continue  # judged once the step is decided again
             del self.pending_late[event_id]
             anomaly_id = ids.event_id(late.key[0], late.key[1], "anomaly_observed", event_id)
-            if anomaly_id in tracked.state.seen:
+            events = self.tracker.events_of(late.key)
+            if any(e.event_id == anomaly_id for e in events):
                 continue  # judged before a restart: its record is already in the log
-            self.work.submit(late.key, tracked, self._judge, list(tracked.events), late.event)
+            self.work.submit(late.key, tracked, self._judge, events, late.event)
 
-    def _attempt(self, workflow_id: str, events: list[str], step_id: str) -> Resolution:
-        # On the worker: the fresh fold is built there, off the loop's thread.
-        return self.resolver.attempt(snapshot(workflow_id, events), step_id)
+    def _attempt(self, workflow_id: str, events: Events, step_id: str) -> Settle:
+        # On the worker: its own fold of the (immutable) events is built there; the pool
+        # waits for the last acknowledgements while the worker goes on to the next step.
+        settle = self.resolver.begin(replay(workflow_id, list(events)), step_id)
+        return functools.partial(self._acknowledged, settle)
 
-    def _judge(self, workflow_id: str, events: list[str], outcome: ev.Event) -> Resolution:
-        return self.resolver.judge_late(snapshot(workflow_id, events), outcome)
+    def _acknowledged(self, settle: Settle) -> Resolution:
+        # On the settling thread, before the resolution counts as finished: its events are
+        # known where they landed before the consumer reads them back.
+        resolution = settle()
+        self.echoes.expect(resolution)
+        return resolution
+
+    def _judge(self, workflow_id: str, events: Events, outcome: ev.Event) -> Resolution:
+        return self.resolver.judge_late(replay(workflow_id, list(events)), outcome)
 
     def _collect(self, *, wait: float = 0.0) -> None:
         """Take in the resolutions that finished (waiting up to ``wait`` s for the rest)."""
@@ -337,18 +355,14 @@ class RecoveryDaemon:
                 self.tracker.anchor(key, when)
                 self.metrics.clock_skew.set(self.deadlines.largest())
 
-    def _anchor_loaded(self, partition: int) -> None:
+    def _anchor_loaded(self) -> None:
         """Steps in doubt taken over from a checkpoint: their read time is lost, so the
         deadline is re-anchored on the take-over (one more timeout at most, never early)."""
         now = self.clock()
-        for key, tracked in self.tracker:
-            step = tracked.step
-            if tracked.partition != partition or not step.in_doubt or tracked.anchor:
-                continue
-            if step.deadline is not None and step.intended_at is not None:
-                timeout = step.deadline - step.intended_at
-                # Saturating: a far deadline (9999-12-31) must not overflow on a take-over.
-                self.tracker.anchor(key, later(later(now, timeout), self.resolver.grace))
+        for key, timeout in self.tracker.loaded_in_doubt:
+            # Saturating: a far deadline (9999-12-31) must not overflow on a take-over.
+            self.tracker.anchor(key, later(later(now, timeout), self.resolver.grace))
+        self.tracker.loaded_in_doubt.clear()
 
     def _due(self, step: StepState) -> datetime | None:
         tool = self.tools.get(step.tool)
@@ -386,7 +400,7 @@ class RecoveryDaemon:
             if gap is not None:
                 tp.offset = gap.log_start
             self.caught_up.discard(tp.partition)
-            self._anchor_loaded(tp.partition)
+        self._anchor_loaded()
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()

@@ -1,16 +1,20 @@
 """The recovery daemon's workers: resolutions run off the loop's thread, fenced per partition.
 
-The loop submits a resolution for a step and goes on reading the log; a worker runs it with
-every append checked against the partition's ownership (:class:`~stepledger.recovery.fence.Fence`),
-and queues the finished future, so the loop collects what finished without scanning what
-still runs.  Work queued for a partition that moves away is cancelled; running work meets
-the fence.
+The loop submits a resolution for a step and goes on reading the log; a worker carries it
+out with every append checked against the partition's ownership
+(:class:`~stepledger.recovery.fence.Fence`).  A resolution whose last events are still on
+their way to the broker (:meth:`~stepledger.resolution.resolver.Resolver.begin`) is handed
+to one settling thread that waits for their acknowledgements in order, so the worker goes
+on to the next step instead of waiting a round trip per step; the finished future is
+queued for the loop, which collects what finished without scanning what still runs.  Work
+queued for a partition that moves away is cancelled; running work meets the fence.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,10 +22,12 @@ from typing import Any
 
 from stepledger.recovery.fence import Fence
 from stepledger.recovery.tracker import StepKey, Tracked
-from stepledger.resolution.resolver import Resolution
+from stepledger.resolution.resolver import Resolution, Settle
 
 #: What the loop does with one finished (or cancelled) resolution of a step.
 OnFinished = Callable[[StepKey, "Future[Resolution]"], None]
+#: What a worker runs: a resolution, or one still waiting for its acknowledgements.
+Work = Callable[..., Resolution | Settle]
 
 
 class WorkPool:
@@ -33,6 +39,11 @@ class WorkPool:
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="resolve")
         self.inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
         self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
+        self._settling: queue.SimpleQueue[tuple[Future[Resolution], Settle] | None] = (
+            queue.SimpleQueue()
+        )
+        self._settler: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     @property
     def free(self) -> int:
@@ -43,23 +54,53 @@ class WorkPool:
         """True when a resolution of one of these partitions is queued or running."""
         return any(p in partitions for _, p in self.inflight.values())
 
-    def submit(self, key: StepKey, tracked: Tracked, fn: Any, *args: Any) -> None:
+    def submit(self, key: StepKey, tracked: Tracked, fn: Work, *args: Any) -> None:
         """Run ``fn(workflow_id, *args)`` on a worker, fenced by the step's partition."""
         tracked.busy = True
-        future: Future[Resolution] = self._pool.submit(
-            self._fenced, tracked.partition, fn, key[0], *args
-        )
+        future: Future[Resolution] = Future()
         self.inflight[future] = (key, tracked.partition)
         future.add_done_callback(self._done.put)
+        self._pool.submit(self._fenced, future, tracked.partition, fn, key[0], *args)
 
-    def _fenced(self, partition: int, fn: Any, *args: Any) -> Resolution:
+    def _fenced(self, future: Future[Resolution], partition: int, fn: Work, *args: Any) -> None:
         # On the worker: every append this resolution makes is checked against ownership.
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled while queued: its partition moved away
         self.fence.working_on(partition)
         try:
-            result: Resolution = fn(*args)
-            return result
+            done = fn(*args)
+        except BaseException as exc:
+            future.set_exception(exc)
+            return
         finally:
             self.fence.working_on(None)
+        if isinstance(done, Resolution):
+            future.set_result(done)
+        else:
+            self._settle_later(future, done)
+
+    def _settle_later(self, future: Future[Resolution], settle: Settle) -> None:
+        if self._settler is None:
+            self._start_settler()
+        self._settling.put((future, settle))
+
+    def _start_settler(self) -> None:
+        with self._lock:
+            if self._settler is None:
+                self._settler = threading.Thread(
+                    target=self._settle_loop, name="resolve-settle", daemon=True
+                )
+                self._settler.start()
+
+    def _settle_loop(self) -> None:
+        # Acknowledgements come back roughly in the order the events were sent: waiting
+        # for them in that order costs one wake-up per resolution, and no worker waits.
+        while (item := self._settling.get()) is not None:
+            future, settle = item
+            try:
+                future.set_result(settle())
+            except BaseException as exc:
+                future.set_exception(exc)
 
     def collect(self, finished: OnFinished, *, wait: float = 0.0) -> None:
         """Hand every finished resolution to ``finished``; wait up to ``wait`` s for the rest."""
@@ -84,5 +125,11 @@ class WorkPool:
                 future.cancel()
 
     def shutdown(self, *, wait: bool = False) -> None:
-        """Stop the workers (queued work is dropped)."""
+        """Stop the workers and the settling thread (queued work is dropped unless ``wait``)."""
+        if not wait:
+            for future in list(self.inflight):
+                future.cancel()
         self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        self._settling.put(None)
+        if wait and self._settler is not None:
+            self._settler.join()

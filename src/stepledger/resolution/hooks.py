@@ -24,7 +24,10 @@ class _Job:
 
     def __init__(self, hook: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.hook, self.args = hook, args
-        self.done = threading.Event()
+        # Released once when the job ends: the caller sleeps on it (a lock, not an Event:
+        # a Condition per wait cost more than the hand-off itself).
+        self.done = threading.Lock()
+        self.done.acquire()
         self.lock = threading.Lock()
         self.state = "queued"
         self.answer: Any = None
@@ -44,7 +47,7 @@ class _Job:
         except BaseException as exc:
             self.error = exc
         finally:
-            self.done.set()
+            self.done.release()
 
     def cancel(self) -> bool:
         """Stop the job from starting; False if it already runs."""
@@ -57,9 +60,11 @@ class _Job:
 class HookPool:
     """A fixed set of daemon threads running hooks, so a call pays no thread start.
 
-    A hook that hangs keeps its thread; when every thread hangs, new calls wait in the
-    queue, time out and are cancelled before they start (counted as failed attempts), so
-    hung hooks never multiply threads without bound nor run after being given up.
+    The pool grows to the number of calls under way at once (up to ``size``): a pool used
+    by one caller at a time costs one thread.  A hook that hangs keeps its thread; when
+    every thread hangs, new calls wait in the queue, time out and are cancelled before they
+    start (counted as failed attempts), so hung hooks never multiply threads without bound
+    nor run after being given up.
     """
 
     def __init__(self, size: int = 64) -> None:
@@ -67,7 +72,13 @@ class HookPool:
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        self._idle = 0
+        self._unfinished = 0
+        """Calls queued or running: more of them than threads and the pool grows."""
+
+    @property
+    def threads(self) -> int:
+        """How many threads the pool has started."""
+        return self._threads
 
     def call(
         self, hook: Callable[..., Any], args: tuple[Any, ...], timeout: float, name: str
@@ -75,8 +86,11 @@ class HookPool:
         """Run the hook on a pool thread and wait at most ``timeout`` seconds for its answer."""
         job = _Job(hook, args)
         with self._lock:
-            # Grow only when no thread is idle: a pool used once costs one thread.
-            if self._idle == 0 and self._threads < self.size:
+            # Counted, not guessed from threads that look idle: a thread woken for a job
+            # but not yet running it looked idle, and eight callers at once were served
+            # by one thread, one GIL hand-off after another.
+            self._unfinished += 1
+            if self._unfinished > self._threads and self._threads < self.size:
                 self._threads += 1
                 threading.Thread(target=self._work, name="hook", daemon=True).start()
         self._queue.put(job)
@@ -84,12 +98,12 @@ class HookPool:
 
     def _work(self) -> None:
         while True:
-            with self._lock:
-                self._idle += 1
             job = self._queue.get()
-            with self._lock:
-                self._idle -= 1
-            job.run()
+            try:
+                job.run()
+            finally:
+                with self._lock:
+                    self._unfinished -= 1
 
 
 _shared: HookPool | None = None
@@ -117,7 +131,7 @@ def call_bounded(hook: Callable[..., Any], args: tuple[Any, ...], timeout: float
 
 
 def _answer(job: _Job, timeout: float, name: str) -> Any:
-    if not job.done.wait(timeout):
+    if not job.done.acquire(timeout=min(max(0.0, timeout), threading.TIMEOUT_MAX)):
         job.cancel()
         raise HookTimeoutError(f"hook {name} did not answer within {timeout:g}s")
     if job.error is not None:

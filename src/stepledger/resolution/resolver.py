@@ -22,6 +22,7 @@ own I/O timeouts below the tool's).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -75,6 +76,10 @@ class Resolution:
     """The hook's error when the attempt failed (the step stays in doubt)."""
     lost: bool = False
     """Another decision came first in the log: nothing was carried out, ``step`` is the log's."""
+
+
+#: Waits for what an attempt sent and returns what it did (see :meth:`Resolver.begin`).
+Settle = Callable[[], Resolution]
 
 
 class ClaimCheck(Protocol):
@@ -198,6 +203,18 @@ class Resolver:
 
     def attempt(self, state: WorkflowState, step_id: str) -> Resolution:
         """Like :meth:`resolve`, returning everything the attempt did."""
+        return self.begin(state, step_id)()
+
+    def begin(self, state: WorkflowState, step_id: str) -> Settle:
+        """Carry one attempt out up to its last append; the call returned waits for the rest.
+
+        Everything an effect, a claim's read-back or a dead letter depends on is
+        acknowledged before it, as in :meth:`attempt`; only the acknowledgements of the
+        events sent last are left to the returned call, which waits for every event sent
+        and returns what the attempt did (or raises the first refusal).  A caller may begin
+        other attempts meanwhile: the recovery daemon's workers go on to the next step
+        while one thread waits for the acknowledgements in order.
+        """
         action = self.decide(state, step_id)
         step = _step(state, step_id)
         run = _Attempt(state, step, self.tools.get(step.tool), action)
@@ -209,6 +226,9 @@ class Resolver:
                 tracing.decision_span(state.workflow_id, step_id, action.kind.value),
             ):
                 self._carry_out_counted(run)
+        return functools.partial(self._settled, run)
+
+    def _settled(self, run: _Attempt) -> Resolution:
         run.settle()
         resolution = run.result()
         if self.observer is not None and run.events:

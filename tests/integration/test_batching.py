@@ -11,12 +11,16 @@ its first, still lingering.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 
 import pytest
+from confluent_kafka import KafkaError
 
 import stepledger as sl
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.errors import DurabilityError
 from stepledger.kafka import Batching, DurableProducer, Position
 from stepledger.kafka.consumer import read_topic
 from tests.conftest import Factory
@@ -89,3 +93,36 @@ def test_agents_under_load_write_each_workflow_in_order_through_both_clients(
     assert len(kinds) == 12
     for workflow, seen in kinds.items():
         assert seen == expected, workflow
+
+
+def test_records_a_replaced_lingering_client_held_are_reported_and_counted(
+    make_settings: Factory,
+) -> None:
+    """A lingering client declared dead (fatal, or stuck) is replaced by the next record.
+
+    librdkafka's purge reports the records the old client held only after it returns
+    (measured: often none by the poll that follows it), so the old client must still be
+    served until it holds nothing: dropped at once, its records were never reported, their
+    waits ran to the time limit and each stayed counted in flight for good (enough of them
+    and every later record lingered).
+    """
+    settings = make_settings(durable_timeout_s=2.0)
+    producer = DurableProducer(settings, batching=Batching(50.0, from_in_flight=1))
+    topic, lanes = settings.topic, producer._lanes
+    assert lanes is not None and producer._lingering is not None
+    try:
+        producer.append(topic, b"warm-up", b"0")
+        for round_ in range(5):  # the purge's reports come late in most rounds, not all
+            held = [producer.queue(topic, b"k%d" % n, b"v") for n in range(100)]
+            producer._lingering._note(KafkaError(KafkaError._FATAL, "test", fatal=True))
+            producer.queue(topic, b"trigger", b"t")()  # the new lingering client
+            deadline = time.monotonic() + 1.5  # well before any wait's own limit (4 s)
+            while lanes.in_flight and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert lanes.in_flight == 0, f"round {round_}: {lanes.in_flight} never reported"
+            assert not lanes._held
+            for wait in held:
+                with contextlib.suppress(DurabilityError):
+                    wait()
+    finally:
+        producer.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from stepledger.config import Settings
 from stepledger.errors import DurabilityError
-from stepledger.kafka import DurableProducer
+from stepledger.kafka import Batching, DurableProducer
 
 
 class FakeMessage:
@@ -30,8 +31,12 @@ class FakeProducer:
     def __init__(self, conf: dict[str, Any], *, dead: bool) -> None:
         self.conf, self.dead = conf, dead
         self.pending: list[Callable[[KafkaError | None, Any], None]] = []
+        self.purged: list[Callable[[KafkaError | None, Any], None]] = []
+        self.before_produce: Callable[[], None] | None = None
 
     def produce(self, topic: str, value: Any, key: Any, **kw: Any) -> None:
+        if self.before_produce is not None:
+            self.before_produce()
         if self.dead:
             fatal = KafkaError(KafkaError._FATAL, "fenced by a newer producer", fatal=True)
             raise KafkaException(fatal)
@@ -39,12 +44,22 @@ class FakeProducer:
 
     def poll(self, timeout: float = 0) -> int:
         served, self.pending = self.pending, []
+        purged, self.purged = self.purged, []
         for callback in served:
             callback(None, FakeMessage())
-        return len(served)
+        for callback in purged:
+            callback(KafkaError(KafkaError._PURGE_QUEUE, "purged"), FakeMessage())
+        if not served and not purged and timeout:
+            time.sleep(min(timeout, 0.01))
+        return len(served) + len(purged)
 
-    def purge(self) -> None:
+    def purge(self, **kw: Any) -> None:
+        """As librdkafka: each record held fails with "purged", reported by a later poll."""
+        self.purged += self.pending
         self.pending = []
+
+    def __len__(self) -> int:
+        return len(self.pending) + len(self.purged)
 
     def flush(self, timeout: float = 0) -> int:
         self.poll()
@@ -85,4 +100,36 @@ def test_a_fatal_error_reported_through_the_error_callback_also_replaces_the_cli
     made[0].conf["error_cb"](KafkaError(KafkaError._FATAL, "idempotence", fatal=True))
     producer.append("t", b"k", b"v")
     assert len(made) == 2
+    producer.close()
+
+
+def test_a_record_produced_into_a_client_just_replaced_is_still_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread took the client, another replaced it before the first one's produce: the
+    record lands in the old client, which must still be served (and purged: the key's
+    next record goes to the new client), not dropped with the record never reported."""
+    made: list[FakeProducer] = []
+
+    def new_producer(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf, dead=False))
+        return made[-1]
+
+    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0), batching=Batching())
+    producer.append("t", b"k", b"v")
+    prompt = made[0]
+
+    def replaced_meanwhile() -> None:
+        prompt.before_produce = None
+        producer._note(KafkaError(KafkaError._FATAL, "fenced", fatal=True))
+        producer._client()  # what the other thread's record did
+
+    prompt.before_produce = replaced_meanwhile
+    started = time.monotonic()
+    with pytest.raises(DurabilityError, match="purged"):
+        producer.append("t", b"k", b"v")
+    assert time.monotonic() - started < 1.0  # its report, not the wait's time limit (3 s)
+    assert producer._lanes is not None and producer._lanes.in_flight == 0
+    assert producer.append("t", b"k", b"v").offset == 7
     producer.close()

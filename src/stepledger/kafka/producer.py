@@ -134,6 +134,9 @@ class DurableProducer:
         """The handoff of the loop that sent last: a weak-map lookup per record costs more."""
         self._fatal: KafkaError | None = None
         self._timeouts = 0
+        self._retired: list[Producer] = []
+        """Clients replaced after a fatal error, served until every record they held is
+        reported (their purge's reports come after it returns)."""
 
     def _client(self) -> Producer:
         if self._fatal is not None:
@@ -162,12 +165,14 @@ class DurableProducer:
                 return
             old, self._producer, fatal = self._producer, None, self._fatal
             self._fatal = None
+            if old is not None:
+                self._retired.append(old)
         if old is not None:
-            try:
+            # Its records fail with "purged", but the reports come later (measured: often
+            # none yet by the next poll): every poll serves it until it holds nothing, or
+            # their waits would run to the time limit and the lanes count them forever.
+            with contextlib.suppress(KafkaException):
                 old.purge()
-                old.poll(0)
-            except KafkaException:
-                pass
         logger.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
 
     def _note(self, err: KafkaError) -> None:
@@ -205,8 +210,30 @@ class DurableProducer:
         # librdkafka's poll returns as soon as it served a report, so holding the lock
         # for one poll costs other waiters at most the time to the next report.
         with self._poll_lock:
+            if self._retired:
+                self._serve_retired()
             if self._producer is not None and not (waiting is not None and waiting.done()):
                 self._producer.poll(timeout)
+
+    def _serve_retired(self) -> None:
+        """Serve the replaced clients' reports (under the poll lock); forget an empty one.
+
+        A record produced into one after it was replaced (by a thread that took the client
+        just before) is purged too: it must not land after a later record of its key, which
+        the new client sends."""
+        kept = []
+        for old in self._retired:
+            with contextlib.suppress(KafkaException):
+                old.purge(blocking=False)
+                old.poll(0)
+            if len(old):
+                kept.append(old)
+        self._retired = kept
+
+    def _retire(self, producer: Producer) -> None:
+        with self._poll_lock:
+            if producer not in self._retired:
+                self._retired.append(producer)
 
     def wait(self, future: Future[Position], timeout: float | None = None) -> Position:
         """Wait for one record's acknowledgement, serving delivery reports meanwhile."""
@@ -361,6 +388,8 @@ class DurableProducer:
                     on_delivery=on_delivery,
                     partition=placed,
                 )
+                if producer is not self._producer:  # replaced meanwhile: serve it still
+                    self._retire(producer)
                 return
             except BufferError:
                 # The local queue is full: let deliveries drain, bounded by the durable timeout.
@@ -381,7 +410,10 @@ class DurableProducer:
         return lingering + self._flush_own(timeout)
 
     def _flush_own(self, timeout: float) -> int:
-        return 0 if self._producer is None else int(self._producer.flush(timeout))
+        with self._poll_lock:
+            retired, self._retired = self._retired, []
+        remaining = sum(int(old.flush(timeout)) for old in retired)
+        return remaining + (0 if self._producer is None else int(self._producer.flush(timeout)))
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush what is queued and stop the delivery threads."""

@@ -13,6 +13,9 @@ The bytes are fastavro's, byte for byte: a test encodes events of every kind bot
 
 Values are written as they are, unchecked, as fastavro writes them: the models bound every
 integer to its Avro type and normalise every time (see :mod:`stepledger.domain.events`).
+Where fastavro does check, so does this: the value of a union's boolean, int, long or time
+branch must be of that kind (a plain boolean field takes any value's truthiness, as in
+fastavro), and an integer past 64 bits is refused rather than written as a longer varint.
 A value of the wrong kind raises ``TypeError``, ``KeyError``, ``AttributeError`` or
 ``ValueError`` (the codec turns each into a ``CodecError``).
 """
@@ -58,6 +61,9 @@ def write_long(value: int) -> bytes:
         return _varint(zigzag)
     high = _HIGH.get(zigzag >> 14)
     if high is None:
+        # Only a value within 64 bits is cached, so this check is made for every other one.
+        if zigzag >> 64:
+            raise ValueError(f"{value} does not fit an Avro long")  # fastavro: OverflowError
         if len(_HIGH) >= 256:
             _HIGH.clear()
         high = _HIGH[zigzag >> 14] = _varint(zigzag >> 14)
@@ -89,12 +95,48 @@ def write_millis(value: datetime | int) -> bytes:
     return write_long(round(value.timestamp() * 1000))
 
 
+def union_boolean(value: Any) -> bytes:
+    """A boolean branch of a union: only a bool (fastavro's union takes no other value)."""
+    if value is True:
+        return b"\x01"
+    if value is False:
+        return b"\x00"
+    raise TypeError(f"{value!r} is not a boolean")
+
+
+def union_int(value: Any) -> bytes:
+    """An ``int`` branch of a union: a 32-bit int, not a bool (as fastavro's union checks)."""
+    if type(value) is bool or not isinstance(value, int) or not -(2**31) <= value < 2**31:
+        raise TypeError(f"{value!r} is not an Avro int")
+    return write_long(value)
+
+
+def union_long(value: Any) -> bytes:
+    """A ``long`` branch of a union: an int, not a bool (as fastavro's union checks)."""
+    if type(value) is bool or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not an Avro long")
+    return write_long(value)
+
+
+def union_millis(value: Any) -> bytes:
+    """A ``timestamp-millis`` branch of a union: a time or an int, not a bool."""
+    if type(value) is bool:
+        raise TypeError(f"{value!r} is not a time")
+    return write_millis(value)
+
+
 _HELPERS: dict[str, Any] = {
     "_long": write_long,
     "_str": write_string,
     "_bytes": write_bytes,
     "_millis": write_millis,
+    "_union_boolean": union_boolean,
+    "_union_int": union_int,
+    "_union_long": union_long,
+    "_union_millis": union_millis,
 }
+#: A union branch whose value fastavro checks before writing it (see ``union``).
+_STRICT_BRANCHES = {"boolean": "_union_boolean", "int": "_union_int", "long": "_union_long"}
 
 
 class _Compiler:
@@ -176,7 +218,11 @@ class _Compiler:
             null = kinds.index("null")
             self.temporaries += 1
             held = f"x{self.temporaries}"
-            other = self.expression(branches[1 - null], held)
+            branch = branches[1 - null]
+            strict = _strict_branch(branch)
+            # fastavro writes a plain boolean field as the value's truthiness, but picks a
+            # union's branch by checking the value's kind, and refuses one that fits none.
+            other = f"{strict}({held})" if strict else self.expression(branch, held)
             index = write_long(1 - null)
             return f"({write_long(null)!r} if ({held} := {value}) is None else {index!r} + {other})"
         if all(k == "record" for k in kinds):
@@ -195,6 +241,19 @@ class _Compiler:
         self.unions.append((by_class, writers))
         # A value of a class no branch names raises KeyError (fastavro: ValueError).
         return f"{self.constant(by_class)}[{value}.__class__]({value})"
+
+
+def _strict_branch(schema: Any) -> str | None:
+    """The checking writer of a union branch fastavro checks the value of, if any."""
+    if isinstance(schema, str):
+        return _STRICT_BRANCHES.get(schema)
+    if not isinstance(schema, dict) or not isinstance(schema.get("type"), str):
+        return None
+    logical = schema.get("logicalType")
+    if logical is None:
+        return _STRICT_BRANCHES.get(schema["type"])
+    millis = schema["type"] == "long" and logical == "timestamp-millis"
+    return "_union_millis" if millis else None
 
 
 def _kind(schema: Any) -> str:

@@ -229,7 +229,7 @@ class Codec:
             buf = io.BytesIO(self._prefix)
             buf.seek(len(self._prefix))
             fastavro.schemaless_writer(buf, self.schema, to_record(event))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise CodecError(f"cannot encode {event.type} {event.event_id}: {exc}") from exc
         return buf.getvalue()
 

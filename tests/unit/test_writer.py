@@ -123,3 +123,37 @@ def test_a_schema_it_cannot_write_is_refused_and_the_codec_keeps_fastavro() -> N
 def test_a_union_member_with_no_class_is_refused() -> None:
     with pytest.raises(_writer.Unsupported, match="no class"):
         _writer.compile_writer(load_envelope_schema(), {})
+
+
+def _unchecked(event: ev.Event, **body: Any) -> ev.Event:
+    """``event`` with body values no validation saw (as ``trusted`` builds them)."""
+    changed = ev.trusted(type(event.body), {**event.body.__dict__, **body})
+    return ev.trusted(ev.Event, {**event.__dict__, "body": changed})
+
+
+def test_a_value_fastavro_refuses_is_a_codec_error_not_bytes() -> None:
+    """Wrong bytes are worse than an error: a long past 64 bits was written as an 11-byte
+    varint no reader takes, a non-bool in a ``[null, boolean]`` union as its truthiness."""
+    codec = Codec()
+    intent = next(e for e in sample_events() if e.type == "step_intended")
+    wrong: list[dict[str, Any]] = [
+        {"sequence": 2**63},
+        {"epoch": -(2**63) - 1},
+        {"deadline": 2**64},
+        {"repeatable": "no"},
+        {"undoable": 1},
+    ]
+    fallback = Codec(_with_double(load_envelope_schema()))  # fastavro's OverflowError too
+    for values in wrong:
+        event = _unchecked(intent, **values)
+        with pytest.raises((ValueError, OverflowError)):
+            _fastavro_event(codec, event)
+        with pytest.raises(CodecError):
+            codec.encode(event)
+        with pytest.raises(CodecError):
+            fallback.encode(event)
+    for edge in (2**63 - 1, -(2**63)):  # the widest longs are still written, as fastavro does
+        assert _writer.write_long(edge) == _fastavro("long", edge)
+    for flag in (None, True, False):
+        event = _unchecked(intent, repeatable=flag)
+        assert codec.encode(event)[10:] == _fastavro_event(codec, event)

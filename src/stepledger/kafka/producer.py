@@ -502,7 +502,9 @@ class _LoopHandoff:
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # Weakly: the producer maps each loop to its handoff weakly, and a handoff holding
+        # its loop (or futures of it, which do) would keep every loop that ever sent alive.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._ready: list[tuple[asyncio.Future[Position], Position | BaseException]] = []
         self._scheduled = False
@@ -511,6 +513,11 @@ class _LoopHandoff:
         )
         self._sweeping = False
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop served (None once it is gone)."""
+        return self._loop()
+
     def settle(self, future: asyncio.Future[Position], outcome: Position | BaseException) -> None:
         """From the delivery thread: resolve ``future`` on the loop, batched."""
         with self._lock:
@@ -518,16 +525,24 @@ class _LoopHandoff:
             if self._scheduled:
                 return
             self._scheduled = True
-        # A closed loop raises RuntimeError: nobody awaits these futures any more.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._drain)
+        loop = self._loop()
+        try:
+            if loop is None:
+                raise RuntimeError("the loop is gone")
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            # A closed loop: nobody awaits its futures any more, and each holds the loop.
+            with self._lock:
+                self._ready.clear()
+                self._scheduled = False
+            self._watched.clear()  # its thread runs no more
 
     def watch(self, future: asyncio.Future[Position], limit_s: float) -> None:
         """On the loop: fail ``future`` with DurabilityError if unresolved after ``limit_s``."""
         self._watched.append((time.monotonic() + limit_s, future))
         if not self._sweeping:
             self._sweeping = True
-            self.loop.call_later(1.0, self._sweep)
+            future.get_loop().call_later(1.0, self._sweep)
 
     def _drain(self) -> None:
         with self._lock:
@@ -539,6 +554,11 @@ class _LoopHandoff:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        # Forget the resolved futures at the head now: one left watched when the loop ends
+        # (no sweep runs then) would keep the loop alive.
+        watched = self._watched
+        while watched and watched[0][1].done():
+            watched.popleft()
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -548,7 +568,7 @@ class _LoopHandoff:
             if not future.done():
                 future.set_exception(DurabilityError("no acknowledgement in time"))
         if watched:
-            self.loop.call_later(1.0, self._sweep)
+            watched[0][1].get_loop().call_later(1.0, self._sweep)
         else:
             self._sweeping = False
 

@@ -69,3 +69,27 @@ def test_an_error_report_fails_the_future_with_it() -> None:
             await future
 
     asyncio.run(main())
+
+
+def test_an_unanswered_record_fails_at_its_limit_not_up_to_a_sweep_later() -> None:
+    """Sweeping once a second failed a record up to 1 s past its limit: the SDK's asyncio
+    wait ended up to durable_timeout_s + 3 s after the send, not the + 2 s it promises."""
+    limit = 1.5
+
+    async def lateness() -> list[float]:
+        loop = asyncio.get_running_loop()
+        handoff = _LoopHandoff(loop)
+        sent, late = [], []
+        for pause in (0.0, 1.02):  # the second just after a sweep (they run a second apart)
+            await asyncio.sleep(pause)
+            future = loop.create_future()
+            handoff.watch(future, limit)
+            sent.append((loop.time(), future))
+        for at, future in sent:
+            with pytest.raises(DurabilityError):
+                await future
+            late.append(loop.time() - at - limit)
+        return late
+
+    late = asyncio.run(lateness())
+    assert all(-0.01 < s < 0.2 for s in late), late

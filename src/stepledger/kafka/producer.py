@@ -497,8 +497,9 @@ class _LoopHandoff:
     One ``producer.poll`` serves many reports; handing each over with its own
     ``call_soon_threadsafe`` cost a write to the loop's self-pipe and a wake-up per record
     (10% of a 64-agent asyncio run's samples).  Reports queue here and one call drains
-    them.  The time limit is one sweep a second over the futures in the order they were
-    sent (all have the same limit), not a timer per record (``asyncio.wait_for``).
+    them.  The time limit is a sweep over the futures in the order they were sent (all
+    have the same limit), a second apart or at the oldest one's limit if sooner, not a
+    timer per record (``asyncio.wait_for``).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -568,7 +569,10 @@ class _LoopHandoff:
             if not future.done():
                 future.set_exception(DurabilityError("no acknowledgement in time"))
         if watched:
-            watched[0][1].get_loop().call_later(1.0, self._sweep)
+            # At most a second apart, and no later than the oldest future's limit: all
+            # have the same limit, so none fails later than its own (the head's is first).
+            wait = min(1.0, max(watched[0][0] - now, 0.0))
+            watched[0][1].get_loop().call_later(wait, self._sweep)
         else:
             self._sweeping = False
 

@@ -139,6 +139,18 @@ _HELPERS: dict[str, Any] = {
 _STRICT_BRANCHES = {"boolean": "_union_boolean", "int": "_union_int", "long": "_union_long"}
 
 
+class _ByClass(dict[type, Writer]):
+    """A union's record writers by the value's class; a subclass takes its base's writer
+    (fastavro chose the branch by the body's type tag, which a subclass inherits)."""
+
+    def __missing__(self, cls: type) -> Writer:
+        for base in cls.__mro__[1:]:
+            if base in self:
+                self[cls] = writer = self[base]
+                return writer
+        raise KeyError(cls)
+
+
 class _Compiler:
     """Turns one schema into Python source: a function per record, per union of records."""
 
@@ -148,7 +160,7 @@ class _Compiler:
         self.functions: list[str] = []
         self.records: dict[str, str] = {}
         self.named: dict[str, dict[str, Any]] = {}
-        self.unions: list[tuple[dict[type, Writer], list[tuple[type, str]]]] = []
+        self.unions: list[tuple[_ByClass, list[tuple[type, str]]]] = []
         self.temporaries = 0
 
     def constant(self, value: Any) -> str:
@@ -230,7 +242,7 @@ class _Compiler:
         raise Unsupported(f"union {kinds}")
 
     def record_union(self, branches: list[Any], value: str) -> str:
-        by_class: dict[type, Writer] = {}
+        by_class = _ByClass()
         writers = []
         for index, branch in enumerate(branches):
             schema = self.named[branch] if isinstance(branch, str) else branch
@@ -239,7 +251,8 @@ class _Compiler:
                 raise Unsupported(f"no class for record {name}")
             writers.append((self.record_types[name], self.record(schema, write_long(index))))
         self.unions.append((by_class, writers))
-        # A value of a class no branch names raises KeyError (fastavro: ValueError).
+        # A value of a class no branch names (nor a base of it) raises KeyError (fastavro:
+        # ValueError).
         return f"{self.constant(by_class)}[{value}.__class__]({value})"
 
 

@@ -7,6 +7,7 @@ import copy
 import io
 import random
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import fastavro
@@ -157,3 +158,22 @@ def test_a_value_fastavro_refuses_is_a_codec_error_not_bytes() -> None:
     for flag in (None, True, False):
         event = _unchecked(intent, repeatable=flag)
         assert codec.encode(event)[10:] == _fastavro_event(codec, event)
+
+
+def test_a_body_of_a_subclass_of_an_event_model_is_written_as_its_model() -> None:
+    """fastavro wrote a body by its type tag, so a subclass of a body model (which an event
+    holds: pydantic keeps a subclass instance as given) was written as its model; the
+    compiled writer picked the branch by exact class and refused it."""
+
+    class MyOutcome(ev.StepOutcome):
+        pass
+
+    codec = Codec()
+    event = next(e for e in sample_events() if e.type == "step_outcome")
+    mine = ev.Event(**{**event.__dict__, "body": MyOutcome(**event.body.__dict__)})
+    assert type(mine.body) is MyOutcome
+    assert codec.encode(mine) == codec.encode(event)
+    assert codec.encode(mine)[10:] == _fastavro_event(codec, mine)
+    with pytest.raises(CodecError):  # a class that is no branch's is still refused
+        stranger = SimpleNamespace(**event.body.__dict__)
+        codec.encode(ev.trusted(ev.Event, {**event.__dict__, "body": stranger}))

@@ -87,11 +87,15 @@ def write_millis(value: datetime | int) -> bytes:
     """A ``timestamp-millis``: an aware time as milliseconds since the epoch (an int as is)."""
     if not isinstance(value, datetime):
         return write_long(value)
-    if value.tzinfo is None:
+    zone = value.tzinfo
+    if zone is None:
         raise TypeError("a naive time has no instant (fastavro would take it as local time)")
-    if value.microsecond % 1000:
-        return write_long((value - _EPOCH) // _MILLISECOND)  # fastavro truncates: floor here
-    # Whole milliseconds (every event's times): the float is within 0.1 ms, 2x as fast.
+    if zone is not UTC or value.microsecond % 1000:
+        # fastavro truncates: floor here.  Not only sub-millisecond times: in another zone
+        # the offset may have microseconds (an offset of None raises TypeError, as naive).
+        return write_long((value - _EPOCH) // _MILLISECOND)
+    # Whole milliseconds in UTC (every event's times, normalised by the models): the float
+    # is within 0.1 ms, 2x as fast.
     return write_long(round(value.timestamp() * 1000))
 
 

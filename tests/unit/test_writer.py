@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from types import SimpleNamespace
 from typing import Any
 
@@ -177,3 +177,26 @@ def test_a_body_of_a_subclass_of_an_event_model_is_written_as_its_model() -> Non
     with pytest.raises(CodecError):  # a class that is no branch's is still refused
         stranger = SimpleNamespace(**event.body.__dict__)
         codec.encode(ev.trusted(ev.Event, {**event.__dict__, "body": stranger}))
+
+
+def test_a_time_in_a_zone_with_a_sub_millisecond_offset_is_written_as_fastavro_floors_it() -> None:
+    """Whole milliseconds on the clock are not a whole-millisecond instant when the zone's
+    offset has microseconds (Python allows it): rounding the float timestamp wrote the
+    next millisecond where fastavro floors; a zone with no offset at all is naive."""
+    millis = {"type": "long", "logicalType": "timestamp-millis"}
+    for offset in (timedelta(microseconds=500), timedelta(hours=-5, microseconds=999)):
+        at = datetime(2026, 3, 1, 12, 0, 0, 388000, tzinfo=timezone(offset))
+        assert _writer.write_millis(at) == _fastavro(millis, at), offset
+
+    class Floating(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> None:
+            return None
+
+        def dst(self, dt: datetime | None) -> None:
+            return None
+
+        def tzname(self, dt: datetime | None) -> str:
+            return "floating"
+
+    with pytest.raises(TypeError):
+        _writer.write_millis(datetime(2026, 3, 1, tzinfo=Floating()))

@@ -133,3 +133,48 @@ def test_a_record_produced_into_a_client_just_replaced_is_still_reported(
     assert producer._lanes is not None and producer._lanes.in_flight == 0
     assert producer.append("t", b"k", b"v").offset == 7
     producer.close()
+
+
+class TimingOut(FakeProducer):
+    """Holds its records; once ``expire`` is set, reports each as timed out."""
+
+    expire = False
+
+    def poll(self, timeout: float = 0) -> int:
+        if not self.expire:
+            time.sleep(min(timeout, 0.01))
+            return 0
+        expired, self.pending = self.pending, []
+        for callback in expired:
+            callback(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), FakeMessage())
+        return len(expired)
+
+    def purge(self, **kw: Any) -> None:
+        pass  # a record purge misses: it times out later
+
+
+def test_a_replaced_clients_late_timeouts_do_not_condemn_its_successor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The replaced client is still served (its records must be reported), but its reports
+    say nothing of the new client: two late timeouts of its own replaced a healthy one."""
+    made: list[FakeProducer] = []
+
+    def new_producer(conf: dict[str, Any]) -> FakeProducer:
+        made.append(TimingOut(conf, dead=False) if not made else FakeProducer(conf, dead=False))
+        return made[-1]
+
+    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    waits = [producer.queue("t", b"k%d" % n, b"v") for n in range(2)]
+    producer._note(KafkaError(KafkaError._FATAL, "fenced", fatal=True))
+    assert producer.append("t", b"k", b"v").offset == 7  # on a new client
+    old = made[0]
+    assert isinstance(old, TimingOut)
+    old.expire = True
+    for wait in waits:
+        with pytest.raises(DurabilityError, match="timed out"):
+            wait()
+    assert producer.append("t", b"k", b"v").offset == 7
+    assert len(made) == 2, "the healthy client was replaced for the old one's timeouts"
+    producer.close()

@@ -370,11 +370,14 @@ class DurableProducer:
         placed = -1 if partition is None else partition
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            # A replaced client's reports (still served) say nothing of the current one.
             if err is not None:
-                self._note(err)
+                if producer is self._producer:
+                    self._note(err)
                 settle(DurabilityError(f"record not acknowledged: {err.str()}"))
             else:
-                self._timeouts = 0
+                if producer is self._producer:
+                    self._timeouts = 0
                 settle(position_of(msg))
 
         deadline: float | None = None

@@ -43,15 +43,18 @@ class FakeProducer:
         self.pending.append(kw["on_delivery"])
 
     def poll(self, timeout: float = 0) -> int:
-        served, self.pending = self.pending, []
-        purged, self.purged = self.purged, []
-        for callback in served:
-            callback(None, FakeMessage())
-        for callback in purged:
-            callback(KafkaError(KafkaError._PURGE_QUEUE, "purged"), FakeMessage())
-        if not served and not purged and timeout:
+        # One report at a time, as librdkafka: a callback that raises stops the poll, and
+        # the reports after it wait for the next one.
+        served = 0
+        while self.pending:
+            served += 1
+            self.pending.pop(0)(None, FakeMessage())
+        while self.purged:
+            served += 1
+            self.purged.pop(0)(KafkaError(KafkaError._PURGE_QUEUE, "purged"), FakeMessage())
+        if not served and timeout:
             time.sleep(min(timeout, 0.01))
-        return len(served) + len(purged)
+        return served
 
     def purge(self, **kw: Any) -> None:
         """As librdkafka: each record held fails with "purged", reported by a later poll."""
@@ -177,4 +180,32 @@ def test_a_replaced_clients_late_timeouts_do_not_condemn_its_successor(
             wait()
     assert producer.append("t", b"k", b"v").offset == 7
     assert len(made) == 2, "the healthy client was replaced for the old one's timeouts"
+    producer.close()
+
+
+def test_a_report_callback_that_raises_does_not_stop_the_delivery_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A settle that raises (a ``send`` future cancelled as its report is set) once killed
+    the delivery thread for good: every later ``queue`` wait ran to its time limit."""
+    made: list[FakeProducer] = []
+
+    def new_producer(conf: dict[str, Any]) -> FakeProducer:
+        made.append(FakeProducer(conf, dead=False))
+        return made[-1]
+
+    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    first = producer.queue("t", b"k", b"v")
+    assert first().offset == 7  # the delivery thread runs
+
+    def boom(outcome: object) -> None:
+        raise RuntimeError("a callback that raises")
+
+    producer._produce("t", b"k", b"v", None, boom)
+    started = time.monotonic()
+    assert producer.queue("t", b"k", b"v")().offset == 7
+    assert time.monotonic() - started < 0.5  # served, not the 3 s limit
+    future = producer.send("t", b"k", b"v")
+    assert future.cancel() or future.done()  # cancelled before its report: set quietly
     producer.close()

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -204,7 +204,12 @@ class DurableProducer:
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            self._poll_once(0.01)
+            try:
+                self._poll_once(0.01)
+            except Exception:
+                # A report's callback raised (poll stops there and raises it): the thread
+                # serves on, or every later wait of this producer would run to its limit.
+                logger.exception("a delivery report's callback raised; serving the next ones")
 
     def _poll_once(self, timeout: float, waiting: _Waiting | None = None) -> None:
         # librdkafka's poll returns as soon as it served a report, so holding the lock
@@ -586,10 +591,12 @@ def _resolve_into(
     def settle(outcome: Position | BaseException) -> None:
         if future.done():
             return
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
+        # The caller may cancel a ``send`` future between the check and the set.
+        with contextlib.suppress(InvalidStateError, asyncio.InvalidStateError):
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
     return settle
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -82,11 +81,15 @@ class WorkflowCache:
             del self._items[workflow_id]
 
 
-@dataclass
 class _Touched:
-    projection: WorkflowProjection
-    steps: set[str] = field(default_factory=set)
-    replace_steps: bool = False
+    """One workflow a batch folded events of, and the steps they changed."""
+
+    __slots__ = ("projection", "replace_steps", "steps")
+
+    def __init__(self, projection: WorkflowProjection) -> None:
+        self.projection = projection
+        self.steps: set[str] = set()
+        self.replace_steps = False
 
 
 class BatchFold:
@@ -102,23 +105,25 @@ class BatchFold:
         self, projection: WorkflowProjection, event: ev.Event, at: Coordinates, value: bytes
     ) -> None:
         """Fold one event in (a duplicate only counts) and record its rows."""
-        if projection.is_duplicate(event):
+        state = projection.state
+        if event.event_id in state.seen:
             self.duplicates += 1
             return
-        touched = self.touched.get(event.workflow_id)
+        workflow_id, step_id = event.workflow_id, event.step_id
+        touched = self.touched.get(workflow_id)
         if touched is None:
-            touched = self.touched[event.workflow_id] = _Touched(projection)
-        steps_before = len(projection.state.steps)
+            touched = self.touched[workflow_id] = _Touched(projection)
+        steps_before = len(state.steps)
         anomaly = projection.apply(event)
-        problem = out_of_range(projection.state, event.step_id)
+        problem = out_of_range(state, step_id)
         if problem is not None:
             # Checked per event, not per batch, so where a batch ends cannot change the verdict.
             raise ValueError(problem)
-        if len(projection.state.steps) < steps_before:
+        if len(state.steps) < steps_before:
             # A read-only workflow started over: its earlier steps no longer count.
             touched.replace_steps = True
-        if event.step_id is not None:
-            touched.steps.add(event.step_id)
+        if step_id is not None:
+            touched.steps.add(step_id)
         self.new.append((event, at, value))
         if anomaly is not None:
             self.anomalies.append(anomaly_row(anomaly, event, at))

@@ -92,8 +92,9 @@ class Projector:
     """Projects batches of consumed records into the store, exactly once per record.
 
     ``prepare`` (decode, fold, dead letters) and ``commit`` (one DuckDB transaction) are
-    separate so a writer thread can commit one batch while the next is prepared; the
-    fold cache then runs ahead of the store by at most one batch.
+    separate so a writer thread can commit batches while the next is prepared; the fold
+    cache then runs ahead of the store by the batches not committed yet (their workflows
+    stay cached until they are).
     """
 
     def __init__(

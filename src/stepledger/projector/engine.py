@@ -162,7 +162,7 @@ class Projector:
             for letter in letters:
                 report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
         self._folded.update(reached)
-        _summarise(report, fold, decoded)
+        _summarise(report, fold)
         return PreparedBatch(
             report, staged, fold.replaced_workflows(), reached, frozenset(fold.touched)
         )
@@ -290,11 +290,7 @@ class Projector:
         return DeadLetter(record.key, record.value, headers, origin, stage, error, self.group)
 
 
-def _summarise(
-    report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Coordinates, bytes]]
-) -> None:
+def _summarise(report: BatchReport, fold: BatchFold) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
     report.anomalies = len(fold.anomalies)
-    if decoded:
-        times = [event.occurred_at for event, _, _ in decoded]
-        report.oldest_at = min(times)
+    report.oldest_at = fold.oldest

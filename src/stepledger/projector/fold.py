@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from itertools import islice
 from typing import Any
 
@@ -18,13 +19,14 @@ from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import (
     ANOMALY_COLUMNS,
     ESCALATION_COLUMNS,
+    EVENT_COLUMNS,
     STEP_COLUMNS,
     WORKFLOW_COLUMNS,
     Columns,
     Coordinates,
     anomaly_row,
     escalation_row,
-    event_columns,
+    event_row,
     out_of_range,
     step_row,
     transpose,
@@ -96,7 +98,11 @@ class BatchFold:
     """Folds one batch of decoded events and collects the rows the batch changes."""
 
     def __init__(self) -> None:
-        self.new: list[tuple[ev.Event, Coordinates, bytes]] = []
+        self.events: list[tuple[Any, ...]] = []
+        """The ``events`` rows of the new events, built while each event is at hand (one pass
+        per column over a batch of events read them back from memory long gone cold)."""
+        self.oldest: datetime | None = None
+        """The earliest ``occurred_at`` among the events added (duplicates too)."""
         self.anomalies: list[tuple[Any, ...]] = []
         self.touched: dict[str, _Touched] = {}
         self.duplicates = 0
@@ -106,6 +112,9 @@ class BatchFold:
     ) -> None:
         """Fold one event in (a duplicate only counts) and record its rows."""
         state = projection.state
+        oldest = self.oldest
+        if oldest is None or event.occurred_at < oldest:
+            self.oldest = event.occurred_at
         if event.event_id in state.seen:
             self.duplicates += 1
             return
@@ -124,14 +133,14 @@ class BatchFold:
             touched.replace_steps = True
         if step_id is not None:
             touched.steps.add(step_id)
-        self.new.append((event, at, value))
+        self.events.append(event_row(event, at, value))
         if anomaly is not None:
             self.anomalies.append(anomaly_row(anomaly, event, at))
 
     @property
     def projected(self) -> int:
         """How many new events the batch folded in."""
-        return len(self.new)
+        return len(self.events)
 
     def replaced_workflows(self) -> list[str]:
         """Workflows whose stored steps must all be replaced (not just upserted)."""
@@ -151,7 +160,7 @@ class BatchFold:
                 escalation_row(projection, e) for e in projection.escalations.values()
             )
         return {
-            "events": event_columns(self.new),
+            "events": transpose(EVENT_COLUMNS, self.events),
             "steps": transpose(STEP_COLUMNS, steps),
             "workflows": transpose(WORKFLOW_COLUMNS, workflows),
             "escalations": transpose(ESCALATION_COLUMNS, escalations),

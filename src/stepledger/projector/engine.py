@@ -30,6 +30,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.kafka.consumer import Consumed
 from stepledger.projector.fold import BatchFold, WorkflowCache
+from stepledger.projector.known import StoredWorkflows
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
@@ -111,6 +112,8 @@ class Projector:
         self.dead_letters = dead_letters
         self.group = group
         self.cache = WorkflowCache(cache_workflows)
+        self.stored = StoredWorkflows()
+        """Which workflows the store may hold (built at the first load, then kept up)."""
         self.committed: Offsets = store.offsets()
         self._folded: Offsets = dict(self.committed)
 
@@ -258,7 +261,13 @@ class Projector:
         missing = self.cache.missing(workflow_ids)
         if not missing:
             return
-        known = self.store.known_workflows(missing)
+        stored = self.stored
+        if not stored.built:
+            stored.build(self.store.count("workflows"), self.store.each_workflow_id)
+        # Most uncached workflows are new: only those the store may hold are asked about.
+        maybe = stored.may_hold(missing)
+        known = self.store.known_workflows(maybe) if maybe else set()
+        stored.add(missing)
         for workflow_id in missing:
             self.cache.put(WorkflowProjection(workflow_id))
         if not known:

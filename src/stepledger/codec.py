@@ -224,7 +224,7 @@ class Codec:
         """
         prefix = self._prefix
         if type(data) is bytes and data.startswith(prefix):
-            read = self._compiled
+            read = self._compiled_reader
             event = None if read is None else read(data, len(prefix))
             if event is not None:
                 return event
@@ -242,7 +242,7 @@ class Codec:
         return from_record(cast(dict[str, Any], record))
 
     @functools.cached_property
-    def _compiled(self) -> EventReader | None:
+    def _compiled_reader(self) -> EventReader | None:
         """The reader compiled for this codec's schema (built at the first decode)."""
         if self.schema is _current():
             return _current_reader()

@@ -171,21 +171,31 @@ _RAW_COLUMNS = (
 
 
 def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float]:
-    """(events/s from the end of the first batch to the end of the last, seconds to the first)."""
+    """(events/s from the start of the first batch to the end of the last, seconds to the
+    end of the first).
+
+    The first batch counts from when it began (its report's ``seconds`` before it ended):
+    the projector commits a poll of every partition as one batch, so 10,000 events can be
+    a single batch, which a window starting at the end of the first batch cannot measure.
+    """
     shutdown = Shutdown()
     marks: list[tuple[float, int]] = []  # (time a batch ended, records so far)
+    began: list[float] = []
 
     def on_batch(report: BatchReport) -> None:
+        now = time.perf_counter()
+        if not began:
+            began.append(now - report.seconds)
         done = (marks[-1][1] if marks else 0) + report.received
-        marks.append((time.perf_counter(), done))
+        marks.append((now, done))
         if done >= n:
             shutdown.request()
 
     options = ProjectorOptions(db_path=db, group="bench-projector")
     start = time.perf_counter()
     run_projector(settings, options, shutdown=shutdown, on_batch=on_batch)
-    (first_at, first_done), (last_at, last_done) = marks[0], marks[-1]
-    return (last_done - first_done) / (last_at - first_at), first_at - start
+    first_at, (last_at, last_done) = marks[0][0], marks[-1]
+    return last_done / (last_at - began[0]), first_at - start
 
 
 def steady_lag(

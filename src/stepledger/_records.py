@@ -8,15 +8,19 @@ exactly those, and a record that passes is built as ``model_validate`` builds it
 field values, the same fields set).  Anything else (a record failing a check, or a model
 with a field, validator or setting the plan does not know) returns None, and the caller
 asks pydantic, which gives the verdict and the reason.  A test compares both paths.
+
+The checks are data (:class:`Check`, :class:`ModelChecks`): :mod:`stepledger._avro_read`
+applies the same ones to the values it reads straight from Avro bytes.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from types import NoneType, UnionType
-from typing import Any, Literal, Union, cast, get_args, get_origin
+from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
 
 from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel
@@ -24,20 +28,41 @@ from pydantic.fields import FieldInfo
 
 from stepledger.domain import events as ev
 
-#: A field's check as a Python expression over ``v`` that is true when pydantic would keep
-#: the value unchanged, and the expression giving the model's value (``v`` or a lookup).
-Check = tuple[str, str]
+#: The test of each kind of value a field takes, as a Python expression over ``v``.
+TYPE_TESTS = {
+    "str": "type(v) is str",
+    "int": "type(v) is int",
+    "bool": "type(v) is bool",
+    "datetime": "type(v) is _datetime",
+    "str|None": "v is None or type(v) is str",
+    "bool|None": "v is None or type(v) is bool",
+}
 
-_STR = "type(v) is str"
+
+class Check(NamedTuple):
+    """A field's check: true of a value exactly when pydantic would keep it unchanged."""
+
+    kind: str
+    """The Python types the field takes (a key of TYPE_TESTS)."""
+    rest: str | None
+    """What else a value of that kind must satisfy (an expression over ``v``), if anything."""
+    value: str
+    """The expression giving the model's value (``v`` or a lookup)."""
+
+    @property
+    def test(self) -> str:
+        """The whole check as one expression over ``v``."""
+        kind = TYPE_TESTS[self.kind]
+        return kind if self.rest is None else f"{kind} and {self.rest}"
 
 
 def _check_enum(name: str, enum: type[Enum], names: dict[str, Any]) -> Check:
     names[f"_members_{name}"] = {member.value: member for member in enum}
-    return f"type(v) is str and v in _members_{name}", f"_members_{name}[v]"
+    return Check("str", f"v in _members_{name}", f"_members_{name}[v]")
 
 
 #: ev._utc_millis returns an equal datetime for exactly these values.
-_UTC_MILLIS = "type(v) is _datetime and v.tzinfo is _UTC and not v.microsecond % 1000"
+UTC_MILLIS = Check("datetime", "v.tzinfo is _UTC and not v.microsecond % 1000", "v")
 
 
 def _bounds(metadata: list[Any]) -> tuple[int, int] | None:
@@ -58,31 +83,28 @@ def _field_check(
     """The check of one field, or None when the plan does not know its kind."""
     annotation, metadata = info.annotation, list(info.metadata)
     if annotation is datetime and not metadata and validators == [ev._utc_millis]:
-        return _UTC_MILLIS, "v"
+        return UTC_MILLIS
     if validators:
         return None
     if annotation is str:
         if not metadata:
-            return _STR, "v"
+            return Check("str", None, "v")
         if len(metadata) == 1 and isinstance(metadata[0], MinLen):
-            return f"{_STR} and len(v) >= {int(metadata[0].min_length)}", "v"
+            return Check("str", f"len(v) >= {int(metadata[0].min_length)}", "v")
         return None
     if annotation is int:
         bounds = _bounds(metadata)
-        return (
-            None if bounds is None else (f"type(v) is int and {bounds[0]} <= v <= {bounds[1]}", "v")
-        )
+        return None if bounds is None else Check("int", f"{bounds[0]} <= v <= {bounds[1]}", "v")
     if metadata:
         return None
     if annotation is bool:
-        return "type(v) is bool", "v"
+        return Check("bool", None, "v")
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return _check_enum(name, annotation, names)
     if get_origin(annotation) in (Union, UnionType):
         args = set(get_args(annotation))
         if args in ({str, NoneType}, {bool, NoneType}):
-            kind = (args - {NoneType}).pop().__name__
-            return f"v is None or type(v) is {kind}", "v"
+            return Check(f"{(args - {NoneType}).pop().__name__}|None", None, "v")
     return None
 
 
@@ -112,48 +134,95 @@ def _validators(model: type[BaseModel]) -> dict[str, list[Any]] | None:
 Builder = Callable[..., Any]
 
 _new = object.__new__
-# The slots model_validate fills besides the fields; their descriptors are set directly
-# because the frozen models refuse setattr.
+# The slots model_validate fills; their descriptors are set directly because the frozen
+# models refuse setattr.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
-def _construct(model: type[BaseModel], values: dict[str, Any], fields: frozenset[str]) -> Any:
-    """The model instance ``model_validate`` would return for values it accepted unchanged."""
-    instance = _new(model)
-    instance.__dict__.update(values)
-    _set_fields_set(instance, set(fields))
-    _set_extra(instance, None)
-    _set_private(instance, None)
-    return instance
+@functools.cache
+def _every_field(model: type[BaseModel]) -> set[str]:
+    """The fields set of every instance built here: all the model's fields, one set a model.
+
+    Shared rather than copied per instance (two sets were a third of a decoded event's
+    memory, and the projector's time follows its memory): a frozen model never changes
+    its set, and pydantic copies it before changing a copy's (``model_copy``).
+    """
+    return set(model.model_fields)
 
 
-def _compile(
-    model: type[BaseModel],
-    checks: dict[str, Check],
-    constants: dict[str, Any],
-    names: dict[str, Any],
-    extra: str | None,
-) -> Builder:
+class ModelChecks:
+    """What a model's plan checks: each field's check, the constant fields, the names used."""
+
+    __slots__ = ("checks", "constants", "extra", "model", "names")
+
+    def __init__(
+        self,
+        model: type[BaseModel],
+        checks: dict[str, Check],
+        constants: dict[str, Any],
+        names: dict[str, Any],
+        extra: str | None,
+    ) -> None:
+        self.model = model
+        self.checks = checks
+        """Each checked field's check, in the model's order."""
+        self.constants = constants
+        """Fields whose value is fixed (a body's ``type`` tag)."""
+        self.names = names
+        """What the checks' expressions refer to besides ``v``."""
+        self.extra = extra
+        """A field the caller builds and passes in (the envelope's body)."""
+
+    def scope(self) -> dict[str, Any]:
+        """The globals a function using these checks and :meth:`construct` runs with."""
+        return {
+            **self.names,
+            "_new": _new,
+            "_set_dict": _set_dict,
+            "_set_fields_set": _set_fields_set,
+            "_set_extra": _set_extra,
+            "_set_private": _set_private,
+            "_model": self.model,
+            "_every_field": _every_field(self.model),
+            "_datetime": datetime,
+            "_UTC": UTC,
+        }
+
+    def construct(self, value_of: dict[str, str]) -> list[str]:
+        """Lines building the model, as ``m``, from each checked field's local variable.
+
+        The instance ``model_validate`` would return for values it accepted unchanged: the
+        values (a new dict, in the model's field order) become its ``__dict__``, every field
+        is set (:func:`_every_field`).  Inline: a call per model cost more than these lines.
+        """
+        values = [f"{name!r}: {value!r}" for name, value in self.constants.items()]
+        values += [f"{name!r}: {value_of[name]}" for name in self.checks]
+        if self.extra:
+            values.append(f"{self.extra!r}: {self.extra}")
+        return [
+            "m = _new(_model)",
+            f"_set_dict(m, {{{', '.join(values)}}})",
+            "_set_fields_set(m, _every_field)",
+            "_set_extra(m, None)",
+            "_set_private(m, None)",
+        ]
+
+
+def _compile(checks: ModelChecks) -> Builder:
     """One function checking every field inline: a call per field cost more than pydantic."""
+    extra = checks.extra
     lines = [f"def build(record{', ' + extra if extra else ''}):"]
-    values = [f"{name!r}: {value!r}" for name, value in constants.items()]
-    for i, (name, (test, value)) in enumerate(checks.items()):
-        lines += [f"    v = record[{name!r}]", f"    if not ({test}):", "        return None"]
-        lines.append(f"    f{i} = {value}")
-        values.append(f"{name!r}: f{i}")
-    if extra:
-        values.append(f"{extra!r}: {extra}")
-    lines.append(f"    return _construct(_model, {{{', '.join(values)}}}, _fields)")
-    scope = {
-        **names,
-        "_construct": _construct,
-        "_model": model,
-        "_fields": frozenset(model.model_fields),
-        "_datetime": datetime,
-        "_UTC": UTC,
-    }
+    value_of: dict[str, str] = {}
+    for i, (name, check) in enumerate(checks.checks.items()):
+        lines += [f"    v = record[{name!r}]", f"    if not ({check.test}):", "        return None"]
+        lines.append(f"    f{i} = {check.value}")
+        value_of[name] = f"f{i}"
+    lines += [f"    {line}" for line in checks.construct(value_of)]
+    lines.append("    return m")
+    scope = checks.scope()
     exec("\n".join(lines), scope)
     return cast(Builder, scope["build"])
 
@@ -170,8 +239,9 @@ class Plan:
         """The model of a record with these keys, or None when a value fails its check."""
 
 
-def plan_for(model: type[BaseModel], extra: str | None = None) -> Plan | None:
-    """A plan for a model (``extra``: a field the caller builds), or None if it is outside it."""
+def checks_for(model: type[BaseModel], extra: str | None = None) -> ModelChecks | None:
+    """What a plan for a model checks (``extra``: a field the caller builds), or None if the
+    model is outside what a plan knows."""
     config = dict(model.model_config)
     if config != {"frozen": True, "extra": "forbid"} or model.__private_attributes__:
         return None
@@ -191,7 +261,15 @@ def plan_for(model: type[BaseModel], extra: str | None = None) -> Plan | None:
         if check is None:
             return None
         checks[name] = check
-    return Plan(frozenset(checks), _compile(model, checks, constants, names, extra))
+    return ModelChecks(model, checks, constants, names, extra)
+
+
+def plan_for(model: type[BaseModel], extra: str | None = None) -> Plan | None:
+    """A plan for a model (``extra``: a field the caller builds), or None if it is outside it."""
+    checks = checks_for(model, extra)
+    if checks is None:
+        return None
+    return Plan(frozenset(checks.checks), _compile(checks))
 
 
 class EventPlans:

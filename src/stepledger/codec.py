@@ -21,6 +21,7 @@ import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
+from stepledger._avro_read import EventReader, compile_reader
 from stepledger._records import EventPlans
 from stepledger._writer import Unsupported, Writer, compile_writer
 from stepledger.domain.events import BODY_TYPES, Event
@@ -135,6 +136,12 @@ def _current_writer(prefix: bytes) -> Writer | None:
     return _compiled(_current(), prefix)
 
 
+@functools.cache
+def _current_reader() -> EventReader | None:
+    # ~10 ms to compile: once a process for the packaged schema, at the first decode.
+    return compile_reader(_current(), _BODY_BY_NAME)
+
+
 def from_record(record: dict[str, Any]) -> Event:
     """Turn a dict fastavro read (with record names) into a validated event.
 
@@ -234,7 +241,18 @@ class Codec:
         return buf.getvalue()
 
     def decode(self, data: bytes | None) -> Event:
-        """Return the event in framed Avro bytes; any defect raises a CodecError subclass."""
+        """Return the event in framed Avro bytes; any defect raises a CodecError subclass.
+
+        A value written with this codec's schema is read by the compiled reader; whatever
+        it declines (another writer schema, a defect, an invalid event) is read by fastavro
+        and checked by the models, which accept it or say why not.
+        """
+        prefix = self._prefix
+        if type(data) is bytes and data.startswith(prefix):
+            read = self._compiled_reader
+            event = None if read is None else read(data, len(prefix))
+            if event is not None:
+                return event
         writer, offset = self._writer_for(data)
         reader = None if writer is self.schema else self.schema
         try:
@@ -247,6 +265,13 @@ class Codec:
         except Exception as exc:  # fastavro raises many types on corrupt input
             raise CodecError(f"undecodable Avro body: {type(exc).__name__}: {exc}") from exc
         return from_record(cast(dict[str, Any], record))
+
+    @functools.cached_property
+    def _compiled_reader(self) -> EventReader | None:
+        """The reader compiled for this codec's schema (built at the first decode)."""
+        if self.schema is _current():
+            return _current_reader()
+        return compile_reader(self.schema, _BODY_BY_NAME)
 
     def _writer_for(self, data: bytes | None) -> tuple[dict[str, Any], int]:
         if not data or len(data) < 5:

@@ -195,6 +195,18 @@ def test_from_record_still_names_the_invalid_field() -> None:
     assert_same(from_record(record), pydantic_event(record))
 
 
+def test_built_events_share_their_fields_set_but_a_copy_changes_its_own() -> None:
+    # Every event a plan builds shares one fields set per model: pydantic copies it before
+    # a copy changes it, so no change to one event reaches another.
+    plans = EventPlans(_BODY_BY_NAME)
+    first, second = (plans.build(copy.deepcopy(r)) for r in decoded_records()[4:6])
+    assert first is not None and second is not None
+    copied = first.model_copy(update={"step_id": "other"})
+    assert copied.step_id == "other" and copied.model_fields_set is not first.model_fields_set
+    assert first.model_fields_set == second.model_fields_set == set(ev.Event.model_fields)
+    assert first.model_fields_set is second.model_fields_set
+
+
 class _Pattern(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     code: str = Field(pattern="^[a-z]+$")

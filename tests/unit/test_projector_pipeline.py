@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
 from stepledger.projector.engine import Projector
 from stepledger.projector.fold import WorkflowCache
-from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.pipeline import DEFAULT_DEPTH, Pipeline
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.projector.store import ProjectionStore
@@ -106,3 +107,66 @@ def test_a_failed_commit_surfaces_at_the_next_drain_and_nothing_half_written_rem
     assert query_one(db, "SELECT sum(next_offset) FROM offsets") == [(10,)]
     first = {CODEC.decode(m.value).event_id for m in messages[:10]}
     assert query_one(db, "SELECT count(*) FROM events") == [(len(first),)]
+
+
+class HeldCheckpoint(ProjectionStore):
+    """A store whose checkpoints (a snapshot's first step) wait until released."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def checkpoint(self) -> bool:
+        self.entered.set()
+        self.release.wait(30)
+        return super().checkpoint()
+
+
+def test_batches_are_prepared_while_the_writer_publishes_a_snapshot(tmp_path: Path) -> None:
+    # A snapshot of a large file takes the writer a second or two: the caller goes on
+    # preparing (up to the pipeline's depth) instead of waiting for it.
+    messages = to_messages(random_log(seed=14, workflows=30))
+    parts = list(batches(messages, random.Random(4), 30))
+    assert len(parts) > DEFAULT_DEPTH
+    db = tmp_path / "p.duckdb"
+    store = HeldCheckpoint(db)
+    with store:
+        pipeline = Pipeline(Projector(store, CODEC, MemoryRecordLetters(), cache_workflows=2))
+
+        def feed_more() -> None:
+            for part in parts[1:DEFAULT_DEPTH]:
+                pipeline.feed(part)
+
+        pipeline.feed(parts[0])
+        pipeline.publish()
+        assert store.entered.wait(10)
+        fed = threading.Thread(target=feed_more)
+        fed.start()
+        fed.join(5)
+        held = fed.is_alive()
+        store.release.set()
+        fed.join()
+        assert not held, "the caller waited for the snapshot"
+        for part in parts[DEFAULT_DEPTH:]:
+            pipeline.feed(part)
+        pipeline.close()
+    direct = tmp_path / "direct.duckdb"
+    with ProjectionStore(direct) as direct_store:
+        projector = Projector(direct_store, CODEC, MemoryRecordLetters())
+        for part in parts:
+            projector.process(part)
+    assert table_contents(db) == table_contents(direct)
+
+
+def test_nothing_queued_after_a_failed_commit_is_written(tmp_path: Path) -> None:
+    messages = to_messages(random_log(seed=15, workflows=5))
+    db = tmp_path / "p.duckdb"
+    with BrokenStore(db) as store:
+        pipeline = Pipeline(Projector(store, CODEC, MemoryRecordLetters()), depth=4)
+        for i in range(0, 40, 10):
+            pipeline.feed(messages[i : i + 10])
+        with pytest.raises(ViewStoreError, match="disk full"):
+            pipeline.drain()
+        pipeline.stop()
+    assert query_one(db, "SELECT sum(next_offset) FROM offsets") == [(10,)]

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, Verdict
-from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
+from stepledger.domain.state import (
+    MAY_HAVE_HAPPENED,
+    RunStatus,
+    StepStatus,
+    WorkflowState,
+    replace,
+    replay,
+)
+from stepledger.domain.steps import with_changes
 from stepledger.domain.tools import Tool
 from tests.unit.factories import comp_key, factory, pay_tool
 
@@ -160,3 +170,24 @@ def test_read_only_restart_forgets_earlier_steps() -> None:
 def test_steps_are_ordered_by_sequence() -> None:
     state = replay("wf", [started(), intent("b", seq=1), intent("a", seq=0)])
     assert [s.step_id for s in state.ordered_steps()] == ["a", "b"]
+
+
+def test_a_step_copy_refuses_a_field_steps_do_not_have() -> None:
+    state = replay("wf", [started(), intent()])
+    step = state.steps["s"]
+    assert replace(step, attempt=2).attempt == 2 and step.attempt == 1
+    with pytest.raises(TypeError, match="nope"):
+        replace(step, nope=1)
+    with pytest.raises(TypeError, match="nope"):
+        with_changes(step, {"attempt": 2, "nope": 1})
+
+
+def test_the_saga_counts_follow_every_step_change() -> None:
+    # pivot_happened is spelt out for speed: it must still agree with pivot and the status.
+    book = intent("b", tool=BOOK, seq=1)
+    state = replay("wf", [started(), intent(), book])
+    for step in state.steps.values():
+        assert step.pivot_happened == (step.status in MAY_HAVE_HAPPENED and step.pivot)
+    assert state.pivots_happened == 1 and state.unresolved_undoable == 1
+    state.apply(outcome(OutcomeStatus.NOT_HAPPENED))
+    assert state.pivots_happened == 0

@@ -26,6 +26,7 @@ from stepledger.domain.steps import (
     StepState,
     StepStatus,
     replace,
+    with_changes,
 )
 from stepledger.domain.transitions import TRANSITIONS, Problem
 
@@ -243,14 +244,14 @@ def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | N
     if step is None:
         if not isinstance(body, ev.StepIntended | ev.ApprovalRequested):
             return ("no_intent", f"{body.type} for a step with no intent")
-        step = replace(_BLANK, step_id=step_id, first_at=at)
+        step = with_changes(_BLANK, {"step_id": step_id, "first_at": at})
     transition = TRANSITIONS.get(type(body))
     if transition is None:
         return ("unexpected_event", f"{body.type} does not apply to a step")
     changes, problem = transition(step, body, at)
     if changes is not None:
         changes["last_at"] = at
-        wf.put(replace(step, **changes))
+        wf.put(with_changes(step, changes))
     return problem
 
 

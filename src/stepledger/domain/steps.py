@@ -144,7 +144,14 @@ class StepState:
     @property
     def pivot_happened(self) -> bool:
         """True when the step is a pivot that may have happened: the saga goes forward."""
-        return self.status in MAY_HAVE_HAPPENED and self.pivot
+        # ``pivot`` spelt out: the fold asks this twice per event.
+        effect = self.effect
+        return (
+            self.status in MAY_HAVE_HAPPENED
+            and effect is not None
+            and effect is not EffectClass.READ_ONLY
+            and not self.undoable
+        )
 
     @property
     def unresolved_undoable(self) -> bool:
@@ -158,11 +165,19 @@ _STEP_FIELDS = frozenset(f.name for f in fields(StepState))
 def replace(step: StepState, **changes: object) -> StepState:
     """A copy of the step with some fields changed (``dataclasses.replace``, minus its cost).
 
-    The fold runs this twice per event; ``dataclasses.replace`` re-runs the frozen
-    ``__init__`` field by field, which made it most of the projector's fold time.
+    ``dataclasses.replace`` re-runs the frozen ``__init__`` field by field, which made it
+    most of the projector's fold time.
     """
-    if not _STEP_FIELDS.issuperset(changes):
-        raise TypeError(f"StepState has no fields {sorted(changes.keys() - _STEP_FIELDS)}")
+    return with_changes(step, changes)
+
+
+def with_changes(step: StepState, changes: dict[str, object]) -> StepState:
+    """:func:`replace` with the changes in a dict (the fold's transitions return one)."""
     new = object.__new__(StepState)
-    new.__dict__.update(step.__dict__, **changes)
+    values = new.__dict__
+    values.update(step.__dict__)
+    values.update(changes)
+    # A step's __dict__ holds exactly its fields, so an unknown name makes it longer.
+    if len(values) != len(_STEP_FIELDS):
+        raise TypeError(f"StepState has no fields {sorted(changes.keys() - _STEP_FIELDS)}")
     return new

@@ -30,6 +30,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.kafka.consumer import Consumed
 from stepledger.projector.fold import BatchFold, WorkflowCache
+from stepledger.projector.known import StoredWorkflows
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
 from stepledger.projector.store import Offsets, ProjectionStore, stage
@@ -92,8 +93,9 @@ class Projector:
     """Projects batches of consumed records into the store, exactly once per record.
 
     ``prepare`` (decode, fold, dead letters) and ``commit`` (one DuckDB transaction) are
-    separate so a writer thread can commit one batch while the next is prepared; the
-    fold cache then runs ahead of the store by at most one batch.
+    separate so a writer thread can commit batches while the next is prepared; the fold
+    cache then runs ahead of the store by the batches not committed yet (their workflows
+    stay cached until they are).
     """
 
     def __init__(
@@ -110,6 +112,8 @@ class Projector:
         self.dead_letters = dead_letters
         self.group = group
         self.cache = WorkflowCache(cache_workflows)
+        self.stored = StoredWorkflows()
+        """Which workflows the store may hold (built at the first load, then kept up)."""
         self.committed: Offsets = store.offsets()
         self._folded: Offsets = dict(self.committed)
 
@@ -161,7 +165,7 @@ class Projector:
             for letter in letters:
                 report.dead_letters[letter.stage] = report.dead_letters.get(letter.stage, 0) + 1
         self._folded.update(reached)
-        _summarise(report, fold, decoded)
+        _summarise(report, fold)
         return PreparedBatch(
             report, staged, fold.replaced_workflows(), reached, frozenset(fold.touched)
         )
@@ -257,7 +261,13 @@ class Projector:
         missing = self.cache.missing(workflow_ids)
         if not missing:
             return
-        known = self.store.known_workflows(missing)
+        stored = self.stored
+        if not stored.built:
+            stored.build(self.store.count("workflows"), self.store.each_workflow_id)
+        # Most uncached workflows are new: only those the store may hold are asked about.
+        maybe = stored.may_hold(missing)
+        known = self.store.known_workflows(maybe) if maybe else set()
+        stored.add(missing)
         for workflow_id in missing:
             self.cache.put(WorkflowProjection(workflow_id))
         if not known:
@@ -289,11 +299,7 @@ class Projector:
         return DeadLetter(record.key, record.value, headers, origin, stage, error, self.group)
 
 
-def _summarise(
-    report: BatchReport, fold: BatchFold, decoded: list[tuple[Event, Coordinates, bytes]]
-) -> None:
+def _summarise(report: BatchReport, fold: BatchFold) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
     report.anomalies = len(fold.anomalies)
-    if decoded:
-        times = [event.occurred_at for event, _, _ in decoded]
-        report.oldest_at = min(times)
+    report.oldest_at = fold.oldest

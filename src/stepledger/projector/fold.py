@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from datetime import datetime
 from itertools import islice
 from typing import Any
 
@@ -19,13 +19,14 @@ from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import (
     ANOMALY_COLUMNS,
     ESCALATION_COLUMNS,
+    EVENT_COLUMNS,
     STEP_COLUMNS,
     WORKFLOW_COLUMNS,
     Columns,
     Coordinates,
     anomaly_row,
     escalation_row,
-    event_columns,
+    event_row,
     out_of_range,
     step_row,
     transpose,
@@ -82,18 +83,26 @@ class WorkflowCache:
             del self._items[workflow_id]
 
 
-@dataclass
 class _Touched:
-    projection: WorkflowProjection
-    steps: set[str] = field(default_factory=set)
-    replace_steps: bool = False
+    """One workflow a batch folded events of, and the steps they changed."""
+
+    __slots__ = ("projection", "replace_steps", "steps")
+
+    def __init__(self, projection: WorkflowProjection) -> None:
+        self.projection = projection
+        self.steps: set[str] = set()
+        self.replace_steps = False
 
 
 class BatchFold:
     """Folds one batch of decoded events and collects the rows the batch changes."""
 
     def __init__(self) -> None:
-        self.new: list[tuple[ev.Event, Coordinates, bytes]] = []
+        self.events: list[tuple[Any, ...]] = []
+        """The ``events`` rows of the new events, built while each event is at hand (one pass
+        per column over a batch of events read them back from memory long gone cold)."""
+        self.oldest: datetime | None = None
+        """The earliest ``occurred_at`` among the events added (duplicates too)."""
         self.anomalies: list[tuple[Any, ...]] = []
         self.touched: dict[str, _Touched] = {}
         self.duplicates = 0
@@ -102,31 +111,36 @@ class BatchFold:
         self, projection: WorkflowProjection, event: ev.Event, at: Coordinates, value: bytes
     ) -> None:
         """Fold one event in (a duplicate only counts) and record its rows."""
-        if projection.is_duplicate(event):
+        state = projection.state
+        oldest = self.oldest
+        if oldest is None or event.occurred_at < oldest:
+            self.oldest = event.occurred_at
+        if event.event_id in state.seen:
             self.duplicates += 1
             return
-        touched = self.touched.get(event.workflow_id)
+        workflow_id, step_id = event.workflow_id, event.step_id
+        touched = self.touched.get(workflow_id)
         if touched is None:
-            touched = self.touched[event.workflow_id] = _Touched(projection)
-        steps_before = len(projection.state.steps)
+            touched = self.touched[workflow_id] = _Touched(projection)
+        steps_before = len(state.steps)
         anomaly = projection.apply(event)
-        problem = out_of_range(projection.state, event.step_id)
+        problem = out_of_range(state, step_id)
         if problem is not None:
             # Checked per event, not per batch, so where a batch ends cannot change the verdict.
             raise ValueError(problem)
-        if len(projection.state.steps) < steps_before:
+        if len(state.steps) < steps_before:
             # A read-only workflow started over: its earlier steps no longer count.
             touched.replace_steps = True
-        if event.step_id is not None:
-            touched.steps.add(event.step_id)
-        self.new.append((event, at, value))
+        if step_id is not None:
+            touched.steps.add(step_id)
+        self.events.append(event_row(event, at, value))
         if anomaly is not None:
             self.anomalies.append(anomaly_row(anomaly, event, at))
 
     @property
     def projected(self) -> int:
         """How many new events the batch folded in."""
-        return len(self.new)
+        return len(self.events)
 
     def replaced_workflows(self) -> list[str]:
         """Workflows whose stored steps must all be replaced (not just upserted)."""
@@ -146,7 +160,7 @@ class BatchFold:
                 escalation_row(projection, e) for e in projection.escalations.values()
             )
         return {
-            "events": event_columns(self.new),
+            "events": transpose(EVENT_COLUMNS, self.events),
             "steps": transpose(STEP_COLUMNS, steps),
             "workflows": transpose(WORKFLOW_COLUMNS, workflows),
             "escalations": transpose(ESCALATION_COLUMNS, escalations),

@@ -2,10 +2,13 @@
 
 Decoding and folding hold the GIL; DuckDB's insert, commit and checkpoint, and copying the
 file, do not.  So a single writer thread commits batch N (and publishes a snapshot when
-one is due) while the caller prepares batch N+1.  The writer runs its tasks in order, so a
-snapshot holds exactly the batches committed before it.  At most one batch is in flight;
-anything that needs the store and the fold cache to agree (a new assignment, stopping)
-calls ``drain`` first.
+one is due) while the caller prepares the next ones.  The writer runs its tasks in order,
+so a snapshot holds exactly the batches committed before it.  Up to ``depth`` batches may
+wait for the writer: a snapshot (a checkpoint and a copy of the file, up to a second or two
+on a large file) then holds the caller back only when it has prepared that many.  Once a
+commit fails the writer commits nothing after it (those batches were folded on top of the
+failed one).  Anything that needs the store and the fold cache to agree (a new
+assignment, stopping) calls ``drain`` first.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from stepledger.errors import ViewStoreError
 from stepledger.kafka.consumer import Consumed
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
 from stepledger.projector.snapshot import publish_snapshot
@@ -27,6 +31,9 @@ logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[BatchReport], None]
 SnapshotHook = Callable[[Path], None]
+
+#: Batches that may wait for the writer (each holds its staged rows: a few MB at most).
+DEFAULT_DEPTH = 4
 
 
 class Pipeline:
@@ -37,40 +44,60 @@ class Pipeline:
         projector: Projector,
         on_commit: CommitHook | None = None,
         on_snapshot: SnapshotHook | None = None,
+        *,
+        depth: int = DEFAULT_DEPTH,
     ) -> None:
         self.projector = projector
         self.on_commit = on_commit
         self.on_snapshot = on_snapshot
+        self.depth = max(1, depth)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="stepledger-writer")
         self._tasks: deque[_Commit | _Snapshot] = deque()
+        self._failed = False
+        """A commit failed (set by the writer): later queued tasks write nothing."""
 
     def feed(self, records: Sequence[Consumed]) -> None:
-        """Prepare a batch here, then hand it to the writer once the previous one committed."""
+        """Prepare a batch here, then queue it for the writer once fewer than ``depth`` wait."""
         logger.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()
         batch = self.projector.prepare(records, settle=self.drain)
-        self.drain()
-        self.projector.cache.trim(keep=batch.touched)
+        self._settle(self.depth - 1)
+        # The store lacks what is still queued: those workflows must stay in the cache.
+        keep = batch.touched.union(
+            *(t.batch.touched for t in self._tasks if isinstance(t, _Commit))
+        )
+        self.projector.cache.trim(keep=keep)
         self._tasks.append(_Commit(self._writer.submit(self._commit, batch), batch, began))
 
     def publish(self) -> None:
         """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
-        self._tasks.append(_Snapshot(self._writer.submit(publish_snapshot, self.projector.store)))
+        self._tasks.append(_Snapshot(self._writer.submit(self._publish)))
 
     def drain(self) -> None:
         """Wait for every queued commit and snapshot; re-raise the first failure."""
+        self._settle(0)
         while self._tasks:
+            self._finish(self._tasks.popleft())
+
+    def _settle(self, commits: int) -> None:
+        """Wait for queued tasks, in order, until at most ``commits`` commits are queued."""
+        queued = sum(isinstance(t, _Commit) for t in self._tasks)
+        while queued > commits:
             task = self._tasks.popleft()
-            try:
-                result = task.future.result()
-            except BaseException:
-                # Cleared here, in the thread that uses the cache, not in the writer.
-                self.projector.forget()
-                raise
-            if isinstance(task, _Commit):
-                self._committed(task.batch, task.began)
-            elif isinstance(result, Path):
-                self._published(result)
+            queued -= isinstance(task, _Commit)
+            self._finish(task)
+
+    def _finish(self, task: _Commit | _Snapshot) -> None:
+        try:
+            result = task.future.result()
+        except BaseException:
+            # Cleared here, in the thread that uses the cache, not in the writer.
+            self.projector.forget()
+            raise
+        if isinstance(task, _Commit):
+            self._committed(task.batch, task.began)
+        elif isinstance(result, Path):
+            self._published(result)
 
     def close(self) -> None:
         """Finish what is queued and stop the writer."""
@@ -85,11 +112,22 @@ class Pipeline:
         self._writer.shutdown(wait=True)
 
     def _commit(self, batch: PreparedBatch) -> None:
-        self.projector.commit(batch)
+        if self._failed:
+            raise ViewStoreError("not committed: an earlier batch's commit failed")
+        try:
+            self.projector.commit(batch)
+        except BaseException:
+            self._failed = True
+            raise
         report = batch.report
         if report.oldest_at is not None:
             # Stamped here, in the writer, so it measures the commit, not when it is noticed.
             report.lag_s = (datetime.now(UTC) - report.oldest_at).total_seconds()
+
+    def _publish(self) -> Path | None:
+        if self._failed:
+            return None  # the store may be fine, but the caller is about to stop
+        return publish_snapshot(self.projector.store)
 
     def _committed(self, batch: PreparedBatch, began: float) -> None:
         report = batch.report

@@ -46,14 +46,12 @@ class WorkflowProjection:
         """Fold a new event in; return the anomaly it caused, if any."""
         anomaly = self.state.apply(event)
         self.events += 1
-        if anomaly is None:
+        if anomaly is None and type(event.body) in _ESCALATING:
             self._track_escalation(event)
         return anomaly
 
     def _track_escalation(self, event: ev.Event) -> None:
         body, at = event.body, event.occurred_at
-        if type(body) not in _ESCALATING:
-            return
         if isinstance(body, ev.StepAbandoned) and body.escalation_id is not None:
             self.escalations[body.escalation_id] = EscalationRow(
                 body.escalation_id, "step", event.step_id, body.reason, at

@@ -6,7 +6,6 @@ turns them into Arrow).
 
 from __future__ import annotations
 
-from collections import Counter
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -144,22 +143,19 @@ def transpose(names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Columns:
     return dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
 
 
-def event_columns(new: list[tuple[ev.Event, Coordinates, bytes]]) -> Columns:
-    # Column by column: a comprehension per column is several times cheaper than a row loop.
-    events = [e for e, _, _ in new]
-    return {
-        "event_id": [e.event_id for e in events],
-        "workflow_id": [e.workflow_id for e in events],
-        "step_id": [e.step_id for e in events],
-        "fleet_id": [e.fleet_id for e in events],
-        "producer_id": [e.producer_id for e in events],
-        "occurred_at": [e.occurred_at for e in events],
-        "type": [e.body.type for e in events],
-        "topic": [at[0] for _, at, _ in new],
-        "partition": [at[1] for _, at, _ in new],
-        "log_offset": [at[2] for _, at, _ in new],
-        "value": [value for _, _, value in new],
-    }
+def event_row(event: ev.Event, at: Coordinates, value: bytes) -> tuple[Any, ...]:
+    """The ``events`` row of one event, in EVENT_COLUMNS order."""
+    return (
+        event.event_id,
+        event.workflow_id,
+        event.step_id,
+        event.fleet_id,
+        event.producer_id,
+        event.occurred_at,
+        event.body.type,
+        *at,
+        value,
+    )
 
 
 def anomaly_row(anomaly: Anomaly, event: ev.Event, at: Coordinates) -> tuple[Any, ...]:
@@ -180,16 +176,14 @@ def anomaly_row(anomaly: Anomaly, event: ev.Event, at: Coordinates) -> tuple[Any
     )
 
 
-def _enum_value(value: Any) -> str | None:
-    # _value_ is the member's plain attribute; .value is a Python-level property.
-    return None if value is None else str(value._value_)
-
-
 def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
     """The ``steps`` row of one step, in STEP_COLUMNS order."""
     duration = None
     if step.resolved_at is not None and step.intended_at is not None:
         duration = int((step.resolved_at - step.intended_at).total_seconds() * 1000)
+    # Enum values by ``_value_`` (the member's plain attribute; ``.value`` is a property),
+    # inline: a helper call per value cost more than the row's other columns.
+    effect, policy, resolved_by = step.effect, step.policy, step.resolved_by
     return (
         state.workflow_id,
         step.step_id,
@@ -198,8 +192,8 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
         step.status._value_,
         step.status is StepStatus.INTENDED,
         step.tool,
-        _enum_value(step.effect),
-        _enum_value(step.policy),
+        None if effect is None else effect._value_,
+        None if policy is None else policy._value_,
         step.attempt,
         step.recovery_attempts,
         step.idempotency_key,
@@ -208,7 +202,7 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
         step.deadline,
         step.result_json,
         step.error,
-        _enum_value(step.resolved_by),
+        None if resolved_by is None else resolved_by._value_,
         step.escalation_id,
         step.escalation_open,
         step.compensation_key,
@@ -223,7 +217,9 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
 def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
     """The ``workflows`` row of one workflow, in WORKFLOW_COLUMNS order."""
     state = projection.state
-    counts = Counter([step.status._value_ for step in state.steps.values()])
+    counts = dict.fromkeys(_STEP_STATUSES, 0)  # cheaper than a Counter for a few steps
+    for step in state.steps.values():
+        counts[step.status._value_] += 1
     return (
         state.workflow_id,
         state.fleet_id,
@@ -237,7 +233,7 @@ def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
         state.last_at,
         len(state.steps),
         counts[StepStatus.INTENDED.value],
-        *(counts[status] for status in _STEP_STATUSES),
+        *counts.values(),
         len(state.anomalies),
         projection.events,
     )

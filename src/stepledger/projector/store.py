@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,16 @@ class ProjectionStore:
             return set()
         sql = "SELECT workflow_id FROM workflows WHERE workflow_id IN (SELECT unnest(?))"
         return {str(row[0]) for row in self._read(sql, [workflow_ids])}
+
+    def each_workflow_id(self, take: Callable[[list[str]], None], chunk: int = 100_000) -> None:
+        """Hand every projected workflow's id to ``take``, a chunk at a time."""
+        with self._reading:
+            try:
+                result = self._reader.execute("SELECT workflow_id FROM workflows")
+                while rows := result.fetchmany(chunk):
+                    take([str(row[0]) for row in rows])
+            except duckdb.Error as exc:
+                raise ViewStoreError(f"projection query failed: {_short(exc)}") from exc
 
     def history(self, workflow_ids: list[str]) -> list[tuple[str, bytes]]:
         """Stored (workflow id, value) of these workflows' events, in log order."""

@@ -1,0 +1,95 @@
+"""How the daemon turns a poll into batches (one transaction per pipeline) and collects cycles."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+from typing import cast
+
+from stepledger.deadletters.records import MemoryRecordLetters
+from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
+from stepledger.projector.daemon import (
+    YOUNG_COLLECTION_EVERY,
+    ProjectorOptions,
+    _committed,
+    _Loop,
+    _step,
+    fewer_collections,
+)
+from stepledger.projector.engine import BatchReport, Projector
+from stepledger.projector.metrics import ProjectorMetrics
+from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.shards import OneFile, ShardDir, Shards
+from stepledger.projector.store import ProjectionStore
+from tests.unit.projector_harness import CODEC, table_contents, to_messages
+from tests.unit.projector_logs import random_log
+
+
+class _Polls:
+    """A consumer that hands out one poll of given records, then nothing."""
+
+    def __init__(self, records: list[Consumed]) -> None:
+        self.records = records
+
+    def poll(self, size: int, timeout: float) -> Polled:
+        records, self.records = self.records, []
+        return Polled(records, [], True)
+
+
+def run_one_poll(shards: Shards, records: list[Consumed], path: Path) -> list[BatchReport]:
+    """One turn of the daemon's loop over a poll of these records; the batches committed."""
+    reports: list[BatchReport] = []
+    options = ProjectorOptions(db_path=path, snapshot_interval_s=0, commit_to_kafka=False)
+    consumer = cast(GroupConsumer, _Polls(records))
+    loop = _Loop(consumer, options, ProjectorMetrics(), reports.append, shards=shards)
+    for pipeline in shards.pipelines():
+        pipeline.on_commit = lambda report: _committed(loop, report)
+    _step(loop)
+    for pipeline in shards.pipelines():
+        pipeline.drain()
+    return reports
+
+
+def make_pipeline(store: ProjectionStore) -> Pipeline:
+    return Pipeline(Projector(store, CODEC, MemoryRecordLetters()))
+
+
+def test_one_file_commits_a_poll_of_several_partitions_in_one_transaction(tmp_path: Path) -> None:
+    messages = to_messages(random_log(seed=5, workflows=20), partitions=3)
+    assert {m.partition for m in messages} == {0, 1, 2}
+    path = tmp_path / "p.duckdb"
+    shards = OneFile(path, make_pipeline(ProjectionStore(path)))
+    reports = run_one_poll(shards, messages, path)
+    assert [r.received for r in reports] == [len(messages)]
+    offsets = shards.pipeline(("log", 0)).projector.committed  # type: ignore[union-attr]
+    assert offsets == {("log", p): len([m for m in messages if m.partition == p]) for p in range(3)}
+    shards.shutdown()
+    # The same rows as batches of one partition each.
+    single = tmp_path / "single.duckdb"
+    with ProjectionStore(single) as store:
+        projector = Projector(store, CODEC, MemoryRecordLetters())
+        for p in range(3):
+            projector.process([m for m in messages if m.partition == p])
+    assert table_contents(path) == table_contents(single)
+
+
+def test_a_shard_directory_commits_each_partition_of_a_poll_in_its_own_shard(
+    tmp_path: Path,
+) -> None:
+    messages = to_messages(random_log(seed=6, workflows=12), partitions=2)
+    shards = ShardDir(tmp_path / "s", make_pipeline)
+    shards.open([("log", 0), ("log", 1)])
+    reports = run_one_poll(shards, messages, tmp_path / "s")
+    assert sorted(r.received for r in reports) == sorted(
+        len([m for m in messages if m.partition == p]) for p in range(2)
+    )
+    shards.shutdown()
+
+
+def test_the_daemon_collects_young_objects_once_per_million_allocations() -> None:
+    # A poll allocates ~100,000 tracked objects that reference counting frees: a young
+    # collection every 100,000 ran ~80 times per million events, ~70 ms each.
+    before = gc.get_threshold()
+    with fewer_collections():
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY >= 1_000_000
+    assert gc.get_threshold() == before

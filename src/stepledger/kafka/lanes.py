@@ -8,6 +8,8 @@ against ~8 records a request and ~40 us for the raw client, whose records queue 
 waits).  A record produced while ``from_in_flight`` records of the process are already in
 flight goes to a second client that lingers ``linger_ms`` for company instead; below that
 load every record leaves at once, as before, so a lone agent's step waits for no linger.
+Only records that may linger do (the producer's asyncio sends): a thread blocked on its own
+record is never sent through the lingering client (:meth:`DurableProducer.queue`).
 
 Each client keeps the order of what it sends (one idempotent producer), and nothing orders
 records across two clients, so a key's records (a workflow's events) stay on one client

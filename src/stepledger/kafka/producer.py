@@ -288,7 +288,7 @@ class DurableProducer:
         value: bytes | None,
         headers: Headers | None = None,
         *,
-        may_linger: bool = False,
+        may_linger: bool | None = None,
     ) -> Callable[[], Position]:
         """Queue one record and return the wait for its acknowledgement, served by the
         delivery thread (each waiter sleeps on its own record's lock, as ``append``'s do).
@@ -296,16 +296,18 @@ class DurableProducer:
         Cheaper than :meth:`send`'s future for a caller that sends a record and waits for
         it later (a pipelined outcome, a batch of decisions).
 
-        A thread's record does not linger unless ``may_linger`` (asyncio records do,
-        :meth:`send_async`):
-        measured on Apache Kafka, 32 threads made 1,971 steps/s with their records lingering
-        1 ms against 3,207 without, and 2,092 against 4,069 with pipelined outcomes (a
-        thread's step waits out the lingers and a batch's reports wake threads in a herd),
-        where 64 asyncio agents gained (4,369 against 4,069 steps/s, the broker's CPU per
-        step halved: docs/benchmarks.md).
+        ``may_linger`` lets the record linger under load; None: only when produced from a
+        running event loop (a coroutine's pipelined outcome, as :meth:`send_async`'s
+        records). A thread's record does not: measured on Apache Kafka, 32 threads made
+        1,971 steps/s with their records lingering 1 ms against 3,207 without, and 2,092
+        against 4,069 with pipelined outcomes (a thread's step waits out the lingers and a
+        batch's reports wake threads in a herd), where 64 asyncio agents gained (4,369
+        against 4,069 steps/s, the broker's CPU per step halved: docs/benchmarks.md).
         """
         self._start_background_poller()
         woken = _WakeSlot()
+        if may_linger is None:
+            may_linger = asyncio._get_running_loop() is not None
         self._produce(topic, key, value, headers, woken.settle, may_linger=may_linger)
         limit = self._wait_limit_s
         return lambda: woken.wait(limit)
@@ -350,7 +352,7 @@ class DurableProducer:
             self._produce(topic, key, value, headers, slot.settle, may_linger=False)
             self._serve_until(slot, None)
             return slot.result()
-        return self.queue(topic, key, value, headers)()  # a thread's record: no linger
+        return self.queue(topic, key, value, headers, may_linger=False)()
 
     def _produce(
         self,

@@ -50,8 +50,9 @@ class Settings(BaseModel):
     durable_timeout_s: float = Field(default=10.0, gt=0)
     """How long a durable append waits for the broker's acknowledgement before failing."""
     batch_linger_ms: float = Field(default=1.0, ge=0, le=1000)
-    """Under load, how long an agent's record may wait for company in one produce request
-    (0: every record leaves at once; a ``linger.ms`` in ``kafka`` applies to all instead)."""
+    """Under load, how long an asyncio agent's record may wait for company in one produce
+    request (0: every record leaves at once; a thread's never waits; a ``linger.ms`` in
+    ``kafka`` applies to all instead)."""
     batch_from_in_flight: int = Field(default=8, ge=1, le=1_000_000)
     """What makes a load: this many of the process's step-log records in flight at once."""
     startup_wait_s: float = Field(default=0.0, ge=0, le=3600)

@@ -69,16 +69,27 @@ class FakeProducer:
         return 0
 
 
-def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
+def made_clients(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made: list[FakeProducer] = []
+    build: Callable[[dict[str, Any], list[Any]], Any] = lambda conf, made: FakeProducer(
+        conf, dead=False
+    ),
+) -> list[Any]:
+    """Every client the producer makes from now on, each built by ``build(conf, made)``."""
+    made: list[Any] = []
 
-    def new_producer(conf: dict[str, Any]) -> FakeProducer:
-        made.append(FakeProducer(conf, dead=not made))
+    def new_producer(conf: dict[str, Any]) -> Any:
+        made.append(build(conf, made))
         return made[-1]
 
     monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    return made
+
+
+def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = made_clients(monkeypatch, lambda conf, made: FakeProducer(conf, dead=not made))
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     with pytest.raises(DurabilityError, match="fenced"):
         producer.append("t", b"k", b"v")
@@ -91,13 +102,7 @@ def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
 def test_a_fatal_error_reported_through_the_error_callback_also_replaces_the_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made: list[FakeProducer] = []
-
-    def new_producer(conf: dict[str, Any]) -> FakeProducer:
-        made.append(FakeProducer(conf, dead=False))
-        return made[-1]
-
-    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    made = made_clients(monkeypatch)
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     producer.append("t", b"k", b"v")
     made[0].conf["error_cb"](KafkaError(KafkaError._FATAL, "idempotence", fatal=True))
@@ -112,13 +117,7 @@ def test_a_record_produced_into_a_client_just_replaced_is_still_reported(
     """A thread took the client, another replaced it before the first one's produce: the
     record lands in the old client, which must still be served (and purged: the key's
     next record goes to the new client), not dropped with the record never reported."""
-    made: list[FakeProducer] = []
-
-    def new_producer(conf: dict[str, Any]) -> FakeProducer:
-        made.append(FakeProducer(conf, dead=False))
-        return made[-1]
-
-    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    made = made_clients(monkeypatch)
     producer = DurableProducer(Settings(durable_timeout_s=1.0), batching=Batching())
     producer.append("t", b"k", b"v")
     prompt = made[0]
@@ -161,13 +160,12 @@ def test_a_replaced_clients_late_timeouts_do_not_condemn_its_successor(
 ) -> None:
     """The replaced client is still served (its records must be reported), but its reports
     say nothing of the new client: two late timeouts of its own replaced a healthy one."""
-    made: list[FakeProducer] = []
-
-    def new_producer(conf: dict[str, Any]) -> FakeProducer:
-        made.append(TimingOut(conf, dead=False) if not made else FakeProducer(conf, dead=False))
-        return made[-1]
-
-    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    made = made_clients(
+        monkeypatch,
+        lambda conf, made: (
+            TimingOut(conf, dead=False) if not made else FakeProducer(conf, dead=False)
+        ),
+    )
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     waits = [producer.queue("t", b"k%d" % n, b"v") for n in range(2)]
     producer._note(KafkaError(KafkaError._FATAL, "fenced", fatal=True))
@@ -188,13 +186,7 @@ def test_a_report_callback_that_raises_does_not_stop_the_delivery_thread(
 ) -> None:
     """A settle that raises (a ``send`` future cancelled as its report is set) once killed
     the delivery thread for good: every later ``queue`` wait ran to its time limit."""
-    made: list[FakeProducer] = []
-
-    def new_producer(conf: dict[str, Any]) -> FakeProducer:
-        made.append(FakeProducer(conf, dead=False))
-        return made[-1]
-
-    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    made_clients(monkeypatch)
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
     first = producer.queue("t", b"k", b"v")
     assert first().offset == 7  # the delivery thread runs

@@ -12,7 +12,7 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.kafka import Batching, DurableProducer
-from tests.unit.test_producer_fatal import FakeProducer
+from tests.unit.test_producer_fatal import FakeProducer, made_clients
 
 
 def test_an_event_loop_that_ended_is_not_kept_by_the_producer(
@@ -57,13 +57,7 @@ class HeldProducer(FakeProducer):
 def test_a_loop_that_ended_with_a_record_in_flight_is_freed_once_it_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made: list[HeldProducer] = []
-
-    def new_producer(conf: dict[str, Any]) -> HeldProducer:
-        made.append(HeldProducer(conf, dead=False))
-        return made[-1]
-
-    monkeypatch.setattr("stepledger.kafka.producer._new_producer", new_producer)
+    made = made_clients(monkeypatch, lambda conf, made: HeldProducer(conf, dead=False))
     producer = DurableProducer(Settings(durable_timeout_s=1.0), batching=Batching())
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 

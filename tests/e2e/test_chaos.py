@@ -119,7 +119,7 @@ def test_graceful_broker_restarts_on_durable_storage(
         "240",
         "--durable-broker",
         "--parallel",
-        "3",
+        "1",
     )
     assert code == 0, output
     restarts = [r for r in report["crash_points"] if r["point"] == "broker:graceful_restart"]

@@ -278,7 +278,7 @@ class DurableProducer:
         ``partition`` places it explicitly (None: the partitioner chooses by key)."""
         future: Future[Position] = Future()
         # Its waiter polls this client itself (``wait``): it must not linger in the other.
-        self._produce(topic, key, value, headers, _resolve_into(future), partition, False)
+        self._produce(topic, key, value, headers, _resolve_into(future), partition)
         return future
 
     def queue(
@@ -332,7 +332,14 @@ class DurableProducer:
             self._last_handoff = weakref.ref(handoff)
         future: asyncio.Future[Position] = loop.create_future()
         handoff.watch(future, self._wait_limit_s)
-        self._produce(topic, key, value, headers, lambda outcome: handoff.settle(future, outcome))
+        self._produce(
+            topic,
+            key,
+            value,
+            headers,
+            lambda outcome: handoff.settle(future, outcome),
+            may_linger=True,
+        )
         return future
 
     def append(
@@ -349,7 +356,7 @@ class DurableProducer:
         """
         if self._poller is None and not self._poll_lock.locked():
             slot = _Slot()
-            self._produce(topic, key, value, headers, slot.settle, may_linger=False)
+            self._produce(topic, key, value, headers, slot.settle)
             self._serve_until(slot, None)
             return slot.result()
         return self.queue(topic, key, value, headers, may_linger=False)()
@@ -362,8 +369,10 @@ class DurableProducer:
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
         partition: int | None = None,
-        may_linger: bool = True,
+        may_linger: bool = False,
     ) -> None:
+        """Produce through the client the lanes give (``may_linger``: under load it may be
+        the lingering one; a record someone blocks on right away must not)."""
         lanes, target = self._lanes, self
         if lanes is None:
             self._produce_now(topic, key, value, headers, settle, partition)
@@ -574,12 +583,8 @@ class _LoopHandoff:
         with self._lock:
             ready, self._ready, self._scheduled = self._ready, [], False
         for future, outcome in ready:
-            if future.done():
-                continue
-            if isinstance(outcome, BaseException):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+            if not future.done():  # on the loop's own thread: nothing cancels it meanwhile
+                _set_outcome(future, outcome)
         # Forget the resolved futures at the head now: one left watched when the loop ends
         # (no sweep runs then) would keep the loop alive.
         watched = self._watched
@@ -610,12 +615,18 @@ def _resolve_into(
             return
         # The caller may cancel a ``send`` future between the check and the set.
         with contextlib.suppress(InvalidStateError, asyncio.InvalidStateError):
-            if isinstance(outcome, BaseException):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+            _set_outcome(future, outcome)
 
     return settle
+
+
+def _set_outcome(
+    future: Future[Position] | asyncio.Future[Position], outcome: Position | BaseException
+) -> None:
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
 
 
 def _new_producer(conf: dict[str, Any]) -> Producer:

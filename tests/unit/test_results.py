@@ -181,6 +181,8 @@ def test_the_arguments_digest_tells_a_date_from_its_text() -> None:
         (float, 3),
         (str, "é\u2028"),
         (str, ""),
+        pytest.param(str, "\ud800", id="lone-surrogate"),
+        pytest.param(int, 10**5000, id="int-of-5001-digits"),
     ],
 )
 def test_a_scalar_result_is_encoded_as_the_pydantic_round_trip_would_encode_it(
@@ -194,7 +196,10 @@ def test_a_scalar_result_is_encoded_as_the_pydantic_round_trip_would_encode_it(
     encoded = ResultCodec(declared).encode(value)
     adapter: TypeAdapter[Any] = TypeAdapter(declared)
     dumped = adapter.dump_python(value, mode="json")
-    back = adapter.validate_json(canonical_json(dumped))
+    try:
+        back = adapter.validate_json(canonical_json(dumped))
+    except ValueError as exc:  # the round trip refuses it (pydantic's errors are ValueErrors)
+        back = exc
     same = type(back) is type(value) and back == value
     assert (encoded.problem is None) == same, (encoded, back)
     if same:

@@ -39,6 +39,20 @@ UNREPLAYABLE = "!"
 #: Declared result types whose values JSON writes and reads back exactly, of the same type
 #: (a finite float included): a result of exactly that type needs no pydantic round trip.
 _EXACT = frozenset({str, int, bool, float})
+#: Past this many bits an int may pass Python's 4,300-digit limit on int <-> str (JSON).
+_INT_BITS = 14_000
+
+
+def _kept_exactly(kind: type, value: Any) -> bool:
+    """A str/int/bool/float JSON keeps exactly, known without the round trip.
+
+    Not: a non-finite float, an int near the digit limit, a str that is not ASCII (a lone
+    surrogate does not survive JSON); those take the round trip, which says why."""
+    if kind is str:
+        return bool(value.isascii())
+    if kind is int:
+        return bool(value.bit_length() <= _INT_BITS)
+    return kind is bool or math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ class ResultCodec:
         if value is None:
             return Encoded(None, self.name)
         kind = type(value)
-        if kind is self.declared and kind in _EXACT and (kind is not float or math.isfinite(value)):
+        if kind is self.declared and kind in _EXACT and _kept_exactly(kind, value):
             return Encoded(value, self.name)  # JSON keeps it exactly: no round trip to prove
         if self._adapter is None:
             problem = json_problem(value)
@@ -181,7 +195,10 @@ def _best_effort(value: Any) -> Any:
     try:
         return json.loads(json.dumps(value, default=str))
     except ValueError:
-        return repr(value)
+        try:
+            return repr(value)
+        except ValueError:  # an int past Python's digit limit has no repr either
+            return f"<{type(value).__name__} that has no text form>"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -267,8 +267,10 @@ def raw_resolution(servers: str, n: int = 300) -> list[float]:
     return times
 
 
-def memory_per_intent(n: int) -> tuple[float, float]:
-    """(bytes retained per open intent in the tracker, encoded bytes per intent)."""
+def memory_per_intent(n: int) -> tuple[float, float, float]:
+    """Bytes the daemon's tracker retains per open intent once a checkpoint took its
+    changes, the same before it (the changed steps' checkpoint lines staged, at most
+    16,384 steps), and the encoded bytes per intent."""
     tool = bench_tool(3600)
     records = open_intents(n, [datetime.now(UTC) + timedelta(hours=1)] * n, tool)
     codec = Codec()
@@ -276,15 +278,21 @@ def memory_per_intent(n: int) -> tuple[float, float]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)))
+    # As the daemon builds it: staged checkpoint lines too.
+    tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)), stage_lines=True)
     for offset, (_, value) in enumerate(records):
         tracker.apply(codec.decode(value), 0, offset)
+    gc.collect()
+    staged = tracemalloc.take_snapshot()
+    batch = tracker.take_batch(datetime.now(UTC))
+    del batch  # written by the checkpoint, then dropped
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     retained = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    peak = sum(s.size_diff for s in staged.compare_to(before, "filename"))
     assert tracker.open_count() == n
-    return retained / n, wire
+    return retained / n, peak / n, wire
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
@@ -298,7 +306,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         paced = resolution_latency(servers, opened, paced_n, RATE, tmp)
         burst = resolution_latency(servers, opened, burst_n, None, tmp)
         raw = raw_resolution(servers)
-    per_intent, wire = memory_per_intent(opened)
+    per_intent, staged, wire = memory_per_intent(opened)
     ms, total = 1000.0, int(r["total"])
     capacity = burst_n / max(burst)
     return [
@@ -370,6 +378,15 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             "recovery",
             "memory per open intent (vs its encoded size)",
             per_intent,
+            wire,
+            "bytes",
+            "<=3",
+            False,
+        ),
+        Row(
+            "recovery",
+            "memory per open intent before a checkpoint, lines staged (vs encoded size)",
+            staged,
             wire,
             "bytes",
             "",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any
 
 from stepledger.resolution.hooks import HookPool
@@ -72,5 +73,31 @@ def test_two_calls_at_once_run_at_once_even_when_the_idle_thread_is_slow_to_wake
 def test_calls_one_after_another_use_one_thread() -> None:
     pool = HookPool()
     for i in range(20):
+        assert pool.call(lambda n: n, (i,), WAIT_S, "one") == i
+    assert pool.threads == 1
+
+
+class SlowOnWorkers:
+    """The pool's lock, slow to take on its own threads: widens the moment between a call
+    ending and the pool counting it ended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        if threading.current_thread().name == "hook":
+            time.sleep(0.05)
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+
+def test_a_call_is_counted_ended_before_its_caller_wakes() -> None:
+    """The caller was woken before the pool counted its call ended: its next call, made at
+    once, saw one call under way and started a second thread for a lone caller."""
+    pool = HookPool()
+    pool._lock = SlowOnWorkers()  # type: ignore[assignment]
+    for i in range(5):
         assert pool.call(lambda n: n, (i,), WAIT_S, "one") == i
     assert pool.threads == 1

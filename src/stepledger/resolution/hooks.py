@@ -33,9 +33,13 @@ class _Job:
         self.answer: Any = None
         self.error: BaseException | None = None
 
-    def run(self) -> None:
+    def run(self, ended: Callable[[], None] | None = None) -> None:
+        """Run the hook; ``ended`` is called once it ended, before its caller is woken (a
+        pool counts the call finished before that caller can make its next one)."""
         with self.lock:
             if self.state == "cancelled":
+                if ended is not None:
+                    ended()
                 return
             self.state = "running"
         try:
@@ -47,6 +51,8 @@ class _Job:
         except BaseException as exc:
             self.error = exc
         finally:
+            if ended is not None:
+                ended()
             self.done.release()
 
     def cancel(self) -> bool:
@@ -98,12 +104,11 @@ class HookPool:
 
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
-            try:
-                job.run()
-            finally:
-                with self._lock:
-                    self._unfinished -= 1
+            self._queue.get().run(self._ended)
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._unfinished -= 1
 
 
 _shared: HookPool | None = None

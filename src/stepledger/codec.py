@@ -219,9 +219,14 @@ class Codec:
             if self._registry_id is not None
             else SINGLE_OBJECT_MAGIC + self._fingerprint
         )
-        self._write = (
-            _current_writer(self._prefix) if schema is None else _compiled(schema, self._prefix)
-        )
+        self._own_schema = schema is not None
+
+    @functools.cached_property
+    def _write(self) -> Writer | None:
+        """The compiled writer, at the first encode (a codec that only decodes needs none)."""
+        if self._own_schema:
+            return _compiled(self.schema, self._prefix)
+        return _current_writer(self._prefix)
 
     @property
     def prefix(self) -> bytes:

@@ -43,9 +43,11 @@ class Echoes:
 
     def take(self, record: Consumed) -> Event | None:
         """The event a resolution sent, if ``record`` is it; None: decode the record."""
+        if record.topic != self.topic:  # before the pop: another topic's record takes none
+            return None
         with self._lock:
             event = self._landed.pop((record.partition, record.offset), None)
-        if event is None or record.topic != self.topic:
+        if event is None:
             return None
         for key, value in record.headers:
             if key == _CE_ID:

@@ -24,10 +24,10 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.errors import RecoveryError
+from stepledger.recovery.checkpoint import StepKey
 
 #: A tracked step's events in log order, as Avro values (see :func:`stored`).
 Values = tuple[bytes, ...]
-StepKey = tuple[str, str]
 #: How many steps handed to a worker (or changed) lately keep their events decoded: a bound
 #: well above the resolutions in flight, which are dropped once checkpointed and read back.
 FOLDS_KEPT = 4096
@@ -51,11 +51,6 @@ def decoded(values: Iterable[bytes]) -> list[ev.Event]:
     """The events of stored values."""
     decode = own_codec().decode
     return [decode(value) for value in values]
-
-
-def fold(workflow_id: str, values: Iterable[bytes]) -> WorkflowState:
-    """A fresh fold of a tracked step's stored events (the worker's own copy)."""
-    return replay(workflow_id, decoded(values))
 
 
 def json_lines(values: Iterable[bytes]) -> list[str]:
@@ -104,7 +99,8 @@ class Tracked:
 
     @property
     def state(self) -> WorkflowState:
-        """A fresh fold of the step's events (decodes them: not for hot paths)."""
+        """A fresh fold of the step's events (decodes them: for tests and debugging; the
+        tracker folds through its cache)."""
         return _fold_values(self.values)
 
     @property
@@ -116,10 +112,6 @@ class Tracked:
     def events(self) -> list[str]:
         """The step's events as JSON lines, as a checkpoint stores them."""
         return json_lines(self.values)
-
-    def snapshot(self) -> WorkflowState:
-        """A fresh fold of the step's events, independent of any other."""
-        return self.state
 
 
 def only_step(state: WorkflowState) -> StepState:

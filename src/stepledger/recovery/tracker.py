@@ -22,7 +22,12 @@ from stepledger.domain.enums import EffectClass, Source
 from stepledger.domain.resolution import ACTIONABLE
 from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
-from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, decode_events
+from stepledger.recovery.checkpoint import (
+    CheckpointBatch,
+    PartitionCheckpoint,
+    StepKey,
+    decode_events,
+)
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
     FoldCache,
@@ -33,7 +38,6 @@ from stepledger.recovery.tracked import (
     stored,
 )
 
-StepKey = tuple[str, str]
 DueFn = Callable[[StepState], datetime | None]
 #: Anomaly kinds of an outcome that arrived after the step was decided.
 LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})

@@ -201,3 +201,35 @@ def test_a_time_in_a_zone_with_a_sub_millisecond_offset_is_written_as_fastavro_f
 
     with pytest.raises(TypeError):
         _writer.write_millis(datetime(2026, 3, 1, tzinfo=Floating()))
+
+
+@pytest.mark.parametrize(
+    ("branch", "values"),
+    [
+        ("int", [0, -1, 2**31 - 1, -(2**31), 2**31, True, "1", 1.0]),
+        ("long", [0, 2**63 - 1, -(2**63), True, "1", 1.0]),
+        (
+            {"type": "long", "logicalType": "timestamp-millis"},
+            [datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC), 1_700_000_000_000, True],
+        ),
+    ],
+    ids=["int", "long", "timestamp-millis"],
+)
+def test_a_nullable_branch_fastavro_checks_is_written_and_refused_as_fastavro_does(
+    branch: Any, values: list[Any]
+) -> None:
+    """The packaged schema has no [null, int/long/time] field yet; an additive version may
+    (a new field with a null default): its writers must agree with fastavro already."""
+    checked = _writer._HELPERS[_writer._strict_branch(branch) or ""]
+    schema = fastavro.parse_schema(
+        {"type": "record", "name": "R", "fields": [{"name": "f", "type": ["null", branch]}]}
+    )
+    for value in values:
+        buf = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buf, schema, {"f": value})
+        except (ValueError, TypeError, OverflowError):
+            with pytest.raises((ValueError, TypeError, OverflowError)):
+                checked(value)
+            continue
+        assert b"\x02" + checked(value) == buf.getvalue(), value

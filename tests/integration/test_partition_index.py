@@ -5,6 +5,9 @@
 - A second read reads only the records written since the first (keys only).
 - Eight threads opening workflows at once all see the right events, sharing catch-ups.
 - Past its key bound a partition falls back to full reads and stays correct.
+- Under a steady stream of writes from another process, every record acknowledged before a
+  lookup is found by it, and catch-ups end at the fetched watermark instead of chasing the
+  stream to an end-of-partition event.
 """
 
 from __future__ import annotations
@@ -31,6 +34,23 @@ bootstrap, topic, workflow_id = sys.argv[1:4]
 with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
     wf = ledger.start(workflow_id)
     wf.step("pay", Tool(name="pay", keyed=True), {"n": 1}, lambda a, k: "paid")
+"""
+
+
+STREAM = """
+import sys
+from confluent_kafka import Producer
+bootstrap, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+acked = []
+for n in range(count):
+    done = lambda err, msg: acked.append((err, msg))
+    producer.produce(topic, b"v", key=b"s-%d" % n, partition=0, on_delivery=done)
+    producer.flush(10)
+    err, msg = acked.pop()
+    if err is not None:
+        sys.exit(f"not acknowledged: {err}")
+    print(msg.key().decode(), flush=True)  # acknowledged: a lookup from now on must find it
 """
 
 
@@ -185,3 +205,38 @@ def test_an_open_over_a_partition_indexed_from_offset_0_asks_no_log_start(
         assert again.step("pay", PAY, {"n": 1}, lambda a, k: "twice") == "paid"
         assert ledger.workflow("wf-never-seen").attempt == 1  # new: proven by the index
     assert asked == [], "an open asked the broker for the log start"
+
+
+def test_under_a_steady_stream_every_acknowledged_record_is_found(
+    make_settings: Callable[..., Settings], src_env: dict[str, str]
+) -> None:
+    """A catch-up ends early at the watermark, never before a record acknowledged earlier."""
+    settings = make_settings(partitions=1)
+    argv = [sys.executable, "-c", STREAM, settings.bootstrap, settings.topic, "3000"]
+    writer = subprocess.Popen(argv, env=src_env, stdout=subprocess.PIPE, text=True)
+    acked: list[str] = []
+    first = threading.Event()
+
+    def read_acks() -> None:
+        for line in writer.stdout or ():
+            acked.append(line.strip())
+            first.set()
+
+    reading = threading.Thread(target=read_acks)
+    reading.start()
+    index = PartitionIndex(settings)
+    partition = (settings.topic, 0)
+    looked = 0
+    try:
+        assert first.wait(60), "the writer acknowledged nothing"
+        while writer.poll() is None and looked < 300:
+            key = acked[-1]  # acknowledged before this lookup began
+            assert index.first_offset(partition, key.encode()) is not None, key
+            looked += 1
+    finally:
+        writer.kill()
+        writer.wait(30)
+        reading.join(30)
+        index.close()
+    assert looked >= 20, f"only {looked} lookups while the writer wrote"
+    assert index.watermark_ends > 0, "every catch-up waited for the end-of-partition event"

@@ -51,3 +51,27 @@ def test_a_lookup_ends_as_itself_when_another_of_the_same_key_waits() -> None:
     mine.first = 3  # what lookup() fills in afterwards: the two differ now
     index._lookups.remove(waiting)  # the other one's own leaving (raised ValueError before)
     assert index._lookups == []
+
+
+class _Watermarks:
+    """The consumer's cached high watermark, as the last fetch reply left it."""
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+
+    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
+        assert cached, "the end test must not cost a round trip"
+        return 0, self.high
+
+
+def test_a_catch_up_ends_only_exactly_at_the_fetched_watermark() -> None:
+    index = _index_from(0)
+    for offset in range(3):
+        index._take(_record(offset), set())  # read up to offset 2: next is 3
+    for high, ends in ((5, False), (3, True), (2, False), (-1001, False)):
+        at_end: set[tuple[str, int]] = set()
+        index._reached(_Watermarks(high), {WHERE}, at_end)  # type: ignore[arg-type]
+        # 5: records left to read; 2: older than what was read (another broker's older
+        # reply, or a broker reporting short of its last record); -1001: none known yet.
+        assert (WHERE in at_end) is ends, high
+    assert index.watermark_ends == 1

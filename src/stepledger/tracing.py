@@ -8,7 +8,7 @@ tracer provider configured every span is a no-op.  Spans, all under the tracer
   and ``outcome recorded``; a step the log already settled is *replayed*
   (``stepledger.replayed=true``) and has no call span: a replay is never a second call.
 - ``stepledger.call TOOL``: the tool call itself, a child of its step span.
-- ``stepledger.workflow.open``: opening a workflow (its first run or a resume).
+- ``stepledger.workflow.open``: opening a workflow (its first run or a resume), sync or asyncio.
 - ``stepledger.decision ACTION``: a resolution of a step in doubt (recovery daemon, or a
   resume settling a step), a child of the step's span when the intent's ``traceparent``
   is known, linked to it, and in the workflow's trace in any case.
@@ -240,6 +240,23 @@ def traced_open(fn: F) -> F:
             return fn(ledger, workflow_id, *args, **kwargs)
         with _span("stepledger.workflow.open", workflow_id, {}) as span:
             workflow = fn(ledger, workflow_id, *args, **kwargs)
+            span.set_attribute(ATTEMPT, int(getattr(workflow, "attempt", 0)))
+            return workflow
+
+    return opened  # type: ignore[return-value]
+
+
+def traced_aopen(fn: F) -> F:
+    """Decorate ``aopen_workflow``: the same ``stepledger.workflow.open`` span, for a coroutine."""
+    if _otel is None:
+        return fn
+
+    @functools.wraps(fn)
+    async def opened(ledger: Any, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not _active():
+            return await fn(ledger, workflow_id, *args, **kwargs)
+        with _span("stepledger.workflow.open", workflow_id, {}) as span:
+            workflow = await fn(ledger, workflow_id, *args, **kwargs)
             span.set_attribute(ATTEMPT, int(getattr(workflow, "attempt", 0)))
             return workflow
 

@@ -13,6 +13,7 @@ import pytest
 import stepledger as sl
 from stepledger.domain import events as ev
 from stepledger.errors import ToolDefinitionError
+from stepledger.kafka import Position
 from stepledger.testing import Crash, InMemoryEventLog, ManualClock, ledger_over
 
 CALLS: list[str] = []
@@ -81,3 +82,33 @@ def test_aworkflow_and_afinish_open_and_end_a_workflow_from_a_coroutine() -> Non
     asyncio.run(run())
     types = [e.type for e in log.workflow_events("w")]
     assert types == ["workflow_started", "step_intended", "step_outcome", "workflow_finished"]
+
+
+class _WhereAppended(InMemoryEventLog):
+    """Notes each event type with the way it was appended: on the loop or from a thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ways: list[tuple[str, str]] = []
+
+    def append(self, event: ev.Event) -> Position:
+        self.ways.append((event.type, "thread"))
+        return super().append(event)
+
+    async def append_async(self, event: ev.Event) -> Position:
+        self.ways.append((event.type, "loop"))
+        return super().append(event)
+
+
+def test_aworkflow_records_a_first_run_on_the_loop_and_a_resume_off_it() -> None:
+    """A new id's start goes the way ``astart``'s does (it may share a request under load);
+    a resume's claim and settling stay off the loop, as blocking reads do."""
+    log = _WhereAppended()
+
+    async def run() -> None:
+        ledger = ledger_over(log)
+        await ledger.aworkflow("w", name="trip")
+        await ledger.aworkflow("w")  # the log holds it, unfinished: a resume claims it
+
+    asyncio.run(run())
+    assert log.ways == [("workflow_started", "loop"), ("workflow_resumed", "thread")]

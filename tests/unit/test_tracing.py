@@ -138,3 +138,27 @@ def test_a_pipelined_outcome_is_an_outcome_sent_event_on_its_own_step_span(
     assert sent is not None and sent["stepledger.pipelined"] is True
     assert sent["stepledger.status"] == "succeeded"
     assert [e.name for e in second.events] == ["intent acknowledged", "outcome sent"]
+
+
+def test_an_asyncio_open_is_one_open_span_with_its_attempt_linked_to_the_caller(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """``aworkflow`` reads on a pool and may record on the loop: still one open span, linked
+    to the caller's span (the open ran on a pool thread, where the caller's span was not
+    current, so the link was lost)."""
+    log = InMemoryEventLog()
+    caller = TracerProvider().get_tracer("caller")
+
+    async def run() -> int:
+        ledger = ledger_over(log)
+        with caller.start_as_current_span("request") as request:
+            await ledger.aworkflow("wf-a")
+            await ledger.aworkflow("wf-a")  # a resume: attempt 2
+            return request.get_span_context().span_id
+
+    request_id = asyncio.run(run())
+    opens = [s for s in exporter.get_finished_spans() if s.name == "stepledger.workflow.open"]
+    attempts = [s.attributes["stepledger.attempt"] for s in opens if s.attributes is not None]
+    assert attempts == [1, 2]
+    assert {s.context.trace_id for s in opens} == {tracing.workflow_trace_id("wf-a")}
+    assert all([link.context.span_id for link in s.links] == [request_id] for s in opens)

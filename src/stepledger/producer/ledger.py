@@ -12,10 +12,8 @@ tools (pivots, approvals) are enforced on every step.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from stepledger.config import Settings
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
@@ -109,20 +107,29 @@ class Ledger:
         a violation raises SagaViolationError naming every problem.  Resuming a workflow
         past its ``max_attempts`` dead-letters it and raises WorkflowDeadLetteredError.
         """
-        steps = None if plan is None else tuple(plan_step(s) for s in plan)
-        spec = WorkflowSpec(name, read_only, max_attempts, steps, reason)
+        spec = _spec(name, read_only, max_attempts, plan, reason)
         return opening.open_workflow(self, workflow_id, spec)
 
-    async def aworkflow(self, workflow_id: str, **options: Any) -> Workflow:
-        """:meth:`workflow` for asyncio: reading and settling run off the event loop."""
+    async def aworkflow(
+        self,
+        workflow_id: str,
+        *,
+        name: str = "",
+        read_only: bool = False,
+        max_attempts: int = 5,
+        plan: Sequence[PlanStep | tuple[str, Tool]] | None = None,
+        reason: str | None = None,
+    ) -> Workflow:
+        """:meth:`workflow` for asyncio: reading and settling run off the event loop.
+
+        A first run's started event is recorded on the loop, as :meth:`astart` records it.
+        """
         # Not asyncio.to_thread: its default pool has min(32, cores + 4) threads, so with
         # more agents than that (6 on 2 cores) opens queued behind each other's reads.
         if self._open_pool is None:
             self._open_pool = ThreadPoolExecutor(_OPEN_THREADS, "stepledger-open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._open_pool, lambda: self.workflow(workflow_id, **options)
-        )
+        spec = _spec(name, read_only, max_attempts, plan, reason)
+        return await opening.aopen_workflow(self, workflow_id, spec, self._open_pool)
 
     def start(
         self, workflow_id: str, *, name: str = "", read_only: bool = False, max_attempts: int = 5
@@ -177,6 +184,17 @@ _OPEN_THREADS = 64
 #: first durable write (after ``connect()`` and the read) waits ~10 ms instead of the
 #: 0.5-1 s of librdkafka's producer-id retry timer (measured on the dev broker).
 LEDGER_PRODUCER = {"enable.sparse.connections": False}
+
+
+def _spec(
+    name: str,
+    read_only: bool,
+    max_attempts: int,
+    plan: Sequence[PlanStep | tuple[str, Tool]] | None,
+    reason: str | None,
+) -> WorkflowSpec:
+    steps = None if plan is None else tuple(plan_step(s) for s in plan)
+    return WorkflowSpec(name, read_only, max_attempts, steps, reason)
 
 
 def _redaction_key(settings: Settings) -> RedactionKey | None:

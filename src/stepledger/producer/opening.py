@@ -8,6 +8,10 @@ them, then start it (first run), restart it (a read-only workflow starts over), 
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from stepledger import tracing
@@ -39,6 +43,31 @@ class WorkflowSpec:
 @tracing.traced_open
 def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
     """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
+    workflow = read_for_open(ledger, workflow_id, spec)
+    if workflow.state.attempt == 0:
+        workflow.record(first_run(workflow, spec))
+        return workflow
+    return go_on(workflow, spec)
+
+
+@tracing.traced_aopen
+async def aopen_workflow(
+    ledger: Session, workflow_id: str, spec: WorkflowSpec, pool: Executor
+) -> Workflow:
+    """:func:`open_workflow` from a coroutine: the reads on ``pool``, a first run's start
+    recorded on the event loop (as ``astart`` records it, so it may share a request)."""
+    loop = asyncio.get_running_loop()
+    read = functools.partial(read_for_open, ledger, workflow_id, spec)
+    workflow = await loop.run_in_executor(pool, contextvars.copy_context().run, read)
+    if workflow.state.attempt == 0:
+        await workflow.arecord(first_run(workflow, spec))
+        return workflow
+    rest = functools.partial(go_on, workflow, spec)
+    return await loop.run_in_executor(pool, contextvars.copy_context().run, rest)
+
+
+def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
+    """The workflow as its log holds it (nothing recorded yet); a plan is checked first."""
     connect = getattr(ledger.log, "connect", None)
     if callable(connect):
         # The producer gets its connection and id while the log is read, not after.
@@ -48,9 +77,17 @@ def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
     read_only = state.read_only if state.attempt else spec.read_only
     if spec.plan is not None:
         ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
-    if state.attempt == 0:
-        workflow.record(_started(workflow, spec, 1, spec.read_only, spec.max_attempts))
-        return workflow
+    return workflow
+
+
+def first_run(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:
+    """The started event of a workflow the log does not hold yet."""
+    return _started(workflow, spec, 1, spec.read_only, spec.max_attempts)
+
+
+def go_on(workflow: Workflow, spec: WorkflowSpec) -> Workflow:
+    """Open a workflow the log holds: replay it finished, restart, resume or dead-letter it."""
+    state = workflow.state
     if state.status is RunStatus.DEAD_LETTERED:
         raise dead_lettered_error(state, state.escalation_id or "?")
     if state.status is not RunStatus.RUNNING:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Message
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from stepledger.config import Settings
 from stepledger.readers.index import Lookup, PartitionIndex
@@ -66,12 +67,58 @@ class _Watermarks:
 
 def test_a_catch_up_ends_only_exactly_at_the_fetched_watermark() -> None:
     index = _index_from(0)
+    index._one_broker = True
     for offset in range(3):
         index._take(_record(offset), set())  # read up to offset 2: next is 3
     for high, ends in ((5, False), (3, True), (2, False), (-1001, False)):
         at_end: set[tuple[str, int]] = set()
         index._reached(_Watermarks(high), {WHERE}, at_end)  # type: ignore[arg-type]
-        # 5: records left to read; 2: older than what was read (another broker's older
-        # reply, or a broker reporting short of its last record); -1001: none known yet.
+        # 5: records left to read; 2: a broker reporting short of its last record;
+        # -1001: none known yet.
         assert (WHERE in at_end) is ends, high
     assert index.watermark_ends == 1
+
+
+def test_with_several_brokers_only_the_partition_end_ends_a_catch_up() -> None:
+    """A former leader's late reply may have left its older watermark in librdkafka's cache,
+    even one equal to where the index is: the review's reproducer, in one step."""
+    index = _index_from(0)
+    for offset in range(3):
+        index._take(_record(offset), set())
+    at_end: set[tuple[str, int]] = set()
+    index._reached(_Watermarks(3), {WHERE}, at_end)  # type: ignore[arg-type]
+    assert at_end == set() and index.watermark_ends == 0
+
+
+def test_the_index_and_point_readers_read_from_leaders_even_with_a_client_rack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``-X client.rack`` a consumer may fetch from a follower, whose end lags records
+    the leader acknowledged: a read "to the end" would miss them."""
+    from stepledger.kafka import consumer as consumers
+    from stepledger.readers import index as indexes
+
+    made: list[dict[str, object]] = []
+
+    class Recorded:
+        def __init__(self, conf: dict[str, object]) -> None:
+            made.append(conf)
+
+        def list_topics(self, *args: object, **kwargs: object) -> object:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+        get_watermark_offsets = list_topics  # no broker here: the start is offset 0
+
+        def assign(self, parts: object) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(indexes, "Consumer", Recorded)
+    monkeypatch.setattr(consumers, "Consumer", Recorded)
+    settings = Settings(kafka={"client.rack": "rack-1"})
+    PartitionIndex(settings)._assigned({WHERE})
+    with consumers.assigned_consumer(settings, [], group="g"):
+        pass
+    assert [conf["client.rack"] for conf in made] == ["", ""]

@@ -48,6 +48,10 @@ FAST_CONSUMER = {
     "enable.partition.eof": True,
     "auto.offset.reset": "earliest",
 }
+#: Read from partition leaders only: with ``client.rack`` set (and a rack-aware replica
+#: selector on the brokers) librdkafka fetches from a follower, whose end lags records the
+#: leader acknowledged, so a read "to the end" would miss them.
+LEADER_ONLY = {"client.rack": ""}
 #: Group settings librdkafka refuses under KIP-848 (the broker owns them there).
 _CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 #: librdkafka's ``max.poll.interval.ms`` default: a longer session is refused by the client.
@@ -343,10 +347,15 @@ class GroupConsumer:
 def assigned_consumer(
     settings: Settings, starts: Iterable[KafkaPartition], *, group: str, **overrides: Any
 ) -> Iterator[Consumer]:
-    """A consumer reading fixed partitions from given offsets (no group join), closed on exit."""
+    """A consumer reading fixed partitions from given offsets (no group join), closed on exit.
+
+    It reads from partition leaders only, so a partition end it reports is the leader's.
+    """
     try:
         consumer = Consumer(
-            settings.client_config(**{**FAST_CONSUMER, "group.id": group, **overrides})
+            settings.client_config(
+                **{**FAST_CONSUMER, "group.id": group, **LEADER_ONLY, **overrides}
+            )
         )
     except KafkaException as exc:
         raise BrokerError(f"invalid Kafka consumer settings: {exc}", retryable=False) from exc

@@ -9,15 +9,17 @@ only the records written since the previous one (keys only, nothing decoded).
 
 Freshness: every lookup is answered after a catch-up that *began after the lookup was
 asked*, and a catch-up ends a partition at a partition-EOF reported by a fetch sent after
-it began (the partitions are assigned afresh at the index's offsets), or as soon as it has
-read exactly up to the high watermark such a fetch reported; never at a fresh ListOffsets
-(wrong on the dev broker).  So every record acknowledged before the lookup is indexed, as
-with a full read.  The watermark end matters under load: records keep landing while a
-catch-up reads, so a fetch that finds nothing new (the EOF) comes late; waiting for it
-took 8-15 ms p50 and ~9 fetches per catch-up (32 agents opening workflows, Kafka).  Only
-the partitions of the lookups being answered are read.  Concurrent lookups share one
-catch-up: one thread reads, the others wait for it.  Between catch-ups nothing is assigned
-and nothing is fetched.
+it began (the partitions are assigned afresh at the index's offsets), or, on a one-broker
+cluster, as soon as it has read exactly up to the high watermark such a fetch reported
+(see ``_reached``); never at a fresh ListOffsets (wrong on the dev broker).  The index
+reads from partition leaders only (``client.rack`` cleared): a follower's end lags the
+leader's.  So every record acknowledged before the lookup is indexed, as with a full read.
+The watermark end matters under load: records keep landing while a catch-up reads, so a
+fetch that finds nothing new (the EOF) comes late; waiting for it took 8-15 ms p50 and ~9
+fetches per catch-up (32 agents opening workflows, one Kafka broker).  Only the partitions
+of the lookups being answered are read.  Concurrent lookups share one catch-up: one thread
+reads, the others wait for it.  Between catch-ups nothing is assigned and nothing is
+fetched.
 
 Cost: one consumer lives as long as the index (a new one per catch-up cost 23-37 ms of
 connection, metadata and close per open, measured on Apache Kafka).  A catch-up that finds
@@ -48,7 +50,7 @@ from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.kafka.client import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from stepledger.kafka.consumer import FAST_CONSUMER
+from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY
 
 Partition = tuple[str, int]
 
@@ -135,6 +137,8 @@ class PartitionIndex:
         """Records read by every catch-up so far (what the index cost)."""
         self.watermark_ends = 0
         """Partitions a catch-up ended at the fetched high watermark, before their end event."""
+        self._one_broker = False
+        """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
         self._begun = 0
         self._finished = 0
@@ -288,10 +292,15 @@ class PartitionIndex:
         The watermark is the one librdkafka keeps from the fetch replies (no round trip).
         Read after a record of this catch-up (so after a fetch sent after the assignment),
         it is at least every offset acknowledged before the catch-up began, as the
-        partition end is.  Only an index ending exactly at it counts: a value from an older
-        reply (another broker's, across a leader change) or a watermark a broker reports
-        short of its last record leaves the partition to its end-of-partition event.
+        partition end is: one broker answers a consumer's fetches one at a time, in order.
+        With more than one broker it is not used: librdkafka writes the value from every
+        reply before it drops a reply from a partition's former leader, so a leader change
+        could leave an older value there, even one equal to where the index is.  Only an
+        index ending exactly at it counts: a broker reporting short of its last record
+        leaves the partition to its end-of-partition event.
         """
+        if not self._one_broker:
+            return
         for where in fresh - at_end:
             try:
                 _, high = consumer.get_watermark_offsets(TopicPartition(*where), cached=True)
@@ -305,19 +314,28 @@ class PartitionIndex:
         """The index's consumer, assigned to the targets at the index's offsets."""
         if self._consumer is None:
             wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
-            conf = {**FAST_CONSUMER, "group.id": _INDEX_GROUP, **wait}
+            conf = {**FAST_CONSUMER, "group.id": _INDEX_GROUP, **wait, **LEADER_ONLY}
             try:
                 self._consumer = Consumer(self.settings.client_config(**conf))
             except KafkaException as exc:
                 raise BrokerError(
                     f"invalid Kafka consumer settings: {exc}", retryable=False
                 ) from exc
+            self._one_broker = self._brokers(self._consumer) == 1
         starts = [TopicPartition(t, p, self._start(t, p)) for t, p in targets]
         try:
             self._consumer.assign(starts)
         except KafkaException as exc:
             raise BrokerError(f"indexing the log failed: {exc}") from exc
         return self._consumer
+
+    def _brokers(self, consumer: Consumer) -> int:
+        """How many brokers the cluster has (0 when the broker cannot say in time)."""
+        try:
+            listed = consumer.list_topics(self.settings.topic, timeout=_WATERMARK_TIMEOUT_S)
+        except KafkaException:
+            return 0
+        return len(listed.brokers)
 
     def _start(self, topic: str, partition: int) -> int:
         """Where a catch-up reads the partition from: where the index stopped, or its log start.

@@ -275,12 +275,12 @@ class PartitionIndex:
                 if batch:
                     progress = time.monotonic()
                 for msg in batch:
-                    if self._take(msg, at_end):
-                        where = (str(msg.topic()), int(msg.partition() or 0))
-                        fresh.add(where)
-                        if keep:
-                            for found in keep.get((where, msg.key() or b""), ()):
-                                found.records.append(msg.value() or b"")
+                    where = self._take(msg, at_end)
+                    if where is None:
+                        continue
+                    fresh.add(where)
+                    for found in keep.get((where, msg.key() or b""), ()) if keep else ():
+                        found.records.append(msg.value() or b"")
                 if batch and fresh:
                     self._reached(consumer, fresh, at_end)
         finally:
@@ -382,18 +382,18 @@ class PartitionIndex:
             with contextlib.suppress(KafkaException, RuntimeError):
                 consumer.close()
 
-    def _take(self, msg: Message, at_end: set[Partition]) -> bool:
-        """Index one record (True), or note a partition's end / skip a stale record (False)."""
+    def _take(self, msg: Message, at_end: set[Partition]) -> Partition | None:
+        """Index one record (its partition), or note a partition's end / skip a stale record."""
         where = (str(msg.topic()), int(msg.partition() or 0))
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 at_end.add(where)
-                return False
+                return None
             raise BrokerError(f"indexing the log failed: {err.str()}")
         offset = int(msg.offset() or 0)
         if offset < self._next.get(where, 0):
-            return False  # already indexed
+            return None  # already indexed
         expected = self._next.get(where, self._began.get(where, offset))
         if offset > expected:
             # Offsets skipped (a head deleted under the catch-up, or control records): what
@@ -402,7 +402,7 @@ class PartitionIndex:
         self._next[where] = offset + 1
         self.records += 1
         if where in self._overflowed:
-            return True
+            return where
         keys = self._first.setdefault(where, {})
         key = msg.key() or b""
         new = key not in keys
@@ -411,9 +411,9 @@ class PartitionIndex:
             self._keys += 1
             if self._keys > self.max_keys:
                 self._overflow(where)
-                return True
+                return where
         self._keep(where, key, new, offset, msg)
-        return True
+        return where
 
     def _keep(self, where: Partition, key: bytes, new: bool, offset: int, msg: Message) -> None:
         """Keep an unfinished workflow's record; a finished one's records are dropped."""

@@ -25,26 +25,43 @@ class FakeMessage:
         return 7
 
 
+#: What confluent-kafka's ``produce`` raises once librdkafka declared the client dead
+#: (measured on Apache Kafka 4.x with confluent-kafka 2.16: ``fatal()`` is false).
+REFUSED = KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+
+
 class FakeProducer:
-    """Acknowledges every record, or refuses each one with a fatal error once ``dead``."""
+    """Acknowledges every record, or refuses each one once ``dead``; ``die`` makes the next
+    ``poll`` raise the fatal error, as confluent-kafka does (never through ``error_cb``)."""
 
     def __init__(self, conf: dict[str, Any], *, dead: bool) -> None:
         self.conf, self.dead = conf, dead
         self.pending: list[Callable[[KafkaError | None, Any], None]] = []
         self.purged: list[Callable[[KafkaError | None, Any], None]] = []
         self.before_produce: Callable[[], None] | None = None
+        self.fatal: KafkaError | None = None
+
+    def die(self, reason: str = "unable to satisfy gap-less guarantee") -> None:
+        """The client dies; its records stay unreported until purged."""
+        self.dead = True
+        self.fatal = KafkaError(KafkaError._GAPLESS_GUARANTEE, reason, fatal=True)
 
     def produce(self, topic: str, value: Any, key: Any, **kw: Any) -> None:
         if self.before_produce is not None:
             self.before_produce()
         if self.dead:
-            fatal = KafkaError(KafkaError._FATAL, "fenced by a newer producer", fatal=True)
-            raise KafkaException(fatal)
+            raise KafkaException(REFUSED)
         self.pending.append(kw["on_delivery"])
 
     def poll(self, timeout: float = 0) -> int:
         # One report at a time, as librdkafka: a callback that raises stops the poll, and
         # the reports after it wait for the next one.
+        if self.fatal is not None:
+            fatal, self.fatal = self.fatal, None
+            raise KafkaException(fatal)
+        if self.dead and self.pending:  # a dead client reports nothing of its own
+            time.sleep(min(timeout, 0.01))
+            return 0
         served = 0
         while self.pending:
             served += 1
@@ -66,7 +83,7 @@ class FakeProducer:
 
     def flush(self, timeout: float = 0) -> int:
         self.poll()
-        return 0
+        return len(self)
 
 
 def made_clients(
@@ -91,7 +108,7 @@ def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
 ) -> None:
     made = made_clients(monkeypatch, lambda conf, made: FakeProducer(conf, dead=not made))
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
-    with pytest.raises(DurabilityError, match="fenced"):
+    with pytest.raises(DurabilityError, match="Fatal error"):
         producer.append("t", b"k", b"v")
     assert producer.append("t", b"k", b"v").offset == 7
     assert producer.append("t", b"k", b"v").offset == 7
@@ -99,16 +116,38 @@ def test_a_fatal_error_fails_that_record_and_the_next_one_gets_a_new_client(
     producer.close()
 
 
-def test_a_fatal_error_reported_through_the_error_callback_also_replaces_the_client(
+@pytest.mark.parametrize("served_by", ["the waiting thread", "the delivery thread"])
+def test_a_fatal_error_raised_by_poll_fails_the_held_records_at_once_and_replaces_the_client(
+    monkeypatch: pytest.MonkeyPatch, served_by: str
+) -> None:
+    """confluent-kafka raises a fatal error from ``poll`` and never calls ``error_cb`` with
+    it: the client was never replaced, and every later record was refused for good."""
+    made = made_clients(monkeypatch)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    producer.append("t", b"k", b"v")
+    if served_by == "the delivery thread":
+        producer._start_background_poller()
+    held = producer.queue("t", b"k", b"v")
+    made[0].die()
+    started = time.monotonic()
+    with pytest.raises(DurabilityError, match="purged"):
+        held()
+    assert time.monotonic() - started < 1.0  # its purge report, not the 3 s limit
+    assert producer.append("t", b"k", b"v").offset == 7
+    assert len(made) == 2
+    producer.close()
+
+
+def test_a_client_dying_while_closing_leaves_one_line_not_a_kafka_exception(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made = made_clients(monkeypatch)
     producer = DurableProducer(Settings(durable_timeout_s=1.0))
-    producer.append("t", b"k", b"v")
-    made[0].conf["error_cb"](KafkaError(KafkaError._FATAL, "idempotence", fatal=True))
-    producer.append("t", b"k", b"v")
-    assert len(made) == 2
-    producer.close()
+    held = producer.queue("t", b"k", b"v")
+    made[0].die()
+    producer.close()  # flush met the fatal error: the held record failed, nothing is left
+    with pytest.raises(DurabilityError, match="purged"):
+        held()
 
 
 def test_a_record_produced_into_a_client_just_replaced_is_still_reported(

@@ -182,7 +182,7 @@ class DurableProducer:
         # epoch forever on "unknown producer id"); a new client starts clean.
         if err.code() == KafkaError._MSG_TIMED_OUT:
             self._timeouts += 1
-        if err.fatal() or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
+        if _dead(err) or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
             self._fatal, self._timeouts = err, 0
 
     def connect(self) -> None:
@@ -219,7 +219,16 @@ class DurableProducer:
             if self._retired:
                 self._serve_retired()
             if self._producer is not None and not (waiting is not None and waiting.done()):
-                self._producer.poll(timeout)
+                try:
+                    self._producer.poll(timeout)
+                except KafkaException as exc:
+                    if not _is_fatal(exc):
+                        raise
+                    self._note(exc.args[0])
+        if self._fatal is not None:
+            # Now, not at the next record: the dead client's records fail through their
+            # purge reports instead of waiting out their time limit.
+            self._replace_after_fatal()
 
     def _serve_retired(self) -> None:
         """Serve the replaced clients' reports (under the poll lock); forget an empty one.
@@ -446,8 +455,19 @@ class DurableProducer:
     def _flush_own(self, timeout: float) -> int:
         with self._poll_lock:
             retired, self._retired = self._retired, []
-        remaining = sum(int(old.flush(timeout)) for old in retired)
-        return remaining + (0 if self._producer is None else int(self._producer.flush(timeout)))
+        remaining = sum(_flush_retired(old, timeout) for old in retired)
+        producer = self._producer
+        if producer is None:
+            return remaining
+        try:
+            return remaining + int(producer.flush(timeout))
+        except KafkaException as exc:
+            if not _is_fatal(exc):
+                raise
+            # The client died while flushing: what it held fails through its purge reports.
+            self._note(exc.args[0])
+            self._replace_after_fatal()
+            return remaining + self._flush_own(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush what is queued and stop the delivery threads."""
@@ -627,6 +647,29 @@ def _set_outcome(
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+def _dead(err: KafkaError) -> bool:
+    """True for an error by which librdkafka declares a client dead.
+
+    confluent-kafka never hands a fatal error to ``error_cb``: ``poll`` and ``flush`` raise
+    it (``fatal()`` true, the real cause's code); every ``produce`` after it raises ``_FATAL``
+    (``fatal()`` false).
+    """
+    return err.fatal() or err.code() == KafkaError._FATAL
+
+
+def _flush_retired(old: Producer, timeout: float) -> int:
+    """Serve a replaced client's last reports; what it still holds after ``timeout``."""
+    try:
+        return int(old.flush(timeout))
+    except KafkaException:  # it died already: a second fatal error changes nothing
+        return len(old)
+
+
+def _is_fatal(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and _dead(err)
 
 
 def _new_producer(conf: dict[str, Any]) -> Producer:

@@ -38,7 +38,7 @@ from stepledger.checkpoints.record import (
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
 from stepledger.kafka.client import Consumer, KafkaException, Message, TopicPartition
-from stepledger.kafka.consumer import assigned_consumer, partition_end
+from stepledger.kafka.consumer import assigned_consumer, partition_end, reading_to_end
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +168,7 @@ class CheckpointView:
         latest = self._latest.setdefault(partition, {})
         deadline = time.monotonic() + CATCH_UP_LIMIT_S
         starts = [TopicPartition(topic, partition, start)]
-        with assigned_consumer(
-            self.settings, starts, group=_GROUP, **{"fetch.wait.max.ms": 10}
-        ) as consumer:
+        with reading_to_end(self.settings, starts, group=_GROUP, fetch_wait_ms=10) as consumer:
             while True:
                 if time.monotonic() > deadline:
                     raise BrokerError(f"could not read {topic}[{partition}] to its end in time")

@@ -50,7 +50,7 @@ from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.kafka.client import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY
+from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY, longer_wait, starved_after
 
 Partition = tuple[str, int]
 
@@ -65,14 +65,8 @@ CATCH_UP_LIMIT_S = 120.0
 _BATCH = 5000
 _POLL_S = 0.01
 _INDEX_GROUP = wire.WORKFLOW_INDEX_GROUP
-#: The first fetch wait, and the longest (a plain consumer's): see the module doc.
+#: The first fetch wait (it grows while starved, up to a plain consumer's): see the module doc.
 FIRST_FETCH_WAIT_MS = 2
-MAX_FETCH_WAIT_MS = 500
-#: No record and no partition end for this many fetch waits (at least _STARVED_MIN_S): the
-#: broker cannot answer within the wait, so the wait grows (60k one-record batches on the
-#: dev broker: 2 -> 10 -> 50 -> 250 ms, 1.15x a plain read; 25 waits made it 3.5x).
-_STARVED_WAITS = 5
-_STARVED_MIN_S = 0.1
 #: How long asking a partition's log start may take.
 _WATERMARK_TIMEOUT_S = 5.0
 
@@ -358,13 +352,14 @@ class PartitionIndex:
         return max(0, int(low))
 
     def _starved_after(self) -> float:
-        return max(_STARVED_MIN_S, _STARVED_WAITS * self.fetch_wait_ms / 1000)
+        return starved_after(self.fetch_wait_ms)
 
     def _grow_wait(self) -> bool:
         """Take a consumer with a longer fetch wait (False: the wait is already the longest)."""
-        if self.fetch_wait_ms >= MAX_FETCH_WAIT_MS:
+        wait = longer_wait(self.fetch_wait_ms)
+        if wait is None:
             return False
-        self.fetch_wait_ms = min(MAX_FETCH_WAIT_MS, self.fetch_wait_ms * 5)
+        self.fetch_wait_ms = wait
         self._drop_consumer()
         return True
 

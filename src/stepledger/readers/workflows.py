@@ -37,8 +37,8 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, listed_topics
-from stepledger.kafka.client import Consumer, Message, TopicPartition
-from stepledger.kafka.consumer import assigned_consumer, partition_end
+from stepledger.kafka.client import Message, TopicPartition
+from stepledger.kafka.consumer import EndReader, partition_end, reading_to_end
 from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.readers.history import HistoryGuard
@@ -364,10 +364,10 @@ def follow_partition(
     return found
 
 
-def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextManager[Consumer]:
-    """A consumer assigned to fixed partitions and offsets (no group join), closed on exit."""
+def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextManager[EndReader]:
+    """A reader of fixed partitions from given offsets (no group join), closed on exit."""
     parts = [TopicPartition(t, p, o) for (t, p), o in starts.items()]
-    return assigned_consumer(settings, parts, group=_READER, **{"fetch.wait.max.ms": 10})
+    return reading_to_end(settings, parts, group=_READER, fetch_wait_ms=10)
 
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:

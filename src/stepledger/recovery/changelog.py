@@ -26,7 +26,7 @@ from stepledger.config import Settings
 from stepledger.errors import RecoveryError, StepLedgerError
 from stepledger.kafka import DurableProducer, Position
 from stepledger.kafka.client import TopicPartition
-from stepledger.kafka.consumer import assigned_consumer, partition_end
+from stepledger.kafka.consumer import partition_end, reading_to_end
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
 
 _READER_GROUP = wire.RECOVERY_CHANGELOG_GROUP
@@ -57,8 +57,8 @@ class KafkaCheckpointStore:
         deadline = time.monotonic() + RESTORE_LIMIT_S
         starts = [TopicPartition(self.topic, partition, 0)]
         try:
-            with assigned_consumer(
-                self.settings, starts, group=_READER_GROUP, **{"fetch.wait.max.ms": 10}
+            with reading_to_end(
+                self.settings, starts, group=_READER_GROUP, fetch_wait_ms=10
             ) as consumer:
                 while True:
                     if time.monotonic() > deadline:

@@ -240,3 +240,82 @@ def test_a_report_callback_that_raises_does_not_stop_the_delivery_thread(
     future = producer.send("t", b"k", b"v")
     assert future.cancel() or future.done()  # cancelled before its report: set quietly
     producer.close()
+
+
+def test_a_replaced_client_leaves_the_delivery_thread_waiting_not_spinning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Until a record makes the next client there is nothing to poll: each turn of the
+    delivery thread waits as a poll would (it spun at 100% CPU for the idle agent's life)."""
+    made = made_clients(monkeypatch)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    turns = [0]
+    serve = producer._poll_once
+
+    def counted(timeout: float, waiting: Any = None) -> None:
+        turns[0] += 1
+        serve(timeout, waiting)
+
+    monkeypatch.setattr(producer, "_poll_once", counted)
+    held = producer.queue("t", b"k", b"v")  # the delivery thread serves it
+    made[0].die()
+    with pytest.raises(DurabilityError, match="purged"):
+        held()
+    assert producer._producer is None  # replaced; no record since
+    turns[0] = 0
+    time.sleep(0.3)  # the idle time being measured, not a wait for a condition
+    assert turns[0] < 60, f"{turns[0]} turns in 0.3 s: the delivery thread spins"
+    producer.close()
+
+
+def test_a_dead_clients_refusal_does_not_condemn_its_healthy_successor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread took the client; it died and was replaced before the thread's produce, which
+    the dead client refused: the new client, holding another thread's record, stays."""
+    made = made_clients(monkeypatch)
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    producer.append("t", b"k", b"v")
+    first = made[0]
+
+    def died_and_replaced_meanwhile() -> None:
+        first.before_produce = None
+        first.dead = True
+        producer._note(KafkaError(KafkaError._GAPLESS_GUARANTEE, "gap", fatal=True))
+        producer._client()
+        assert len(made) == 2
+
+    first.before_produce = died_and_replaced_meanwhile
+    with pytest.raises(DurabilityError, match="Fatal error"):
+        producer.append("t", b"k", b"v")
+    assert producer._fatal is None
+    assert producer.append("t", b"k", b"v").offset == 7
+    assert len(made) == 2, "the healthy successor was replaced for its predecessor's refusal"
+    producer.close()
+
+
+class FullThenDead(FakeProducer):
+    """Its local queue is full; the poll that should drain it raises the fatal error."""
+
+    def produce(self, topic: str, value: Any, key: Any, **kw: Any) -> None:
+        if self.dead:
+            raise KafkaException(REFUSED)
+        self.die()
+        raise BufferError("queue full")
+
+
+def test_a_fatal_error_raised_while_the_local_queue_is_full_is_one_durability_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = made_clients(
+        monkeypatch,
+        lambda conf, made: (
+            FullThenDead(conf, dead=False) if not made else FakeProducer(conf, dead=False)
+        ),
+    )
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
+    with pytest.raises(DurabilityError, match="gap-less"):
+        producer.append("t", b"k", b"v")
+    assert producer.append("t", b"k", b"v").offset == 7  # on a new client
+    assert len(made) == 2
+    producer.close()

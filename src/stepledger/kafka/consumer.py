@@ -441,12 +441,15 @@ class EndReader:
         wait = longer_wait(self.fetch_wait_ms)
         if wait is None or self._consumer is None:
             return
-        logger.info("no answer within %d ms fetches: reading with %d ms", self.fetch_wait_ms, wait)
         parts = [KafkaPartition(t, p) for t, p in self._next]
-        with contextlib.suppress(KafkaException):
-            for tp in self._consumer.position(parts):  # past what was handed over
-                if tp.offset >= 0:
-                    self._next[(tp.topic, tp.partition)] = tp.offset
+        try:
+            reached = self._consumer.position(parts)  # past what was handed over
+        except KafkaException:
+            return  # a new consumer would hand over records again: read on as it is
+        for tp in reached:
+            if tp.offset >= 0:
+                self._next[(tp.topic, tp.partition)] = tp.offset
+        logger.debug("no answer within %d ms fetches: reading with %d ms", self.fetch_wait_ms, wait)
         self.close()
         self.fetch_wait_ms, self._progress = wait, now
         self.grown += 1

@@ -215,20 +215,32 @@ class DurableProducer:
     def _poll_once(self, timeout: float, waiting: _Waiting | None = None) -> None:
         # librdkafka's poll returns as soon as it served a report, so holding the lock
         # for one poll costs other waiters at most the time to the next report.
+        idle = False
         with self._poll_lock:
             if self._retired:
                 self._serve_retired()
-            if self._producer is not None and not (waiting is not None and waiting.done()):
-                try:
-                    self._producer.poll(timeout)
-                except KafkaException as exc:
-                    if not _is_fatal(exc):
-                        raise
-                    self._note(exc.args[0])
+            if waiting is not None and waiting.done():
+                pass
+            elif self._producer is None:
+                idle = True  # replaced, and no record made a new client yet
+            else:
+                self._poll_client(self._producer, timeout)
         if self._fatal is not None:
             # Now, not at the next record: the dead client's records fail through their
             # purge reports instead of waiting out their time limit.
             self._replace_after_fatal()
+        elif idle:
+            self._closed.wait(timeout)  # nothing to poll: wait as a poll would, not spin
+
+    def _poll_client(self, producer: Producer, timeout: float) -> None:
+        """Poll one client; a fatal error it raises condemns it if it is still the current one."""
+        try:
+            producer.poll(timeout)
+        except KafkaException as exc:
+            if not _is_fatal(exc):
+                raise
+            if producer is self._producer:
+                self._note(exc.args[0])
 
     def _serve_retired(self) -> None:
         """Serve the replaced clients' reports (under the poll lock); forget an empty one.
@@ -440,10 +452,19 @@ class DurableProducer:
                     deadline = time.monotonic() + self._settings.durable_timeout_s
                 elif time.monotonic() > deadline:
                     raise DurabilityError("local produce queue stayed full") from None
-                producer.poll(0.01)
+                try:
+                    self._poll_client(producer, 0.01)
+                except KafkaException as exc:
+                    raise DurabilityError(f"produce refused: {exc}") from exc
+                fatal = self._fatal
+                if fatal is not None:
+                    raise DurabilityError(
+                        f"produce refused: the client died: {fatal.str()}"
+                    ) from None
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                if isinstance(error, KafkaError):
+                # A client replaced meanwhile says nothing of its successor.
+                if isinstance(error, KafkaError) and producer is self._producer:
                     self._note(error)
                 raise DurabilityError(f"produce refused: {exc}") from exc
 

@@ -35,6 +35,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, ConfigError, StepLedgerError
 from stepledger.kafka.broker import topic_partitions
 from stepledger.kafka.producer import Headers, Position, position_of
+from stepledger.kafka.release import close_within
 
 logger = logging.getLogger(__name__)
 
@@ -363,7 +364,7 @@ def assigned_consumer(
         consumer.assign(list(starts))
         yield consumer
     finally:
-        consumer.close()
+        close_within(consumer.close, "consumer")
 
 
 #: The longest fetch wait a starved read grows to (a plain consumer's default).
@@ -459,8 +460,7 @@ class EndReader:
         """Close the consumer."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                consumer.close()
+            close_within(consumer.close, "consumer")
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError, DurabilityError
 from stepledger.kafka.lanes import LINGERING, Batching, Lanes
+from stepledger.kafka.release import drop_within
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
 Headers = list[tuple[str, bytes | None]]
@@ -503,7 +504,9 @@ class DurableProducer:
         self._closed.set()
         if self._poller is not None:
             self._poller.join(timeout=1.0)
+        held: list[Any] = [self._producer]
         self._producer = None
+        drop_within(held, "producer")
         if remaining:
             raise DurabilityError(f"{remaining} records were not acknowledged before close")
 

@@ -41,7 +41,6 @@ lookups answer "from the beginning" (a full read of the partition: correct, slow
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.kafka.client import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY, longer_wait, starved_after
+from stepledger.kafka.release import close_within
 
 Partition = tuple[str, int]
 
@@ -373,9 +373,7 @@ class PartitionIndex:
     def _drop_consumer(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            # Closing a consumer the broker lost is not worth an error.
-            with contextlib.suppress(KafkaException, RuntimeError):
-                consumer.close()
+            close_within(consumer.close, "consumer")
 
     def _take(self, msg: Message, at_end: set[Partition]) -> Partition | None:
         """Index one record (its partition), or note a partition's end / skip a stale record."""

@@ -352,6 +352,17 @@ def assigned_consumer(
 
     It reads from partition leaders only, so a partition end it reports is the leader's.
     """
+    consumer = _assigned_client(settings, starts, group, overrides)
+    try:
+        yield consumer
+    finally:
+        close_within(consumer.close, "consumer")
+
+
+def _assigned_client(
+    settings: Settings, starts: Iterable[KafkaPartition], group: str, overrides: dict[str, Any]
+) -> Consumer:
+    """A consumer (no group join, leaders only) assigned to fixed partitions and offsets."""
     try:
         consumer = Consumer(
             settings.client_config(
@@ -362,9 +373,10 @@ def assigned_consumer(
         raise BrokerError(f"invalid Kafka consumer settings: {exc}", retryable=False) from exc
     try:
         consumer.assign(list(starts))
-        yield consumer
-    finally:
+    except KafkaException as exc:
         close_within(consumer.close, "consumer")
+        raise BrokerError(f"reading the log failed: {exc}") from exc
+    return consumer
 
 
 #: The longest fetch wait a starved read grows to (a plain consumer's default).
@@ -410,22 +422,13 @@ class EndReader:
         self._consumer: Consumer | None = None
         self._progress = time.monotonic()
         self.grown = 0
-        """How often the wait grew (for tests and logs)."""
+        """How often the wait grew."""
         self._open()
 
     def _open(self) -> None:
-        conf = {**FAST_CONSUMER, "group.id": self._group, **LEADER_ONLY}
-        conf["fetch.wait.max.ms"] = self.fetch_wait_ms
-        try:
-            consumer = Consumer(self._settings.client_config(**conf))
-        except KafkaException as exc:
-            raise BrokerError(f"invalid Kafka consumer settings: {exc}", retryable=False) from exc
-        try:
-            consumer.assign([KafkaPartition(t, p, o) for (t, p), o in self._next.items()])
-        except KafkaException as exc:
-            consumer.close()
-            raise BrokerError(f"reading the log failed: {exc}") from exc
-        self._consumer = consumer
+        starts = [KafkaPartition(t, p, o) for (t, p), o in self._next.items()]
+        wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
+        self._consumer = _assigned_client(self._settings, starts, self._group, wait)
 
     def consume(self, limit: int, timeout: float) -> list[Message]:
         """Up to ``limit`` records and events, as ``Consumer.consume``."""

@@ -216,15 +216,13 @@ class DurableProducer:
     def _poll_once(self, timeout: float, waiting: _Waiting | None = None) -> None:
         # librdkafka's poll returns as soon as it served a report, so holding the lock
         # for one poll costs other waiters at most the time to the next report.
-        idle = False
         with self._poll_lock:
             if self._retired:
                 self._serve_retired()
-            if waiting is not None and waiting.done():
-                pass
-            elif self._producer is None:
-                idle = True  # replaced, and no record made a new client yet
-            else:
+            served = waiting is not None and waiting.done()
+            # None: replaced, and no record made a new client yet.
+            idle = self._producer is None and not served
+            if self._producer is not None and not served:
                 self._poll_client(self._producer, timeout)
         if self._fatal is not None:
             # Now, not at the next record: the dead client's records fail through their

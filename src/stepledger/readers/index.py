@@ -263,7 +263,7 @@ class PartitionIndex:
                 now = time.monotonic()
                 if now > deadline:
                     raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
-                if now - progress > self._starved_after() and self._grow_wait():
+                if now - progress > starved_after(self.fetch_wait_ms) and self._grow_wait():
                     consumer, progress = self._assigned(targets - at_end), now
                 batch = _next_batch(consumer)
                 if batch:
@@ -350,9 +350,6 @@ class PartitionIndex:
             return 0  # the reset to the earliest offset still finds the start (not recorded)
         self._began[(topic, partition)] = max(0, int(low))
         return max(0, int(low))
-
-    def _starved_after(self) -> float:
-        return starved_after(self.fetch_wait_ms)
 
     def _grow_wait(self) -> bool:
         """Take a consumer with a longer fetch wait (False: the wait is already the longest)."""

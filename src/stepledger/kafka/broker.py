@@ -89,3 +89,27 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"cannot create topic {topic!r}: {exc}") from None
+    _await_listed(client, {t.topic for t in missing}, time.monotonic() + timeout)
+
+
+def _await_listed(client: AdminClient, topics: set[str], deadline: float) -> None:
+    """Wait, bounded, until the broker lists each created topic with its partitions.
+
+    A create is acknowledged once the controller committed it; brokers learn of it after
+    (under load, a metadata request right after the create on Apache Kafka still answered
+    "unknown topic"), and a daemon started at once would take the topic for missing."""
+    while True:
+        try:
+            meta = client.list_topics(timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            raise BrokerError(f"cannot reach Kafka: {exc}") from None
+        waiting = {
+            t
+            for t in topics
+            if (info := meta.topics.get(t)) is None or info.error is not None or not info.partitions
+        }
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"created topics {sorted(waiting)} are not listed by the broker yet")
+        time.sleep(0.05)

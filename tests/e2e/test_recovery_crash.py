@@ -34,6 +34,8 @@ from tests.e2e.recovery_helpers import (
 pytestmark = pytest.mark.e2e
 #: Resolution must land within deadline + grace + this many seconds.
 SLACK_S = 4.0
+#: A call that ends after recovery decided: past the latest decision the tests allow.
+LATE_S = TOOL_TIMEOUT_S + GRACE_S + SLACK_S + 1.5
 CHARGE = {"amount": 1200, "currency": "EUR", "customer": "cus_1"}
 BOOKING = {"hotel": "Hotel Lisboa", "nights": 2}
 MAIL = {"to": "ana@example.com", "subject": "receipt", "body": "thanks"}
@@ -189,7 +191,9 @@ def test_slow_agent_late_outcome_is_recorded_as_superseded(
     stack: Stack, module_settings: Settings, watcher: LogWatcher
 ) -> None:
     workflow = new_id()
-    agent = stack.run_agent(module_settings, PAYMENTS, workflow, "s", CHARGE, slow=3.0, wait=False)
+    agent = stack.run_agent(
+        module_settings, PAYMENTS, workflow, "s", CHARGE, slow=LATE_S, wait=False
+    )
     step = resolved(watcher, workflow)
     assert step.resolved_by is Source.RECOVERY_QUERY and step.status is StepStatus.SUCCEEDED
     assert agent.wait(timeout=30) == 0
@@ -212,7 +216,13 @@ def test_late_effect_after_compensation_conflicts_and_escalates(
     # call unless asked to ignore the void, see test_example_services).
     workflow = new_id()
     agent = stack.run_agent(
-        module_settings, BOOKINGS, workflow, "s", BOOKING, fault="delay=3,ignore-void", wait=False
+        module_settings,
+        BOOKINGS,
+        workflow,
+        "s",
+        BOOKING,
+        fault=f"delay={LATE_S},ignore-void",
+        wait=False,
     )
     step = resolved(watcher, workflow)
     assert step.status is StepStatus.COMPENSATED

@@ -134,7 +134,7 @@ def test_records_a_replaced_lingering_client_held_are_reported_and_counted(
             held = [producer.queue(topic, b"k%d" % n, b"v", may_linger=True) for n in range(100)]
             producer._lingering._note(KafkaError(KafkaError._FATAL, "test", fatal=True))
             producer.queue(topic, b"trigger", b"t", may_linger=True)()  # the new lingering client
-            deadline = time.monotonic() + 1.5  # well before any wait's own limit (4 s)
+            deadline = time.monotonic() + 3.0  # still before any wait's own limit (4 s)
             while lanes.in_flight and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert lanes.in_flight == 0, f"round {round_}: {lanes.in_flight} never reported"

@@ -82,8 +82,8 @@ def ctrl_c():
     busy_from = time.process_time()
     while time.process_time() < busy_from + 0.5:  # DuckDB is running the statement
         time.sleep(0.01)
-    os.kill(os.getpid(), signal.SIGINT)
     sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 sent = []

@@ -34,6 +34,7 @@ from stepledger.projector.schema import TABLES
 from tests.integration.projector_helpers import projecting
 from tests.unit.secret_leaks import ARGS, CARD, NOTE, leaks, secret_tool
 
+TOOL_TIMEOUT_S = 2.0
 WF = "secret-trip"
 
 
@@ -53,7 +54,8 @@ def run_workflow(settings: Settings) -> dict[str, Any]:
         seen.append(args)
         raise RuntimeError(f"lookup failed for {args}")
 
-    tool = secret_tool(query=query, timeout_s=0.3, max_attempts=1)
+    # Room for an intent's acknowledgement on a busy machine (0.3 s was once too short).
+    tool = secret_tool(query=query, timeout_s=TOOL_TIMEOUT_S, max_attempts=1)
     options = ResumeOptions(grace_s=0, resolve_timeout_s=20)
     with Ledger(settings, tools=[tool], options=options) as ledger:
         wf = ledger.workflow(WF)
@@ -72,7 +74,7 @@ def run_workflow(settings: Settings) -> dict[str, Any]:
         with pytest.raises(StepInDoubtError) as doubt:
             wf.step("doubt", tool, ARGS, fn=timed_out)
         context = render(wf.context())
-        time.sleep(0.4)  # past the intent's deadline: the resume settles the step
+        time.sleep(TOOL_TIMEOUT_S + 0.1)  # past the intent's deadline: the resume settles it
         resumed = ledger.workflow(WF)
         assert resumed.state.steps["doubt"].escalation_open
     assert seen and all(args["card"] == MARKER for args in seen)

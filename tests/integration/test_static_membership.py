@@ -47,7 +47,7 @@ class Member:
                 projector_command(
                     settings,
                     shards,
-                    *("--session-timeout", "10", "--snapshot-interval", "0.3"),
+                    *("--session-timeout", "30", "--snapshot-interval", "0.3"),
                     *("--instance-id", instance, "--group-protocol", protocol),
                 ),
                 stdout=subprocess.DEVNULL,

@@ -92,4 +92,5 @@ def test_an_unanswered_record_fails_at_its_limit_not_up_to_a_sweep_later() -> No
         return late
 
     late = asyncio.run(lateness())
-    assert all(-0.01 < s < 0.2 for s in late), late
+    # The bug was 0.48-0.50 s late; a busy machine's loop wake-up stays well under 0.35 s.
+    assert all(-0.01 < s < 0.35 for s in late), late

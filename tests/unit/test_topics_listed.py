@@ -26,19 +26,22 @@ class Metadata:
 
 @dataclass
 class LateAdmin:
-    """An admin client whose broker learns of a created topic after `lists` more requests,
-    as Apache Kafka's brokers do under load (the controller acknowledges first)."""
+    """An admin client whose broker lists a created topic only from its ``late``-th listing
+    after the create on, as Apache Kafka's brokers do under load (the controller answers the
+    create first)."""
 
-    lists: int
+    late: int
     known: dict[str, Topic] = field(default_factory=dict)
     created: dict[str, Topic] = field(default_factory=dict)
     requests: int = 0
+    after_create: int = 0
 
     def list_topics(self, timeout: float) -> Metadata:
         self.requests += 1
-        if self.created and self.lists <= 0:
-            self.known.update(self.created)
-        self.lists -= 1 if self.created else 0
+        if self.created:
+            self.after_create += 1
+            if self.after_create >= self.late:
+                self.known.update(self.created)
         return Metadata(dict(self.known))
 
     def create_topics(self, new: list[Any], operation_timeout: float) -> dict[str, Any]:
@@ -57,17 +60,17 @@ SETTINGS = Settings(bootstrap="127.0.0.1:9")
 def test_ensure_topics_returns_once_the_broker_lists_what_it_created(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client = LateAdmin(lists=3)
+    client = LateAdmin(late=4)
     monkeypatch.setattr(broker, "admin", lambda _settings: client)
     broker.ensure_topics(SETTINGS, ["events", "dlq"], partitions=2)
     assert set(client.known) == {"events", "dlq"}
-    assert client.requests == 1 + 4  # the listing before the create, then until listed
+    assert client.requests == 1 + 4  # the listing before the create, then four after it
 
 
 def test_a_topic_never_listed_is_one_broker_error_within_the_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client = LateAdmin(lists=10**9)
+    client = LateAdmin(late=10**9)
     monkeypatch.setattr(broker, "admin", lambda _settings: client)
     started = time.monotonic()
     with pytest.raises(BrokerError, match=r"\['events'\] are not listed"):

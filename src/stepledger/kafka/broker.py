@@ -46,10 +46,14 @@ def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> li
 
 def listed_topics(settings: Settings, timeout: float = 5.0) -> dict[str, list[int]]:
     """Every topic the broker lists, with its partitions; BrokerError if unreachable."""
+    return _listed(admin(settings), settings, timeout)
+
+
+def _listed(client: AdminClient, settings: Settings, timeout: float) -> dict[str, list[int]]:
     try:
         # A metadata request naming the topic would auto-create it on some brokers (Tansu
         # does): list every topic instead, so an unknown topic is reported, not created.
-        meta = admin(settings).list_topics(timeout=timeout)
+        meta = client.list_topics(timeout=timeout)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
     return {
@@ -89,27 +93,16 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"cannot create topic {topic!r}: {exc}") from None
-    _await_listed(client, {t.topic for t in missing}, time.monotonic() + timeout)
-
-
-def _await_listed(client: AdminClient, topics: set[str], deadline: float) -> None:
-    """Wait, bounded, until the broker lists each created topic with its partitions.
-
-    A create is acknowledged once the controller committed it; brokers learn of it after
-    (under load, a metadata request right after the create on Apache Kafka still answered
-    "unknown topic"), and a daemon started at once would take the topic for missing."""
+    # A create is acknowledged once the controller committed it; a broker learns of the
+    # topic after (under load, Apache Kafka still answered "unknown topic" right after), and
+    # a daemon started at once would take it for missing: wait, bounded, until it is listed.
+    created = {t.topic for t in missing}
+    deadline = time.monotonic() + timeout
     while True:
-        try:
-            meta = client.list_topics(timeout=max(0.1, deadline - time.monotonic()))
-        except KafkaException as exc:
-            raise BrokerError(f"cannot reach Kafka: {exc}") from None
-        waiting = {
-            t
-            for t in topics
-            if (info := meta.topics.get(t)) is None or info.error is not None or not info.partitions
-        }
+        listed = _listed(client, settings, max(0.1, deadline - time.monotonic()))
+        waiting = sorted(created - listed.keys())
         if not waiting:
             return
         if time.monotonic() >= deadline:
-            raise BrokerError(f"created topics {sorted(waiting)} are not listed by the broker yet")
+            raise BrokerError(f"created topics {waiting} are not listed by the broker yet")
         time.sleep(0.05)

@@ -21,6 +21,7 @@ BENCHES = (
     "recovery",
     "resume",
     "open",
+    "opens",
     "inbox",
     "scale",
     "peers",

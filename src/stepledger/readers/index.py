@@ -131,10 +131,11 @@ class PartitionIndex:
         """Records read by every catch-up so far (what the index cost)."""
         self.watermark_ends = 0
         """Partitions a catch-up ended at the fetched high watermark, before their end event."""
+        self.catch_ups = 0
+        """Catch-ups begun (concurrent lookups share one)."""
         self._one_broker = False
         """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
-        self._begun = 0
         self._finished = 0
         self._running = False
         self._lookups: list[Lookup] = []
@@ -219,7 +220,7 @@ class PartitionIndex:
     def _run_one(self, left: float) -> None:
         """Drive one catch-up of the waiting lookups' partitions (called holding the lock)."""
         self._running = True
-        self._begun += 1
+        self.catch_ups += 1
         covered = [f for f in self._lookups if not f.done]
         targets = {f.partition for f in covered}
         for found in covered:

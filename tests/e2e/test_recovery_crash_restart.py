@@ -20,7 +20,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus
 from stepledger.kafka import DurableProducer
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.consumer import Record, read_topic
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import LogWatcher, Stack, services_stack, stop, wait_for
@@ -72,12 +72,14 @@ def test_hook_that_always_fails_stops_at_max_attempts_and_is_dead_lettered(
     [abandonment] = [e for e in events if isinstance(e.body, ev.StepAbandoned)]
     assert isinstance(abandonment.body, ev.StepAbandoned)
     assert "3 recovery attempts failed" in abandonment.body.reason
-    letters = list(
-        read_topic(
-            settings, codec_for(settings), topic=settings.dlq_topic, idle_timeout=0.2, max_time=20
-        )
-    )
-    [letter] = letters
+
+    def letters() -> list[Record] | None:
+        # A read that stops after 0.2 s without a record found none on a busy machine (a
+        # new consumer's first fetch came later): read again until the letter is there.
+        dlq = settings.dlq_topic
+        return list(read_topic(settings, codec_for(settings), topic=dlq, idle_timeout=0.2)) or None
+
+    [letter] = wait_for(letters, 20, "the dead letter")
     assert letter.event is not None and letter.event.event_id == abandonment.event_id
     info = dead_letter_info(letter.headers)
     assert info["stage"] == "recovery" and "3 recovery attempts" in info["error"]

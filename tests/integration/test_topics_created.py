@@ -18,7 +18,9 @@ from stepledger.config import Settings
 from stepledger.kafka import ensure_topics, topic_partitions
 from tests.conftest import unique
 
-SPIN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+SPIN = (
+    "import os, time\nos.nice(19)\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+)
 
 
 @pytest.fixture

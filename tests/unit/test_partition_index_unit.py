@@ -118,7 +118,87 @@ def test_the_index_and_point_readers_read_from_leaders_even_with_a_client_rack(
     monkeypatch.setattr(indexes, "Consumer", Recorded)
     monkeypatch.setattr(consumers, "Consumer", Recorded)
     settings = Settings(kafka={"client.rack": "rack-1"})
-    PartitionIndex(settings)._assigned({WHERE})
+    PartitionIndex(settings)._assigned({WHERE}, True)
     with consumers.assigned_consumer(settings, [], group="g"):
         pass
     assert [conf["client.rack"] for conf in made] == ["", ""]
+
+
+class _Tail:
+    """A consumer already assigned: it hands out what it fetched, oldest first."""
+
+    def __init__(self, *queued: Message) -> None:
+        self.queued = list(queued)
+        self.assigned: list[object] = []
+
+    def consume(self, n: int, timeout: float) -> list[Message]:
+        batch, self.queued = self.queued[:n], self.queued[n:]
+        return batch
+
+    def poll(self, timeout: float) -> Message | None:
+        return None
+
+    def assign(self, parts: object) -> None:
+        self.assigned.append(parts)
+
+    def unassign(self) -> None:
+        self.assigned.append(None)
+
+    def close(self) -> None:
+        pass
+
+
+def _tailed(*queued: Message) -> tuple[PartitionIndex, _Tail]:
+    index = _index_from(0)
+    tail = _Tail(*queued)
+    index._consumer, index._tailing = tail, {WHERE}  # type: ignore[assignment]
+    index._next[WHERE] = 0  # tailed from offset 0: nothing read yet
+    return index, tail
+
+
+def _eof(offset: int) -> Message:
+    return Message(
+        topic=WHERE[0], partition=WHERE[1], offset=offset,
+        error=KafkaError(KafkaError._PARTITION_EOF),
+    )
+
+
+def test_a_bounded_lookup_reads_the_tail_through_its_bound_and_assigns_nothing() -> None:
+    # An end fetched before the lookup (offset 1) must not end it: record 3 is the bound.
+    index, tail = _tailed(_record(0, b"x"), _eof(1), _record(1, b"x"), _record(2), _record(3))
+    found = index.lookup(WHERE, b"wf", through=3)
+    assert tail.assigned == [] and index.assignments == 0
+    assert index._next[WHERE] == 4
+    assert found.first == 2 and found.records == [b"v", b"v"] and found.complete
+
+
+def test_a_bound_the_tail_passed_already_reads_nothing() -> None:
+    index, tail = _tailed(_record(0), _record(1, b"later"))
+    index.lookup(WHERE, b"wf", through=0)
+    left = list(tail.queued)
+    assert index.lookup(WHERE, b"wf", through=0).first == 0
+    assert tail.queued == left  # nothing consumed for the second lookup
+
+
+def test_an_unbounded_lookup_assigns_afresh_and_ignores_what_the_tail_fetched_before() -> None:
+    index, tail = _tailed(_eof(0))
+
+    def fresh(parts: object) -> None:
+        tail.assigned.append(parts)
+        tail.queued = [_record(0), _eof(1)]  # librdkafka drops what was fetched before
+
+    tail.assign = fresh  # type: ignore[method-assign]
+    found = index.lookup(WHERE, b"wf")
+    assert tail.assigned[0] is None and index.assignments == 1  # unassigned, then assigned
+    assert found.first == 0
+
+
+def test_unseen_needs_a_tail_read_from_offset_0_that_never_saw_the_key() -> None:
+    index, _ = _tailed(_record(0, b"known"))
+    index.lookup(WHERE, b"known", through=0)
+    assert index.unseen(WHERE, b"new") and not index.unseen(WHERE, b"known")
+    index._began.pop(WHERE)  # a skipped offset: the proof from offset 0 is gone
+    assert not index.unseen(WHERE, b"new")
+    index._began[WHERE] = 0
+    index._tailing = set()  # idle: unassigned, the index no longer follows the partition
+    assert not index.unseen(WHERE, b"new")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -24,6 +26,7 @@ from stepledger.producer import fence
 from stepledger.producer.session import Session
 from stepledger.producer.settling import settle_known
 from stepledger.producer.workflow import Workflow
+from stepledger.readers.workflows import BoundedReader
 from stepledger.terminal import shell_arg
 
 STAGE = "resume"
@@ -43,6 +46,15 @@ class WorkflowSpec:
 @tracing.traced_open
 def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
     """Start, restart or resume a workflow from its log; past its limit, dead-letter it."""
+    guessed = from_tail(ledger, workflow_id, spec)
+    if guessed is not None:
+        claimed = first_claim(guessed, spec)
+        guessed.reload(through=guessed.record(claimed))
+        if not held(guessed, claimed):
+            return go_on(guessed, spec)
+        if guessed.state.attempt > 1:
+            settle_known(guessed)
+        return guessed
     workflow = read_for_open(ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
         workflow.record(first_run(workflow, spec))
@@ -55,15 +67,88 @@ async def aopen_workflow(
     ledger: Session, workflow_id: str, spec: WorkflowSpec, pool: Executor
 ) -> Workflow:
     """:func:`open_workflow` from a coroutine: the reads on ``pool``, a first run's start
-    recorded on the event loop (as ``astart`` records it, so it may share a request)."""
+    (or a claim made from the tail) recorded on the event loop, as ``astart`` records it,
+    so it may share a request."""
     loop = asyncio.get_running_loop()
-    read = functools.partial(read_for_open, ledger, workflow_id, spec)
-    workflow = await loop.run_in_executor(pool, contextvars.copy_context().run, read)
+
+    def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        call = functools.partial(fn, *args, **kwargs)
+        return loop.run_in_executor(pool, contextvars.copy_context().run, call)
+
+    guessed = from_tail(ledger, workflow_id, spec)
+    if guessed is not None:
+        claimed = first_claim(guessed, spec)
+        await off_loop(guessed.reload, through=await guessed.arecord(claimed))
+        if not held(guessed, claimed):
+            return await off_loop(go_on, guessed, spec)
+        if guessed.state.attempt > 1:
+            await off_loop(settle_known, guessed)
+        return guessed
+    workflow: Workflow = await off_loop(read_for_open, ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
         await workflow.arecord(first_run(workflow, spec))
         return workflow
-    rest = functools.partial(go_on, workflow, spec)
-    return await loop.run_in_executor(pool, contextvars.copy_context().run, rest)
+    return await off_loop(go_on, workflow, spec)
+
+
+def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow | None:
+    """The workflow as the reader's tail last saw it, when an open may claim it first.
+
+    No round trip.  The reader tails the workflow's partition from offset 0 and either
+    never saw the id (a first run: its started event is recorded first) or holds its whole
+    history, running and resumable (a resume: its claim is recorded first).  Either way
+    the log is then read only through that record (``read_through``): everything
+    acknowledged before it lies below it, so no fresh end is waited for.  What the tail
+    had not read yet is in that read, and :func:`held` judges the claim on it.  None: read
+    first (any other case).  A plan is checked before anything is recorded.
+    """
+    reader = ledger.reader
+    if not isinstance(reader, BoundedReader):
+        return None
+    if reader.unseen(workflow_id):
+        workflow = Workflow(ledger, workflow_id)
+    else:
+        events = reader.tailed(workflow_id)
+        if not events:
+            return None
+        workflow = Workflow(ledger, workflow_id, events)
+        state = workflow.state
+        resumable = state.status is RunStatus.RUNNING and not state.read_only
+        if not resumable or state.attempt + 1 > state.max_attempts:
+            return None  # finished, restarted, dead-lettered: the read-first path decides
+    read_only = workflow.state.read_only if workflow.state.attempt else spec.read_only
+    if spec.plan is not None:
+        ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
+    return workflow
+
+
+def first_claim(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:
+    """The started event of an unseen id, or the next attempt's claim of a running one."""
+    state = workflow.state
+    if state.attempt == 0:
+        return first_run(workflow, spec)
+    return workflow.ledger.events.workflow_resumed(
+        workflow.workflow_id, attempt=state.attempt + 1, reason=spec.reason, runner=workflow.runner
+    )
+
+
+def held(workflow: Workflow, claimed: ev.Event) -> bool:
+    """True when a claim recorded from the tail stands, read back through itself.
+
+    A started event stands when the log held nothing of the workflow before it; a resume's
+    claim when the fold gives this runner the attempt it claimed, the workflow running (what
+    landed before it is in the state, as after any claim).  Otherwise another runner got
+    there first, past where the tail had read: the claim owns nothing (the fold records a
+    competing or stale claim) and the open goes on from the log as a read-first open would.
+    The caller then settles what a standing resume's claim left in doubt, as
+    :func:`claim`'s caller does.
+    """
+    state = workflow.state
+    if isinstance(claimed.body, ev.WorkflowStarted):
+        return state.seen == {claimed.event_id}
+    if state.runner != workflow.runner or state.attempt != workflow.epoch:
+        return False
+    return state.status is RunStatus.RUNNING
 
 
 def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
@@ -117,8 +202,7 @@ def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
     resumed = ledger.events.workflow_resumed(
         workflow.workflow_id, attempt=attempt, reason=reason, runner=workflow.runner
     )
-    workflow.record(resumed)
-    workflow.reload()
+    workflow.reload(through=workflow.record(resumed))
     fence.ensure_claimed(workflow.state, workflow.runner, workflow.epoch)
 
 

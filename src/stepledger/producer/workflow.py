@@ -53,6 +53,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
+from stepledger.readers.workflows import BoundedReader
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
@@ -223,10 +224,18 @@ class Workflow:
             for event in events:
                 self.state.apply(event)
 
-    def reload(self) -> None:
-        """Read the workflow again and fold it afresh: the log's first decisions win."""
+    def reload(self, through: Position | None = None) -> None:
+        """Read the workflow again and fold it afresh: the log's first decisions win.
+
+        ``through``: where one of this handle's own records landed (a claim); the read may
+        end there (everything acknowledged before it is below it) when the reader can.
+        """
         self.settle_pending()
-        events = self.ledger.reader.read(self.workflow_id)
+        reader = self.ledger.reader
+        if through is not None and isinstance(reader, BoundedReader):
+            events = reader.read_through(self.workflow_id, through)
+        else:
+            events = reader.read(self.workflow_id)
         with self._lock:
             self.state = replay(self.workflow_id, events)
             self._recorded_until = max(self._recorded_until, _last_position(self.state))
@@ -632,6 +641,9 @@ class Workflow:
             claim = ev.WorkflowStarted | ev.WorkflowResumed
             if isinstance(body, claim) and body.runner == self.runner:
                 self.epoch = body.attempt
+                reader = self.ledger.reader
+                if isinstance(body, ev.WorkflowStarted) and isinstance(reader, BoundedReader):
+                    reader.wrote(self.workflow_id, position)  # never "unseen" to its index
 
 
 @dataclass(slots=True)

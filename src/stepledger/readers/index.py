@@ -18,8 +18,19 @@ The watermark end matters under load: records keep landing while a catch-up read
 fetch that finds nothing new (the EOF) comes late; waiting for it took 8-15 ms p50 and ~9
 fetches per catch-up (32 agents opening workflows, one Kafka broker).  Only the partitions
 of the lookups being answered are read.  Concurrent lookups share one catch-up: one thread
-reads, the others wait for it.  Between catch-ups nothing is assigned and nothing is
-fetched.
+reads, the others wait for it.
+
+Bounded lookups: a lookup that names an offset of the key this process had acknowledged
+(``through``: the opener's own started event or claim) needs no fresh end: every record
+acknowledged before it was written lies below it, so the catch-up ends the partition once
+it has read through that offset.  Such a catch-up reads on from where the consumer is,
+without assigning anything: after a catch-up the partitions stay assigned and librdkafka
+keeps fetching them (the index *tails* them), so the next bounded lookup finds most records
+already fetched (a catch-up that assigned afresh and unassigned cost ~460 us of client CPU
+per open, measured on Apache Kafka: librdkafka's assignment, fetch start and stop).  An
+unbounded lookup still assigns afresh, so its ends are fresh.  After ``TAIL_IDLE_S`` with no
+lookup the partitions are unassigned (no fetching while nothing is asked).  Only a partition
+being tailed, read from offset 0, answers :meth:`PartitionIndex.unseen` (an id it never saw).
 
 Cost: one consumer lives as long as the index (a new one per catch-up cost 23-37 ms of
 connection, metadata and close per open, measured on Apache Kafka).  A catch-up that finds
@@ -43,6 +54,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 from stepledger import wire
@@ -69,6 +81,8 @@ _INDEX_GROUP = wire.WORKFLOW_INDEX_GROUP
 FIRST_FETCH_WAIT_MS = 2
 #: How long asking a partition's log start may take.
 _WATERMARK_TIMEOUT_S = 5.0
+#: Partitions stay assigned (fetched) this long after the last catch-up, then unassigned.
+TAIL_IDLE_S = 1.0
 
 
 @dataclass(eq=False)
@@ -82,6 +96,9 @@ class Lookup:
 
     partition: Partition
     key: bytes
+    through: int | None = None
+    """An offset of the key's record acknowledged before the lookup: the catch-up may end
+    the partition once it has read through it, with no fresh end (None: it may not)."""
     first: int | None = None
     """The offset of the key's first record (None: the partition has none)."""
     seen_from: int | None = None
@@ -133,6 +150,8 @@ class PartitionIndex:
         """Partitions a catch-up ended at the fetched high watermark, before their end event."""
         self.catch_ups = 0
         """Catch-ups begun (concurrent lookups share one)."""
+        self.assignments = 0
+        """Times the partitions were assigned afresh (a catch-up reading the tail assigns none)."""
         self._one_broker = False
         """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
@@ -148,17 +167,26 @@ class PartitionIndex:
         self.fetch_wait_ms = FIRST_FETCH_WAIT_MS
         """The index consumer's fetch wait (grows when the broker cannot answer within it)."""
         self._consumer: Consumer | None = None
+        self._tailing: set[Partition] = set()
+        """The partitions the consumer has assigned (fetched) now."""
+        self._last_used = 0.0
+        self._reaper: threading.Thread | None = None
         self._closing = False
         self._kept: dict[Partition, _Kept] = {}
         self._kept_bytes = 0
+        self._written: dict[Partition, dict[bytes, int]] = {}
+        """Keys this process recorded past where the index has read (never :meth:`unseen`),
+        with their offsets; a catch-up drops the ones it read."""
         self._kept_lock = threading.Lock()
 
-    def lookup(self, partition: Partition, key: bytes) -> Lookup:
+    def lookup(self, partition: Partition, key: bytes, through: int | None = None) -> Lookup:
         """Catch up, then say where the key starts and hand over its records seen meanwhile.
 
-        An unindexed partition (past the key bound) answers ``first=0``, never complete.
+        ``through``: an acknowledged offset of the key's record; the catch-up reads through
+        it instead of to a fresh end (see the module doc).  An unindexed partition (past the
+        key bound) answers ``first=0``, never complete.
         """
-        found = Lookup(partition, key)
+        found = Lookup(partition, key, through)
         self._catch_up(found)
         with self._cond:
             if partition in self._overflowed:
@@ -179,6 +207,64 @@ class PartitionIndex:
             values = kept.values.get(found.key)
             if values is not None:
                 found.records, found.seen_from = list(values), kept.since
+
+    @property
+    def tailing(self) -> frozenset[Partition]:
+        """The partitions assigned now (fetched between catch-ups until idle)."""
+        with self._cond:
+            return frozenset(self._tailing)
+
+    def unseen(self, partition: Partition, key: bytes) -> bool:
+        """True when the key has no record below where the index is tailing the partition.
+
+        No round trip: the partition is being tailed (a catch-up ended within
+        ``TAIL_IDLE_S``), the index read it from offset 0 and never saw the key.  A record
+        of the key may still have landed since; a caller acting on this must read back
+        through its own record (``lookup(..., through=)``) before it counts on it.
+        """
+        with self._cond:
+            return (
+                partition in self._tailing
+                and self._began.get(partition) == 0
+                and partition not in self._overflowed
+                and key not in self._first.get(partition, {})
+                and key not in self._written.get(partition, ())
+            )
+
+    def wrote(self, partition: Partition, key: bytes, offset: int) -> None:
+        """Note a record this process wrote: its key is not :meth:`unseen`, read or not.
+
+        Past ``max_keys`` notes not read yet, the partition loses its proof from offset 0
+        (no id of it is unseen from then on; its reads stay correct).
+        """
+        with self._cond:
+            if partition not in self._tailing or offset < self._next.get(partition, 0):
+                return  # not unseen anyway, or read already
+            written = self._written.setdefault(partition, {})
+            written.setdefault(key, offset)
+            if len(written) > self.max_keys:
+                self._written.pop(partition)
+                self._began.pop(partition, None)
+
+    def tailed(self, partition: Partition, key: bytes) -> list[bytes] | None:
+        """The key's records as the tail last read them, when they are its whole history.
+
+        No round trip: the partition is being tailed, was read from offset 0, and every
+        record of the key was kept.  A hint, as :meth:`unseen` is: records may have landed
+        since; None when the index cannot say.
+        """
+        with self._cond:
+            if partition not in self._tailing or self._began.get(partition) != 0:
+                return None
+            first = self._first.get(partition, {}).get(key)
+            if first is None or partition in self._overflowed:
+                return None
+            with self._kept_lock:
+                kept = self._kept.get(partition)
+                if kept is None or first < kept.since:
+                    return None
+                values = kept.values.get(key)
+                return None if values is None else list(values)
 
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
@@ -223,63 +309,74 @@ class PartitionIndex:
         self.catch_ups += 1
         covered = [f for f in self._lookups if not f.done]
         targets = {f.partition for f in covered}
+        bounds = _bounds(covered)
         for found in covered:
             found.seen_from = self._next.get(found.partition, 0)
             found.records.clear()
         self._cond.release()
         done = False
         try:
-            self._scan(targets, covered, left)
+            self._scan(targets, covered, left, bounds)
             done = True
         finally:
             self._cond.acquire()
             self._running = False
+            self._last_used = time.monotonic()
             if self._closing or not done:
                 self._closing = False
                 self._drop_consumer()  # a failed catch-up leaves nothing half-assigned
             if done:
                 for found in covered:
                     found.done = True
+                self._forget_read_notes()
             self._cond.notify_all()
 
-    def _scan(self, targets: set[Partition], covered: list[Lookup], left: float) -> None:
+    def _scan(
+        self, targets: set[Partition], covered: list[Lookup], left: float, bounds: dict[Partition, int]
+    ) -> None:
         """Read every target partition from where the index stopped to its end.
 
-        The partitions are assigned at the index's offsets for this catch-up only, so the
-        end a fetch reports is fresh; they are unassigned after it.  (A consumer that kept
-        them paused between catch-ups and sought again was measured to stop fetching a
-        partition now and then on the dev broker.)  The records of the keys being looked
-        up are kept for their lookups.
+        A partition with a bound (``bounds``: every lookup of it named an acknowledged
+        offset) ends once the index has read through the bound.  The others end at a fresh
+        end: their partitions are assigned afresh at the index's offsets for this catch-up,
+        so the end a fetch reports is fresh.  (A consumer that kept them paused between
+        catch-ups and sought again was measured to stop fetching a partition now and then on
+        the dev broker; the tail is never paused nor sought.)  The partitions stay assigned
+        afterwards (the tail).  The records of the keys being looked up are kept for their
+        lookups.
         """
         keep: dict[tuple[Partition, bytes], list[Lookup]] = {}
         for found in covered:
             keep.setdefault((found.partition, found.key), []).append(found)
+        done = {p for p, bound in bounds.items() if self._next.get(p, 0) > bound}
+        if len(done) == len(targets):
+            return  # read through every bound already: nothing to fetch
         at_end: set[Partition] = set()
         fresh: set[Partition] = set()
         deadline = time.monotonic() + left
-        consumer = self._assigned(targets)
+        consumer, assigned = self._assigned(targets, fresh_ends=len(bounds) < len(targets))
+        ends = at_end if assigned else set()  # an end fetched before this catch-up is stale
         progress = time.monotonic()
-        try:
-            while len(at_end) < len(targets):
-                now = time.monotonic()
-                if now > deadline:
-                    raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
-                if now - progress > starved_after(self.fetch_wait_ms) and self._grow_wait():
-                    consumer, progress = self._assigned(targets - at_end), now
-                batch = _next_batch(consumer)
-                if batch:
-                    progress = time.monotonic()
-                for msg in batch:
-                    where = self._take(msg, at_end)
-                    if where is None:
-                        continue
-                    fresh.add(where)
-                    for found in keep.get((where, msg.key() or b""), ()) if keep else ():
-                        found.records.append(msg.value() or b"")
-                if batch and fresh:
-                    self._reached(consumer, fresh, at_end)
-        finally:
-            self._unassign()
+        while targets - at_end - done:
+            now = time.monotonic()
+            if now > deadline:
+                raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
+            if now - progress > starved_after(self.fetch_wait_ms) and self._grow_wait():
+                (consumer, _), progress, ends = self._assigned(targets, True), now, at_end
+            batch = _next_batch(consumer)
+            if batch:
+                progress = time.monotonic()
+            for msg in batch:
+                where = self._take(msg, ends)
+                if where is None:
+                    continue
+                fresh.add(where)
+                if where in bounds and self._next[where] > bounds[where]:
+                    done.add(where)
+                for found in keep.get((where, msg.key() or b""), ()) if keep else ():
+                    found.records.append(msg.value() or b"")
+            if batch and fresh and ends is at_end:
+                self._reached(consumer, fresh, at_end)
 
     def _reached(self, consumer: Consumer, fresh: set[Partition], at_end: set[Partition]) -> None:
         """Mark done each partition this catch-up read exactly up to its high watermark.
@@ -305,8 +402,13 @@ class PartitionIndex:
                 at_end.add(where)
                 self.watermark_ends += 1
 
-    def _assigned(self, targets: set[Partition]) -> Consumer:
-        """The index's consumer, assigned to the targets at the index's offsets."""
+    def _assigned(self, targets: set[Partition], fresh_ends: bool) -> tuple[Consumer, bool]:
+        """The index's consumer with the targets assigned; True when assigned just now.
+
+        The targets and the partitions already tailed are assigned afresh (at the index's
+        offsets) when ``fresh_ends`` asks for ends reported after this call, or when a
+        target is not tailed yet; otherwise the tail reads on where it is.
+        """
         if self._consumer is None:
             wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
             conf = {**FAST_CONSUMER, "group.id": _INDEX_GROUP, **wait, **LEADER_ONLY}
@@ -317,12 +419,53 @@ class PartitionIndex:
                     f"invalid Kafka consumer settings: {exc}", retryable=False
                 ) from exc
             self._one_broker = self._brokers(self._consumer) == 1
-        starts = [TopicPartition(t, p, self._start(t, p)) for t, p in targets]
+        if not fresh_ends and targets <= self._tailing:
+            return self._consumer, False
+        parts = self._tailing | targets
+        starts = [TopicPartition(t, p, self._start(t, p)) for t, p in sorted(parts)]
         try:
+            if self._tailing:
+                self._consumer.unassign()  # drops what was fetched before: ends come fresh
+            self._tailing = set()
             self._consumer.assign(starts)
         except KafkaException as exc:
             raise BrokerError(f"indexing the log failed: {exc}") from exc
-        return self._consumer
+        self.assignments += 1
+        self._tailing = parts
+        self._reap_when_idle()
+        return self._consumer, True
+
+    def _forget_read_notes(self) -> None:
+        """Drop the notes of :meth:`wrote` the index has read past (called holding the lock)."""
+        for where, written in list(self._written.items()):
+            read_to = self._next.get(where, 0)
+            kept = {k: o for k, o in written.items() if o >= read_to}
+            if kept:
+                self._written[where] = kept
+            else:
+                del self._written[where]
+
+    def _reap_when_idle(self) -> None:
+        """Start the thread that unassigns the tail after ``TAIL_IDLE_S`` without a lookup."""
+        if self._reaper is None:
+            self._reaper = threading.Thread(
+                target=_reap, args=(weakref.ref(self),), name="stepledger-index-tail", daemon=True
+            )
+            self._reaper.start()
+
+    def _untail_if_idle(self) -> bool:
+        """Unassign the tail if idle; False once nothing is assigned (the reaper then ends)."""
+        with self._cond:
+            if self._consumer is None or not self._tailing:
+                self._reaper = None
+                return False
+            if self._running or self._lookups:
+                return True
+            if time.monotonic() - self._last_used < TAIL_IDLE_S:
+                return True
+            self._unassign()
+            self._reaper = None
+            return False
 
     def _brokers(self, consumer: Consumer) -> int:
         """How many brokers the cluster has (0 when the broker cannot say in time)."""
@@ -363,12 +506,16 @@ class PartitionIndex:
 
     def _unassign(self) -> None:
         if self._consumer is not None:
+            self._tailing = set()
+            self._written.clear()
             try:
                 self._consumer.unassign()
             except (KafkaException, RuntimeError):
                 self._drop_consumer()
 
     def _drop_consumer(self) -> None:
+        self._tailing = set()
+        self._written.clear()
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             close_within(consumer.close, "consumer")
@@ -433,6 +580,26 @@ class PartitionIndex:
         self._overflowed.add(where)
         with self._kept_lock:
             self._kept.pop(where, None)
+
+
+def _bounds(covered: list[Lookup]) -> dict[Partition, int]:
+    """Each partition whose every lookup names a bound: the highest of them."""
+    bounds: dict[Partition, int] = {}
+    unbounded = {f.partition for f in covered if f.through is None}
+    for found in covered:
+        if found.through is not None and found.partition not in unbounded:
+            bounds[found.partition] = max(bounds.get(found.partition, -1), found.through)
+    return bounds
+
+
+def _reap(ref: weakref.ReferenceType[PartitionIndex]) -> None:
+    """Unassign an index's tail once it has been idle (the thread ends with the tail)."""
+    while True:
+        time.sleep(TAIL_IDLE_S / 2)
+        index = ref()
+        if index is None or not index._untail_if_idle():
+            return
+        del index
 
 
 def _finished(msg: Message) -> bool:

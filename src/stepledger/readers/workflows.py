@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from stepledger import wire
 from stepledger.codec import Codec
@@ -81,6 +81,27 @@ class WorkflowReader(Protocol):
 
     def close(self) -> None:
         """Release the reader's resources."""
+        ...
+
+
+@runtime_checkable
+class BoundedReader(Protocol):
+    """A reader that can end a read at a record this process had acknowledged."""
+
+    def read_through(self, workflow_id: str, position: Position) -> list[Event]:
+        """The workflow's events up to at least ``position`` (one of its own records)."""
+        ...
+
+    def unseen(self, workflow_id: str) -> bool:
+        """True when the reader has good reason, without a round trip, to think the id new."""
+        ...
+
+    def tailed(self, workflow_id: str) -> list[Event] | None:
+        """The workflow's events as last read, without a round trip (None: unknown)."""
+        ...
+
+    def wrote(self, workflow_id: str, position: Position) -> None:
+        """Note that this process recorded the workflow's started event at ``position``."""
         ...
 
 
@@ -210,20 +231,65 @@ class KafkaPartitionReader(KafkaScanReader):
         head was deleted, the history is completed from the workflow's checkpoint, or the
         read raises HistoryExpiredError (see :mod:`stepledger.readers.history`).
         """
+        return self._read(workflow_id, None)
+
+    def read_through(self, workflow_id: str, position: Position) -> list[Event]:
+        """The workflow's events up to at least ``position``, a record of it this process had
+        acknowledged (its started event, its claim).
+
+        Everything acknowledged before that record lies below it, so the index's catch-up
+        ends there instead of at a fresh end, reading on from its tail (no assignment).
+        """
+        return self._read(workflow_id, position)
+
+    def unseen(self, workflow_id: str) -> bool:
+        """True when the index, tailing the workflow's partition from offset 0, never saw
+        the id (no round trip).  A hint: a record of it may have landed since."""
+        if self._known is None:
+            return False  # nothing read yet: listing the partitions would be a round trip
+        mine = self._workflow_partitions(workflow_id)
+        return len(mine) == 1 and self.index.unseen(mine[0], workflow_id.encode())
+
+    def wrote(self, workflow_id: str, position: Position) -> None:
+        """Note that this process recorded the workflow's first event at ``position``."""
+        if self._known is not None:
+            self.index.wrote((position.topic, position.partition), workflow_id.encode(), position.offset)
+
+    def tailed(self, workflow_id: str) -> list[Event] | None:
+        """The workflow's events as the index's tail last read them (no round trip), when
+        they are its whole history; None when the index cannot say.  A hint: events may
+        have landed since (read back through a record of your own before counting on it)."""
+        if self._known is None:
+            return None  # nothing read yet: listing the partitions would be a round trip
+        mine = self._workflow_partitions(workflow_id)
+        values = self.index.tailed(mine[0], workflow_id.encode()) if len(mine) == 1 else None
+        if values is None:
+            return None
+        events: list[Event] = []
+        for value in values:
+            _decode_value(events, value, self.codec)
+        return events
+
+    def _read(self, workflow_id: str, through: Position | None) -> list[Event]:
         check_retention(self.settings, "sdk")
         mine = self._workflow_partitions(workflow_id)
-        events, whole = self._read_log(workflow_id, mine)
+        bound = None
+        if through is not None and [(through.topic, through.partition)] == mine:
+            bound = through.offset
+        events, whole = self._read_log(workflow_id, mine, bound)
         if len(mine) != 1 or whole:
             return events  # whole: the index saw the partition from offset 0, no broker round
         return self.history.complete(workflow_id, mine[0][1], events)
 
-    def _read_log(self, workflow_id: str, mine: list[tuple[str, int]]) -> tuple[list[Event], bool]:
+    def _read_log(
+        self, workflow_id: str, mine: list[tuple[str, int]], bound: int | None = None
+    ) -> tuple[list[Event], bool]:
         """The workflow's events, and whether they are its whole history for certain."""
         began = time.perf_counter()
         starts = dict.fromkeys(mine, FIRST_OFFSET)
         if len(mine) == 1:
             indexed = self.index.records
-            found = self.index.lookup(mine[0], workflow_id.encode())
+            found = self.index.lookup(mine[0], workflow_id.encode(), bound)
             if found.complete:
                 # The catch-up saw every record of the workflow (or there are none).
                 events: list[Event] = []
@@ -264,6 +330,21 @@ class SnapshotTailReader(KafkaPartitionReader):
     ) -> None:
         super().__init__(settings, codec)
         self.projection = Path(projection)
+
+    def read_through(self, workflow_id: str, position: Position) -> list[Event]:
+        """A full :meth:`read` (the snapshot, then the partition's tail to its end)."""
+        return self.read(workflow_id)
+
+    def unseen(self, workflow_id: str) -> bool:
+        """False: the snapshot, not the index, knows which ids the log holds."""
+        return False
+
+    def tailed(self, workflow_id: str) -> list[Event] | None:
+        """None: the snapshot, not the index, holds the workflows' events."""
+        return None
+
+    def wrote(self, workflow_id: str, position: Position) -> None:
+        """Nothing to note."""
 
     def read(self, workflow_id: str) -> list[Event]:
         """The workflow's events: snapshot lookup, then the tail after the snapshot.

@@ -1,0 +1,195 @@
+"""Opening a workflow over a partition the index tails: start first, read through it.
+
+- An id the tail never saw is started before anything is read, and the read ends at that
+  started event: no assignment, no fresh end, one started event in the log.
+- The assumption broken: another process records the id past where the tail had read.  The
+  open's started event lands after that history, the fold takes it for a competing claim
+  that owns nothing, and the open resumes the workflow as an open that read first would:
+  the step the other process ran replays its result, nothing is called twice.
+- A resume's claim is read back through the claim itself (no assignment either).
+- An idle tail is unassigned, and an unseen id then takes the read-first path.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stepledger.config import Settings
+from stepledger.domain.tools import Tool
+from stepledger.producer import KafkaPartitionReader, Ledger
+from stepledger.readers import index as indexes
+
+PAY = Tool(name="pay", keyed=True)
+
+WRITER = """
+import sys
+from stepledger.config import Settings
+from stepledger.domain.tools import Tool
+from stepledger.producer import Ledger
+bootstrap, topic, workflow_id = sys.argv[1:4]
+with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
+    wf = ledger.start(workflow_id)
+    wf.step("pay", Tool(name="pay", keyed=True), {"n": 1}, lambda a, k: "paid")
+"""
+
+
+def _reader(ledger: Ledger) -> KafkaPartitionReader:
+    reader = ledger.reader
+    assert isinstance(reader, KafkaPartitionReader)
+    return reader
+
+
+def _types(ledger: Ledger, workflow_id: str) -> list[str]:
+    return [e.type for e in ledger.reader.read(workflow_id)]
+
+
+def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)  # the tail stays however slow the host
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("first").finish()  # read first: the index now tails the partition
+        index = _reader(ledger).index
+        assert index.tailing == {(settings.topic, 0)}
+        assigned = index.assignments
+        assert _reader(ledger).unseen("second")
+        wf = ledger.workflow("second")
+        assert index.assignments == assigned  # the tail read through the started event
+        assert wf.attempt == 1 and wf.state.runner == wf.runner and wf.epoch == 1
+        calls: list[int] = []
+        wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "paid")
+        wf.finish()
+        assert calls == [1]
+        assert _types(ledger, "second") == [
+            "workflow_started", "step_intended", "step_outcome", "workflow_finished"
+        ]
+        assert not _reader(ledger).unseen("second")
+
+
+def test_an_id_another_process_recorded_past_the_tail_is_resumed_not_run_again(
+    make_settings: Callable[..., Settings],
+    src_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("first").finish()  # tailing from offset 0
+        argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
+        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        assert _reader(ledger).unseen("late")  # the tail has not read it: a wrong hint
+        wf = ledger.workflow("late")
+        # Started first, found the other runner's history before it: resumed as attempt 2.
+        assert wf.attempt == 2 and wf.state.runner == wf.runner and wf.epoch == 2
+        kinds = [a.kind for a in wf.state.anomalies]
+        assert kinds == ["competing_claim"]
+        calls: list[int] = []
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert calls == []  # the other process's call replays: nothing ran twice
+        wf.finish()
+        assert _types(ledger, "late") == [
+            "workflow_started", "step_intended", "step_outcome",
+            "workflow_started", "workflow_resumed", "workflow_finished",
+        ]
+
+
+def test_a_resume_reads_its_claim_back_through_the_tail(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as writer:
+        writer.start("again").step("pay", PAY, {"n": 1}, lambda a, k: "paid")
+    with Ledger(settings) as ledger:
+        index = _reader(ledger).index
+        wf = ledger.workflow("again")  # read first (the id is known), claim, read through it
+        assert wf.attempt == 2 and index.assignments == 1
+        assert [e.type for e in ledger.reader.read("again")][-1] == "workflow_resumed"
+
+
+def test_an_idle_tail_is_unassigned_and_an_unseen_id_is_read_first(
+    make_settings: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 0.2)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("first").finish()
+        index = _reader(ledger).index
+        limit = time.monotonic() + 10
+        while index.tailing:
+            assert time.monotonic() < limit, "the idle tail was not unassigned"
+            time.sleep(0.02)
+        assert not _reader(ledger).unseen("second")
+        assigned = index.assignments
+        assert ledger.workflow("second").attempt == 1
+        assert index.assignments == assigned + 1  # the read-first path assigned afresh
+
+
+RESUMER = """
+import sys
+from stepledger.config import Settings
+from stepledger.producer import Ledger
+bootstrap, topic, workflow_id = sys.argv[1:4]
+with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
+    print(ledger.workflow(workflow_id).attempt)
+"""
+
+
+def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the_claim(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        first = ledger.workflow("r")  # read first
+        ledger.workflow("s").finish()  # the tail reads r's started event
+        first.step("pay", PAY, {"n": 1}, lambda a, k: "paid")  # not read by the tail yet
+        index = _reader(ledger).index
+        assigned = index.assignments
+        wf = ledger.workflow("r")  # another agent of the process takes the workflow over
+        assert index.assignments == assigned
+        assert wf.attempt == 2 and wf.epoch == 2 and wf.state.anomalies == []
+        calls: list[int] = []
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert calls == []
+
+
+def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
+    make_settings: Callable[..., Settings],
+    src_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("r").step("pay", PAY, {"n": 1}, lambda a, k: "paid")
+        ledger.workflow("s").finish()  # the tail reads r's step records too
+        argv = [sys.executable, "-c", RESUMER, settings.bootstrap, settings.topic, "r"]
+        done = subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        assert done.stdout.split() == [b"2"]  # another process claimed attempt 2
+        wf = ledger.workflow("r")  # the tail still says attempt 1: claims 2, loses, claims 3
+        assert wf.attempt == 3 and wf.epoch == 3 and wf.state.runner == wf.runner
+        assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
+        calls: list[int] = []
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert calls == []
+
+
+def test_an_id_this_process_started_is_never_taken_for_unseen(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("first").finish()  # tailing
+        ledger.start("own")  # written, not read by the tail
+        assert not _reader(ledger).unseen("own")
+        wf = ledger.workflow("own")
+        assert wf.attempt == 2 and wf.state.anomalies == []

@@ -45,6 +45,11 @@ def _reader(ledger: Ledger) -> KafkaPartitionReader:
     return reader
 
 
+def _called(calls: list[int], result: str) -> str:
+    calls.append(1)
+    return result
+
+
 def _types(ledger: Ledger, workflow_id: str) -> list[str]:
     return [e.type for e in ledger.reader.read(workflow_id)]
 
@@ -64,11 +69,14 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
         assert index.assignments == assigned  # the tail read through the started event
         assert wf.attempt == 1 and wf.state.runner == wf.runner and wf.epoch == 1
         calls: list[int] = []
-        wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "paid")
+        wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "paid"))
         wf.finish()
         assert calls == [1]
         assert _types(ledger, "second") == [
-            "workflow_started", "step_intended", "step_outcome", "workflow_finished"
+            "workflow_started",
+            "step_intended",
+            "step_outcome",
+            "workflow_finished",
         ]
         assert not _reader(ledger).unseen("second")
 
@@ -91,12 +99,16 @@ def test_an_id_another_process_recorded_past_the_tail_is_resumed_not_run_again(
         kinds = [a.kind for a in wf.state.anomalies]
         assert kinds == ["competing_claim"]
         calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []  # the other process's call replays: nothing ran twice
         wf.finish()
         assert _types(ledger, "late") == [
-            "workflow_started", "step_intended", "step_outcome",
-            "workflow_started", "workflow_resumed", "workflow_finished",
+            "workflow_started",
+            "step_intended",
+            "step_outcome",
+            "workflow_started",
+            "workflow_resumed",
+            "workflow_finished",
         ]
 
 
@@ -157,7 +169,7 @@ def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the
         assert index.assignments == assigned
         assert wf.attempt == 2 and wf.epoch == 2 and wf.state.anomalies == []
         calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []
 
 
@@ -178,7 +190,7 @@ def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
         assert wf.attempt == 3 and wf.epoch == 3 and wf.state.runner == wf.runner
         assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
         calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: calls.append(1) or "again") == "paid"
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []
 
 

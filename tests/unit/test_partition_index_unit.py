@@ -158,7 +158,9 @@ def _tailed(*queued: Message) -> tuple[PartitionIndex, _Tail]:
 
 def _eof(offset: int) -> Message:
     return Message(
-        topic=WHERE[0], partition=WHERE[1], offset=offset,
+        topic=WHERE[0],
+        partition=WHERE[1],
+        offset=offset,
         error=KafkaError(KafkaError._PARTITION_EOF),
     )
 

@@ -12,9 +12,9 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 from stepledger import tracing
 from stepledger.domain import events as ev
@@ -80,15 +80,16 @@ async def aopen_workflow(
         claimed = first_claim(guessed, spec)
         await off_loop(guessed.reload, through=await guessed.arecord(claimed))
         if not held(guessed, claimed):
-            return await off_loop(go_on, guessed, spec)
-        if guessed.state.attempt > 1:
+            await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
+        elif guessed.state.attempt > 1:
             await off_loop(settle_known, guessed)
         return guessed
     workflow: Workflow = await off_loop(read_for_open, ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
         await workflow.arecord(first_run(workflow, spec))
         return workflow
-    return await off_loop(go_on, workflow, spec)
+    await off_loop(go_on, workflow, spec)
+    return workflow
 
 
 def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow | None:

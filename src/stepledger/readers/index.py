@@ -332,7 +332,11 @@ class PartitionIndex:
             self._cond.notify_all()
 
     def _scan(
-        self, targets: set[Partition], covered: list[Lookup], left: float, bounds: dict[Partition, int]
+        self,
+        targets: set[Partition],
+        covered: list[Lookup],
+        left: float,
+        bounds: dict[Partition, int],
     ) -> None:
         """Read every target partition from where the index stopped to its end.
 

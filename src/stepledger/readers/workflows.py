@@ -253,7 +253,8 @@ class KafkaPartitionReader(KafkaScanReader):
     def wrote(self, workflow_id: str, position: Position) -> None:
         """Note that this process recorded the workflow's first event at ``position``."""
         if self._known is not None:
-            self.index.wrote((position.topic, position.partition), workflow_id.encode(), position.offset)
+            where = (position.topic, position.partition)
+            self.index.wrote(where, workflow_id.encode(), position.offset)
 
     def tailed(self, workflow_id: str) -> list[Event] | None:
         """The workflow's events as the index's tail last read them (no round trip), when

@@ -3,7 +3,9 @@
 ``open_workflow`` is what :meth:`Ledger.workflow` does: read the workflow's events, fold
 them, then start it (first run), restart it (a read-only workflow starts over), resume it
 (a ``WorkflowResumed`` claim with the attempt number, then settling what is in doubt:
-:mod:`stepledger.producer.settling`) or, past its limit, dead-letter it.
+:mod:`stepledger.producer.settling`) or, past its limit, dead-letter it.  Over a partition
+the reader tails, a first run or a resume claims first and reads through its claim
+(:func:`from_tail`, :func:`held`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from stepledger.producer import fence
 from stepledger.producer.session import Session
 from stepledger.producer.settling import settle_known
 from stepledger.producer.workflow import Workflow
-from stepledger.readers.workflows import BoundedReader
+from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
 STAGE = "resume"
@@ -105,8 +105,8 @@ def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow
     had not read yet is in that read, and :func:`held` judges the claim on it.  None: read
     first (any other case).  A plan is checked before anything is recorded.
     """
-    reader = ledger.reader
-    if not isinstance(reader, BoundedReader):
+    reader = bounded(ledger.reader)
+    if reader is None:
         return None
     if reader.unseen(workflow_id):
         workflow = Workflow(ledger, workflow_id)

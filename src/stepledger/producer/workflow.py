@@ -53,7 +53,7 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
-from stepledger.readers.workflows import BoundedReader
+from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
@@ -232,8 +232,9 @@ class Workflow:
         """
         self.settle_pending()
         reader = self.ledger.reader
-        if through is not None and isinstance(reader, BoundedReader):
-            events = reader.read_through(self.workflow_id, through)
+        ends = bounded(reader) if through is not None else None
+        if ends is not None and through is not None:
+            events = ends.read_through(self.workflow_id, through)
         else:
             events = reader.read(self.workflow_id)
         with self._lock:
@@ -641,8 +642,8 @@ class Workflow:
             claim = ev.WorkflowStarted | ev.WorkflowResumed
             if isinstance(body, claim) and body.runner == self.runner:
                 self.epoch = body.attempt
-                reader = self.ledger.reader
-                if isinstance(body, ev.WorkflowStarted) and isinstance(reader, BoundedReader):
+                reader = bounded(self.ledger.reader)
+                if isinstance(body, ev.WorkflowStarted) and reader is not None:
                     reader.wrote(self.workflow_id, position)  # never "unseen" to its index
 
 

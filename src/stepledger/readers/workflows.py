@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from stepledger import wire
 from stepledger.codec import Codec
@@ -103,6 +103,19 @@ class BoundedReader(Protocol):
     def wrote(self, workflow_id: str, position: Position) -> None:
         """Note that this process recorded the workflow's started event at ``position``."""
         ...
+
+
+_BOUNDED: dict[type, bool] = {}
+
+
+def bounded(reader: object) -> BoundedReader | None:
+    """The reader, when its class is a :class:`BoundedReader` (judged once per class: the
+    protocol check costs ~10 us, and an open asked it three times)."""
+    kind = type(reader)
+    known = _BOUNDED.get(kind)
+    if known is None:
+        known = _BOUNDED[kind] = isinstance(reader, BoundedReader)
+    return cast(BoundedReader, reader) if known else None
 
 
 @dataclass

@@ -2,10 +2,12 @@
 
 - An id the tail never saw is started before anything is read, and the read ends at that
   started event: no assignment, no fresh end, one started event in the log.
-- The assumption broken: another process records the id past where the tail had read.  The
-  open's started event lands after that history, the fold takes it for a competing claim
-  that owns nothing, and the open resumes the workflow as an open that read first would:
-  the step the other process ran replays its result, nothing is called twice.
+- The assumption broken: another process records the id (or claims its next attempt) past
+  where the tail had read.  The open's claim lands after it and owns nothing (one
+  competing claim): a running workflow refuses the open, as the second of two read-first
+  opens racing is refused; a finished one replays.  The next open claims on from the log,
+  and the step the other process ran replays its result: nothing is called twice.
+- A workflow the process finished itself is never claimed after its end.
 - A resume's claim is read back through the claim itself (no assignment either).
 - An idle tail is unassigned, and an unseen id then takes the read-first path.
 """
@@ -22,6 +24,7 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
+from stepledger.errors import WorkflowTakenOverError
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.readers import index as indexes
 
@@ -31,6 +34,7 @@ WRITER = """
 import sys
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
+from stepledger.errors import WorkflowTakenOverError
 from stepledger.producer import Ledger
 bootstrap, topic, workflow_id = sys.argv[1:4]
 with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
@@ -81,7 +85,7 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
         assert not _reader(ledger).unseen("second")
 
 
-def test_an_id_another_process_recorded_past_the_tail_is_resumed_not_run_again(
+def test_an_id_another_process_started_past_the_tail_refuses_the_open_as_a_lost_race(
     make_settings: Callable[..., Settings],
     src_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
@@ -93,23 +97,40 @@ def test_an_id_another_process_recorded_past_the_tail_is_resumed_not_run_again(
         argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
         subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
         assert _reader(ledger).unseen("late")  # the tail has not read it: a wrong hint
-        wf = ledger.workflow("late")
-        # Started first, found the other runner's history before it: resumed as attempt 2.
+        # Started first, found the other runner's claim of attempt 1 before it: refused, as
+        # the second of two read-first opens racing is, before anything is called.
+        with pytest.raises(WorkflowTakenOverError, match="holds attempt 1"):
+            ledger.workflow("late")
+        wf = ledger.workflow("late")  # the tail has it now: claims attempt 2 first
         assert wf.attempt == 2 and wf.state.runner == wf.runner and wf.epoch == 2
-        kinds = [a.kind for a in wf.state.anomalies]
-        assert kinds == ["competing_claim"]
+        assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]  # the lost start
         calls: list[int] = []
         assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []  # the other process's call replays: nothing ran twice
         wf.finish()
         assert _types(ledger, "late") == [
-            "workflow_started",
-            "step_intended",
-            "step_outcome",
-            "workflow_started",
-            "workflow_resumed",
-            "workflow_finished",
+            "workflow_started", "step_intended", "step_outcome",
+            "workflow_started", "workflow_resumed", "workflow_finished",
         ]
+
+
+def test_an_id_another_process_finished_past_the_tail_replays_finished(
+    make_settings: Callable[..., Settings],
+    src_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        ledger.workflow("first").finish()
+        script = WRITER + "    wf.finish()\n"
+        argv = [sys.executable, "-c", script, settings.bootstrap, settings.topic, "done"]
+        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        wf = ledger.workflow("done")  # started first, the log says finished: replayed
+        assert wf.finished
+        calls: list[int] = []
+        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
+        assert calls == []
 
 
 def test_a_resume_reads_its_claim_back_through_the_tail(
@@ -173,7 +194,7 @@ def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the
         assert calls == []
 
 
-def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
+def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_is_refused(
     make_settings: Callable[..., Settings],
     src_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
@@ -186,12 +207,32 @@ def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
         argv = [sys.executable, "-c", RESUMER, settings.bootstrap, settings.topic, "r"]
         done = subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
         assert done.stdout.split() == [b"2"]  # another process claimed attempt 2
-        wf = ledger.workflow("r")  # the tail still says attempt 1: claims 2, loses, claims 3
+        # The tail still says attempt 1: this open claims 2 and loses, as the second of
+        # two resumes racing does; nothing is settled twice, no attempt is spent on it.
+        with pytest.raises(WorkflowTakenOverError, match="holds attempt 2"):
+            ledger.workflow("r")
+        wf = ledger.workflow("r")
         assert wf.attempt == 3 and wf.epoch == 3 and wf.state.runner == wf.runner
         assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
         calls: list[int] = []
         assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []
+
+
+def test_a_workflow_this_process_finished_is_not_claimed_after_its_end(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        wf = ledger.workflow("w")
+        ledger.workflow("s").finish()  # the tail reads w's started event
+        wf.step("pay", PAY, {"n": 1}, lambda a, k: "paid")
+        wf.finish()  # not read by the tail yet: noted, so w's kept history is not handed out
+        assert _reader(ledger).index.tailed((settings.topic, 0), b"w") is None
+        again = ledger.workflow("w")
+        assert again.finished and again.state.anomalies == []
+        assert _types(ledger, "w")[-1] == "workflow_finished"  # no claim after the end
 
 
 def test_an_id_this_process_started_is_never_taken_for_unseen(

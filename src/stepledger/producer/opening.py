@@ -52,9 +52,9 @@ def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
     if guessed is not None:
         claimed = first_claim(guessed, spec)
         guessed.reload(through=guessed.record(claimed))
-        if not held(guessed, claimed):
+        if not held(guessed, spec):
             return go_on(guessed, spec)
-        if guessed.state.attempt > 1:
+        if not alone(guessed, claimed):
             settle_known(guessed)
         return guessed
     workflow = read_for_open(ledger, workflow_id, spec)
@@ -81,9 +81,9 @@ async def aopen_workflow(
     if guessed is not None:
         claimed = first_claim(guessed, spec)
         await off_loop(guessed.reload, through=await guessed.arecord(claimed))
-        if not held(guessed, claimed):
+        if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
-        elif guessed.state.attempt > 1:
+        elif not alone(guessed, claimed):
             await off_loop(settle_known, guessed)
         return guessed
     workflow: Workflow = await off_loop(read_for_open, ledger, workflow_id, spec)
@@ -116,7 +116,7 @@ def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow
             return None
         workflow = Workflow(ledger, workflow_id, events)
         state = workflow.state
-        resumable = state.status is RunStatus.RUNNING and not state.read_only
+        resumable = state.status is RunStatus.RUNNING and not state.read_only and state.attempt
         if not resumable or state.attempt + 1 > state.max_attempts:
             return None  # finished, restarted, dead-lettered: the read-first path decides
     read_only = workflow.state.read_only if workflow.state.attempt else spec.read_only
@@ -135,23 +135,29 @@ def first_claim(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:
     )
 
 
-def held(workflow: Workflow, claimed: ev.Event) -> bool:
-    """True when a claim recorded from the tail stands, read back through itself.
+def held(workflow: Workflow, spec: WorkflowSpec) -> bool:
+    """True when a claim recorded from the tail holds the workflow, read back through itself.
 
-    A started event stands when the log held nothing of the workflow before it; a resume's
-    claim when the fold gives this runner the attempt it claimed, the workflow running (what
-    landed before it is in the state, as after any claim).  Otherwise another runner got
-    there first, past where the tail had read: the claim owns nothing (the fold records a
-    competing or stale claim) and the open goes on from the log as a read-first open would.
-    The caller then settles what a standing resume's claim left in doubt, as
-    :func:`claim`'s caller does.
+    The workflow running: the claim must be the one the fold gives its attempt, or
+    WorkflowTakenOverError is raised, as for a resume whose claim lost (:func:`claim`): the
+    other runner's claim landed first, after what the tail had read (two opens racing, as
+    two read-first opens racing end with one of them refused).  The workflow finished or
+    dead-lettered past the tail: False, and the caller goes on as a read-first open would
+    (:func:`go_on`), the plan checked against what the log says first.
     """
     state = workflow.state
-    if isinstance(claimed.body, ev.WorkflowStarted):
-        return state.seen == {claimed.event_id}
-    if state.runner != workflow.runner or state.attempt != workflow.epoch:
-        return False
-    return state.status is RunStatus.RUNNING
+    if state.status is RunStatus.RUNNING:
+        fence.ensure_claimed(state, workflow.runner, workflow.epoch)
+        return True
+    if spec.plan is not None:
+        rules = PlanRules(read_only=state.read_only)
+        ensure_plan(spec.plan, rules, workflow_id=workflow.workflow_id)
+    return False
+
+
+def alone(workflow: Workflow, claimed: ev.Event) -> bool:
+    """True when the claim is the workflow's only event (a first run: nothing to settle)."""
+    return workflow.state.seen == {claimed.event_id}
 
 
 def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:

@@ -639,12 +639,24 @@ class Workflow:
             self.position = position
             self.appended += 1
             body = event.body
-            claim = ev.WorkflowStarted | ev.WorkflowResumed
-            if isinstance(body, claim) and body.runner == self.runner:
-                self.epoch = body.attempt
+            if isinstance(body, _CLAIMS_AND_ENDS):
+                claim = ev.WorkflowStarted | ev.WorkflowResumed
+                if isinstance(body, claim) and body.runner == self.runner:
+                    self.epoch = body.attempt
                 reader = bounded(self.ledger.reader)
-                if isinstance(body, ev.WorkflowStarted) and reader is not None:
-                    reader.wrote(self.workflow_id, position)  # never "unseen" to its index
+                if reader is not None:
+                    # Until its tail reads this, the index neither calls the id unseen nor
+                    # hands out its history as if this had not happened.
+                    reader.wrote(self.workflow_id, position)
+
+
+#: The events whose own writing a tailing reader must note (what an open claims from).
+_CLAIMS_AND_ENDS = (
+    ev.WorkflowStarted,
+    ev.WorkflowResumed,
+    ev.WorkflowFinished,
+    ev.WorkflowDeadLettered,
+)
 
 
 @dataclass(slots=True)

@@ -87,6 +87,10 @@ FIRST_FETCH_WAIT_MS = 2
 _WATERMARK_TIMEOUT_S = 5.0
 #: Partitions stay assigned (fetched) this long after the last catch-up, then unassigned.
 TAIL_IDLE_S = 1.0
+#: Records of its own a process noted per partition before the index reads them.
+MAX_NOTES = 16_384
+#: At most this many kept records are handed out as a workflow's tailed history.
+MAX_TAILED = 256
 
 
 @dataclass(eq=False)
@@ -222,53 +226,57 @@ class PartitionIndex:
         """True when the key has no record below where the index is tailing the partition.
 
         No round trip: the partition is being tailed (a catch-up ended within
-        ``TAIL_IDLE_S``), the index read it from offset 0 and never saw the key.  A record
-        of the key may still have landed since; a caller acting on this must read back
-        through its own record (``lookup(..., through=)``) before it counts on it.
+        ``TAIL_IDLE_S``), the index read it from offset 0 and never saw the key, and this
+        process noted no record of it (:meth:`wrote`).  A record of the key may still have
+        landed since; a caller acting on this must read back through its own record
+        (``lookup(..., through=)``) before it counts on it.  A hint, so it takes no lock a
+        catch-up holds (an event loop asks it): each read is one dict or set lookup.
         """
-        with self._cond:
-            return (
-                partition in self._tailing
-                and self._began.get(partition) == 0
-                and partition not in self._overflowed
-                and key not in self._first.get(partition, {})
-                and key not in self._written.get(partition, ())
-            )
+        if partition not in self._tailing or self._began.get(partition) != 0:
+            return False
+        if partition in self._overflowed or key in self._first.get(partition, {}):
+            return False
+        with self._kept_lock:
+            return key not in self._written.get(partition, {})
 
     def wrote(self, partition: Partition, key: bytes, offset: int) -> None:
-        """Note a record this process wrote: its key is not :meth:`unseen`, read or not.
+        """Note a record this process wrote (a claim, an end): its key is neither
+        :meth:`unseen` nor :meth:`tailed` until a catch-up has read it.
 
-        Past ``max_keys`` notes not read yet, the partition loses its proof from offset 0
-        (no id of it is unseen from then on; its reads stay correct).
+        Past ``MAX_NOTES`` notes not read yet in a partition, the partition loses its proof
+        from offset 0 (no id of it is unseen from then on; its reads stay correct).
         """
-        with self._cond:
-            if partition not in self._tailing or offset < self._next.get(partition, 0):
-                return  # not unseen anyway, or read already
+        if offset < self._next.get(partition, 0):
+            return  # read already
+        with self._kept_lock:
             written = self._written.setdefault(partition, {})
             written.setdefault(key, offset)
-            if len(written) > self.max_keys:
+            if len(written) > MAX_NOTES:
                 self._written.pop(partition)
                 self._began.pop(partition, None)
 
     def tailed(self, partition: Partition, key: bytes) -> list[bytes] | None:
         """The key's records as the tail last read them, when they are its whole history.
 
-        No round trip: the partition is being tailed, was read from offset 0, and every
-        record of the key was kept.  A hint, as :meth:`unseen` is: records may have landed
-        since; None when the index cannot say.
+        No round trip, no lock a catch-up holds: the partition is being tailed, was read
+        from offset 0, every record of the key was kept, this process wrote none the
+        index has not read, and there are at most ``MAX_TAILED`` (an event loop decodes
+        them).  A hint, as :meth:`unseen` is: records may have landed since; None when the
+        index cannot say.
         """
-        with self._cond:
-            if partition not in self._tailing or self._began.get(partition) != 0:
+        if partition not in self._tailing or self._began.get(partition) != 0:
+            return None
+        first = self._first.get(partition, {}).get(key)
+        if first is None or partition in self._overflowed:
+            return None
+        with self._kept_lock:
+            if key in self._written.get(partition, {}):
                 return None
-            first = self._first.get(partition, {}).get(key)
-            if first is None or partition in self._overflowed:
+            kept = self._kept.get(partition)
+            if kept is None or first < kept.since:
                 return None
-            with self._kept_lock:
-                kept = self._kept.get(partition)
-                if kept is None or first < kept.since:
-                    return None
-                values = kept.values.get(key)
-                return None if values is None else list(values)
+            values = kept.values.get(key)
+            return None if values is None or len(values) > MAX_TAILED else list(values)
 
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
@@ -285,6 +293,7 @@ class PartitionIndex:
             with self._kept_lock:
                 self._kept.clear()
                 self._kept_bytes = 0
+                self._written.clear()
             if self._running:
                 self._closing = True
             else:
@@ -444,14 +453,15 @@ class PartitionIndex:
         return self._consumer, True
 
     def _forget_read_notes(self) -> None:
-        """Drop the notes of :meth:`wrote` the index has read past (called holding the lock)."""
-        for where, written in list(self._written.items()):
-            read_to = self._next.get(where, 0)
-            kept = {k: o for k, o in written.items() if o >= read_to}
-            if kept:
-                self._written[where] = kept
-            else:
-                del self._written[where]
+        """Drop the notes of :meth:`wrote` the index has read past."""
+        with self._kept_lock:
+            for where, written in list(self._written.items()):
+                read_to = self._next.get(where, 0)
+                kept = {k: o for k, o in written.items() if o >= read_to}
+                if kept:
+                    self._written[where] = kept
+                else:
+                    del self._written[where]
 
     def _reap_when_idle(self) -> None:
         """Start the thread that unassigns the tail after ``TAIL_IDLE_S`` without a lookup."""
@@ -464,11 +474,11 @@ class PartitionIndex:
     def _untail_if_idle(self) -> bool:
         """Unassign the tail if idle; False once nothing is assigned (the reaper then ends)."""
         with self._cond:
+            if self._running or self._lookups:
+                return True  # a catch-up may be assigning: never leave it without a reaper
             if self._consumer is None or not self._tailing:
                 self._reaper = None
                 return False
-            if self._running or self._lookups:
-                return True
             if time.monotonic() - self._last_used < TAIL_IDLE_S:
                 return True
             self._unassign()
@@ -515,7 +525,6 @@ class PartitionIndex:
     def _unassign(self) -> None:
         if self._consumer is not None:
             self._tailing = set()
-            self._written.clear()
             try:
                 self._consumer.unassign()
             except (KafkaException, RuntimeError):
@@ -523,7 +532,6 @@ class PartitionIndex:
 
     def _drop_consumer(self) -> None:
         self._tailing = set()
-        self._written.clear()
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             close_within(consumer.close, "consumer")

@@ -101,7 +101,7 @@ class BoundedReader(Protocol):
         ...
 
     def wrote(self, workflow_id: str, position: Position) -> None:
-        """Note that this process recorded the workflow's started event at ``position``."""
+        """Note that this process recorded a claim or an end of the workflow at ``position``."""
         ...
 
 
@@ -264,7 +264,7 @@ class KafkaPartitionReader(KafkaScanReader):
         return len(mine) == 1 and self.index.unseen(mine[0], workflow_id.encode())
 
     def wrote(self, workflow_id: str, position: Position) -> None:
-        """Note that this process recorded the workflow's first event at ``position``."""
+        """Note that this process recorded a claim or an end of the workflow at ``position``."""
         if self._known is not None:
             where = (position.topic, position.partition)
             self.index.wrote(where, workflow_id.encode(), position.offset)

@@ -109,8 +109,12 @@ def test_an_id_another_process_started_past_the_tail_refuses_the_open_as_a_lost_
         assert calls == []  # the other process's call replays: nothing ran twice
         wf.finish()
         assert _types(ledger, "late") == [
-            "workflow_started", "step_intended", "step_outcome",
-            "workflow_started", "workflow_resumed", "workflow_finished",
+            "workflow_started",
+            "step_intended",
+            "step_outcome",
+            "workflow_started",
+            "workflow_resumed",
+            "workflow_finished",
         ]
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -250,3 +251,35 @@ def test_an_id_this_process_started_is_never_taken_for_unseen(
         assert not _reader(ledger).unseen("own")
         wf = ledger.workflow("own")
         assert wf.attempt == 2 and wf.state.anomalies == []
+
+
+def test_coroutines_open_unseen_ids_and_lose_a_race_as_threads_do(
+    make_settings: Callable[..., Settings],
+    src_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    settings = make_settings(partitions=1)
+
+    async def main(ledger: Ledger) -> None:
+        await (await ledger.aworkflow("first")).afinish()  # read first: tailing now
+        index = _reader(ledger).index
+        assigned = index.assignments
+        opened = await asyncio.gather(*(ledger.aworkflow(f"a-{n}") for n in range(8)))
+        assert [wf.attempt for wf in opened] == [1] * 8
+        assert all(wf.state.runner == wf.runner for wf in opened)
+        assert index.assignments == assigned
+        argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
+        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        with pytest.raises(WorkflowTakenOverError):
+            await ledger.aworkflow("late")
+        wf = await ledger.aworkflow("late")
+        assert wf.attempt == 2
+        calls: list[int] = []
+        done = await wf.astep("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again"))
+        assert done == "paid" and calls == []
+
+    with Ledger(settings) as ledger:
+        asyncio.run(main(ledger))
+        for n in range(8):
+            assert _types(ledger, f"a-{n}") == ["workflow_started"]

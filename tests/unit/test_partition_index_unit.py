@@ -204,3 +204,26 @@ def test_unseen_needs_a_tail_read_from_offset_0_that_never_saw_the_key() -> None
     index._began[WHERE] = 0
     index._tailing = set()  # idle: unassigned, the index no longer follows the partition
     assert not index.unseen(WHERE, b"new")
+
+
+def test_a_lookup_that_must_not_wait_reads_what_the_tail_fetched_through_its_bound() -> None:
+    index, tail = _tailed(_record(0, b"x"), _eof(1), _record(1), _record(2, b"x"))
+    found = index.lookup_now(WHERE, b"wf", 1)
+    assert found is not None and found.first == 1 and found.records == [b"v"]
+    assert found.whole and tail.assigned == []
+    assert index._next[WHERE] == 3  # the whole batch fetched is indexed
+
+
+def test_a_lookup_that_must_not_wait_gives_up_short_of_its_bound_and_keeps_what_it_read() -> None:
+    index, tail = _tailed(_record(0, b"x"))
+    assert index.lookup_now(WHERE, b"wf", 3) is None  # offset 3 is not fetched yet
+    assert index._next[WHERE] == 1 and not index._running
+    tail.queued = [_record(1), _record(2), _record(3)]
+    found = index.lookup(WHERE, b"wf", through=3)  # a thread's lookup reads on from there
+    assert found.first == 1 and found.complete and tail.assigned == []
+
+
+def test_a_lookup_that_must_not_wait_never_waits_for_a_running_catch_up() -> None:
+    index, _ = _tailed(_record(0))
+    index._running = True
+    assert index.lookup_now(WHERE, b"wf", 0) is None

@@ -80,7 +80,9 @@ async def aopen_workflow(
     guessed = from_tail(ledger, workflow_id, spec)
     if guessed is not None:
         claimed = first_claim(guessed, spec)
-        await off_loop(guessed.reload, through=await guessed.arecord(claimed))
+        position = await guessed.arecord(claimed)
+        if not guessed.reload_now(position):  # the tail has not fetched the claim yet
+            await off_loop(guessed.reload, through=position)
         if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
         elif not alone(guessed, claimed):

@@ -241,6 +241,20 @@ class Workflow:
             self.state = replay(self.workflow_id, events)
             self._recorded_until = max(self._recorded_until, _last_position(self.state))
 
+    def reload_now(self, through: Position) -> bool:
+        """:meth:`reload` through one of this handle's records, if the reader can answer at
+        once without waiting (an event loop tries it first); False: nothing was changed."""
+        reader = bounded(self.ledger.reader)
+        if reader is None or self._pending is not None:
+            return False
+        events = reader.read_through_now(self.workflow_id, through)
+        if events is None:
+            return False
+        with self._lock:
+            self.state = replay(self.workflow_id, events)
+            self._recorded_until = max(self._recorded_until, _last_position(self.state))
+        return True
+
     def tool(self, name: str) -> Tool:
         """A tool this workflow used, or one of the ledger's registry."""
         return self._tools.get(name) or self.ledger.tools.require(name)

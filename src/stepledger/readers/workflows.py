@@ -92,6 +92,10 @@ class BoundedReader(Protocol):
         """The workflow's events up to at least ``position`` (one of its own records)."""
         ...
 
+    def read_through_now(self, workflow_id: str, position: Position) -> list[Event] | None:
+        """:meth:`read_through` if it can be answered at once, without waiting (else None)."""
+        ...
+
     def unseen(self, workflow_id: str) -> bool:
         """True when the reader has good reason, without a round trip, to think the id new."""
         ...
@@ -255,6 +259,26 @@ class KafkaPartitionReader(KafkaScanReader):
         """
         return self._read(workflow_id, position)
 
+    def read_through_now(self, workflow_id: str, position: Position) -> list[Event] | None:
+        """:meth:`read_through` from what the index's tail has fetched already, or None.
+
+        Never waits and makes no round trip (an event loop asks it first): None when the
+        records through ``position`` are not fetched yet, or the workflow's whole history
+        is not in the index.
+        """
+        if self._known is None:
+            return None
+        mine = self._workflow_partitions(workflow_id)
+        if [(position.topic, position.partition)] != mine:
+            return None
+        found = self.index.lookup_now(mine[0], workflow_id.encode(), position.offset)
+        if found is None or not found.whole:
+            return None
+        events: list[Event] = []
+        for value in found.records:
+            _decode_value(events, value, self.codec)
+        return events
+
     def unseen(self, workflow_id: str) -> bool:
         """True when the index, tailing the workflow's partition from offset 0, never saw
         the id (no round trip).  A hint: a record of it may have landed since."""
@@ -352,6 +376,10 @@ class SnapshotTailReader(KafkaPartitionReader):
     def unseen(self, workflow_id: str) -> bool:
         """False: the snapshot, not the index, knows which ids the log holds."""
         return False
+
+    def read_through_now(self, workflow_id: str, position: Position) -> list[Event] | None:
+        """None: a snapshot read is never made on an event loop."""
+        return None
 
     def tailed(self, workflow_id: str) -> list[Event] | None:
         """None: the snapshot, not the index, holds the workflows' events."""

@@ -4,9 +4,9 @@
   started event: no assignment, no fresh end, one started event in the log.
 - The assumption broken: another process records the id (or claims its next attempt) past
   where the tail had read.  The open's claim lands after it and owns nothing (one
-  competing claim): a running workflow refuses the open, as the second of two read-first
-  opens racing is refused; a finished one replays.  The next open claims on from the log,
-  and the step the other process ran replays its result: nothing is called twice.
+  competing claim), and the open goes on as one that read after that record would: it
+  claims the next attempt of a running workflow, replays a finished one.  The step the
+  other process ran replays its result: nothing is called twice.
 - A workflow the process finished itself is never claimed after its end.
 - A resume's claim is read back through the claim itself (no assignment either).
 - An idle tail is unassigned, and an unseen id then takes the read-first path.
@@ -25,7 +25,6 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
-from stepledger.errors import WorkflowTakenOverError
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.readers import index as indexes
 
@@ -35,7 +34,6 @@ WRITER = """
 import sys
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
-from stepledger.errors import WorkflowTakenOverError
 from stepledger.producer import Ledger
 bootstrap, topic, workflow_id = sys.argv[1:4]
 with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
@@ -86,7 +84,7 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
         assert not _reader(ledger).unseen("second")
 
 
-def test_an_id_another_process_started_past_the_tail_refuses_the_open_as_a_lost_race(
+def test_an_id_another_process_started_past_the_tail_is_resumed_not_run_again(
     make_settings: Callable[..., Settings],
     src_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
@@ -98,13 +96,11 @@ def test_an_id_another_process_started_past_the_tail_refuses_the_open_as_a_lost_
         argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
         subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
         assert _reader(ledger).unseen("late")  # the tail has not read it: a wrong hint
-        # Started first, found the other runner's claim of attempt 1 before it: refused, as
-        # the second of two read-first opens racing is, before anything is called.
-        with pytest.raises(WorkflowTakenOverError, match="holds attempt 1"):
-            ledger.workflow("late")
-        wf = ledger.workflow("late")  # the tail has it now: claims attempt 2 first
+        # Started first, found the other runner's history before it: its started event owns
+        # nothing, and the open goes on as one that read after that history: attempt 2.
+        wf = ledger.workflow("late")
         assert wf.attempt == 2 and wf.state.runner == wf.runner and wf.epoch == 2
-        assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]  # the lost start
+        assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
         calls: list[int] = []
         assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
         assert calls == []  # the other process's call replays: nothing ran twice
@@ -199,7 +195,7 @@ def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the
         assert calls == []
 
 
-def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_is_refused(
+def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
     make_settings: Callable[..., Settings],
     src_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
@@ -212,11 +208,7 @@ def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_is_refused(
         argv = [sys.executable, "-c", RESUMER, settings.bootstrap, settings.topic, "r"]
         done = subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
         assert done.stdout.split() == [b"2"]  # another process claimed attempt 2
-        # The tail still says attempt 1: this open claims 2 and loses, as the second of
-        # two resumes racing does; nothing is settled twice, no attempt is spent on it.
-        with pytest.raises(WorkflowTakenOverError, match="holds attempt 2"):
-            ledger.workflow("r")
-        wf = ledger.workflow("r")
+        wf = ledger.workflow("r")  # the tail still says attempt 1: claims 2, loses, claims 3
         assert wf.attempt == 3 and wf.epoch == 3 and wf.state.runner == wf.runner
         assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
         calls: list[int] = []
@@ -253,7 +245,7 @@ def test_an_id_this_process_started_is_never_taken_for_unseen(
         assert wf.attempt == 2 and wf.state.anomalies == []
 
 
-def test_coroutines_open_unseen_ids_and_lose_a_race_as_threads_do(
+def test_coroutines_open_unseen_ids_and_go_on_after_a_lost_start_as_threads_do(
     make_settings: Callable[..., Settings],
     src_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
@@ -271,9 +263,7 @@ def test_coroutines_open_unseen_ids_and_lose_a_race_as_threads_do(
         assert index.assignments == assigned
         argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
         subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
-        with pytest.raises(WorkflowTakenOverError):
-            await ledger.aworkflow("late")
-        wf = await ledger.aworkflow("late")
+        wf = await ledger.aworkflow("late")  # started first, lost: goes on as attempt 2
         assert wf.attempt == 2
         calls: list[int] = []
         done = await wf.astep("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again"))

@@ -140,16 +140,16 @@ def first_claim(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:
 def held(workflow: Workflow, spec: WorkflowSpec) -> bool:
     """True when a claim recorded from the tail holds the workflow, read back through itself.
 
-    The workflow running: the claim must be the one the fold gives its attempt, or
-    WorkflowTakenOverError is raised, as for a resume whose claim lost (:func:`claim`): the
-    other runner's claim landed first, after what the tail had read (two opens racing, as
-    two read-first opens racing end with one of them refused).  The workflow finished or
-    dead-lettered past the tail: False, and the caller goes on as a read-first open would
-    (:func:`go_on`), the plan checked against what the log says first.
+    It holds when the fold gives this runner the attempt it claimed and the workflow is
+    running.  Otherwise another runner's claim (or the workflow's end) landed first, past
+    where the tail had read: this claim owns nothing, and the caller goes on as a read-first
+    open that read after that record would (:func:`go_on`: it claims the next attempt,
+    replays a finished workflow, or raises for a dead-lettered one), the plan checked
+    against what the log says first.
     """
     state = workflow.state
-    if state.status is RunStatus.RUNNING:
-        fence.ensure_claimed(state, workflow.runner, workflow.epoch)
+    running = state.status is RunStatus.RUNNING
+    if running and state.attempt == workflow.epoch and state.runner == workflow.runner:
         return True
     if spec.plan is not None:
         rules = PlanRules(read_only=state.read_only)

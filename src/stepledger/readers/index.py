@@ -179,6 +179,9 @@ class PartitionIndex:
         self._consumer: Consumer | None = None
         self._tailing: set[Partition] = set()
         """The partitions the consumer has assigned (fetched) now."""
+        self._current: set[Partition] = set()
+        """Tailed partitions a catch-up has completed since they were assigned (the hints
+        answer only for these: mid-read, the index does not know the ids below its end)."""
         self._last_used = 0.0
         self._reaper: threading.Thread | None = None
         self._closing = False
@@ -229,6 +232,7 @@ class PartitionIndex:
                     self._closing = False
                     self._drop_consumer()
                 if done:
+                    self._current |= {found.partition} & self._tailing
                     self._forget_read_notes()
                 self._cond.notify_all()
         return self._answer(found) if done else None
@@ -289,7 +293,7 @@ class PartitionIndex:
         (``lookup(..., through=)``) before it counts on it.  A hint, so it takes no lock a
         catch-up holds (an event loop asks it): each read is one dict or set lookup.
         """
-        if partition not in self._tailing or self._began.get(partition) != 0:
+        if partition not in self._current or self._began.get(partition) != 0:
             return False
         if partition in self._overflowed or key in self._first.get(partition, {}):
             return False
@@ -321,7 +325,7 @@ class PartitionIndex:
         them).  A hint, as :meth:`unseen` is: records may have landed since; None when the
         index cannot say.
         """
-        if partition not in self._tailing or self._began.get(partition) != 0:
+        if partition not in self._current or self._began.get(partition) != 0:
             return None
         first = self._first.get(partition, {}).get(key)
         if first is None or partition in self._overflowed:
@@ -398,6 +402,7 @@ class PartitionIndex:
             if done:
                 for found in covered:
                     found.done = True
+                self._current |= targets & self._tailing
                 self._forget_read_notes()
             self._cond.notify_all()
 
@@ -500,7 +505,7 @@ class PartitionIndex:
         try:
             if self._tailing:
                 self._consumer.unassign()  # drops what was fetched before: ends come fresh
-            self._tailing = set()
+            self._tailing, self._current = set(), set()
             self._consumer.assign(starts)
         except KafkaException as exc:
             raise BrokerError(f"indexing the log failed: {exc}") from exc
@@ -581,14 +586,14 @@ class PartitionIndex:
 
     def _unassign(self) -> None:
         if self._consumer is not None:
-            self._tailing = set()
+            self._tailing, self._current = set(), set()
             try:
                 self._consumer.unassign()
             except (KafkaException, RuntimeError):
                 self._drop_consumer()
 
     def _drop_consumer(self) -> None:
-        self._tailing = set()
+        self._tailing, self._current = set(), set()
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             close_within(consumer.close, "consumer")

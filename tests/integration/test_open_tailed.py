@@ -27,19 +27,29 @@ from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.readers import index as indexes
+from tests.integration.test_partition_index import WRITER
 
 PAY = Tool(name="pay", keyed=True)
 
-WRITER = """
-import sys
-from stepledger.config import Settings
-from stepledger.domain.tools import Tool
-from stepledger.producer import Ledger
-bootstrap, topic, workflow_id = sys.argv[1:4]
-with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
-    wf = ledger.start(workflow_id)
-    wf.step("pay", Tool(name="pay", keyed=True), {"n": 1}, lambda a, k: "paid")
-"""
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A one-partition topic; the tail stays assigned however slow the host."""
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
+    return make_settings(partitions=1)
+
+
+def _elsewhere(settings: Settings, env: dict[str, str], script: str, workflow_id: str) -> bytes:
+    """Run a script in another process against the topic; what it printed."""
+    argv = [sys.executable, "-c", script, settings.bootstrap, settings.topic, workflow_id]
+    return subprocess.run(argv, check=True, env=env, timeout=60, capture_output=True).stdout
+
+
+def _replays(wf: Any) -> None:
+    """The workflow's pay step returns the other runner's result; nothing is called again."""
+    calls: list[int] = []
+    assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
+    assert calls == []
 
 
 def _reader(ledger: Ledger) -> KafkaPartitionReader:
@@ -58,10 +68,8 @@ def _types(ledger: Ledger, workflow_id: str) -> list[str]:
 
 
 def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)  # the tail stays however slow the host
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()  # read first: the index now tails the partition
         index = _reader(ledger).index
@@ -85,25 +93,18 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
 
 
 def test_an_id_another_process_started_past_the_tail_is_resumed_not_run_again(
-    make_settings: Callable[..., Settings],
-    src_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings, src_env: dict[str, str]
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()  # tailing from offset 0
-        argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
-        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        _elsewhere(settings, src_env, WRITER, "late")
         assert _reader(ledger).unseen("late")  # the tail has not read it: a wrong hint
         # Started first, found the other runner's history before it: its started event owns
         # nothing, and the open goes on as one that read after that history: attempt 2.
         wf = ledger.workflow("late")
         assert wf.attempt == 2 and wf.state.runner == wf.runner and wf.epoch == 2
         assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
-        calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
-        assert calls == []  # the other process's call replays: nothing ran twice
+        _replays(wf)  # the other process's call: nothing ran twice
         wf.finish()
         assert _types(ledger, "late") == [
             "workflow_started",
@@ -116,29 +117,19 @@ def test_an_id_another_process_started_past_the_tail_is_resumed_not_run_again(
 
 
 def test_an_id_another_process_finished_past_the_tail_replays_finished(
-    make_settings: Callable[..., Settings],
-    src_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings, src_env: dict[str, str]
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()
-        script = WRITER + "    wf.finish()\n"
-        argv = [sys.executable, "-c", script, settings.bootstrap, settings.topic, "done"]
-        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        _elsewhere(settings, src_env, WRITER + "    wf.finish()\n", "done")
         wf = ledger.workflow("done")  # started first, the log says finished: replayed
         assert wf.finished
-        calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
-        assert calls == []
+        _replays(wf)
 
 
 def test_a_resume_reads_its_claim_back_through_the_tail(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as writer:
         writer.start("again").step("pay", PAY, {"n": 1}, lambda a, k: "paid")
     with Ledger(settings) as ledger:
@@ -177,10 +168,8 @@ with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as 
 
 
 def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the_claim(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         first = ledger.workflow("r")  # read first
         ledger.workflow("s").finish()  # the tail reads r's started event
@@ -190,37 +179,25 @@ def test_a_running_workflow_the_tail_holds_is_claimed_first_and_read_through_the
         wf = ledger.workflow("r")  # another agent of the process takes the workflow over
         assert index.assignments == assigned
         assert wf.attempt == 2 and wf.epoch == 2 and wf.state.anomalies == []
-        calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
-        assert calls == []
+        _replays(wf)
 
 
 def test_a_claim_from_the_tail_that_loses_to_one_it_had_not_read_claims_again(
-    make_settings: Callable[..., Settings],
-    src_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings, src_env: dict[str, str]
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         ledger.workflow("r").step("pay", PAY, {"n": 1}, lambda a, k: "paid")
         ledger.workflow("s").finish()  # the tail reads r's step records too
-        argv = [sys.executable, "-c", RESUMER, settings.bootstrap, settings.topic, "r"]
-        done = subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
-        assert done.stdout.split() == [b"2"]  # another process claimed attempt 2
+        assert _elsewhere(settings, src_env, RESUMER, "r").split() == [b"2"]  # attempt 2
         wf = ledger.workflow("r")  # the tail still says attempt 1: claims 2, loses, claims 3
         assert wf.attempt == 3 and wf.epoch == 3 and wf.state.runner == wf.runner
         assert [a.kind for a in wf.state.anomalies] == ["competing_claim"]
-        calls: list[int] = []
-        assert wf.step("pay", PAY, {"n": 1}, lambda a, k: _called(calls, "again")) == "paid"
-        assert calls == []
+        _replays(wf)
 
 
 def test_a_workflow_this_process_finished_is_not_claimed_after_its_end(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         wf = ledger.workflow("w")
         ledger.workflow("s").finish()  # the tail reads w's started event
@@ -233,10 +210,8 @@ def test_a_workflow_this_process_finished_is_not_claimed_after_its_end(
 
 
 def test_an_id_this_process_started_is_never_taken_for_unseen(
-    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()  # tailing
         ledger.start("own")  # written, not read by the tail
@@ -246,12 +221,8 @@ def test_an_id_this_process_started_is_never_taken_for_unseen(
 
 
 def test_coroutines_open_unseen_ids_and_go_on_after_a_lost_start_as_threads_do(
-    make_settings: Callable[..., Settings],
-    src_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch,
+    settings: Settings, src_env: dict[str, str]
 ) -> None:
-    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 60.0)
-    settings = make_settings(partitions=1)
 
     async def main(ledger: Ledger) -> None:
         await (await ledger.aworkflow("first")).afinish()  # read first: tailing now
@@ -261,8 +232,7 @@ def test_coroutines_open_unseen_ids_and_go_on_after_a_lost_start_as_threads_do(
         assert [wf.attempt for wf in opened] == [1] * 8
         assert all(wf.state.runner == wf.runner for wf in opened)
         assert index.assignments == assigned
-        argv = [sys.executable, "-c", WRITER, settings.bootstrap, settings.topic, "late"]
-        subprocess.run(argv, check=True, env=src_env, timeout=60, capture_output=True)
+        _elsewhere(settings, src_env, WRITER, "late")
         wf = await ledger.aworkflow("late")  # started first, lost: goes on as attempt 2
         assert wf.attempt == 2
         calls: list[int] = []

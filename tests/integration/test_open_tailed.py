@@ -15,16 +15,22 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.domain.tools import Tool
+from stepledger.errors import DurabilityError
+from stepledger.kafka import ensure_topics
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.readers import index as indexes
 from tests.integration.test_partition_index import WRITER
@@ -160,6 +166,7 @@ def test_an_idle_tail_is_unassigned_and_an_unseen_id_is_read_first(
 RESUMER = """
 import sys
 from stepledger.config import Settings
+from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.producer import Ledger
 bootstrap, topic, workflow_id = sys.argv[1:4]
 with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:
@@ -243,3 +250,56 @@ def test_coroutines_open_unseen_ids_and_go_on_after_a_lost_start_as_threads_do(
         asyncio.run(main(ledger))
         for n in range(8):
             assert _types(ledger, f"a-{n}") == ["workflow_started"]
+
+
+@pytest.mark.kafka_only
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs java for Apache Kafka")
+def test_opens_claim_first_through_a_tail_whose_broker_was_killed_and_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail's consumer outlives a SIGKILL of the broker: opens after the restart read
+    through their claims on it, and nothing is started twice or run again."""
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 600.0)
+    with KafkaBroker(nodes=1, log_dir=tmp_path / "kafka") as cluster:
+        settings = Settings(bootstrap=cluster.bootstrap, topic="events", producer_id="test")
+        ensure_topics(settings, [settings.topic, settings.dlq_topic], partitions=1)
+        with Ledger(settings) as ledger:
+            ledger.workflow("first").step("pay", PAY, {"n": 1}, lambda a, k: "paid")
+            ledger.workflow("other").finish()  # the tail reads first's records
+            index = _reader(ledger).index
+            assigned = index.assignments
+            cluster.kill_node(1)
+            cluster.restart_node(1)
+            _await_leader(settings)  # recovery after SIGKILL: writes before it time out
+            _await_writes(ledger)
+            assert _reader(ledger).unseen("second")
+            wf = ledger.workflow("second")
+            again = ledger.workflow("first")  # claimed first from the tail, after the restart
+            assert index.assignments == assigned  # the tail carried on through the restart
+            assert wf.attempt == 1 and _types(ledger, "second") == ["workflow_started"]
+            assert again.attempt == 2 and again.state.anomalies == []
+            _replays(again)
+
+
+def _await_leader(settings: Settings, timeout: float = 60.0) -> None:
+    """Poll, bounded, until the topic's partition has a leader again."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    limit = time.monotonic() + timeout
+    while True:
+        topic = admin.list_topics(timeout=5).topics.get(settings.topic)
+        if topic is not None and topic.error is None and topic.partitions[0].leader >= 0:
+            return
+        assert time.monotonic() < limit, "the restarted broker never led the partition"
+        time.sleep(0.1)
+
+
+def _await_writes(ledger: Ledger, tries: int = 5) -> None:
+    """Write until the ledger's producer is acknowledged again (bounded): after a SIGKILL of
+    its broker, its first record may time out while the partition recovers."""
+    for n in range(tries):
+        try:
+            ledger.start(f"probe-{n}")
+            return
+        except DurabilityError:
+            continue
+    pytest.fail(f"no write acknowledged in {tries} tries after the restart")

@@ -240,3 +240,16 @@ def test_mid_read_the_index_answers_no_id_as_unseen() -> None:
     assert WHERE in index.tailing and not index.unseen(WHERE, b"old")
     index.lookup(WHERE, b"other")  # the catch-up completes: the index knows what is below
     assert not index.unseen(WHERE, b"old") and index.unseen(WHERE, b"new")
+
+
+def test_the_snapshot_reader_opts_out_of_reads_through_own_records(tmp_path: object) -> None:
+    """Its opens read first: the snapshot, not the index, knows which ids the log holds."""
+    from stepledger.readers.workflows import (
+        KafkaPartitionReader,
+        SnapshotTailReader,
+        bounded,
+    )
+
+    settings = Settings()
+    assert bounded(KafkaPartitionReader(settings)) is not None
+    assert bounded(SnapshotTailReader(settings, str(tmp_path))) is None

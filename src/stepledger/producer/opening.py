@@ -121,9 +121,7 @@ def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow
         resumable = state.status is RunStatus.RUNNING and not state.read_only and state.attempt
         if not resumable or state.attempt + 1 > state.max_attempts:
             return None  # finished, restarted, dead-lettered: the read-first path decides
-    read_only = workflow.state.read_only if workflow.state.attempt else spec.read_only
-    if spec.plan is not None:
-        ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
+    check_plan(workflow, spec)
     return workflow
 
 
@@ -151,9 +149,7 @@ def held(workflow: Workflow, spec: WorkflowSpec) -> bool:
     running = state.status is RunStatus.RUNNING
     if running and state.attempt == workflow.epoch and state.runner == workflow.runner:
         return True
-    if spec.plan is not None:
-        rules = PlanRules(read_only=state.read_only)
-        ensure_plan(spec.plan, rules, workflow_id=workflow.workflow_id)
+    check_plan(workflow, spec)
     return False
 
 
@@ -169,11 +165,17 @@ def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
         # The producer gets its connection and id while the log is read, not after.
         connect()
     workflow = Workflow(ledger, workflow_id, ledger.reader.read(workflow_id))
+    check_plan(workflow, spec)
+    return workflow
+
+
+def check_plan(workflow: Workflow, spec: WorkflowSpec) -> None:
+    """Check the declared plan against the workflow as read (the log's read-only flag wins)."""
+    if spec.plan is None:
+        return
     state = workflow.state
     read_only = state.read_only if state.attempt else spec.read_only
-    if spec.plan is not None:
-        ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow_id)
-    return workflow
+    ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow.workflow_id)
 
 
 def first_run(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:

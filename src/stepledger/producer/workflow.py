@@ -231,15 +231,11 @@ class Workflow:
         end there (everything acknowledged before it is below it) when the reader can.
         """
         self.settle_pending()
-        reader = self.ledger.reader
-        ends = bounded(reader) if through is not None else None
-        if ends is not None and through is not None:
-            events = ends.read_through(self.workflow_id, through)
+        reader = bounded(self.ledger.reader) if through is not None else None
+        if reader is not None and through is not None:
+            self._refold(reader.read_through(self.workflow_id, through))
         else:
-            events = reader.read(self.workflow_id)
-        with self._lock:
-            self.state = replay(self.workflow_id, events)
-            self._recorded_until = max(self._recorded_until, _last_position(self.state))
+            self._refold(self.ledger.reader.read(self.workflow_id))
 
     def reload_now(self, through: Position) -> bool:
         """:meth:`reload` through one of this handle's records, if the reader can answer at
@@ -250,10 +246,14 @@ class Workflow:
         events = reader.read_through_now(self.workflow_id, through)
         if events is None:
             return False
+        self._refold(events)
+        return True
+
+    def _refold(self, events: list[ev.Event]) -> None:
+        """Replace the state with the fold of the events read back."""
         with self._lock:
             self.state = replay(self.workflow_id, events)
             self._recorded_until = max(self._recorded_until, _last_position(self.state))
-        return True
 
     def tool(self, name: str) -> Tool:
         """A tool this workflow used, or one of the ledger's registry."""

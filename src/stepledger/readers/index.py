@@ -162,6 +162,8 @@ class PartitionIndex:
         """Catch-ups begun (concurrent lookups share one)."""
         self.assignments = 0
         """Times the partitions were assigned afresh (a catch-up reading the tail assigns none)."""
+        self.answered_now = 0
+        """Lookups answered at once from what the tail had fetched (:meth:`lookup_now`)."""
         self._one_broker = False
         """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
@@ -226,20 +228,16 @@ class PartitionIndex:
             raise
         finally:
             with self._cond:
-                self._running = False
-                self._last_used = time.monotonic()
-                if self._closing or failed:
-                    self._closing = False
-                    self._drop_consumer()
-                if done:
-                    self._current |= {found.partition} & self._tailing
-                    self._forget_read_notes()
-                self._cond.notify_all()
-        return self._answer(found) if done else None
+                self._ended({partition} if done else None, failed=failed)
+        if not done:
+            return None
+        self.answered_now += 1
+        return self._answer(found)
 
     def _read_fetched(self, consumer: Consumer, found: Lookup) -> bool:
         """Index what the consumer holds until past the lookup's bound (False: not there)."""
         assert found.through is not None
+        keep = {(found.partition, found.key): [found]}
         read = 0
         while self._next.get(found.partition, 0) <= found.through:
             if read >= NOW_RECORDS:
@@ -248,10 +246,7 @@ class PartitionIndex:
             if not batch:
                 return False
             read += len(batch)
-            for msg in batch:
-                where = self._take(msg, set())  # an end the tail fetched is stale: ignored
-                if where == found.partition and (msg.key() or b"") == found.key:
-                    found.records.append(msg.value() or b"")
+            self._index(batch, set(), keep)  # an end the tail fetched is stale: ignored
         return True
 
     def _answer(self, found: Lookup) -> Lookup:
@@ -293,12 +288,19 @@ class PartitionIndex:
         (``lookup(..., through=)``) before it counts on it.  A hint, so it takes no lock a
         catch-up holds (an event loop asks it): each read is one dict or set lookup.
         """
-        if partition not in self._current or self._began.get(partition) != 0:
-            return False
-        if partition in self._overflowed or key in self._first.get(partition, {}):
+        if not self._followed(partition) or key in self._first.get(partition, {}):
             return False
         with self._kept_lock:
             return key not in self._written.get(partition, {})
+
+    def _followed(self, partition: Partition) -> bool:
+        """True when the hints may answer for the partition: tailed, caught up since it was
+        assigned, read from offset 0 and still indexed."""
+        return (
+            partition in self._current
+            and self._began.get(partition) == 0
+            and partition not in self._overflowed
+        )
 
     def wrote(self, partition: Partition, key: bytes, offset: int) -> None:
         """Note a record this process wrote (a claim, an end): its key is neither
@@ -325,10 +327,8 @@ class PartitionIndex:
         them).  A hint, as :meth:`unseen` is: records may have landed since; None when the
         index cannot say.
         """
-        if partition not in self._current or self._began.get(partition) != 0:
-            return None
         first = self._first.get(partition, {}).get(key)
-        if first is None or partition in self._overflowed:
+        if first is None or not self._followed(partition):
             return None
         with self._kept_lock:
             if key in self._written.get(partition, {}):
@@ -394,17 +394,11 @@ class PartitionIndex:
             done = True
         finally:
             self._cond.acquire()
-            self._running = False
-            self._last_used = time.monotonic()
-            if self._closing or not done:
-                self._closing = False
-                self._drop_consumer()  # a failed catch-up leaves nothing half-assigned
+            # A failed catch-up leaves nothing half-assigned.
+            self._ended(targets if done else None, failed=not done)
             if done:
                 for found in covered:
                     found.done = True
-                self._current |= targets & self._tailing
-                self._forget_read_notes()
-            self._cond.notify_all()
 
     def _scan(
         self,
@@ -445,17 +439,29 @@ class PartitionIndex:
             batch = _next_batch(consumer)
             if batch:
                 progress = time.monotonic()
-            for msg in batch:
-                where = self._take(msg, ends)
-                if where is None:
-                    continue
-                fresh.add(where)
-                if where in bounds and self._next[where] > bounds[where]:
-                    done.add(where)
-                for found in keep.get((where, msg.key() or b""), ()) if keep else ():
-                    found.records.append(msg.value() or b"")
+            read = self._index(batch, ends, keep)
+            fresh |= read
+            done |= {p for p in read & bounds.keys() if self._next[p] > bounds[p]}
             if batch and fresh and ends is at_end:
                 self._reached(consumer, fresh, at_end)
+
+    def _index(
+        self,
+        batch: list[Message],
+        ends: set[Partition],
+        keep: dict[tuple[Partition, bytes], list[Lookup]],
+    ) -> set[Partition]:
+        """Index a batch, handing the records of looked-up keys to their lookups; the
+        partitions it held records of (ends reported go to ``ends``)."""
+        read: set[Partition] = set()
+        for msg in batch:
+            where = self._take(msg, ends)
+            if where is None:
+                continue
+            read.add(where)
+            for found in keep.get((where, msg.key() or b""), ()):
+                found.records.append(msg.value() or b"")
+        return read
 
     def _reached(self, consumer: Consumer, fresh: set[Partition], at_end: set[Partition]) -> None:
         """Mark done each partition this catch-up read exactly up to its high watermark.
@@ -513,6 +519,19 @@ class PartitionIndex:
         self._tailing = parts
         self._reap_when_idle()
         return self._consumer, True
+
+    def _ended(self, caught_up: set[Partition] | None, failed: bool) -> None:
+        """Close a catch-up (called holding the lock): ``caught_up`` are the partitions it
+        read through their ends or bounds (None: it did not finish)."""
+        self._running = False
+        self._last_used = time.monotonic()
+        if self._closing or failed:
+            self._closing = False
+            self._drop_consumer()
+        if caught_up is not None:
+            self._current |= caught_up & self._tailing
+            self._forget_read_notes()
+        self._cond.notify_all()
 
     def _forget_read_notes(self) -> None:
         """Drop the notes of :meth:`wrote` the index has read past."""

@@ -113,12 +113,14 @@ _BOUNDED: dict[type, bool] = {}
 
 
 def bounded(reader: object) -> BoundedReader | None:
-    """The reader, when its class is a :class:`BoundedReader` (judged once per class: the
-    protocol check costs ~10 us, and an open asked it three times)."""
+    """The reader, when its class is a :class:`BoundedReader` that does not opt out with
+    ``bounded_reads = False`` (judged once per class: the protocol check costs ~10 us, and
+    an open asked it three times)."""
     kind = type(reader)
     known = _BOUNDED.get(kind)
     if known is None:
-        known = _BOUNDED[kind] = isinstance(reader, BoundedReader)
+        opted = getattr(kind, "bounded_reads", True)
+        known = _BOUNDED[kind] = bool(opted) and isinstance(reader, BoundedReader)
     return cast(BoundedReader, reader) if known else None
 
 
@@ -235,6 +237,9 @@ class KafkaPartitionReader(KafkaScanReader):
     cannot be computed (``-X partitioner=random``) it scans every partition.
     """
 
+    bounded_reads = True
+    """Opens may claim first and read through their claims (:func:`bounded`)."""
+
     def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
         super().__init__(settings, codec)
         self.index = PartitionIndex(settings)
@@ -266,26 +271,17 @@ class KafkaPartitionReader(KafkaScanReader):
         records through ``position`` are not fetched yet, or the workflow's whole history
         is not in the index.
         """
-        if self._known is None:
+        home = self._listed_home(workflow_id)
+        if home is None or home != (position.topic, position.partition):
             return None
-        mine = self._workflow_partitions(workflow_id)
-        if [(position.topic, position.partition)] != mine:
-            return None
-        found = self.index.lookup_now(mine[0], workflow_id.encode(), position.offset)
-        if found is None or not found.whole:
-            return None
-        events: list[Event] = []
-        for value in found.records:
-            _decode_value(events, value, self.codec)
-        return events
+        found = self.index.lookup_now(home, workflow_id.encode(), position.offset)
+        return None if found is None or not found.whole else _decoded(found.records, self.codec)
 
     def unseen(self, workflow_id: str) -> bool:
         """True when the index, tailing the workflow's partition from offset 0, never saw
         the id (no round trip).  A hint: a record of it may have landed since."""
-        if self._known is None:
-            return False  # nothing read yet: listing the partitions would be a round trip
-        mine = self._workflow_partitions(workflow_id)
-        return len(mine) == 1 and self.index.unseen(mine[0], workflow_id.encode())
+        home = self._listed_home(workflow_id)
+        return home is not None and self.index.unseen(home, workflow_id.encode())
 
     def wrote(self, workflow_id: str, position: Position) -> None:
         """Note that this process recorded a claim or an end of the workflow at ``position``."""
@@ -297,16 +293,17 @@ class KafkaPartitionReader(KafkaScanReader):
         """The workflow's events as the index's tail last read them (no round trip), when
         they are its whole history; None when the index cannot say.  A hint: events may
         have landed since (read back through a record of your own before counting on it)."""
+        home = self._listed_home(workflow_id)
+        values = None if home is None else self.index.tailed(home, workflow_id.encode())
+        return None if values is None else _decoded(values, self.codec)
+
+    def _listed_home(self, workflow_id: str) -> tuple[str, int] | None:
+        """The workflow's one partition, when the partitions were listed already (listing
+        them would be a round trip) and the partitioner can be computed."""
         if self._known is None:
-            return None  # nothing read yet: listing the partitions would be a round trip
-        mine = self._workflow_partitions(workflow_id)
-        values = self.index.tailed(mine[0], workflow_id.encode()) if len(mine) == 1 else None
-        if values is None:
             return None
-        events: list[Event] = []
-        for value in values:
-            _decode_value(events, value, self.codec)
-        return events
+        mine = self._workflow_partitions(workflow_id)
+        return mine[0] if len(mine) == 1 else None
 
     def _read(self, workflow_id: str, through: Position | None) -> list[Event]:
         check_retention(self.settings, "sdk")
@@ -330,9 +327,7 @@ class KafkaPartitionReader(KafkaScanReader):
             found = self.index.lookup(mine[0], workflow_id.encode(), bound)
             if found.complete:
                 # The catch-up saw every record of the workflow (or there are none).
-                events: list[Event] = []
-                for value in found.records:
-                    _decode_value(events, value, self.codec)
+                events = _decoded(found.records, self.codec)
                 read = self.index.records - indexed
                 self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
                 return events, found.whole
@@ -358,35 +353,21 @@ class KafkaPartitionReader(KafkaScanReader):
 class SnapshotTailReader(KafkaPartitionReader):
     """Reads a workflow from the projector's snapshot plus its partition's tail after it.
 
+    Not a :class:`BoundedReader` (``bounded_reads``): the snapshot, not the index, knows
+    which ids the log holds, so every open reads first.
+
     ``projection`` is the projector's DuckDB file or shard directory; published snapshots
     are what is opened (read-only; the projector keeps writing its own file).  With no snapshot yet,
     the read falls back to a scan of the topic.
     """
+
+    bounded_reads = False
 
     def __init__(
         self, settings: Settings, projection: str | Path, codec: Codec | None = None
     ) -> None:
         super().__init__(settings, codec)
         self.projection = Path(projection)
-
-    def read_through(self, workflow_id: str, position: Position) -> list[Event]:
-        """A full :meth:`read` (the snapshot, then the partition's tail to its end)."""
-        return self.read(workflow_id)
-
-    def unseen(self, workflow_id: str) -> bool:
-        """False: the snapshot, not the index, knows which ids the log holds."""
-        return False
-
-    def read_through_now(self, workflow_id: str, position: Position) -> list[Event] | None:
-        """None: a snapshot read is never made on an event loop."""
-        return None
-
-    def tailed(self, workflow_id: str) -> list[Event] | None:
-        """None: the snapshot, not the index, holds the workflows' events."""
-        return None
-
-    def wrote(self, workflow_id: str, position: Position) -> None:
-        """Nothing to note."""
 
     def read(self, workflow_id: str) -> list[Event]:
         """The workflow's events: snapshot lookup, then the tail after the snapshot.
@@ -495,6 +476,13 @@ def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextM
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:
     _decode_value(found, msg.value() or b"", codec)
+
+
+def _decoded(values: list[bytes], codec: Codec) -> list[Event]:
+    events: list[Event] = []
+    for value in values:
+        _decode_value(events, value, codec)
+    return events
 
 
 def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:

@@ -253,3 +253,42 @@ def test_the_snapshot_reader_opts_out_of_reads_through_own_records(tmp_path: obj
     settings = Settings()
     assert bounded(KafkaPartitionReader(settings)) is not None
     assert bounded(SnapshotTailReader(settings, str(tmp_path))) is None
+
+
+def test_past_max_notes_a_partition_answers_no_id_unseen(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepledger.readers import index as indexes
+
+    monkeypatch.setattr(indexes, "MAX_NOTES", 2)
+    index, _ = _tailed()
+    index.wrote(WHERE, b"a", 0)
+    index.wrote(WHERE, b"b", 1)
+    assert index.unseen(WHERE, b"new") and not index.unseen(WHERE, b"a")
+    index.wrote(WHERE, b"c", 2)  # a third note not read yet: the notes no longer fit
+    assert WHERE not in index._began and not index.unseen(WHERE, b"new")
+    assert index.tailed(WHERE, b"a") is None
+
+
+def test_a_history_longer_than_max_tailed_is_not_handed_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stepledger.readers import index as indexes
+
+    monkeypatch.setattr(indexes, "MAX_TAILED", 2)
+    index, _ = _tailed(_record(0), _record(1), _record(2, b"short"), _record(3, b"short"))
+    index.lookup(WHERE, b"wf", through=3)
+    assert index.tailed(WHERE, b"short") == [b"v", b"v"]
+    assert index.tailed(WHERE, b"wf") == [b"v", b"v"]
+    index._consumer.queued = [_record(4)]  # type: ignore[union-attr]
+    index.lookup(WHERE, b"wf", through=4)  # a third record of wf: too long to hand out
+    assert index.tailed(WHERE, b"wf") is None and index.tailed(WHERE, b"short") is not None
+
+
+def test_a_lookup_that_must_not_wait_reads_at_most_now_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stepledger.readers import index as indexes
+
+    monkeypatch.setattr(indexes, "NOW_RECORDS", 4)
+    index, tail = _tailed(*(_record(offset, b"x") for offset in range(10)))
+    assert index.lookup_now(WHERE, b"wf", 9) is None  # gave up after 4 of the 10 records
+    assert index._next[WHERE] == 4 and len(tail.queued) == 6 and not index._running

@@ -111,6 +111,29 @@ def test_query_found_appends_outcome_with_evidence() -> None:
     assert setup.log.events[-1].fleet_id == "fleet"  # the workflow's fleet, not the daemon's
 
 
+def test_a_decision_keeps_its_id_and_its_workflows_fleet_across_workflows() -> None:
+    """One id per decided attempt (query or re-drive alike, so two resolvers write one
+    event); each fleet's factory is made once and every decision carries its own fleet."""
+    service = Service()
+    setup = Setup(pay(service))
+    other = WorkflowState("wf-2")
+    intent = EventFactory("fleet-b", "agent", setup.clock).intent(
+        "wf-2", "s", setup.tool, ARGS, sequence=0
+    )
+    setup.log.append(intent)
+    other.apply(intent)
+    setup.past_deadline()
+    setup.resolver.resolve(setup.state, "s")
+    setup.resolver.resolve(other, "s")
+    outcomes = [e for e in setup.log.events if e.type == "step_outcome"]
+    assert [e.event_id for e in outcomes] == [
+        ids.event_id(wf, "s", "step_outcome", 1, "recovery") for wf in ("wf", "wf-2")
+    ]
+    assert [e.fleet_id for e in outcomes] == ["fleet", "fleet-b"]
+    made = setup.resolver._factory(other)
+    assert made is setup.resolver._factory(other) and made.fleet_id == "fleet-b"
+
+
 def test_query_not_found_is_not_happened_without_a_redrive_hook() -> None:
     setup = Setup(pay(Service()))
     setup.past_deadline()

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stepledger.domain import events as ev
+from stepledger.domain import ids
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.ids import canonical_json, event_id, idempotency_key
 from stepledger.domain.secrets import RedactionKey, Scrubber
@@ -172,12 +173,15 @@ class EventFactory:
         scrub: Scrubber | None = None,
         result_type: str | None = None,
         runner: str | None = None,
+        event_id: str | None = None,
     ) -> ev.Event:
         """The outcome of one intent attempt, from whoever decided it.
 
         ``scrub`` removes the call's secret values from the result and the error text;
         ``result`` is JSON-ready (see :class:`~stepledger.domain.results.ResultCodec`) and
-        ``result_type`` names the codec that made it so.
+        ``result_type`` names the codec that made it so.  ``event_id`` replaces the id
+        derived from the attempt, source and runner (recovery derives one per decided
+        attempt, whichever of its paths decided it).
         """
         text = None if error is None else str(error)
         if scrub:
@@ -196,8 +200,10 @@ class EventFactory:
             "runner": _optional_text("runner", runner),
         }
         body = ev.trusted(ev.StepOutcome, values)
-        eid = event_id(workflow_id, step_id, body.type, attempt, source.value, *_by(runner))
-        return self._wrap(workflow_id, step_id, body, eid)
+        if event_id is None:
+            qualifiers = (attempt, source.value, *_by(runner))
+            event_id = ids.event_id(workflow_id, step_id, body.type, *qualifiers)
+        return self._wrap(workflow_id, step_id, body, event_id)
 
 
 def _by(runner: str | None) -> tuple[str, ...]:

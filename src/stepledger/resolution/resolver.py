@@ -184,6 +184,8 @@ class Resolver:
         """Send a resolution's events back to back and wait for them together (see _record)."""
         self.record_limit = record_limit
         """Most bytes a recorded result may take; a larger one is kept as its digest."""
+        self._fleets: dict[str, EventFactory] = {}
+        """The factory of each fleet whose workflows this resolver decided (see _factory)."""
 
     def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done)."""
@@ -471,6 +473,11 @@ class Resolver:
         encoded = run.tool.results.encode(result) if run.tool is not None else None
         if encoded is not None and self.record_limit is not None:
             encoded = oversize.fitted(encoded, self.record_limit)
+        # One id per decided attempt, whichever path (query or re-drive) decided it: two
+        # resolvers answering the same step write one event, never two competing ones.
+        decision = ids.event_id(
+            run.state.workflow_id, run.step.step_id, "step_outcome", run.step.attempt, "recovery"
+        )
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,
@@ -480,13 +487,9 @@ class Resolver:
             result=result if encoded is None else encoded.value,
             result_type=None if encoded is None else encoded.result_type,
             evidence=evidence,
+            event_id=decision,
         )
-        # One id per decided attempt, whichever path (query or re-drive) decided it: two
-        # resolvers answering the same step write one event, never two competing ones.
-        decision = ids.event_id(
-            run.state.workflow_id, run.step.step_id, event.type, run.step.attempt, "recovery"
-        )
-        self._record(run, event.model_copy(update={"event_id": decision}))
+        self._record(run, event)
 
     def _abandon(self, run: _Attempt, reason: str, escalation: str, evidence: Any) -> ev.Event:
         body = ev.StepAbandoned(
@@ -519,15 +522,24 @@ class Resolver:
 
     def _factory(self, state: WorkflowState) -> EventFactory:
         # Decisions carry the workflow's own fleet, whatever fleet the resolver runs for.
-        if state.fleet_id and state.fleet_id != self.events.fleet_id:
-            return replace(self.events, fleet_id=state.fleet_id)
-        return self.events
+        fleet = state.fleet_id
+        if not fleet or fleet == self.events.fleet_id:
+            return self.events
+        factory = self._fleets.get(fleet)
+        if factory is None:
+            if len(self._fleets) >= _FLEETS_KEPT:
+                self._fleets.clear()
+            factory = self._fleets[fleet] = replace(self.events, fleet_id=fleet)
+        return factory
 
     @staticmethod
     def _escalation_id(run: _Attempt) -> str:
         kind = (run.action.escalation or rs.EscalationKind.POLICY).value
         return ids.escalation_id(run.state.workflow_id, run.step.step_id, kind, run.step.attempt)
 
+
+#: Fleets whose event factories a resolver keeps (a daemon serves a handful of fleets).
+_FLEETS_KEPT = 256
 
 _POLICY_OF = {
     rs.ActionKind.QUERY: ResolutionPolicy.QUERY,

@@ -203,7 +203,7 @@ def resolution_latency(
     )
     limit = time.monotonic() + lead + due_n / 50 + 60
     _wait_resolved(daemon.daemon.tracker, opened + 1, limit, still_open=opened - due_n)
-    steps = _steps(daemon.daemon.tracker)
+    steps = tracked_steps(daemon.daemon.tracker)
     daemon.stop()
     return [
         (s.resolved_at - s.deadline).total_seconds()
@@ -223,7 +223,8 @@ def _wait_resolved(tracker: Tracker, n: int, deadline: float, still_open: int = 
         time.sleep(0.5)
 
 
-def _steps(tracker: Tracker) -> list[tuple[tuple[str, str], StepState]]:
+def tracked_steps(tracker: Tracker) -> list[tuple[tuple[str, str], StepState]]:
+    """The tracker's steps, read from another thread while the daemon runs."""
     for _ in range(100):
         try:
             return [(key, t.step) for key, t in tracker]

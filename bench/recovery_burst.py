@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Row, broker, cli, fresh_settings, produce_bulk
-from bench.recovery import Running, bench_tool, open_intents, raw_resolution
+from bench.recovery import Running, bench_tool, open_intents, raw_resolution, tracked_steps
 from stepledger.codec import Codec
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import EventFactory
@@ -134,7 +134,7 @@ def burst(
     cpu, after = time.process_time() - cpu, _thread_ticks()
     kafka = sum(t - before.get(k, 0) for k, t in after.items() if k[1].startswith("rdk:"))
     tick = os.sysconf("SC_CLK_TCK")
-    steps = [s for (wf, _), s in _tracked(daemon) if wf.startswith("open-")]
+    steps = [s for (wf, _), s in tracked_steps(daemon.daemon.tracker) if wf.startswith("open-")]
     daemon.stop()
     last = max(
         (s.resolved_at - s.deadline).total_seconds()
@@ -143,15 +143,6 @@ def burst(
     )
     librdkafka = kafka / tick
     return due_n / last, (cpu - librdkafka) / due_n, librdkafka / due_n
-
-
-def _tracked(daemon: Running) -> list[tuple[tuple[str, str], Any]]:
-    for _ in range(100):
-        try:
-            return [(key, t.step) for key, t in daemon.daemon.tracker]
-        except RuntimeError:  # the daemon's thread changed the dict meanwhile
-            time.sleep(0.01)
-    raise RuntimeError("could not read the tracker")
 
 
 def _until(done: Callable[[], bool], timeout: float) -> None:
@@ -165,6 +156,7 @@ def _until(done: Callable[[], bool], timeout: float) -> None:
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Rounds of the burst, the hook called both ways, each beside the inline baseline."""
     opened, due_n, rounds = (1_000, 300, 1) if quick else (10_000, 3_000, 3)
+    #: Per way of calling the hook, each round's (capacity, inline, Python CPU, librdkafka CPU).
     found: dict[bool, list[tuple[float, float, float, float]]] = {False: [], True: []}
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
@@ -172,7 +164,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
                 state = Path(tmp) / f"{i}-{on_worker}"
                 capacity, python, kafka = burst(servers, opened, due_n, state, on_worker=on_worker)
                 inline = 1 / statistics.mean(raw_resolution(servers, 100 if quick else 300))
-                found[on_worker].append((capacity / inline, capacity, python, kafka))
+                found[on_worker].append((capacity, inline, python, kafka))
     rows = [
         Row(
             "recovery_burst",
@@ -189,16 +181,14 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         (False, "hooks on the pool (the daemon)"),
         (True, "hooks on the worker"),
     ):
-        ratios = [r[0] for r in found[on_worker]]
-        capacities = [r[1] for r in found[on_worker]]
-        inlines = [r[1] / r[0] for r in found[on_worker]]
+        ratios = [capacity / inline for capacity, inline, _, _ in found[on_worker]]
         rows += [
             Row(
                 "recovery_burst",
                 f"{label}: capacity, {due_n:,} of {opened:,} due at once, median of {rounds} "
                 f"(vs inline, 1 thread; ratio each round: {', '.join(f'{r:.2f}' for r in ratios)})",
-                statistics.median(capacities),
-                statistics.median(inlines),
+                statistics.median(r[0] for r in found[on_worker]),
+                statistics.median(r[1] for r in found[on_worker]),
                 "resolutions/s",
                 "" if on_worker else ">=0.5",
                 True,

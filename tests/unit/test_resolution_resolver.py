@@ -320,3 +320,29 @@ def test_hook_pool_bounds_threads_and_never_starts_a_call_it_gave_up() -> None:
     release.set()
     assert pool.call(lambda: "ok", (), 2.0, "after") == "ok"
     assert ran == []  # the queued call was cancelled before it could start
+
+
+def test_past_the_fleets_kept_each_decision_still_carries_its_own_fleet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The factories kept per fleet are bounded: past the bound they are made afresh."""
+    from stepledger.resolution import resolver as resolvers
+
+    monkeypatch.setattr(resolvers, "_FLEETS_KEPT", 2)
+    setup = Setup(pay(Service()))
+    fleets = [f"fleet-{i}" for i in range(5)]
+    states = []
+    for i, fleet in enumerate(fleets):
+        state = WorkflowState(f"wf-{i}")
+        intent = EventFactory(fleet, "agent", setup.clock).intent(
+            f"wf-{i}", "s", setup.tool, ARGS, sequence=0
+        )
+        setup.log.append(intent)
+        state.apply(intent)
+        states.append(state)
+    setup.past_deadline()
+    for state in states:
+        setup.resolver.resolve(state, "s")
+    outcomes = [e for e in setup.log.events if e.type == "step_outcome"]
+    assert [e.fleet_id for e in outcomes] == fleets
+    assert len(setup.resolver._fleets) <= 2

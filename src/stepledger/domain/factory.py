@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stepledger.domain import events as ev
-from stepledger.domain import ids
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.ids import canonical_json, event_id, idempotency_key
 from stepledger.domain.secrets import RedactionKey, Scrubber
@@ -173,15 +172,15 @@ class EventFactory:
         scrub: Scrubber | None = None,
         result_type: str | None = None,
         runner: str | None = None,
-        event_id: str | None = None,
+        qualifiers: tuple[object, ...] | None = None,
     ) -> ev.Event:
         """The outcome of one intent attempt, from whoever decided it.
 
         ``scrub`` removes the call's secret values from the result and the error text;
         ``result`` is JSON-ready (see :class:`~stepledger.domain.results.ResultCodec`) and
-        ``result_type`` names the codec that made it so.  ``event_id`` replaces the id
-        derived from the attempt, source and runner (recovery derives one per decided
-        attempt, whichever of its paths decided it).
+        ``result_type`` names the codec that made it so.  ``qualifiers`` derive the id
+        instead of the attempt, source and runner (recovery's: one id per decided attempt,
+        whichever of its paths decided it).
         """
         text = None if error is None else str(error)
         if scrub:
@@ -200,10 +199,10 @@ class EventFactory:
             "runner": _optional_text("runner", runner),
         }
         body = ev.trusted(ev.StepOutcome, values)
-        if event_id is None:
+        if qualifiers is None:
             qualifiers = (attempt, source.value, *_by(runner))
-            event_id = ids.event_id(workflow_id, step_id, body.type, *qualifiers)
-        return self._wrap(workflow_id, step_id, body, event_id)
+        eid = event_id(workflow_id, step_id, body.type, *qualifiers)
+        return self._wrap(workflow_id, step_id, body, eid)
 
 
 def _by(runner: str | None) -> tuple[str, ...]:

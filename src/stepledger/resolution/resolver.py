@@ -473,11 +473,6 @@ class Resolver:
         encoded = run.tool.results.encode(result) if run.tool is not None else None
         if encoded is not None and self.record_limit is not None:
             encoded = oversize.fitted(encoded, self.record_limit)
-        # One id per decided attempt, whichever path (query or re-drive) decided it: two
-        # resolvers answering the same step write one event, never two competing ones.
-        decision = ids.event_id(
-            run.state.workflow_id, run.step.step_id, "step_outcome", run.step.attempt, "recovery"
-        )
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,
@@ -487,7 +482,9 @@ class Resolver:
             result=result if encoded is None else encoded.value,
             result_type=None if encoded is None else encoded.result_type,
             evidence=evidence,
-            event_id=decision,
+            # One id per decided attempt, whichever path (query or re-drive) decided it:
+            # two resolvers answering the same step write one event, never two competing.
+            qualifiers=(run.step.attempt, "recovery"),
         )
         self._record(run, event)
 

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 from typing import cast
 
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.projector.daemon import (
+    CATCH_UP_SNAPSHOT_SHARE,
     YOUNG_COLLECTION_EVERY,
     ProjectorOptions,
     _committed,
     _Loop,
     _step,
     fewer_collections,
+    snapshot_gap,
 )
 from stepledger.projector.engine import BatchReport, Projector
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.shards import OneFile, ShardDir, Shards
+from stepledger.projector.snapshot import latest_snapshot
 from stepledger.projector.store import ProjectionStore
 from tests.unit.projector_harness import CODEC, table_contents, to_messages
 from tests.unit.projector_logs import random_log
@@ -93,3 +97,44 @@ def test_the_daemon_collects_young_objects_once_per_million_allocations() -> Non
     with fewer_collections():
         assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY >= 1_000_000
     assert gc.get_threshold() == before
+
+
+def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> None:
+    # Caught up: the configured interval, whatever a snapshot costs.
+    assert snapshot_gap(2.0, 5.0, behind=False) == 2.0
+    # Behind (full polls): the next snapshot waits until the last one's cost is a tenth.
+    assert CATCH_UP_SNAPSHOT_SHARE == 0.1
+    assert snapshot_gap(2.0, 1.5, behind=True) == 15.0
+    assert snapshot_gap(2.0, 0.05, behind=True) == 2.0
+    # Disabled stays disabled.
+    assert snapshot_gap(0.0, 1.5, behind=True) == 0.0
+
+
+def test_a_full_poll_holds_a_costly_snapshot_back_and_a_short_one_publishes_it(
+    tmp_path: Path,
+) -> None:
+    messages = to_messages(random_log(seed=8, workflows=12))
+    half = len(messages) // 2
+    path = tmp_path / "p.duckdb"
+    pipeline = make_pipeline(ProjectionStore(path))
+    shards = OneFile(path, pipeline)
+    options = ProjectorOptions(
+        db_path=path, snapshot_interval_s=0.5, batch_size=half, commit_to_kafka=False
+    )
+    polls = _Polls(messages[:half])
+    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
+    # The last snapshot took 3 s and was published 1 s ago: due at the interval, but not
+    # while behind (30 s at a tenth).
+    pipeline.snapshot_s = 3.0
+    loop.last_snapshot = time.monotonic() - 1.0
+    _step(loop)  # a full poll
+    pipeline.drain()
+    assert loop.dirty, "a snapshot was published while catching up"
+    assert latest_snapshot(path) is None
+    polls.records = messages[half : half + 1]
+    _step(loop)  # a short poll: caught up
+    pipeline.drain()
+    assert not loop.dirty
+    assert latest_snapshot(path) is not None
+    assert 0 < pipeline.snapshot_s < 3.0, "the snapshot's own duration was not measured"
+    shards.shutdown()

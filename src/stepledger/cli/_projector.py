@@ -75,7 +75,10 @@ def register(group: click.Group) -> None:
     default=2.0,
     show_default=True,
     type=click.FloatRange(0),
-    help="Seconds between read-only snapshots for analysts (0: only at start and stop).",
+    help=(
+        "Seconds between read-only snapshots for analysts (0: only at start and stop); "
+        "stretched while catching up so snapshots take at most a tenth of the time."
+    ),
 )
 @click.option(
     "--cache-workflows",

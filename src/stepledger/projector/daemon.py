@@ -64,7 +64,9 @@ class ProjectorOptions:
     batch_timeout_s: float = 0.03
     """How long a batch waits to fill before it is projected anyway."""
     snapshot_interval_s: float = 2.0
-    """Publish a snapshot at most this often (0 disables); readers are at most ~this stale."""
+    """Publish a snapshot at most this often (0 disables); readers are at most ~this stale
+    once the projector has caught up.  While it catches up (its polls come back full) the
+    interval stretches so that snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time."""
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS
     """Workflow fold states kept in memory; others are rebuilt from stored events."""
     commit_to_kafka: bool = True
@@ -97,6 +99,11 @@ class ProjectorOptions:
 BatchHook = Callable[[BatchReport], None]
 #: How often a held-back partition's shard is tried again.
 HELD_RETRY_S = 1.0
+#: While the projector catches up, the share of its time snapshots may take: the next one
+#: waits at least ten times as long as the last one took (a checkpoint and a copy of a
+#: growing file: 0.1-2 s past a million events).  A snapshot is stale by the backlog anyway;
+#: once a poll comes back short, the interval is the configured one again.
+CATCH_UP_SNAPSHOT_SHARE = 0.1
 
 
 @dataclass
@@ -383,7 +390,9 @@ def _step(loop: _Loop) -> None:
         pipeline.feed(batch)
         loop.dirty.update(wheres)
     now = time.monotonic()
-    interval = loop.options.snapshot_interval_s
+    took = max((p.snapshot_s for p in loop.state.pipelines()), default=0.0)
+    behind = len(records) >= loop.options.batch_size
+    interval = snapshot_gap(loop.options.snapshot_interval_s, took, behind=behind)
     if interval > 0 and loop.dirty and now - loop.last_snapshot >= interval:
         _publish(loop)
     elif not records:
@@ -396,6 +405,14 @@ def _step(loop: _Loop) -> None:
     if (loop.unplaced or loop.state.held()) and now - loop.last_held_try >= HELD_RETRY_S:
         loop.last_held_try = now
         _take_held(loop)
+
+
+def snapshot_gap(interval: float, took: float, *, behind: bool) -> float:
+    """Seconds from one snapshot to the next: the configured ``interval``, stretched while
+    ``behind`` so that the last snapshot's cost (``took`` seconds) is at most its share."""
+    if interval <= 0 or not behind:
+        return interval
+    return max(interval, took / CATCH_UP_SNAPSHOT_SHARE)
 
 
 def _by_pipeline(

@@ -55,6 +55,8 @@ class Pipeline:
         self._tasks: deque[_Commit | _Snapshot] = deque()
         self._failed = False
         """A commit failed (set by the writer): later queued tasks write nothing."""
+        self.snapshot_s = 0.0
+        """How long the last snapshot took (checkpoint and copy; set by the writer)."""
 
     def feed(self, records: Sequence[Consumed]) -> None:
         """Prepare a batch here, then queue it for the writer once fewer than ``depth`` wait."""
@@ -127,7 +129,11 @@ class Pipeline:
     def _publish(self) -> Path | None:
         if self._failed:
             return None  # the store may be fine, but the caller is about to stop
-        return publish_snapshot(self.projector.store)
+        began = time.perf_counter()
+        try:
+            return publish_snapshot(self.projector.store)
+        finally:
+            self.snapshot_s = time.perf_counter() - began
 
     def _committed(self, batch: PreparedBatch, began: float) -> None:
         report = batch.report

@@ -44,6 +44,7 @@ from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport
+from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.projector.store import CHECKPOINT_THRESHOLD, DEFAULT_MEMORY_LIMIT
 
@@ -170,9 +171,9 @@ _RAW_COLUMNS = (
 )
 
 
-def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float]:
+def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float, float, float]:
     """(events/s from the start of the first batch to the end of the last, seconds to the
-    end of the first).
+    end of the first, snapshots published and the seconds they took, the one at stop too).
 
     The first batch counts from when it began (its report's ``seconds`` before it ended):
     the projector commits a poll of every partition as one batch, so 10,000 events can be
@@ -192,10 +193,14 @@ def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float]:
             shutdown.request()
 
     options = ProjectorOptions(db_path=db, group="bench-projector")
+    metrics = ProjectorMetrics()
     start = time.perf_counter()
-    run_projector(settings, options, shutdown=shutdown, on_batch=on_batch)
+    run_projector(settings, options, shutdown=shutdown, on_batch=on_batch, metrics=metrics)
     first_at, (last_at, last_done) = marks[0][0], marks[-1]
-    return last_done / (last_at - began[0]), first_at - start
+    value = metrics.registry.get_sample_value
+    snapshots = value("stepledger_projector_snapshot_seconds_count") or 0.0
+    took = value("stepledger_projector_snapshot_seconds_sum") or 0.0
+    return last_done / (last_at - began[0]), first_at - start, snapshots, took
 
 
 def steady_lag(
@@ -330,7 +335,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         # The raw baseline runs before and after, so load that changes during the run
         # weighs on both sides of the ratio.
         raw_before = raw_pipeline(settings, Path(tmp) / "raw1.duckdb", n)
-        rate, join = projector_rate(settings, Path(tmp) / "projection.duckdb", n)
+        rate, join, snapshots, took = projector_rate(settings, Path(tmp) / "projection.duckdb", n)
         raw = (raw_before + raw_pipeline(settings, Path(tmp) / "raw2.duckdb", n)) / 2
         commit, visible = steady_lag(
             fresh_settings(servers), Path(tmp) / "lag.duckdb", 5000, lag_seconds
@@ -347,6 +352,8 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             ">=0.5",
         ),
         Row("projector", "group join to first batch", join, None, "s", "", False),
+        Row("projector", "snapshots published in that run", snapshots, None, "", "", False),
+        Row("projector", "time those snapshots took", took, None, "s", "", False),
         Row(
             "projector",
             "lag at 5k/s: produce to committed, p50",

@@ -147,6 +147,7 @@ PROJECTOR_METRICS = frozenset(
         "stepledger_projector_events",
         "stepledger_projector_records_lost",
         "stepledger_projector_partitions_held",
+        "stepledger_projector_snapshot_seconds",
         "stepledger_projector_snapshot_timestamp_seconds",
     }
 )

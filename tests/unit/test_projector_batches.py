@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import cast
 
 from stepledger.deadletters.records import MemoryRecordLetters
+from stepledger.kafka.client import TopicPartition as KafkaPartition
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.projector.daemon import (
     CATCH_UP_SNAPSHOT_SHARE,
     YOUNG_COLLECTION_EVERY,
     ProjectorOptions,
     _committed,
+    _forget,
     _Loop,
+    _on_assign,
     _step,
     fewer_collections,
     snapshot_gap,
@@ -34,10 +37,16 @@ class _Polls:
 
     def __init__(self, records: list[Consumed]) -> None:
         self.records = records
+        self.ends: list[tuple[str, int]] = []
+        self.high: dict[tuple[str, int], int] = {}
 
     def poll(self, size: int, timeout: float) -> Polled:
         records, self.records = self.records, []
-        return Polled(records, [], True)
+        ends, self.ends = self.ends, []
+        return Polled(records, ends, True)
+
+    def high_watermark(self, partition: KafkaPartition) -> int | None:
+        return self.high.get((partition.topic, partition.partition))
 
 
 def run_one_poll(shards: Shards, records: list[Consumed], path: Path) -> list[BatchReport]:
@@ -110,31 +119,115 @@ def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> N
     assert snapshot_gap(0.0, 1.5, behind=True) == 0.0
 
 
-def test_a_full_poll_holds_a_costly_snapshot_back_and_a_short_one_publishes_it(
+def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_not(
     tmp_path: Path,
 ) -> None:
-    messages = to_messages(random_log(seed=8, workflows=12))
-    half = len(messages) // 2
+    messages = to_messages(random_log(seed=8, workflows=12), partitions=1)
     path = tmp_path / "p.duckdb"
     pipeline = make_pipeline(ProjectionStore(path))
     shards = OneFile(path, pipeline)
+    # Every poll comes back full (batch_size 5): a small batch size, or a steady rate that
+    # fills it, is not a backlog.
     options = ProjectorOptions(
-        db_path=path, snapshot_interval_s=0.5, batch_size=half, commit_to_kafka=False
+        db_path=path, snapshot_interval_s=0.5, batch_size=5, commit_to_kafka=False
     )
-    polls = _Polls(messages[:half])
+    polls = _Polls(messages[:5])
     loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
-    # The last snapshot took 3 s and was published 1 s ago: due at the interval, but not
-    # while behind (30 s at a tenth).
+    # The last snapshot took 3 s and was queued 1 s ago: due at the interval, but not while
+    # 5 or more records wait beyond what was read (30 s at a tenth).
     pipeline.snapshot_s = 3.0
-    loop.last_snapshot = time.monotonic() - 1.0
-    _step(loop)  # a full poll
+    pipeline.published_at = time.monotonic() - 1.0
+    polls.high[("log", 0)] = 10
+    _step(loop)
     pipeline.drain()
-    assert loop.dirty, "a snapshot was published while catching up"
+    assert loop.read == {("log", 0): 5}
+    assert loop.dirty, "a snapshot was published while 5 records waited"
     assert latest_snapshot(path) is None
-    polls.records = messages[half : half + 1]
-    _step(loop)  # a short poll: caught up
+    polls.records = messages[5:10]
+    polls.high[("log", 0)] = 10  # full again, and nothing waits beyond it
+    _step(loop)
     pipeline.drain()
     assert not loop.dirty
     assert latest_snapshot(path) is not None
     assert 0 < pipeline.snapshot_s < 3.0, "the snapshot's own duration was not measured"
     shards.shutdown()
+
+
+def test_one_shard_behind_does_not_hold_back_another_shards_snapshot(tmp_path: Path) -> None:
+    messages = to_messages(random_log(seed=9, workflows=12), partitions=2)
+    shards = ShardDir(tmp_path / "s", make_pipeline)
+    shards.open([("log", 0), ("log", 1)])
+    options = ProjectorOptions(
+        db_path=tmp_path / "s", snapshot_interval_s=0.5, batch_size=3, commit_to_kafka=False
+    )
+    first = [next(m for m in messages if m.partition == p) for p in (0, 1)]
+    polls = _Polls(first)
+    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
+    behind, current = shards.pipeline(("log", 0)), shards.pipeline(("log", 1))
+    assert behind is not None and current is not None
+    for pipeline in (behind, current):
+        pipeline.snapshot_s = 3.0
+        pipeline.published_at = time.monotonic() - 1.0
+    polls.high = {("log", 0): first[0].offset + 1 + 3, ("log", 1): first[1].offset + 1}
+    _step(loop)
+    for pipeline in (behind, current):
+        pipeline.drain()
+    assert loop.dirty == {("log", 0)}
+    assert current.published_at > behind.published_at
+    shards.shutdown()
+
+
+def costly_loop(tmp_path: Path, batch_size: int) -> tuple[_Loop, _Polls, Pipeline]:
+    """A loop over one file whose last snapshot took 3 s, queued 1 s ago (interval 0.5 s)."""
+    path = tmp_path / "p.duckdb"
+    pipeline = make_pipeline(ProjectionStore(path))
+    options = ProjectorOptions(
+        db_path=path, snapshot_interval_s=0.5, batch_size=batch_size, commit_to_kafka=False
+    )
+    polls = _Polls([])
+    shards = OneFile(path, pipeline)
+    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
+    pipeline.snapshot_s = 3.0
+    pipeline.published_at = time.monotonic() - 1.0
+    return loop, polls, pipeline
+
+
+def test_a_partition_at_its_end_has_nothing_waiting_whatever_its_cached_end_says(
+    tmp_path: Path,
+) -> None:
+    # A transaction's marker (or an aborted one) past the last record leaves the cached end
+    # ahead of every offset read: the end-of-partition report says nothing waits.
+    messages = to_messages(random_log(seed=10, workflows=6), partitions=1)
+    loop, polls, pipeline = costly_loop(tmp_path, batch_size=1)
+    polls.records = messages[:3]
+    polls.high[("log", 0)] = 3 + 5
+    _step(loop)
+    pipeline.drain()
+    assert loop.dirty == {("log", 0)}
+    polls.ends = [("log", 0)]
+    _step(loop)
+    pipeline.drain()
+    assert not loop.dirty and ("log", 0) not in loop.read
+    assert latest_snapshot(tmp_path / "p.duckdb") is not None
+    loop.state.shutdown()
+
+
+def test_offsets_read_before_an_assignment_or_a_revocation_are_forgotten(tmp_path: Path) -> None:
+    loop, _polls, _pipeline = costly_loop(tmp_path, batch_size=1)
+    loop.read = {("log", 0): 7, ("log", 1): 9}
+    _on_assign(loop, [KafkaPartition("log", 0)])
+    assert loop.read == {("log", 1): 9}
+    # One file keeps a revoked partition's rows: they still go out with its next snapshot.
+    loop.dirty = {("log", 1)}
+    _forget(loop, [("log", 1)])
+    assert loop.read == {} and loop.dirty == {("log", 1)}
+    loop.state.shutdown()
+
+
+def test_a_published_snapshot_is_counted_with_what_it_took(tmp_path: Path) -> None:
+    metrics = ProjectorMetrics()
+    metrics.published(1.5)
+    value = metrics.registry.get_sample_value
+    assert value("stepledger_projector_snapshot_seconds_count") == 1
+    assert value("stepledger_projector_snapshot_seconds_sum") == 1.5
+    assert (value("stepledger_projector_snapshot_timestamp_seconds") or 0) > time.time() - 60

@@ -77,7 +77,8 @@ def register(group: click.Group) -> None:
     type=click.FloatRange(0),
     help=(
         "Seconds between read-only snapshots for analysts (0: only at start and stop); "
-        "stretched while catching up so snapshots take at most a tenth of the time."
+        "stretched while a backlog of a batch or more waits, so snapshots take at most a "
+        "tenth of the time."
     ),
 )
 @click.option(

@@ -65,8 +65,9 @@ class ProjectorOptions:
     """How long a batch waits to fill before it is projected anyway."""
     snapshot_interval_s: float = 2.0
     """Publish a snapshot at most this often (0 disables); readers are at most ~this stale
-    once the projector has caught up.  While it catches up (its polls come back full) the
-    interval stretches so that snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time."""
+    once the projector has caught up.  While the partitions a file read since its last
+    snapshot hold at least another ``batch_size`` records beyond what was read, its interval
+    stretches so that its snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time."""
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS
     """Workflow fold states kept in memory; others are rebuilt from stored events."""
     commit_to_kafka: bool = True
@@ -99,10 +100,11 @@ class ProjectorOptions:
 BatchHook = Callable[[BatchReport], None]
 #: How often a held-back partition's shard is tried again.
 HELD_RETRY_S = 1.0
-#: While the projector catches up, the share of its time snapshots may take: the next one
-#: waits at least ten times as long as the last one took (a checkpoint and a copy of a
-#: growing file: 0.1-2 s past a million events).  A snapshot is stale by the backlog anyway;
-#: once a poll comes back short, the interval is the configured one again.
+#: While a file catches up, the share of the time its snapshots may take: the next one waits
+#: at least ten times as long as the last one took (a checkpoint and a copy of a growing
+#: file: 0.1-4 s past a million events).  Behind means at least another ``batch_size``
+#: records wait beyond what was read (the client's cached ends, no clock): a snapshot is
+#: stale by that backlog anyway.  Caught up, the interval is the configured one again.
 CATCH_UP_SNAPSHOT_SHARE = 0.1
 
 
@@ -114,8 +116,9 @@ class _Loop:
     on_batch: BatchHook | None
     settings: Settings | None = None
     shards: Shards | None = None
-    last_snapshot: float = 0.0
     dirty: set[Where] = field(default_factory=set)
+    read: dict[Where, int] = field(default_factory=dict)
+    """The next offset to read of each partition, from the records polled so far."""
     last_lag: float = 0.0
     assigned: list[KafkaPartition] = field(default_factory=list)
     watch: BrokerWatch | None = None
@@ -171,7 +174,7 @@ def run_projector(
                     cache_workflows=options.cache_workflows,
                 )
                 pipeline = Pipeline(projector, on_commit=lambda report: _committed(loop, report))
-                pipeline.on_snapshot = lambda _: metrics.snapshot_time.set_to_current_time()
+                pipeline.on_snapshot = lambda _: metrics.published(pipeline.snapshot_s)
                 return pipeline
 
             loop.shards = _open_state(options, make)
@@ -238,7 +241,7 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         while not shutdown.requested:
             _step(loop)
         # Every partition is given up as on a revocation: committed, snapshotted, closed.
-        _publish(loop, everything=True)
+        _publish_all(loop)
         for pipeline in state.pipelines():
             pipeline.drain()
         state.close([(tp.topic, tp.partition) for tp in loop.assigned])
@@ -261,6 +264,7 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaParti
     loop.assigned = kept + list(partitions)
     for where in keys:
         loop.unplaced.pop(where, None)
+        loop.read.pop(where, None)  # reading starts again where the store says
     _count_held(loop)
     logger.info(
         "assigned %s",
@@ -297,6 +301,7 @@ def _take_held(loop: _Loop) -> None:
     for (topic, partition), offset in list(loop.unplaced.items()):
         if loop.consumer.release(KafkaPartition(topic, partition, offset)):
             del loop.unplaced[(topic, partition)]
+            loop.read.pop((topic, partition), None)
             logger.info("%s[%d] released: projecting from offset %d", topic, partition, offset)
     _count_held(loop)
 
@@ -371,9 +376,12 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
 
 def _forget(loop: _Loop, gone: list[Where]) -> None:
     loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
-    loop.dirty -= set(gone)
+    # A partition given up from a file that stays open (one file for all) keeps its changes
+    # there: they are published with that file's next snapshot.
+    loop.dirty = {w for w in loop.dirty if w not in gone or loop.state.pipeline(w) is not None}
     for where in gone:
         loop.unplaced.pop(where, None)
+        loop.read.pop(where, None)
     _count_held(loop)
     for topic, partition in gone:
         try:
@@ -386,16 +394,15 @@ def _step(loop: _Loop) -> None:
     polled = loop.consumer.poll(loop.options.batch_size, loop.options.batch_timeout_s)
     _watch_broker(loop, polled.answered)
     records = polled.records
-    for pipeline, batch, wheres in _by_pipeline(loop.state, records):
+    for pipeline, batch, wheres in _by_pipeline(loop.state, records, loop.read):
         pipeline.feed(batch)
         loop.dirty.update(wheres)
+    for where in polled.at_end:
+        # Nothing waits past here, whatever the cached end says (a transaction's marker).
+        loop.read.pop(where, None)
     now = time.monotonic()
-    took = max((p.snapshot_s for p in loop.state.pipelines()), default=0.0)
-    behind = len(records) >= loop.options.batch_size
-    interval = snapshot_gap(loop.options.snapshot_interval_s, took, behind=behind)
-    if interval > 0 and loop.dirty and now - loop.last_snapshot >= interval:
-        _publish(loop)
-    elif not records:
+    published = loop.options.snapshot_interval_s > 0 and loop.dirty and _publish_due(loop, now)
+    if not records and not published:
         # Idle: commit what is in flight now rather than when the next batch arrives.
         for pipeline in loop.state.pipelines():
             pipeline.drain()
@@ -407,6 +414,41 @@ def _step(loop: _Loop) -> None:
         _take_held(loop)
 
 
+def _publish_due(loop: _Loop, now: float) -> bool:
+    """Queue a snapshot of each changed file whose next one is due (later while it is behind);
+    whether any was queued."""
+    changed: dict[int, tuple[Pipeline, list[Where]]] = {}
+    for where in list(loop.dirty):
+        pipeline = loop.state.pipeline(where)
+        if pipeline is None:
+            loop.dirty.discard(where)
+        else:
+            changed.setdefault(id(pipeline), (pipeline, []))[1].append(where)
+    interval = loop.options.snapshot_interval_s
+    queued = False
+    for pipeline, wheres in changed.values():
+        waited = now - pipeline.published_at
+        if waited < interval:
+            continue
+        behind = _backlog(loop, wheres) >= loop.options.batch_size
+        if waited >= snapshot_gap(interval, pipeline.snapshot_s, behind=behind):
+            pipeline.publish()
+            loop.dirty.difference_update(wheres)
+            queued = True
+    return queued
+
+
+def _backlog(loop: _Loop, wheres: list[Where]) -> int:
+    """Records that wait in these partitions beyond what was read (the client's cached ends)."""
+    waiting = 0
+    for topic, partition in wheres:
+        high = loop.consumer.high_watermark(KafkaPartition(topic, partition))
+        read = loop.read.get((topic, partition))
+        if high is not None and read is not None:
+            waiting += max(0, high - read)
+    return waiting
+
+
 def snapshot_gap(interval: float, took: float, *, behind: bool) -> float:
     """Seconds from one snapshot to the next: the configured ``interval``, stretched while
     ``behind`` so that the last snapshot's cost (``took`` seconds) is at most its share."""
@@ -416,9 +458,10 @@ def snapshot_gap(interval: float, took: float, *, behind: bool) -> float:
 
 
 def _by_pipeline(
-    state: Shards, records: list[Consumed]
+    state: Shards, records: list[Consumed], read: dict[Where, int]
 ) -> list[tuple[Pipeline, list[Consumed], set[Where]]]:
-    """Each open pipeline's records, in the order read, and the partitions they come from.
+    """Each open pipeline's records, in the order read, and the partitions they come from;
+    ``read`` takes the next offset of each partition.
 
     One batch, so one transaction, per pipeline: with one file that is the whole poll (a
     batch per partition paid every table's insert and the commit once per partition, ~40%
@@ -434,6 +477,7 @@ def _by_pipeline(
         pipeline = pipelines[where]
         if pipeline is None:
             continue
+        read[where] = record.offset + 1
         batch = grouped.get(id(pipeline))
         if batch is None:
             batch = grouped[id(pipeline)] = (pipeline, [], set())
@@ -489,16 +533,10 @@ def _commit_to_kafka(loop: _Loop) -> None:
         loop.consumer.commit(offsets)
 
 
-def _publish(loop: _Loop, *, everything: bool = False) -> None:
-    """Queue a snapshot of every shard changed since its last one (or of all)."""
-    state = loop.state
-    chosen = state.pipelines() if everything else [state.pipeline(w) for w in loop.dirty]
-    queued: set[int] = set()
-    for pipeline in chosen:
-        if pipeline is not None and id(pipeline) not in queued:
-            queued.add(id(pipeline))
-            pipeline.publish()
-    loop.last_snapshot = time.monotonic()
+def _publish_all(loop: _Loop) -> None:
+    """Queue a snapshot of every open file (at a stop)."""
+    for pipeline in loop.state.pipelines():
+        pipeline.publish()
     loop.dirty.clear()
 
 

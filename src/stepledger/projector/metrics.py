@@ -67,6 +67,17 @@ class ProjectorMetrics:
             "Unix time the last snapshot was published.",
             registry=r,
         )
+        self.snapshot_seconds = Histogram(
+            "stepledger_projector_snapshot_seconds",
+            "Time to publish one snapshot (a checkpoint and a copy of the file).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=r,
+        )
+
+    def published(self, seconds: float) -> None:
+        """Count one snapshot published, and what it took."""
+        self.snapshot_time.set_to_current_time()
+        self.snapshot_seconds.observe(seconds)
 
     def record(self, report: BatchReport, seconds: float) -> None:
         """Count one batch."""

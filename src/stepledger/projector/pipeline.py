@@ -4,8 +4,8 @@ Decoding and folding hold the GIL; DuckDB's insert, commit and checkpoint, and c
 file, do not.  So a single writer thread commits batch N (and publishes a snapshot when
 one is due) while the caller prepares the next ones.  The writer runs its tasks in order,
 so a snapshot holds exactly the batches committed before it.  Up to ``depth`` batches may
-wait for the writer: a snapshot (a checkpoint and a copy of the file, up to a second or two
-on a large file) then holds the caller back only when it has prepared that many.  Once a
+wait for the writer: a snapshot (a checkpoint and a copy of the file, 0.1-4 s past a
+million events) then holds the caller back only when it has prepared that many.  Once a
 commit fails the writer commits nothing after it (those batches were folded on top of the
 failed one).  Anything that needs the store and the fold cache to agree (a new
 assignment, stopping) calls ``drain`` first.
@@ -57,6 +57,8 @@ class Pipeline:
         """A commit failed (set by the writer): later queued tasks write nothing."""
         self.snapshot_s = 0.0
         """How long the last snapshot took (checkpoint and copy; set by the writer)."""
+        self.published_at = float("-inf")
+        """When the last snapshot was queued (``time.monotonic``)."""
 
     def feed(self, records: Sequence[Consumed]) -> None:
         """Prepare a batch here, then queue it for the writer once fewer than ``depth`` wait."""
@@ -73,6 +75,7 @@ class Pipeline:
 
     def publish(self) -> None:
         """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
+        self.published_at = time.monotonic()
         self._tasks.append(_Snapshot(self._writer.submit(self._publish)))
 
     def drain(self) -> None:

@@ -11,6 +11,7 @@ from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.kafka.client import TopicPartition as KafkaPartition
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.projector.daemon import (
+    CATCH_UP_SNAPSHOT_GAP_MAX_S,
     CATCH_UP_SNAPSHOT_SHARE,
     YOUNG_COLLECTION_EVERY,
     ProjectorOptions,
@@ -115,6 +116,9 @@ def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> N
     assert CATCH_UP_SNAPSHOT_SHARE == 0.1
     assert snapshot_gap(2.0, 1.5, behind=True) == 15.0
     assert snapshot_gap(2.0, 0.05, behind=True) == 2.0
+    # Never longer than the cap, whatever a snapshot costs (a huge file).
+    assert snapshot_gap(2.0, 20.0, behind=True) == CATCH_UP_SNAPSHOT_GAP_MAX_S == 30.0
+    assert snapshot_gap(45.0, 20.0, behind=True) == 45.0  # the configured interval wins
     # Disabled stays disabled.
     assert snapshot_gap(0.0, 1.5, behind=True) == 0.0
 

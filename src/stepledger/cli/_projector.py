@@ -78,7 +78,7 @@ def register(group: click.Group) -> None:
     help=(
         "Seconds between read-only snapshots for analysts (0: only at start and stop); "
         "stretched while a backlog of a batch or more waits, so snapshots take at most a "
-        "tenth of the time."
+        "tenth of the time (30 s apart at most)."
     ),
 )
 @click.option(

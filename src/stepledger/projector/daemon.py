@@ -67,7 +67,8 @@ class ProjectorOptions:
     """Publish a snapshot at most this often (0 disables); readers are at most ~this stale
     once the projector has caught up.  While the partitions a file read since its last
     snapshot hold at least another ``batch_size`` records beyond what was read, its interval
-    stretches so that its snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time."""
+    stretches so that its snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time
+    (``CATCH_UP_SNAPSHOT_GAP_MAX_S`` apart at most)."""
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS
     """Workflow fold states kept in memory; others are rebuilt from stored events."""
     commit_to_kafka: bool = True
@@ -106,6 +107,10 @@ HELD_RETRY_S = 1.0
 #: records wait beyond what was read (the client's cached ends, no clock): a snapshot is
 #: stale by that backlog anyway.  Caught up, the interval is the configured one again.
 CATCH_UP_SNAPSHOT_SHARE = 0.1
+#: The longest a catch-up stretches the interval: analysts see a new snapshot at least this
+#: often (plus the snapshot's own time), and the 60 s staleness alert of docs/operators.md
+#: stays quiet unless one snapshot takes longer than this.
+CATCH_UP_SNAPSHOT_GAP_MAX_S = 30.0
 
 
 @dataclass
@@ -454,7 +459,7 @@ def snapshot_gap(interval: float, took: float, *, behind: bool) -> float:
     ``behind`` so that the last snapshot's cost (``took`` seconds) is at most its share."""
     if interval <= 0 or not behind:
         return interval
-    return max(interval, took / CATCH_UP_SNAPSHOT_SHARE)
+    return max(interval, min(took / CATCH_UP_SNAPSHOT_SHARE, CATCH_UP_SNAPSHOT_GAP_MAX_S))
 
 
 def _by_pipeline(

@@ -112,7 +112,8 @@ def test_the_daemon_collects_young_objects_once_per_million_allocations() -> Non
 def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> None:
     # Caught up: the configured interval, whatever a snapshot costs.
     assert snapshot_gap(2.0, 5.0, behind=False) == 2.0
-    # Behind (full polls): the next snapshot waits until the last one's cost is a tenth.
+    # Behind (a batch or more waits): the next snapshot waits until the last one's cost is a
+    # tenth of the time since.
     assert CATCH_UP_SNAPSHOT_SHARE == 0.1
     assert snapshot_gap(2.0, 1.5, behind=True) == 15.0
     assert snapshot_gap(2.0, 0.05, behind=True) == 2.0
@@ -123,24 +124,33 @@ def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> N
     assert snapshot_gap(0.0, 1.5, behind=True) == 0.0
 
 
+def costly_loop(tmp_path: Path, batch_size: int) -> tuple[_Loop, _Polls, Pipeline]:
+    """A loop over one file whose last snapshot took 3 s, queued 1 s ago (interval 0.5 s)."""
+    path = tmp_path / "p.duckdb"
+    pipeline = make_pipeline(ProjectionStore(path))
+    options = ProjectorOptions(
+        db_path=path, snapshot_interval_s=0.5, batch_size=batch_size, commit_to_kafka=False
+    )
+    polls = _Polls([])
+    shards = OneFile(path, pipeline)
+    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
+    pipeline.snapshot_s = 3.0
+    pipeline.published_at = time.monotonic() - 1.0
+    return loop, polls, pipeline
+
+
 def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_not(
     tmp_path: Path,
 ) -> None:
     messages = to_messages(random_log(seed=8, workflows=12), partitions=1)
     path = tmp_path / "p.duckdb"
-    pipeline = make_pipeline(ProjectionStore(path))
-    shards = OneFile(path, pipeline)
     # Every poll comes back full (batch_size 5): a small batch size, or a steady rate that
-    # fills it, is not a backlog.
-    options = ProjectorOptions(
-        db_path=path, snapshot_interval_s=0.5, batch_size=5, commit_to_kafka=False
-    )
-    polls = _Polls(messages[:5])
-    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
-    # The last snapshot took 3 s and was queued 1 s ago: due at the interval, but not while
-    # 5 or more records wait beyond what was read (30 s at a tenth).
-    pipeline.snapshot_s = 3.0
-    pipeline.published_at = time.monotonic() - 1.0
+    # fills it, is not a backlog.  The last snapshot took 3 s and was queued 1 s ago: due at
+    # the interval, but not while 5 or more records wait beyond what was read (30 s).
+    loop, polls, pipeline = costly_loop(tmp_path, batch_size=5)
+    published: list[tuple[Path, float]] = []
+    pipeline.on_snapshot = lambda at, took: published.append((at, took))
+    polls.records = messages[:5]
     polls.high[("log", 0)] = 10
     _step(loop)
     pipeline.drain()
@@ -154,7 +164,15 @@ def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_no
     assert not loop.dirty
     assert latest_snapshot(path) is not None
     assert 0 < pipeline.snapshot_s < 3.0, "the snapshot's own duration was not measured"
-    shards.shutdown()
+    assert published == [(latest_snapshot(path), pipeline.snapshot_s)]
+    # A cached end below what was read (a broker that lost its tail) leaves nothing waiting.
+    polls.records = messages[10:15]
+    polls.high[("log", 0)] = 2
+    pipeline.snapshot_s, pipeline.published_at = 3.0, time.monotonic() - 1.0
+    _step(loop)
+    pipeline.drain()
+    assert not loop.dirty and len(published) == 2
+    loop.state.shutdown()
 
 
 def test_one_shard_behind_does_not_hold_back_another_shards_snapshot(tmp_path: Path) -> None:
@@ -179,21 +197,6 @@ def test_one_shard_behind_does_not_hold_back_another_shards_snapshot(tmp_path: P
     assert loop.dirty == {("log", 0)}
     assert current.published_at > behind.published_at
     shards.shutdown()
-
-
-def costly_loop(tmp_path: Path, batch_size: int) -> tuple[_Loop, _Polls, Pipeline]:
-    """A loop over one file whose last snapshot took 3 s, queued 1 s ago (interval 0.5 s)."""
-    path = tmp_path / "p.duckdb"
-    pipeline = make_pipeline(ProjectionStore(path))
-    options = ProjectorOptions(
-        db_path=path, snapshot_interval_s=0.5, batch_size=batch_size, commit_to_kafka=False
-    )
-    polls = _Polls([])
-    shards = OneFile(path, pipeline)
-    loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
-    pipeline.snapshot_s = 3.0
-    pipeline.published_at = time.monotonic() - 1.0
-    return loop, polls, pipeline
 
 
 def test_a_partition_at_its_end_has_nothing_waiting_whatever_its_cached_end_says(
@@ -228,7 +231,7 @@ def test_offsets_read_before_an_assignment_or_a_revocation_are_forgotten(tmp_pat
     loop.state.shutdown()
 
 
-def test_a_published_snapshot_is_counted_with_what_it_took(tmp_path: Path) -> None:
+def test_a_published_snapshot_is_counted_with_what_it_took() -> None:
     metrics = ProjectorMetrics()
     metrics.published(1.5)
     value = metrics.registry.get_sample_value

@@ -179,7 +179,7 @@ def run_projector(
                     cache_workflows=options.cache_workflows,
                 )
                 pipeline = Pipeline(projector, on_commit=lambda report: _committed(loop, report))
-                pipeline.on_snapshot = lambda _: metrics.published(pipeline.snapshot_s)
+                pipeline.on_snapshot = lambda _, took: metrics.published(took)
                 return pipeline
 
             loop.shards = _open_state(options, make)

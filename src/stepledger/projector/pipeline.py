@@ -30,7 +30,8 @@ from stepledger.projector.snapshot import publish_snapshot
 logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[BatchReport], None]
-SnapshotHook = Callable[[Path], None]
+SnapshotHook = Callable[[Path, float], None]
+"""Called with a published snapshot's path and the seconds it took."""
 
 #: Batches that may wait for the writer (each holds its staged rows: a few MB at most).
 DEFAULT_DEPTH = 4
@@ -101,8 +102,8 @@ class Pipeline:
             raise
         if isinstance(task, _Commit):
             self._committed(task.batch, task.began)
-        elif isinstance(result, Path):
-            self._published(result)
+        elif result is not None:
+            self._published(*result)
 
     def close(self) -> None:
         """Finish what is queued and stop the writer."""
@@ -129,14 +130,15 @@ class Pipeline:
             # Stamped here, in the writer, so it measures the commit, not when it is noticed.
             report.lag_s = (datetime.now(UTC) - report.oldest_at).total_seconds()
 
-    def _publish(self) -> Path | None:
+    def _publish(self) -> tuple[Path, float] | None:
         if self._failed:
             return None  # the store may be fine, but the caller is about to stop
         began = time.perf_counter()
         try:
-            return publish_snapshot(self.projector.store)
+            path = publish_snapshot(self.projector.store)
         finally:
             self.snapshot_s = time.perf_counter() - began
+        return None if path is None else (path, self.snapshot_s)
 
     def _committed(self, batch: PreparedBatch, began: float) -> None:
         report = batch.report
@@ -154,9 +156,9 @@ class Pipeline:
         if self.on_commit is not None:
             self.on_commit(report)
 
-    def _published(self, path: Path) -> None:
+    def _published(self, path: Path, seconds: float) -> None:
         if self.on_snapshot is not None:
-            self.on_snapshot(path)
+            self.on_snapshot(path, seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +173,7 @@ class _Commit:
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
-    """A snapshot queued behind the commits: its future holds the published path, if any."""
+    """A snapshot queued behind the commits: its future holds the published path and the
+    seconds it took, if it was published."""
 
-    future: Future[Path | None]
+    future: Future[tuple[Path, float] | None]

@@ -65,7 +65,7 @@ def own_work(n: int) -> float:
     def due(step: StepState) -> datetime | None:
         return rs.due_at(step, tools.get(step.tool), grace=timedelta(0), retry_base_s=0.25)
 
-    tracker = Tracker(due, stage_lines=True)
+    tracker = Tracker(due)
     resolver = Resolver(
         InMemoryEventLog(),
         EventFactory("bench", "recovery"),

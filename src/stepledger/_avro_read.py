@@ -42,14 +42,13 @@ class _Defer(Exception):
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     """A zig-zag varint of 2 to 9 bytes at ``pos`` (one byte is read inline), and the next pos."""
     n = shift = 0
-    for _ in range(_MAX_VARINT_BYTES):
-        b = buf[pos]
+    for b in buf[pos : pos + _MAX_VARINT_BYTES]:  # one slice: cheaper than indexing each byte
         pos += 1
         n |= (b & 0x7F) << shift
         if b < 0x80:
             return (n >> 1) ^ -(n & 1), pos
         shift += 7
-    raise _Defer
+    raise _Defer  # longer than 9 bytes, or cut short
 
 
 #: The value of a one-byte varint (a byte below 0x80); None for a byte that starts a longer one.

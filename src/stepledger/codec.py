@@ -21,6 +21,7 @@ import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
+from stepledger._avro_json import EventJson, compile_json
 from stepledger._avro_read import EventReader, compile_reader
 from stepledger._records import EventPlans
 from stepledger._writer import Unsupported, Writer, compile_writer
@@ -270,6 +271,26 @@ class Codec:
         except Exception as exc:  # fastavro raises many types on corrupt input
             raise CodecError(f"undecodable Avro body: {type(exc).__name__}: {exc}") from exc
         return from_record(cast(dict[str, Any], record))
+
+    def to_json(self, data: bytes) -> str:
+        """The event in framed Avro bytes as ``Event.model_dump_json`` writes it.
+
+        A value in this codec's own framing is written straight from its bytes (no models
+        built, and none of their rules checked: for values decoded before, as the recovery
+        daemon's are); any other, or one the compiled writer declines, is decoded and dumped.
+        """
+        prefix = self._prefix
+        if type(data) is bytes and data.startswith(prefix):
+            write = self._compiled_json
+            line = None if write is None else write(data, len(prefix))
+            if line is not None:
+                return line
+        return self.decode(data).model_dump_json()
+
+    @functools.cached_property
+    def _compiled_json(self) -> EventJson | None:
+        """The JSON writer compiled for this codec's schema (built at the first use)."""
+        return compile_json(self.schema, _BODY_BY_NAME)
 
     @functools.cached_property
     def _compiled_reader(self) -> EventReader | None:

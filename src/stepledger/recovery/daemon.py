@@ -118,9 +118,7 @@ class RecoveryDaemon:
             pipeline=True,
             record_limit=oversize.record_limit(max_message_bytes(settings)),
         )
-        self.tracker = Tracker(
-            self._due, retain=timedelta(seconds=options.retain_s), stage_lines=True
-        )
+        self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
         self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
         self.events_read = 0

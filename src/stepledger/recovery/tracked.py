@@ -54,8 +54,10 @@ def decoded(values: Iterable[bytes]) -> list[ev.Event]:
 
 
 def json_lines(values: Iterable[bytes]) -> list[str]:
-    """A tracked step's events as checkpoint lines (one JSON event each)."""
-    return [event.model_dump_json() for event in decoded(values)]
+    """A tracked step's events as checkpoint lines (one JSON event each), written straight
+    from the values (``Codec.to_json``: no models built)."""
+    to_json = own_codec().to_json
+    return [to_json(value) for value in values]
 
 
 @dataclass(slots=True, eq=False)
@@ -182,40 +184,3 @@ class FoldCache:
     def drop(self, key: StepKey) -> None:
         """Forget a step (no longer tracked)."""
         self._entries.pop(key, None)
-
-
-#: How many changed steps' checkpoint lines are made ahead of the checkpoint at most.
-LINES_STAGED = 16_384
-
-
-class StagedLines:
-    """Checkpoint lines of steps changed since the last checkpoint, made as they changed.
-
-    A step's events are decoded when it changes; its lines made then cost one JSON dump per
-    event, against decoding every event again at the checkpoint (a checkpoint after 10,000
-    new intents stalled the daemon's loop ~0.4 s).  Held only until the next checkpoint
-    takes them, and for at most ``size`` steps: the others are made at the checkpoint.
-    """
-
-    def __init__(self, size: int = LINES_STAGED) -> None:
-        self.size = size
-        self._lines: dict[StepKey, tuple[Values, list[str]]] = {}
-
-    def stage(self, key: StepKey, values: Values, events: Sequence[ev.Event]) -> None:
-        """The step's events are now ``events`` (its ``values``, decoded)."""
-        known = self._lines.get(key)
-        if known is None and len(self._lines) >= self.size:
-            return
-        done, lines = 0, []
-        if known is not None and values[: len(known[0])] == known[0]:
-            done, lines = len(known[0]), known[1]
-        self._lines[key] = (values, [*lines, *(e.model_dump_json() for e in events[done:])])
-
-    def take(self, key: StepKey, values: Values) -> list[str] | None:
-        """The step's lines if they were made for exactly these ``values`` (then forgotten)."""
-        known = self._lines.pop(key, None)
-        return known[1] if known is not None and known[0] is values else None
-
-    def drop(self, key: StepKey) -> None:
-        """Forget a step (no longer tracked)."""
-        self._lines.pop(key, None)

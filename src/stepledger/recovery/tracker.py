@@ -31,7 +31,6 @@ from stepledger.recovery.checkpoint import (
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
     FoldCache,
-    StagedLines,
     Tracked,
     Values,
     json_lines,
@@ -62,7 +61,6 @@ class Tracker:
         due: DueFn,
         *,
         retain: timedelta = timedelta(hours=24),
-        stage_lines: bool = False,
     ) -> None:
         self._due_of = due
         self.retain = retain
@@ -83,8 +81,6 @@ class Tracker:
         """Steps in doubt taken over from checkpoints, with their timeouts, to re-anchor."""
         self._claims = LatestClaims()
         self._folds = FoldCache()
-        self._staged = StagedLines() if stage_lines else None
-        """Checkpoint lines made as steps change (the daemon's; see ``StagedLines``)."""
 
     # -- partitions --------------------------------------------------------------------
 
@@ -167,13 +163,11 @@ class Tracker:
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
-            before = [self._claims.event(key[0])] if tracked.values else []
         else:
             folded = self._folds.take(key, tracked.values, self._decoder(key[0]))
             state = folded.fold(event.workflow_id)
             if event.event_id in state.seen:
                 return None
-            before = folded.events
         anomaly = state.apply(event)
         step = state.steps.get(event.step_id)
         if step is None:
@@ -184,7 +178,7 @@ class Tracker:
         values = (*tracked.values, stored(event, value))
         if folded is not None:
             folded.took(values, event)
-        self._took(key, tracked, values, step, [*before, event])
+        self._took(key, tracked, values, step)
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
         return None
@@ -195,10 +189,7 @@ class Tracker:
         tracked: Tracked,
         values: Values,
         step: StepState,
-        events: list[ev.Event],
     ) -> None:
-        if self._staged is not None:
-            self._staged.stage(key, values, events)
         tracked.values = values
         tracked.took(step, self._due_of(step))
         self.steps[key] = tracked
@@ -232,7 +223,7 @@ class Tracker:
                     continue
                 values = (*tracked.values, claim)
                 folded.took(values, event)
-                self._took(key, tracked, values, step, folded.events)
+                self._took(key, tracked, values, step)
 
     def _new_tracked(self, partition: int, workflow_id: str) -> tuple[Tracked, WorkflowState]:
         claim = self._claims.value(workflow_id)
@@ -368,16 +359,11 @@ class Tracker:
 
     def _drop_cached(self, key: StepKey) -> None:
         self._folds.drop(key)
-        if self._staged is not None:
-            self._staged.drop(key)
 
     def _lines(self, key: StepKey, tracked: Tracked) -> list[str]:
-        staged = None if self._staged is None else self._staged.take(key, tracked.values)
         folded = self._folds.get(key, tracked.values)
         if folded is not None and not tracked.busy and not self._echo_pending(tracked):
             self._folds.drop(key)  # written, and no resolution of it under way: done
-        if staged is not None:
-            return staged
         if folded is not None:
             return [event.model_dump_json() for event in folded.events]
         return json_lines(tracked.values)

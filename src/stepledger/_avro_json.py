@@ -96,12 +96,12 @@ def _record_json(
     ``body`` names the field read by ``bodies`` (a union of records, one writer a branch).
     """
     fields = [f["name"] for f in schema["fields"]]
-    if fields != [n for n in model.model_fields if n != "type"]:
+    tag = model.model_fields.get("type")
+    if list(model.model_fields) != (["type"] if tag is not None else []) + fields:
         return None  # the schema and the model disagree (names or order): dump the model
     src = _Source()
     src.scope.update(_SCOPE, _bodies=bodies)
     src.add(0, "def write(buf, pos, size):")
-    tag = model.model_fields.get("type")
     text = "{" if tag is None else '{"type":' + json.dumps(tag.default)
     parts: list[str] = []
     for i, field in enumerate(schema["fields"]):

@@ -21,11 +21,11 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepStatus
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.consumer import Consumed, Polled
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery import tracked as tracked_module
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
-from stepledger.recovery.daemon import RecoveryDaemon
+from stepledger.recovery.daemon import CHECKPOINT_AFTER_CHANGES, RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracker import Tracker
@@ -182,7 +182,9 @@ def test_checkpoint_lines_are_written_from_the_values_without_decoding_them(
 
     monkeypatch.setattr(stored_codec, "decode", counting)
     batch = tracker.take_batch(T0)
-    # The changed steps' lines are made at the checkpoint, from the bytes: nothing decoded.
+    # The changed steps' lines are made at the checkpoint and nothing is decoded: a new
+    # intent's from its value (Codec.to_json), a decided step's from its fold, kept decoded
+    # since its outcome was folded in.
     assert decodes == []
     assert [Event.model_validate_json(line) for line in batch.upserts[(0, "wf-0", "s")]] == [
         intents[0],
@@ -192,3 +194,51 @@ def test_checkpoint_lines_are_written_from_the_values_without_decoding_them(
         intents[3]
     ]
     assert len(batch.upserts) == 50
+
+
+class _Records:
+    """A consumer whose polls hand out the records queued in it."""
+
+    def __init__(self) -> None:
+        self.queued: list[Consumed] = []
+
+    def poll(self, limit: int, wait: float) -> Polled:
+        taken, self.queued = self.queued[:limit], self.queued[limit:]
+        return Polled(taken, [], True)
+
+
+def test_a_burst_of_changes_is_checkpointed_before_the_interval_is_up(tmp_path: Path) -> None:
+    # The lines of changed steps are made when a checkpoint takes them, on the loop: a
+    # checkpoint is taken once CHECKPOINT_AFTER_CHANGES steps changed, so one burst never
+    # holds the loop for all of its intents at once.
+    events, codec, store = factory(), Codec(), InMemoryCheckpointStore()
+    daemon = RecoveryDaemon(
+        Settings(bootstrap="127.0.0.1:9", topic="log"),
+        ToolRegistry([PAY]),
+        DaemonOptions(state_dir=tmp_path, workers=1, checkpoint_interval_s=3600.0),
+        log=InMemoryEventLog(),
+        store=store,
+        dead_letters=MemoryEventLetters(),
+        clock=lambda: T0,
+    )
+    daemon._log_start = LogStartAtZero(daemon.settings)
+    consumer = _Records()
+    daemon._on_assign([TopicPartition("log", 0)])
+    daemon.tick(consumer)  # type: ignore[arg-type]  # the first turn checkpoints: nothing yet
+    values = [
+        codec.encode(events.intent(f"wf-{i}", "s", PAY, ARGS, sequence=0))
+        for i in range(CHECKPOINT_AFTER_CHANGES)
+    ]
+    records = [Consumed("log", 0, offset, None, value) for offset, value in enumerate(values)]
+    consumer.queued = records[:-1]
+    while consumer.queued:
+        daemon.tick(consumer)  # type: ignore[arg-type]
+    saved = store.load("log", 0)
+    assert saved is not None and saved.next_offset == 0 and not saved.steps
+    assert daemon.tracker.changed == CHECKPOINT_AFTER_CHANGES - 1
+    consumer.queued = records[-1:]
+    daemon.tick(consumer)  # type: ignore[arg-type]
+    saved = store.load("log", 0)
+    assert saved is not None and saved.next_offset == CHECKPOINT_AFTER_CHANGES
+    assert len(saved.steps) == CHECKPOINT_AFTER_CHANGES and daemon.tracker.changed == 0
+    daemon.work.shutdown(wait=True)

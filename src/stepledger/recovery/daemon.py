@@ -67,6 +67,12 @@ from stepledger.topics import check_retention
 logger = logging.getLogger(__name__)
 #: A tracked step's events as handed to a worker.
 Events = tuple[ev.Event, ...]
+#: Changes to tracked steps after which a checkpoint is taken before its interval is up.
+#: A checkpoint writes each changed step's lines on the loop (~28 us a step on the 2-core
+#: machine, then the store's write), so however many intents a burst or a catch-up brings
+#: between two intervals (a larger ``batch_size``, a faster machine), one checkpoint holds
+#: the loop about as long as folding a poll of 1,000 records does (~140 ms there).
+CHECKPOINT_AFTER_CHANGES = 2048
 
 
 class RecoveryDaemon:
@@ -180,7 +186,10 @@ class RecoveryDaemon:
         self.caught_up.update(partition for _, partition in polled.at_end)
         self._collect()
         now = time.monotonic()
-        if now - self._last_checkpoint >= self.options.checkpoint_interval_s:
+        if (
+            now - self._last_checkpoint >= self.options.checkpoint_interval_s
+            or self.tracker.changed >= CHECKPOINT_AFTER_CHANGES
+        ):
             self.checkpoint(sweep=now - self._last_sweep >= 30.0)
         self._dispatch()
         if now - self._last_health >= self.options.health_interval_s:

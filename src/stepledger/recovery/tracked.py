@@ -5,10 +5,10 @@ so they decode the same after any restart): the value the event was read as when
 that framing, else the event encoded again.  That is the only copy of them.  Between two
 events the tracker decides on what the last fold of them said (status, due time, deadline,
 whether a decision is retained); the fold itself (``domain.state``, the one every reader
-uses) is run again from the values when a new event arrives, when a worker resolves the
-step, or when a checkpoint writes it as JSON lines.  Keeping the fold (a ``WorkflowState``
-with its ``StepState`` and ``seen`` set) and a JSON copy per step cost ~3 KB per open
-intent, against ~1 KB this way.
+uses) is run again from the values when a new event arrives or when a worker resolves the
+step.  A checkpoint writes the values as JSON lines without decoding them
+(``Codec.to_json``).  Keeping the fold (a ``WorkflowState`` with its ``StepState`` and
+``seen`` set) and a JSON copy per step cost ~3 KB per open intent, against ~1 KB this way.
 """
 
 from __future__ import annotations

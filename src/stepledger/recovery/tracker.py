@@ -69,6 +69,8 @@ class Tracker:
         self._heap: list[tuple[datetime, StepKey]] = []
         self._dirty: set[StepKey] = set()
         """Steps whose events changed since the last batch: written by the next one."""
+        self.changed = 0
+        """Changes to tracked steps since the last batch (its lines are made at the next)."""
         self._check: set[StepKey] = set()
         """Steps a resolution released: the next batch checks whether they are still kept."""
         self._removed: set[tuple[int, str, str]] = set()
@@ -128,7 +130,7 @@ class Tracker:
         """Forget a partition (revoked): its steps are another daemon's now."""
         for key in [k for k, t in self.steps.items() if t.partition == partition]:
             del self.steps[key]
-            self._drop_cached(key)
+            self._folds.drop(key)
             self._dirty.discard(key)
             self._check.discard(key)
         self._removed = {r for r in self._removed if r[0] != partition}
@@ -194,6 +196,7 @@ class Tracker:
         tracked.took(step, self._due_of(step))
         self.steps[key] = tracked
         self._dirty.add(key)
+        self.changed += 1
         self._schedule(key, tracked)
 
     def anchor(self, key: StepKey, when: datetime) -> None:
@@ -235,7 +238,7 @@ class Tracker:
         return functools.partial(self._claims.decoded, workflow_id)
 
     def _forget(self, key: StepKey, tracked: Tracked) -> None:
-        self._drop_cached(key)
+        self._folds.drop(key)
         if self.steps.pop(key, None) is not None:
             self._dirty.discard(key)
             self._check.discard(key)
@@ -333,11 +336,12 @@ class Tracker:
         """
         checked = list(self.steps) if sweep else [*self._dirty, *self._check]
         self._check = set()
+        self.changed = 0
         for key in checked:
             tracked = self.steps.get(key)
             if tracked is not None and not tracked.busy and not self._keep(tracked, now):
                 del self.steps[key]
-                self._drop_cached(key)
+                self._folds.drop(key)
                 self._dirty.discard(key)
                 self._removed.add((tracked.partition, *key))
         moved = {p for p in self._moved if writable(p)}
@@ -356,9 +360,6 @@ class Tracker:
         self._removed -= batch.deletes
         self._moved -= moved
         return batch
-
-    def _drop_cached(self, key: StepKey) -> None:
-        self._folds.drop(key)
 
     def _lines(self, key: StepKey, tracked: Tracked) -> list[str]:
         folded = self._folds.get(key, tracked.values)

@@ -296,6 +296,47 @@ def memory_per_intent(n: int) -> tuple[float, float, float]:
     return retained / n, peak / n, wire
 
 
+def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
+    """Microseconds: one event's checkpoint line written from its value (``Codec.to_json``)
+    and decoded then dumped (best of ``rounds``); a new intent's ``Tracker.apply`` (with the
+    value as read) and its share of the checkpoint that takes ``n`` of them (the round with
+    the least of both)."""
+    tool = bench_tool(3600)
+    records = open_intents(n, [datetime.now(UTC) + timedelta(hours=1)] * n, tool)
+    codec = Codec()
+    values = [value for _, value in records]
+    events = [codec.decode(value) for value in values]
+
+    def per_event(fn: Any) -> float:
+        best = float("inf")
+        for _ in range(rounds):
+            began = time.perf_counter()
+            for value in values:
+                fn(value)
+            best = min(best, time.perf_counter() - began)
+        return best / n * 1e6
+
+    to_json = per_event(codec.to_json)
+    decode_dump = per_event(lambda value: codec.decode(value).model_dump_json())
+    spent: list[tuple[float, float]] = []
+    for _ in range(rounds):
+        tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)))
+        gc.collect()
+        began = time.perf_counter()
+        for offset, (event, value) in enumerate(zip(events, values, strict=True)):
+            tracker.apply(event, 0, offset, value)
+        applied = time.perf_counter()
+        tracker.take_batch(datetime.now(UTC))
+        spent.append((applied - began, time.perf_counter() - applied))
+    apply_s, batch_s = min(spent, key=sum)
+    return {
+        "to_json": to_json,
+        "decode_dump": decode_dump,
+        "apply": apply_s / n * 1e6,
+        "batch": batch_s / n * 1e6,
+    }
+
+
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Restart on 1M events (5k quick); latency with 10k open intents (200 quick); memory."""
     history, opened = (5_000, 200) if quick else (1_000_000, 10_000)
@@ -308,6 +349,7 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         burst = resolution_latency(servers, opened, burst_n, None, tmp)
         raw = raw_resolution(servers)
     per_intent, pending, wire = memory_per_intent(opened)
+    lines = checkpoint_lines(opened)
     ms, total = 1000.0, int(r["total"])
     capacity = burst_n / max(burst)
     return [
@@ -391,6 +433,24 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             wire,
             "bytes",
             "<=3",
+            False,
+        ),
+        Row(
+            "recovery",
+            "checkpoint line written from the value (vs decoded, then dumped)",
+            lines["to_json"],
+            lines["decode_dump"],
+            "us",
+            "",
+            False,
+        ),
+        Row(
+            "recovery",
+            f"a new intent: apply + its share of a checkpoint of {opened:,}",
+            lines["apply"] + lines["batch"],
+            None,
+            "us",
+            "",
             False,
         ),
     ]

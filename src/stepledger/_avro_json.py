@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from stepledger._avro_read import Schema, _defer, _named, _read_value, _Source
+from stepledger._avro_read import Schema, _defer, _named, _read_value, _Source, whole_value
 from stepledger.domain import events as ev
 
 #: Writes one event's JSON from a value and the offset of its Avro body; None: decode and dump.
@@ -151,15 +151,4 @@ def compile_json(schema: Schema, bodies: dict[str, type[BaseModel]]) -> EventJso
         writer = _record_json(record, model, named) if model is not None else None
         writers.append(writer or _defer)
     write = _record_json(schema, ev.Event, named, tuple(writers), body="body")
-    if write is None:
-        return None
-
-    def event_json(buf: bytes, offset: int) -> str | None:
-        size = len(buf)
-        try:
-            line, end = write(buf, offset, size)
-        except Exception:  # any doubt (an index, a slice, UTF-8, a date): decode and dump
-            return None
-        return line if end == size else None
-
-    return event_json
+    return None if write is None else whole_value(write)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -30,6 +30,7 @@ from stepledger.domain import events as ev
 EventReader = Callable[[bytes, int], "ev.Event | None"]
 
 Schema = Any
+T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: fastavro's C reader keeps a varint in 64 bits: past 9 bytes (63 bits) it would overflow.
 _MAX_VARINT_BYTES = 9
@@ -279,15 +280,22 @@ def compile_reader(schema: Schema, bodies: dict[str, type[BaseModel]]) -> EventR
         reader = _record_reader(record, checks, named) if checks is not None else None
         readers.append(reader or _defer)
     read = _record_reader(schema, envelope, named, tuple(readers))
-    if read is None:
-        return None
+    return None if read is None else whole_value(read)
 
-    def read_event(buf: bytes, offset: int) -> ev.Event | None:
+
+def whole_value(
+    walk: Callable[[bytes, int, int], tuple[T, int]],
+) -> Callable[[bytes, int], T | None]:
+    """A compiled walk ``(buf, pos, size) -> (result, end)`` over one value from ``offset``:
+    its result when it read the whole value and nothing went wrong, else None (the caller
+    takes the standard path)."""
+
+    def whole(buf: bytes, offset: int) -> T | None:
         size = len(buf)
         try:
-            event, end = read(buf, offset, size)
+            result, end = walk(buf, offset, size)
         except Exception:  # any doubt (an index, a slice, UTF-8, a date): the standard path
             return None
-        return event if end == size else None
+        return result if end == size else None
 
-    return read_event
+    return whole

@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
@@ -28,6 +28,7 @@ from stepledger._writer import Unsupported, Writer, compile_writer
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 
+T = TypeVar("T")
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 REGISTRY_MAGIC = b"\x00"
 NAMESPACE = "stepledger"
@@ -143,6 +144,12 @@ def _current_reader() -> EventReader | None:
     return compile_reader(_current(), _BODY_BY_NAME)
 
 
+@functools.cache
+def _current_json() -> EventJson | None:
+    # Compiled once a process for the packaged schema, at the first checkpoint line.
+    return compile_json(_current(), _BODY_BY_NAME)
+
+
 def from_record(record: dict[str, Any]) -> Event:
     """Turn a dict fastavro read (with record names) into a validated event.
 
@@ -253,12 +260,9 @@ class Codec:
         it declines (another writer schema, a defect, an invalid event) is read by fastavro
         and checked by the models, which accept it or say why not.
         """
-        prefix = self._prefix
-        if type(data) is bytes and data.startswith(prefix):
-            read = self._compiled_reader
-            event = None if read is None else read(data, len(prefix))
-            if event is not None:
-                return event
+        event = self._own(self._compiled_reader, data)
+        if event is not None:
+            return event
         writer, offset = self._writer_for(data)
         reader = None if writer is self.schema else self.schema
         try:
@@ -279,17 +283,24 @@ class Codec:
         built, and none of their rules checked: for values decoded before, as the recovery
         daemon's are); any other, or one the compiled writer declines, is decoded and dumped.
         """
+        line = self._own(self._compiled_json, data)
+        return line if line is not None else self.decode(data).model_dump_json()
+
+    def _own(
+        self, compiled: Callable[[bytes, int], T | None] | None, data: bytes | None
+    ) -> T | None:
+        """What a walk compiled for this codec's schema gives for a value in its own framing
+        (None: not in it, no walk compiled, or the walk declined the value)."""
         prefix = self._prefix
-        if type(data) is bytes and data.startswith(prefix):
-            write = self._compiled_json
-            line = None if write is None else write(data, len(prefix))
-            if line is not None:
-                return line
-        return self.decode(data).model_dump_json()
+        if compiled is None or type(data) is not bytes or not data.startswith(prefix):
+            return None
+        return compiled(data, len(prefix))
 
     @functools.cached_property
     def _compiled_json(self) -> EventJson | None:
         """The JSON writer compiled for this codec's schema (built at the first use)."""
+        if self.schema is _current():
+            return _current_json()
         return compile_json(self.schema, _BODY_BY_NAME)
 
     @functools.cached_property

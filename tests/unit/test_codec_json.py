@@ -22,9 +22,9 @@ import pytest
 from stepledger._avro_json import compile_json
 from stepledger.codec import _BODY_BY_NAME, Codec, RegistryFraming
 from stepledger.domain import events as ev
-from stepledger.domain.enums import EffectClass, ResolutionPolicy, Source
+from stepledger.domain.enums import Source
 from stepledger.errors import CodecError, EventValidationError
-from tests.unit.test_codec_reader import events
+from tests.unit.test_codec_reader import cut_or_changed, events
 
 
 def fast(codec: Codec) -> Any:
@@ -34,18 +34,9 @@ def fast(codec: Codec) -> Any:
 
 
 def intent(**changes: Any) -> ev.Event:
-    body = ev.StepIntended(
-        sequence=0,
-        tool="pay",
-        effect=EffectClass.IDEMPOTENT,
-        policy=ResolutionPolicy.QUERY,
-        idempotency_key="k",
-        arguments_json="{}",
-        arguments_digest="d",
-        deadline=datetime(2026, 3, 1, 12, 0, tzinfo=UTC),
-        attempt=1,
-    )
-    event = events()[4].model_copy(update={"body": body})
+    """The step_intended event of the shared list, with ``changes``."""
+    event = events()[4]
+    assert isinstance(event.body, ev.StepIntended)
     return event.model_copy(update=changes)
 
 
@@ -122,12 +113,7 @@ def test_cut_or_changed_bytes_are_written_as_the_models_write_them_or_left_to_th
     write = fast(codec)
     written = declined = 0
     for event in events():
-        data = codec.encode(event)
-        variants = [data[:end] for end in range(10, len(data))] + [data + b"\x00"]
-        for at in range(10, len(data)):
-            for byte in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, data[at] ^ 0x01):
-                variants.append(data[:at] + bytes([byte]) + data[at + 1 :])
-        for variant in variants:
+        for variant in cut_or_changed(codec.encode(event)):
             line = write(variant, 10)
             if line is None:
                 declined += 1
@@ -170,6 +156,14 @@ def test_a_schema_that_does_not_mirror_the_models_leaves_its_values_to_them() ->
     assert write(codec.encode(intent()), 10) == intent().model_dump_json()
     schema["fields"] = list(reversed(schema["fields"]))
     assert compile_json(schema, _BODY_BY_NAME) is None
+
+
+def test_an_empty_short_or_unframed_value_is_refused_as_decode_refuses_it() -> None:
+    codec = Codec()
+    data = codec.encode(intent())
+    for value in (b"", data[:4], data[:10], b"\x00\x00" + data[2:], data[:9] + b"\x00" + data[10:]):
+        with pytest.raises(CodecError):
+            codec.to_json(value)
 
 
 def test_to_json_writes_a_registry_framed_value_and_decodes_another_framing() -> None:

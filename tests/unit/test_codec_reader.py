@@ -50,6 +50,17 @@ def standard(codec: Codec, data: bytes) -> ev.Event:
     return from_record(record)
 
 
+def cut_or_changed(data: bytes) -> list[bytes]:
+    """A framed value cut short at every byte of its body, one byte longer, and with each
+    body byte replaced by a few telling values."""
+    variants = [data[:end] for end in range(10, len(data))]
+    variants += [data + b"\x00"]
+    for at in range(10, len(data)):
+        for byte in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, data[at] ^ 0x01):
+            variants.append(data[:at] + bytes([byte]) + data[at + 1 :])
+    return variants
+
+
 def compiled(codec: Codec) -> Any:
     reader = compile_reader(codec.schema, _BODY_BY_NAME)
     assert reader is not None
@@ -130,13 +141,7 @@ def test_cut_or_changed_bytes_are_read_as_fastavro_reads_them_or_left_to_it() ->
     read = compiled(codec)
     built = declined = 0
     for event in events():
-        data = codec.encode(event)
-        variants = [data[:end] for end in range(10, len(data))]
-        variants += [data + b"\x00"]
-        for at in range(10, len(data)):
-            for byte in (0x00, 0x01, 0x02, 0x7F, 0x80, 0xFF, data[at] ^ 0x01):
-                variants.append(data[:at] + bytes([byte]) + data[at + 1 :])
-        for variant in variants:
+        for variant in cut_or_changed(codec.encode(event)):
             fast = read(variant, 10)
             if fast is None:
                 declined += 1

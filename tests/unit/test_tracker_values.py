@@ -10,6 +10,7 @@ import gc
 import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -107,11 +108,13 @@ def test_a_tracked_step_is_folded_again_from_its_values_as_events_arrive() -> No
     assert tracker.open_count() == 0 and set(tracker.steps) == {("wf", "s")}
 
 
-def _daemon(tmp_path: Path, store: InMemoryCheckpointStore, now: datetime) -> RecoveryDaemon:
+def _daemon(
+    tmp_path: Path, store: InMemoryCheckpointStore, now: datetime, **options: Any
+) -> RecoveryDaemon:
     daemon = RecoveryDaemon(
         Settings(bootstrap="127.0.0.1:9", topic="log"),
         ToolRegistry([PAY]),
-        DaemonOptions(state_dir=tmp_path, workers=1, grace_s=0.0),
+        DaemonOptions(state_dir=tmp_path, workers=1, grace_s=0.0, **options),
         log=InMemoryEventLog(),
         store=store,
         dead_letters=MemoryEventLetters(),
@@ -212,16 +215,7 @@ def test_a_burst_of_changes_is_checkpointed_before_the_interval_is_up(tmp_path: 
     # checkpoint is taken once CHECKPOINT_AFTER_CHANGES steps changed, so one burst never
     # holds the loop for all of its intents at once.
     events, codec, store = factory(), Codec(), InMemoryCheckpointStore()
-    daemon = RecoveryDaemon(
-        Settings(bootstrap="127.0.0.1:9", topic="log"),
-        ToolRegistry([PAY]),
-        DaemonOptions(state_dir=tmp_path, workers=1, checkpoint_interval_s=3600.0),
-        log=InMemoryEventLog(),
-        store=store,
-        dead_letters=MemoryEventLetters(),
-        clock=lambda: T0,
-    )
-    daemon._log_start = LogStartAtZero(daemon.settings)
+    daemon = _daemon(tmp_path, store, T0, checkpoint_interval_s=3600.0)
     consumer = _Records()
     daemon._on_assign([TopicPartition("log", 0)])
     daemon.tick(consumer)  # type: ignore[arg-type]  # the first turn checkpoints: nothing yet

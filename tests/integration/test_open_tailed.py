@@ -9,7 +9,8 @@
   other process ran replays its result: nothing is called twice.
 - A workflow the process finished itself is never claimed after its end.
 - A resume's claim is read back through the claim itself (no assignment either).
-- An idle tail is unassigned, and an unseen id then takes the read-first path.
+- An idle tail is unassigned, and an unseen id then takes the read-first path; so is a tail
+  that ran ahead of every lookup (an agent stepping on after its open).
 """
 
 from __future__ import annotations
@@ -161,6 +162,29 @@ def test_an_idle_tail_is_unassigned_and_an_unseen_id_is_read_first(
         assigned = index.assignments
         assert ledger.workflow("second").attempt == 1
         assert index.assignments == assigned + 1  # the read-first path assigned afresh
+
+
+def test_a_tail_run_ahead_of_every_lookup_is_unassigned_before_its_idle_time(
+    make_settings: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent stepping on after its open: the tail stops fetching its records once more
+    than TAIL_AHEAD_RECORDS landed with no lookup, long before the idle time."""
+    monkeypatch.setattr(indexes, "TAIL_IDLE_S", 600.0)
+    monkeypatch.setattr(indexes, "TAIL_AHEAD_RECORDS", 8)
+    settings = make_settings(partitions=1)
+    with Ledger(settings) as ledger:
+        wf = ledger.workflow("stepping")
+        index = _reader(ledger).index
+        assert index.tailing
+        steps, limit = 0, time.monotonic() + 60
+        while index.tailing:
+            assert time.monotonic() < limit, "a tail 600 s from idle kept fetching ahead"
+            wf.step(f"s{steps}", PAY, {"n": steps}, lambda a, k: "paid")
+            steps += 1
+        assert steps > 4  # two records a step: more than 8 past the index, not fewer
+        assigned = index.assignments
+        assert ledger.workflow("second").attempt == 1
+        assert index.assignments == assigned + 1  # read first again: assigned afresh
 
 
 RESUMER = """

@@ -31,6 +31,9 @@ per open, measured on Apache Kafka: librdkafka's assignment, fetch start and sto
 unbounded lookup still assigns afresh, so its ends are fresh.  After ``TAIL_IDLE_S`` with no
 lookup the partitions are unassigned: while tailed, an idle partition's short fetch waits
 cost ~4.5% of a core on Apache Kafka and ~10% on the dev broker (2 ms waits, measured).
+So are they once ``TAIL_AHEAD_RECORDS`` landed in one with no lookup since: fetching every
+record as it lands costs the broker and the client per record, which pays for opens
+arriving every few ms, not for an agent stepping on after its one open.
 Only a partition being tailed, read from offset 0, answers :meth:`PartitionIndex.unseen`
 (an id it never saw; the keys this process wrote, :meth:`PartitionIndex.wrote`, never are)
 and :meth:`PartitionIndex.tailed` (a key's kept records, when they are its whole history):
@@ -87,6 +90,13 @@ FIRST_FETCH_WAIT_MS = 2
 _WATERMARK_TIMEOUT_S = 5.0
 #: Partitions stay assigned (fetched) this long after the last catch-up, then unassigned.
 TAIL_IDLE_S = 1.0
+#: ...or sooner, once a tailed partition holds this many records past the index that no
+#: lookup asked for: the tail serves opens, not an agent stepping on after its own open
+#: (fetching each of its records as it lands cost a sequential step ~2x on Apache Kafka:
+#: p50 1.98 against 0.96 ms before tails, docs/benchmarks.md).
+TAIL_AHEAD_RECORDS = 64
+#: How often an idle tail is checked.
+_REAP_EVERY_S = 0.05
 #: Records of its own a process noted per partition before the index reads them.
 MAX_NOTES = 16_384
 #: At most this many kept records are handed out as a workflow's tailed history.
@@ -560,11 +570,29 @@ class PartitionIndex:
             if self._consumer is None or not self._tailing:
                 self._reaper = None
                 return False
-            if time.monotonic() - self._last_used < TAIL_IDLE_S:
+            if time.monotonic() - self._last_used < TAIL_IDLE_S and not self._ran_ahead():
                 return True
             self._unassign()
             self._reaper = None
             return False
+
+    def _ran_ahead(self) -> bool:
+        """True when a tailed partition's end (as the last fetch reported it, no round trip)
+        is more than ``TAIL_AHEAD_RECORDS`` past where the index read (called holding the
+        lock, with no catch-up running)."""
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        for topic, partition in self._tailing:
+            try:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+            except (KafkaException, RuntimeError):
+                continue
+            if high - self._next.get((topic, partition), 0) > TAIL_AHEAD_RECORDS:
+                return True
+        return False
 
     def _brokers(self, consumer: Consumer) -> int:
         """How many brokers the cluster has (0 when the broker cannot say in time)."""
@@ -692,7 +720,7 @@ def _bounds(covered: list[Lookup]) -> dict[Partition, int]:
 def _reap(ref: weakref.ReferenceType[PartitionIndex]) -> None:
     """Unassign an index's tail once it has been idle (the thread ends with the tail)."""
     while True:
-        time.sleep(TAIL_IDLE_S / 2)
+        time.sleep(min(TAIL_IDLE_S / 2, _REAP_EVERY_S))
         index = ref()
         if index is None or not index._untail_if_idle():
             return

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from stepledger.config import Settings
@@ -168,7 +169,8 @@ def test_a_tail_run_ahead_of_every_lookup_is_unassigned_before_its_idle_time(
     make_settings: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An agent stepping on after its open: the tail stops fetching its records once more
-    than TAIL_AHEAD_RECORDS landed with no lookup, long before the idle time."""
+    than TAIL_AHEAD_RECORDS are past where the index read, long before the idle time, and
+    not before."""
     monkeypatch.setattr(indexes, "TAIL_IDLE_S", 600.0)
     monkeypatch.setattr(indexes, "TAIL_AHEAD_RECORDS", 8)
     settings = make_settings(partitions=1)
@@ -176,15 +178,41 @@ def test_a_tail_run_ahead_of_every_lookup_is_unassigned_before_its_idle_time(
         wf = ledger.workflow("stepping")
         index = _reader(ledger).index
         assert index.tailing
+        where = (settings.topic, 0)
+        kept_within = []
         steps, limit = 0, time.monotonic() + 60
         while index.tailing:
             assert time.monotonic() < limit, "a tail 600 s from idle kept fetching ahead"
             wf.step(f"s{steps}", PAY, {"n": steps}, lambda a, k: "paid")
             steps += 1
-        assert steps > 4  # two records a step: more than 8 past the index, not fewer
+            assert wf.position is not None
+            ahead = _fetched_past_index(index, where, wf.position.offset + 1, limit)
+            if ahead is not None and ahead <= 8:
+                # The cached end shows every record so far: within the bound, the tail stays.
+                assert index._untail_if_idle() and index.tailing
+                kept_within.append(ahead)
+        assert kept_within and max(kept_within) > 4  # kept while up to 8 records ahead
         assigned = index.assignments
         assert ledger.workflow("second").attempt == 1
         assert index.assignments == assigned + 1  # read first again: assigned afresh
+
+
+def _fetched_past_index(
+    index: indexes.PartitionIndex, where: tuple[str, int], end: int, limit: float
+) -> int | None:
+    """Records past where the index read, once the tail's cached end reached ``end``
+    (None: the tail was unassigned meanwhile)."""
+    part = TopicPartition(*where)
+    while True:
+        with index._cond:
+            consumer = index._consumer
+            if consumer is None or where not in index._tailing:
+                return None
+            high = consumer.get_watermark_offsets(part, cached=True)[1]
+            if high >= end:
+                return high - index._next[where]
+        assert time.monotonic() < limit, "the tail never fetched the records written"
+        time.sleep(0.005)
 
 
 RESUMER = """

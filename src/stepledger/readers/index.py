@@ -31,9 +31,10 @@ per open, measured on Apache Kafka: librdkafka's assignment, fetch start and sto
 unbounded lookup still assigns afresh, so its ends are fresh.  After ``TAIL_IDLE_S`` with no
 lookup the partitions are unassigned: while tailed, an idle partition's short fetch waits
 cost ~4.5% of a core on Apache Kafka and ~10% on the dev broker (2 ms waits, measured).
-So are they once ``TAIL_AHEAD_RECORDS`` landed in one with no lookup since: fetching every
-record as it lands costs the broker and the client per record, which pays for opens
-arriving every few ms, not for an agent stepping on after its one open.
+So are they (all of them) once one holds more than ``TAIL_AHEAD_RECORDS`` records past
+where the index has read: fetching every record as it lands costs the broker and the
+client per record, which pays for opens arriving every few ms, not for an agent stepping
+on after its one open.
 Only a partition being tailed, read from offset 0, answers :meth:`PartitionIndex.unseen`
 (an id it never saw; the keys this process wrote, :meth:`PartitionIndex.wrote`, never are)
 and :meth:`PartitionIndex.tailed` (a key's kept records, when they are its whole history):
@@ -90,8 +91,8 @@ FIRST_FETCH_WAIT_MS = 2
 _WATERMARK_TIMEOUT_S = 5.0
 #: Partitions stay assigned (fetched) this long after the last catch-up, then unassigned.
 TAIL_IDLE_S = 1.0
-#: ...or sooner, once a tailed partition holds this many records past the index that no
-#: lookup asked for: the tail serves opens, not an agent stepping on after its own open
+#: ...or sooner (all of them), once one holds more than this many records past where the
+#: index has read: the tail serves opens, not an agent stepping on after its own open
 #: (fetching each of its records as it lands cost a sequential step ~2x on Apache Kafka:
 #: p50 1.98 against 0.96 ms before tails, docs/benchmarks.md).
 TAIL_AHEAD_RECORDS = 64
@@ -284,7 +285,7 @@ class PartitionIndex:
 
     @property
     def tailing(self) -> frozenset[Partition]:
-        """The partitions assigned now (fetched between catch-ups until idle)."""
+        """The partitions assigned now (fetched between catch-ups until idle or run ahead)."""
         with self._cond:
             return frozenset(self._tailing)
 
@@ -292,8 +293,9 @@ class PartitionIndex:
         """True when the key has no record below where the index is tailing the partition.
 
         No round trip: the partition is being tailed (a catch-up ended within
-        ``TAIL_IDLE_S``), the index read it from offset 0 and never saw the key, and this
-        process noted no record of it (:meth:`wrote`).  A record of the key may still have
+        ``TAIL_IDLE_S`` and the tail has not run ``TAIL_AHEAD_RECORDS`` ahead), the index
+        read it from offset 0 and never saw the key, and this process noted no record of it
+        (:meth:`wrote`).  A record of the key may still have
         landed since; a caller acting on this must read back through its own record
         (``lookup(..., through=)``) before it counts on it.  A hint, so it takes no lock a
         catch-up holds (an event loop asks it): each read is one dict or set lookup.
@@ -563,7 +565,8 @@ class PartitionIndex:
             self._reaper.start()
 
     def _untail_if_idle(self) -> bool:
-        """Unassign the tail if idle; False once nothing is assigned (the reaper then ends)."""
+        """Unassign the tail if idle or run ahead; False once nothing is assigned (the
+        reaper then ends)."""
         with self._cond:
             if self._running or self._lookups:
                 return True  # a catch-up may be assigning: never leave it without a reaper
@@ -579,7 +582,8 @@ class PartitionIndex:
     def _ran_ahead(self) -> bool:
         """True when a tailed partition's end (as the last fetch reported it, no round trip)
         is more than ``TAIL_AHEAD_RECORDS`` past where the index read (called holding the
-        lock, with no catch-up running)."""
+        lock, with no catch-up running).  An end not known yet (librdkafka: -1001) or a
+        partition the index has read nothing of says nothing."""
         consumer = self._consumer
         if consumer is None:
             return False
@@ -590,7 +594,8 @@ class PartitionIndex:
                 )
             except (KafkaException, RuntimeError):
                 continue
-            if high - self._next.get((topic, partition), 0) > TAIL_AHEAD_RECORDS:
+            read_to = self._next.get((topic, partition))
+            if read_to is not None and high - read_to > TAIL_AHEAD_RECORDS:
                 return True
         return False
 
@@ -718,12 +723,20 @@ def _bounds(covered: list[Lookup]) -> dict[Partition, int]:
 
 
 def _reap(ref: weakref.ReferenceType[PartitionIndex]) -> None:
-    """Unassign an index's tail once it has been idle (the thread ends with the tail)."""
+    """Unassign an index's tail once it has been idle or run ahead (the thread ends with
+    the tail; if a check fails, it ends and the next assignment starts another)."""
     while True:
         time.sleep(min(TAIL_IDLE_S / 2, _REAP_EVERY_S))
         index = ref()
-        if index is None or not index._untail_if_idle():
+        if index is None:
             return
+        try:
+            if not index._untail_if_idle():
+                return
+        except BaseException:
+            with index._cond:
+                index._reaper = None
+            raise
         del index
 
 

@@ -582,8 +582,9 @@ class PartitionIndex:
     def _ran_ahead(self) -> bool:
         """True when a tailed partition's end (as the last fetch reported it, no round trip)
         is more than ``TAIL_AHEAD_RECORDS`` past where the index read (called holding the
-        lock, with no catch-up running).  An end not known yet (librdkafka: -1001) or a
-        partition the index has read nothing of says nothing."""
+        lock, with no catch-up running): where it read to, or where it began a partition it
+        read nothing of.  An end not known yet (librdkafka: -1001) or a start not known
+        says nothing."""
         consumer = self._consumer
         if consumer is None:
             return False
@@ -594,7 +595,8 @@ class PartitionIndex:
                 )
             except (KafkaException, RuntimeError):
                 continue
-            read_to = self._next.get((topic, partition))
+            where = (topic, partition)
+            read_to = self._next.get(where, self._began.get(where))  # or where it began
             if read_to is not None and high - read_to > TAIL_AHEAD_RECORDS:
                 return True
         return False

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from stepledger.config import Settings
@@ -204,15 +203,13 @@ def _fetched_past_index(
 ) -> int | None:
     """Records past where the index read, once the tail's cached end reached ``end``
     (None: the tail was unassigned meanwhile)."""
-    part = TopicPartition(*where)
     while True:
         with index._cond:
-            consumer = index._consumer
-            if consumer is None or where not in index._tailing:
+            if where not in index._tailing:
                 return None
-            high = consumer.get_watermark_offsets(part, cached=True)[1]
-            if high >= end:
-                return high - index._next.get(where, index._began.get(where, 0))
+            ahead = index._ahead(where)
+            if ahead is not None and ahead[0] >= end:
+                return ahead[0] - ahead[1]
         assert time.monotonic() < limit, "the tail never fetched the records written"
         time.sleep(0.005)
 

@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from stepledger.config import Settings
+from stepledger.readers import index as indexes
 from stepledger.readers.index import Lookup, PartitionIndex
 
 WHERE = ("log", 0)
@@ -295,3 +296,38 @@ def test_a_lookup_that_must_not_wait_reads_at_most_now_records(
     index, tail = _tailed(*(_record(offset, b"x") for offset in range(10)))
     assert index.lookup_now(WHERE, b"wf", 9) is None  # gave up after 4 of the 10 records
     assert index._next[WHERE] == 4 and len(tail.queued) == 6 and not index._running
+
+
+class _CachedEnd:
+    """A consumer whose last fetch reported this end (librdkafka: -1001 before any)."""
+
+    def __init__(self, high: int) -> None:
+        self.high = high
+
+    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
+        assert cached, "the run-ahead check must not cost a round trip"
+        return -1001 if self.high < 0 else 0, self.high
+
+
+@pytest.mark.parametrize(
+    ("high", "read_to", "began", "ahead"),
+    [
+        (-1001, 10, None, False),  # no fetch reported an end yet: says nothing
+        (10 + indexes.TAIL_AHEAD_RECORDS, 10, None, False),  # exactly at the bound: kept
+        (11 + indexes.TAIL_AHEAD_RECORDS, 10, None, True),  # one past it
+        (5 + indexes.TAIL_AHEAD_RECORDS, None, 0, True),  # read nothing: from where it began
+        (10**6, None, None, False),  # neither known: says nothing
+        (2**63 - 1, 2**63 - 2, None, False),  # at the top of Kafka's offsets
+    ],
+)
+def test_the_tail_runs_ahead_only_past_the_bound_from_what_is_known(
+    high: int, read_to: int | None, began: int | None, ahead: bool
+) -> None:
+    index = PartitionIndex(Settings())
+    index._consumer = _CachedEnd(high)  # type: ignore[assignment]
+    index._tailing = {WHERE}
+    if read_to is not None:
+        index._next[WHERE] = read_to
+    if began is not None:
+        index._began[WHERE] = began
+    assert index._ran_ahead() is ahead

@@ -580,26 +580,27 @@ class PartitionIndex:
             return False
 
     def _ran_ahead(self) -> bool:
-        """True when a tailed partition's end (as the last fetch reported it, no round trip)
-        is more than ``TAIL_AHEAD_RECORDS`` past where the index read (called holding the
-        lock, with no catch-up running): where it read to, or where it began a partition it
-        read nothing of.  An end not known yet (librdkafka: -1001) or a start not known
-        says nothing."""
-        consumer = self._consumer
-        if consumer is None:
-            return False
-        for topic, partition in self._tailing:
-            try:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), cached=True
-                )
-            except (KafkaException, RuntimeError):
-                continue
-            where = (topic, partition)
-            read_to = self._next.get(where, self._began.get(where))  # or where it began
-            if read_to is not None and high - read_to > TAIL_AHEAD_RECORDS:
+        """True when a tailed partition is more than ``TAIL_AHEAD_RECORDS`` ahead (called
+        holding the lock, with no catch-up running)."""
+        for where in self._tailing:
+            ahead = self._ahead(where)
+            if ahead is not None and ahead[0] - ahead[1] > TAIL_AHEAD_RECORDS:
                 return True
         return False
+
+    def _ahead(self, where: Partition) -> tuple[int, int] | None:
+        """(the partition's end as the tail's last fetch reported it, no round trip; where
+        the index read it to, or began it when it read nothing of it), or None when either
+        is not known (librdkafka's end before a fetch: -1001)."""
+        consumer = self._consumer
+        read_to = self._next.get(where, self._began.get(where))
+        if consumer is None or read_to is None:
+            return None
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(*where), cached=True)
+        except (KafkaException, RuntimeError):
+            return None
+        return None if high < 0 else (high, read_to)
 
     def _brokers(self, consumer: Consumer) -> int:
         """How many brokers the cluster has (0 when the broker cannot say in time)."""

@@ -10,6 +10,7 @@ escalation, and each step event handed to its step's transition.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -85,6 +86,12 @@ class WorkflowState:
         self.steps[step.step_id] = step
         self.pivots_happened += step.pivot_happened
         self.unresolved_undoable += step.unresolved_undoable
+
+    def copy(self) -> WorkflowState:
+        """A copy to fold into apart: the containers are new, the steps (values) shared."""
+        return dataclasses.replace(
+            self, steps=dict(self.steps), seen=set(self.seen), anomalies=list(self.anomalies)
+        )
 
     def clear_steps(self) -> None:
         """Forget every step (a read-only workflow started over)."""

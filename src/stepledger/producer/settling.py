@@ -168,9 +168,7 @@ def _forward(state: WorkflowState, step: StepState, tool: Tool) -> WorkflowState
 def _copy(state: WorkflowState) -> WorkflowState:
     # The resolver folds its events into the state it is given; the workflow's own state
     # takes them from the resolution instead, so a shadow never leaks into it.
-    return replace(
-        state, steps=dict(state.steps), seen=set(state.seen), anomalies=list(state.anomalies)
-    )
+    return state.copy()
 
 
 def _compensating(state: WorkflowState) -> list[StepState]:

@@ -69,7 +69,13 @@ class Workflow:
     def __init__(self, ledger: Session, workflow_id: str, events: Iterable[ev.Event] = ()) -> None:
         self.ledger = ledger
         self.workflow_id = workflow_id
-        self.state: WorkflowState = replay(workflow_id, list(events))
+        read = list(events)
+        self.state: WorkflowState = replay(workflow_id, read)
+        self._read: list[str] | None = [event.event_id for event in read]
+        """The ids of the events read at open, in order, until this handle folds another."""
+        self._base: tuple[list[str], WorkflowState] | None = None
+        """Those ids and their fold, kept apart when the first event is recorded: a read
+        back that begins with them (a claim's) folds only what follows them."""
         self.position: Position | None = None
         """Where this handle's last appended event landed."""
         self.appended = 0
@@ -172,7 +178,7 @@ class Workflow:
         previous = self._pending
         self._pending = _PendingOutcome(event, self.ledger.log.send(event))
         with self._lock:  # folded now; its position comes with the acknowledgement
-            self.state.apply(event)
+            self._fold(event)
             self.appended += 1
         tracing.sent(event)
         return previous
@@ -221,6 +227,7 @@ class Workflow:
     def adopt(self, events: Iterable[ev.Event]) -> None:
         """Fold events someone else appended (a resolver, a human) into the local state."""
         with self._lock:
+            self._read = None  # the state is no longer the fold of what was read
             for event in events:
                 self.state.apply(event)
 
@@ -250,9 +257,22 @@ class Workflow:
         return True
 
     def _refold(self, events: list[ev.Event]) -> None:
-        """Replace the state with the fold of the events read back."""
+        """Replace the state with the fold of the events read back.
+
+        The fold is a left fold in log order: when the read begins with the events this
+        handle read at open (the same ids in the same order, as a claim's read back does),
+        their fold is kept and only what follows them is folded onto it.
+        """
         with self._lock:
-            self.state = replay(self.workflow_id, events)
+            base, self._base = self._base, None
+            folded = 0
+            if base is not None and _begins_with(events, base[0]):
+                state, folded = base[1], len(base[0])
+            else:
+                state = WorkflowState(self.workflow_id)
+            for event in events[folded:]:
+                state.apply(event)
+            self.state = state
             self._recorded_until = max(self._recorded_until, _last_position(self.state))
 
     def tool(self, name: str) -> Tool:
@@ -647,9 +667,16 @@ class Workflow:
             runner=self.runner,
         )
 
+    def _fold(self, event: ev.Event) -> None:
+        """Fold an event this handle recorded (the caller holds the lock)."""
+        if self._read is not None:
+            # The first event this handle folds: what was read stays apart (see _refold).
+            self._base, self._read = (self._read, self.state.copy()), None
+        self.state.apply(event)
+
     def _folded(self, event: ev.Event, position: Position) -> None:
         with self._lock:
-            self.state.apply(event)
+            self._fold(event)
             self.position = position
             self.appended += 1
             body = event.body
@@ -693,6 +720,13 @@ class _PendingCall:
     """Removes this call's secret values from what its outcome records."""
     budget: fence.Budget | None
     """The intent's deadline on this runner's monotonic clock (None for a read-only re-run)."""
+
+
+def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:
+    """True when ``events`` begin with the events of these ids, in this order."""
+    return len(events) >= len(ids) and all(
+        event.event_id == event_id for event, event_id in zip(events, ids, strict=False)
+    )
 
 
 def _last_position(state: WorkflowState) -> int:

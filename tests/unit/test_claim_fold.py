@@ -1,0 +1,157 @@
+"""A claim's read-back folds only what follows the events read at open (it folded them twice).
+
+Opening a running workflow reads it, folds it, records a claim and reads the log back
+through the claim (the log's first decisions win).  The read-back begins with the events
+read at open whenever nothing came between them: their fold is kept and only the rest is
+folded onto it.  Whatever the read-back holds, the state must be the fold of all of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stepledger.domain import events as ev
+from stepledger.domain.state import WorkflowState, replay
+from stepledger.producer import Workflow
+from stepledger.producer.opening import claim
+from tests.unit.resume_fakes import World
+
+ARGS: dict[str, dict[str, Any]] = {
+    "read": {"q": "flights"},
+    "charge": {"amount": 120},
+    "book": {"hotel": "Ritz"},
+}
+
+
+@pytest.fixture
+def folds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The ids of the events every WorkflowState folds, in order."""
+    seen: list[str] = []
+    apply = WorkflowState.apply
+
+    def counted(self: WorkflowState, event: ev.Event) -> object:
+        seen.append(event.event_id)
+        return apply(self, event)
+
+    monkeypatch.setattr(WorkflowState, "apply", counted)
+    yield seen
+
+
+def unfinished(world: World) -> list[ev.Event]:
+    """A workflow that ran three steps and stopped (its process died): its events."""
+    ledger = world.ledger()
+    services = {tool.name: tool for tool in ledger.tools}
+    wf = ledger.workflow("wf", name="trip")
+    for step_id, args in ARGS.items():
+        wf.step(step_id, services[step_id], args)
+    return world.log.workflow_events("wf")
+
+
+def claimed(world: World, read: list[ev.Event]) -> Workflow:
+    """A handle that read ``read`` at open, then claimed the next attempt."""
+    handle = Workflow(world.ledger(), "wf", read)
+    claim(handle, handle.state.attempt + 1, "test")
+    return handle
+
+
+def test_a_read_back_that_begins_with_the_read_folds_only_what_follows(
+    folds: list[str],
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    folds.clear()
+    handle = claimed(world, logged)
+    after = world.log.workflow_events("wf")
+    claim_id = after[-1].event_id
+    # The read, the claim into the state, then only the claim onto the kept fold.
+    assert folds == [e.event_id for e in logged] + [claim_id, claim_id]
+    assert handle.state == replay("wf", after)
+    assert handle.state.runner == handle.runner
+
+
+def test_events_another_runner_appended_after_the_read_are_folded_onto_it(
+    folds: list[str],
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    folds.clear()
+    handle = claimed(world, logged[:3])  # read before the last steps landed
+    after = world.log.workflow_events("wf")
+    assert folds == [e.event_id for e in logged[:3]] + [after[-1].event_id] + [
+        e.event_id for e in after[3:]
+    ]
+    assert handle.state == replay("wf", after)
+    expected = replay("wf", after)
+    assert handle.state.pivots_happened == expected.pivots_happened
+    assert handle.state.unresolved_undoable == expected.unresolved_undoable
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        pytest.param(lambda logged: logged[:2] + logged[3:], id="one-missing"),
+        pytest.param(lambda logged: [logged[0], logged[2], logged[1], *logged[3:]], id="reordered"),
+    ],
+)
+def test_a_read_back_that_does_not_begin_with_the_read_is_folded_afresh(
+    folds: list[str], read: object
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    assert callable(read)
+    seen = read(logged)
+    folds.clear()
+    handle = claimed(world, seen)
+    after = world.log.workflow_events("wf")
+    assert folds == [e.event_id for e in seen] + [after[-1].event_id] + [e.event_id for e in after]
+    assert handle.state == replay("wf", after)
+
+
+def test_the_kept_fold_serves_one_read_back_and_is_not_changed_by_the_handle(
+    folds: list[str],
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    handle = claimed(world, logged)
+    services = {tool.name: tool for tool in handle.ledger.tools}
+    for step_id, args in ARGS.items():
+        handle.step(step_id, services[step_id], args)  # replayed
+    handle.step("email", services["email"], {"to": "a@example.test"})
+    folds.clear()
+    handle.reload()  # a later read back: folded afresh, the step above included
+    after = world.log.workflow_events("wf")
+    assert folds == [e.event_id for e in after]
+    assert handle.state == replay("wf", after)
+    assert "email" in handle.state.steps
+
+
+def test_a_handle_that_adopted_events_before_recording_keeps_no_fold(
+    folds: list[str],
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    handle = Workflow(world.ledger(), "wf", logged[:3])
+    handle.adopt(logged[3:4])  # its state is no longer the fold of what it read
+    folds.clear()
+    claim(handle, handle.state.attempt + 1, "test")
+    after = world.log.workflow_events("wf")
+    assert folds == [after[-1].event_id] + [e.event_id for e in after]
+    assert handle.state == replay("wf", after)
+
+
+def test_a_copy_folds_apart_from_its_original() -> None:
+    world = World()
+    logged = unfinished(world)
+    state = replay("wf", logged[:3])
+    twin = state.copy()
+    for event in logged[3:]:
+        twin.apply(event)
+    assert state == replay("wf", logged[:3])
+    assert twin == replay("wf", logged)
+    assert (twin.pivots_happened, twin.unresolved_undoable) == (
+        replay("wf", logged).pivots_happened,
+        replay("wf", logged).unresolved_undoable,
+    )

@@ -12,7 +12,11 @@ package, the service on its Python SDK served by Hypercorn, agents as ingress cl
 ``bench.restate_peer``; skipped where it is not installed, and with ``--quick``).  The tool
 is the same trivial function (its cost is the systems' own).
 
-- sequential step: one workflow, one step after another; p50 and p99 of a step's latency;
+- sequential step: one workflow, one step after another; p50 and p99 of a step's latency,
+  after the same unmeasured warm-up for every system (``WARM_STEPS`` steps of another
+  workflow: a broker, database or server started for the run is otherwise measured cold, and
+  a fresh Apache Kafka JVM gave the first system measured a p50 of 7.8 ms against 1.7 ms on
+  the same broker a run later);
 - 8 and 64 threads: agents in one process, each running workflows of a few steps;
 - 8 and 64 asyncio agents: the same as coroutines on one event loop;
 - kill-and-resume: a 1,000-step workflow SIGKILLed inside step 500 (after the tool's effect,
@@ -107,12 +111,21 @@ def agents_in_asyncio(agents: int, agent: Callable[[int], Any]) -> float:
 Shape = dict[int, tuple[int, int]]
 SHAPE: Shape = {8: (10, 20), 64: (2, 20)}
 QUICK_SHAPE: Shape = {8: (2, 5), 64: (1, 2)}
+#: Sequential steps each system runs before its sequential steps are measured (full, quick).
+WARM_STEPS, QUICK_WARM_STEPS = 200, 5
 
 
-def stepledger_figures(ledger: sl.Ledger, steps: int, shape: Shape) -> dict[str, Any]:
-    """Sequential latencies, then steps/s of each count of threads and of asyncio agents."""
+def stepledger_figures(
+    ledger: sl.Ledger, steps: int, shape: Shape, warm: int = WARM_STEPS
+) -> dict[str, Any]:
+    """Sequential latencies (after ``warm`` unmeasured steps), then steps/s of each count of
+    threads and of asyncio agents."""
     run = uuid.uuid4().hex[:6]
     latencies = []
+    warming = ledger.workflow(f"warm-{run}")
+    for i in range(warm):
+        warming.step(f"s{i}", act, i=i)
+    warming.finish()
     wf = ledger.workflow(f"seq-{run}")
     for i in range(steps):
         began = time.perf_counter()
@@ -160,7 +173,7 @@ def dbos_launched(url: str) -> Iterator[Any]:
         dbos.DBOS.destroy(destroy_registry=True)
 
 
-def dbos_figures(url: str, steps: int, shape: Shape) -> dict[str, Any]:
+def dbos_figures(url: str, steps: int, shape: Shape, warm: int = WARM_STEPS) -> dict[str, Any]:
     """The same measurements through DBOS on the system database at ``url``."""
     DBOS = _dbos().DBOS
     latencies: list[float] = []
@@ -190,6 +203,8 @@ def dbos_figures(url: str, steps: int, shape: Shape) -> dict[str, Any]:
         return sum([await dbos_aact(i) for i in range(n)])
 
     with dbos_launched(url):
+        sequential(warm)
+        latencies.clear()
         sequential(steps)
         figures: dict[str, Any] = {"latencies": latencies}
         for agents, (workflows, size) in shape.items():
@@ -245,27 +260,28 @@ def measure(
 ) -> list[Row]:
     """The run at these sizes; ``quick`` leaves out what costs more to start than to measure."""
     peers: dict[str, dict[str, Any]] = {}
+    warm = QUICK_WARM_STEPS if quick else WARM_STEPS
     with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         settings = fresh_settings(servers)
         with sl.Ledger(settings, tools=[act]) as ledger:
             ledger.workflow("warm-up").finish()
-            ours = stepledger_figures(ledger, steps, shape)
+            ours = stepledger_figures(ledger, steps, shape, warm)
         # The same agents with pipelined outcomes (docs/guarantees.md): its own rows.
         piped = sl.ResumeOptions(pipeline_outcomes=True)
         with sl.Ledger(fresh_settings(servers), tools=[act], options=piped) as ledger:
             ledger.workflow("warm-up").finish()
-            ours[PIPELINED] = stepledger_figures(ledger, steps, shape)
+            ours[PIPELINED] = stepledger_figures(ledger, steps, shape, warm)
         where = [servers, fresh_settings(servers).topic]
         ours["resume"] = kill_and_resume("stepledger", work, long_steps, where)
-        peers[SQLITE] = dbos_figures(f"sqlite:///{work / 'dbos.sqlite'}", steps, shape)
+        peers[SQLITE] = dbos_figures(f"sqlite:///{work / 'dbos.sqlite'}", steps, shape, warm)
         peers[SQLITE]["resume"] = kill_and_resume("dbos", work, long_steps, where)
         missing = postgres_missing()
         if missing:
             print(f"[peers] {POSTGRES} skipped: {missing}", flush=True)
         else:
             with postgres_cluster() as pg:
-                peers[POSTGRES] = dbos_figures(f"{pg}/dbos_peers", steps, shape)
+                peers[POSTGRES] = dbos_figures(f"{pg}/dbos_peers", steps, shape, warm)
                 if quick:
                     # Two more DBOS processes (~2 s of imports and launch each): not in CI's smoke.
                     print(f"[peers] {POSTGRES} kill-and-resume skipped with --quick", flush=True)
@@ -283,7 +299,7 @@ def measure(
             print(f"[peers] {RESTATE} skipped: {missing}", flush=True)
         else:
             with restate_running(work) as restate:
-                peers[RESTATE] = restate_figures(restate, steps, shape)
+                peers[RESTATE] = restate_figures(restate, steps, shape, warm)
                 peers[RESTATE]["resume"] = restate_kill_and_resume(restate, long_steps)
     return rows(ours, peers, shape, long_steps)
 

@@ -168,14 +168,16 @@ def restate_running(workdir: Path) -> Iterator[Restate]:
 
 
 def restate_figures(
-    restate: Restate, steps: int, shape: dict[int, tuple[int, int]]
+    restate: Restate, steps: int, shape: dict[int, tuple[int, int]], warm: int = 0
 ) -> dict[str, Any]:
-    """Sequential latencies (inside the handler), then steps/s of threads and asyncio agents."""
+    """Sequential latencies (inside the handler, after ``warm`` unmeasured steps), then
+    steps/s of threads and asyncio agents."""
     import httpx
 
     from bench.peers import agents_in_threads
 
     url = f"{restate.ingress}/peer"
+    httpx.post(f"{url}/seq", json=warm, timeout=600).raise_for_status()
     latencies = httpx.post(f"{url}/seq", json=steps, timeout=600).json()
     figures: dict[str, Any] = {"latencies": latencies}
     # One client per thread, made before the clock starts (as the Ledger and DBOS are).

@@ -155,3 +155,30 @@ def test_a_copy_folds_apart_from_its_original() -> None:
         replay("wf", logged).pivots_happened,
         replay("wf", logged).unresolved_undoable,
     )
+
+
+def test_a_read_back_before_the_claim_is_not_taken_for_what_was_read(
+    folds: list[str],
+) -> None:
+    world = World()
+    logged = unfinished(world)
+    handle = Workflow(world.ledger(), "wf", logged[:3])
+    handle.reload()  # the state is now the fold of the whole log, not of what was read
+    folds.clear()
+    claim(handle, handle.state.attempt + 1, "test")
+    after = world.log.workflow_events("wf")
+    assert folds == [after[-1].event_id] + [e.event_id for e in after]
+    assert handle.state == replay("wf", after)
+
+
+def test_a_read_only_restart_keeps_no_fold_of_the_attempt_it_leaves() -> None:
+    world = World()
+    ledger = world.ledger()
+    read = next(tool for tool in ledger.tools if tool.name == "read")
+    wf = ledger.workflow("ro", name="q", read_only=True)
+    for i in range(20):
+        wf.step(f"r{i}", read, {"q": str(i)})
+    again = world.ledger().workflow("ro", name="q", read_only=True)
+    assert again.state.attempt == 2 and not again.state.steps
+    # Nothing is read back after a restart: a kept fold would live as long as the handle.
+    assert again._base is None and again._read is None

@@ -72,10 +72,10 @@ class Workflow:
         read = list(events)
         self.state: WorkflowState = replay(workflow_id, read)
         self._read: list[str] | None = [event.event_id for event in read]
-        """The ids of the events read at open, in order, until this handle folds another."""
+        """The ids of the events read at open, in order, while the state is their fold."""
         self._base: tuple[list[str], WorkflowState] | None = None
-        """Those ids and their fold, kept apart when the first event is recorded: a read
-        back that begins with them (a claim's) folds only what follows them."""
+        """Those ids and their fold, kept apart when this handle's first event is a claim
+        (``workflow_resumed``): its read back begins with them and folds only what follows."""
         self.position: Position | None = None
         """Where this handle's last appended event landed."""
         self.appended = 0
@@ -264,7 +264,7 @@ class Workflow:
         their fold is kept and only what follows them is folded onto it.
         """
         with self._lock:
-            base, self._base = self._base, None
+            base, self._base, self._read = self._base, None, None
             folded = 0
             if base is not None and _begins_with(events, base[0]):
                 state, folded = base[1], len(base[0])
@@ -670,8 +670,11 @@ class Workflow:
     def _fold(self, event: ev.Event) -> None:
         """Fold an event this handle recorded (the caller holds the lock)."""
         if self._read is not None:
-            # The first event this handle folds: what was read stays apart (see _refold).
-            self._base, self._read = (self._read, self.state.copy()), None
+            # The first event this handle folds.  A claim's read back follows: what was read
+            # stays apart for it (see _refold).  Anything else keeps nothing.
+            if type(event.body) is ev.WorkflowResumed:
+                self._base = (self._read, self.state.copy())
+            self._read = None
         self.state.apply(event)
 
     def _folded(self, event: ev.Event, position: Position) -> None:

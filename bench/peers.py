@@ -115,9 +115,7 @@ QUICK_SHAPE: Shape = {8: (2, 5), 64: (1, 2)}
 WARM_STEPS, QUICK_WARM_STEPS = 200, 5
 
 
-def stepledger_figures(
-    ledger: sl.Ledger, steps: int, shape: Shape, warm: int = WARM_STEPS
-) -> dict[str, Any]:
+def stepledger_figures(ledger: sl.Ledger, steps: int, shape: Shape, warm: int) -> dict[str, Any]:
     """Sequential latencies (after ``warm`` unmeasured steps), then steps/s of each count of
     threads and of asyncio agents."""
     run = uuid.uuid4().hex[:6]
@@ -173,7 +171,7 @@ def dbos_launched(url: str) -> Iterator[Any]:
         dbos.DBOS.destroy(destroy_registry=True)
 
 
-def dbos_figures(url: str, steps: int, shape: Shape, warm: int = WARM_STEPS) -> dict[str, Any]:
+def dbos_figures(url: str, steps: int, shape: Shape, warm: int) -> dict[str, Any]:
     """The same measurements through DBOS on the system database at ``url``."""
     DBOS = _dbos().DBOS
     latencies: list[float] = []
@@ -265,12 +263,10 @@ def measure(
         work = Path(tmp)
         settings = fresh_settings(servers)
         with sl.Ledger(settings, tools=[act]) as ledger:
-            ledger.workflow("warm-up").finish()
             ours = stepledger_figures(ledger, steps, shape, warm)
         # The same agents with pipelined outcomes (docs/guarantees.md): its own rows.
         piped = sl.ResumeOptions(pipeline_outcomes=True)
         with sl.Ledger(fresh_settings(servers), tools=[act], options=piped) as ledger:
-            ledger.workflow("warm-up").finish()
             ours[PIPELINED] = stepledger_figures(ledger, steps, shape, warm)
         where = [servers, fresh_settings(servers).topic]
         ours["resume"] = kill_and_resume("stepledger", work, long_steps, where)

@@ -168,7 +168,7 @@ def restate_running(workdir: Path) -> Iterator[Restate]:
 
 
 def restate_figures(
-    restate: Restate, steps: int, shape: dict[int, tuple[int, int]], warm: int = 0
+    restate: Restate, steps: int, shape: dict[int, tuple[int, int]], warm: int
 ) -> dict[str, Any]:
     """Sequential latencies (inside the handler, after ``warm`` unmeasured steps), then
     steps/s of threads and asyncio agents."""

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from confluent_kafka.admin import AdminClient
 
 from stepledger.config import Settings
 from stepledger.dev.apache_kafka import KafkaBroker
+from stepledger.domain.events import Event
+from stepledger.domain.state import WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError
 from stepledger.kafka import ensure_topics
@@ -144,6 +147,41 @@ def test_a_resume_reads_its_claim_back_through_the_tail(
         wf = ledger.workflow("again")  # read first (the id is known), claim, read through it
         assert wf.attempt == 2 and index.assignments == 1
         assert [e.type for e in ledger.reader.read("again")][-1] == "workflow_resumed"
+
+
+@pytest.mark.parametrize("path", ["read first", "claimed first from the tail"])
+def test_a_resume_folds_what_it_read_once_and_holds_the_fold_of_the_log(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """On the broker, the claim's read back begins with the events the open read (whichever
+    way it read them): each is folded once, the claim twice (into the state and onto the
+    kept fold), and the state is the fold of the workflow read afresh."""
+    folded: list[str] = []
+    apply = WorkflowState.apply
+
+    def counted(state: WorkflowState, event: Event) -> object:
+        folded.append(event.event_id)
+        return apply(state, event)
+
+    with Ledger(settings) as writer:
+        wf = writer.start("long")
+        for n in range(20):
+            wf.step(f"s{n}", PAY, {"n": n}, lambda a, k: "paid")
+    with Ledger(settings) as ledger:
+        if path != "read first":
+            ledger.workflow("other").finish()  # the tail reads long's records
+        index = _reader(ledger).index
+        assigned = index.assignments
+        monkeypatch.setattr(WorkflowState, "apply", counted)
+        resumed = ledger.workflow("long")
+        opened = Counter(folded)
+        if path != "read first":
+            assert index.assignments == assigned  # claimed from the tail, no read first
+        logged = ledger.reader.read("long")
+        assert resumed.attempt == 2 and logged[-1].type == "workflow_resumed"
+        assert {opened[e.event_id] for e in logged[:-1]} == {1}
+        assert opened[logged[-1].event_id] == 2
+        assert resumed.state == replay("long", logged)
 
 
 def test_an_idle_tail_is_unassigned_and_an_unseen_id_is_read_first(

@@ -8,7 +8,7 @@ folded onto it.  Whatever the read-back holds, the state must be the fold of all
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -83,8 +83,8 @@ def test_events_another_runner_appended_after_the_read_are_folded_onto_it(
     assert folds == [e.event_id for e in logged[:3]] + [after[-1].event_id] + [
         e.event_id for e in after[3:]
     ]
-    assert handle.state == replay("wf", after)
     expected = replay("wf", after)
+    assert handle.state == expected
     assert handle.state.pivots_happened == expected.pivots_happened
     assert handle.state.unresolved_undoable == expected.unresolved_undoable
 
@@ -97,11 +97,10 @@ def test_events_another_runner_appended_after_the_read_are_folded_onto_it(
     ],
 )
 def test_a_read_back_that_does_not_begin_with_the_read_is_folded_afresh(
-    folds: list[str], read: object
+    folds: list[str], read: Callable[[list[ev.Event]], list[ev.Event]]
 ) -> None:
     world = World()
     logged = unfinished(world)
-    assert callable(read)
     seen = read(logged)
     folds.clear()
     handle = claimed(world, seen)
@@ -128,20 +127,6 @@ def test_the_kept_fold_serves_one_read_back_and_is_not_changed_by_the_handle(
     assert "email" in handle.state.steps
 
 
-def test_a_handle_that_adopted_events_before_recording_keeps_no_fold(
-    folds: list[str],
-) -> None:
-    world = World()
-    logged = unfinished(world)
-    handle = Workflow(world.ledger(), "wf", logged[:3])
-    handle.adopt(logged[3:4])  # its state is no longer the fold of what it read
-    folds.clear()
-    claim(handle, handle.state.attempt + 1, "test")
-    after = world.log.workflow_events("wf")
-    assert folds == [after[-1].event_id] + [e.event_id for e in after]
-    assert handle.state == replay("wf", after)
-
-
 def test_a_copy_folds_apart_from_its_original() -> None:
     world = World()
     logged = unfinished(world)
@@ -149,21 +134,31 @@ def test_a_copy_folds_apart_from_its_original() -> None:
     twin = state.copy()
     for event in logged[3:]:
         twin.apply(event)
+    whole = replay("wf", logged)
     assert state == replay("wf", logged[:3])
-    assert twin == replay("wf", logged)
+    assert twin == whole
     assert (twin.pivots_happened, twin.unresolved_undoable) == (
-        replay("wf", logged).pivots_happened,
-        replay("wf", logged).unresolved_undoable,
+        whole.pivots_happened,
+        whole.unresolved_undoable,
     )
 
 
-def test_a_read_back_before_the_claim_is_not_taken_for_what_was_read(
-    folds: list[str],
+@pytest.mark.parametrize(
+    "moved",
+    [
+        # Folded events someone else appended: no longer the fold of what it read.
+        pytest.param(lambda handle, logged: handle.adopt(logged[3:4]), id="adopted"),
+        # Read back before its claim: the fold of the whole log, not of what it read.
+        pytest.param(lambda handle, logged: handle.reload(), id="read-back-before-the-claim"),
+    ],
+)
+def test_a_state_that_is_no_longer_the_fold_of_the_read_keeps_no_fold(
+    folds: list[str], moved: Callable[[Workflow, list[ev.Event]], None]
 ) -> None:
     world = World()
     logged = unfinished(world)
     handle = Workflow(world.ledger(), "wf", logged[:3])
-    handle.reload()  # the state is now the fold of the whole log, not of what was read
+    moved(handle, logged)
     folds.clear()
     claim(handle, handle.state.attempt + 1, "test")
     after = world.log.workflow_events("wf")

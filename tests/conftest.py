@@ -8,6 +8,10 @@ when ``java`` is on PATH, else the bundled Tansu broker.  Set
 
 from __future__ import annotations
 
+from tests import young_clock
+
+young_clock.install()  # before stepledger is imported: see the module
+
 import os
 import shutil
 import signal

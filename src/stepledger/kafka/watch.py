@@ -10,6 +10,7 @@ it whether to probe the broker (a cheap metadata request) while it is down.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ class BrokerWatch:
         self.probe_every_s = probe_every_s
         self.down_since: float | None = None
         self.outages = 0
-        self._last_probe = 0.0
+        self._last_probe = -math.inf
         self._last_up = float("-inf")
         self._lock = threading.Lock()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -124,7 +125,7 @@ class _Loop:
     dirty: set[Where] = field(default_factory=set)
     read: dict[Where, int] = field(default_factory=dict)
     """The next offset to read of each partition, from the records polled so far."""
-    last_lag: float = 0.0
+    last_lag: float = -math.inf
     assigned: list[KafkaPartition] = field(default_factory=list)
     watch: BrokerWatch | None = None
     """One line when the broker is lost and one when it is back."""
@@ -132,7 +133,7 @@ class _Loop:
     """Each partition's log start, compared with the stored offsets on assignment."""
     unplaced: dict[Where, int] = field(default_factory=dict)
     """Held partitions whose shard is taken, still paused until their seek is accepted."""
-    last_held_try: float = 0.0
+    last_held_try: float = -math.inf
 
     @property
     def state(self) -> Shards:

@@ -60,6 +60,7 @@ lookups answer "from the beginning" (a full read of the partition: correct, slow
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -195,7 +196,7 @@ class PartitionIndex:
         self._current: set[Partition] = set()
         """Tailed partitions a catch-up has completed since they were assigned (the hints
         answer only for these: mid-read, the index does not know the ids below its end)."""
-        self._last_used = 0.0
+        self._last_used = -math.inf
         self._reaper: threading.Thread | None = None
         self._closing = False
         self._kept: dict[Partition, _Kept] = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import time
 from concurrent.futures import Future
@@ -133,7 +134,9 @@ class RecoveryDaemon:
         self.pending_late: dict[str, LateOutcome] = {}
         self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
         self.echoes = Echoes(settings.topic)
-        self._last_checkpoint = self._last_health = self._last_sweep = 0.0
+        # Never yet: -inf, not 0.0, so the first turn acts on a host up for less than an interval
+        # (the monotonic clock counts from boot).
+        self._last_checkpoint = self._last_health = self._last_sweep = -math.inf
 
     # -- the loop ----------------------------------------------------------------------
 

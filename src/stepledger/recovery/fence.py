@@ -14,6 +14,7 @@ effect never runs on a stale owner's word.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ class Fence:
         self._clock = clock
         self._owned: set[int] = set()
         self._last_poll = clock()
-        self._suspect_until = 0.0
+        self._suspect_until = -math.inf
         self._lock = threading.Lock()
         self._current = threading.local()
 

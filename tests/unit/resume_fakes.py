@@ -6,6 +6,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import SecretStr
+
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
@@ -132,7 +134,11 @@ class World:
         self.clock.advance(60)
         opts = ResumeOptions(**{**self.options.__dict__, **options})
         return Ledger(
-            Settings(fleet_id="fleet", producer_id="test", redaction_key=self.redaction_key),
+            Settings(
+                fleet_id="fleet",
+                producer_id="test",
+                redaction_key=None if self.redaction_key is None else SecretStr(self.redaction_key),
+            ),
             log=self.log,
             clock=self.clock,
             tools=self.services.tools() if tools else None,

@@ -28,6 +28,11 @@ Recovery hooks get the arguments as the intent recorded them, secrets redacted (
 :mod:`stepledger.domain.secrets`): a tool with ``secret_args`` is re-driven or compensated
 from the log only if it says its hooks fetch the secrets themselves (``hooks_fetch_secrets``)
 and, for a re-drive, names a ``redrive`` hook (``run`` expects the clear arguments).
+
+A call is identified by its fingerprint (:mod:`stepledger.domain.fingerprint`): the tool,
+the step and the arguments named in ``identity_args`` (every argument by default), secrets
+as keyed marks.  Free text a model may word otherwise (a memo, an email body) belongs
+outside ``identity_args``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import stepledger as sl
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
-from stepledger.integrations._core import AgentSteps, request_digest
+from stepledger.integrations._core import AgentSteps, ToolFailure, request_digest
 from stepledger.testing import InMemoryEventLog, ledger_over
 
 KEY = "operator-secret-0123456789"
@@ -127,3 +127,20 @@ def test_a_request_digest_is_the_canonical_digest_of_what_was_said() -> None:
     said = [{"role": "user", "content": "book", "id": "run-1"}]
     assert request_digest(said) == request_digest([{"role": "user", "content": "book"}])
     assert request_digest(said) != request_digest([{"role": "user", "content": "Book"}])
+
+
+def test_a_recorded_failure_is_told_only_to_the_call_that_failed() -> None:
+    log, payments = InMemoryEventLog(), Payments()
+
+    def decline(args: dict[str, Any], key: str) -> Any:
+        raise ValueError("card declined")
+
+    steps = AgentSteps(ledger_over(log).workflow("w"))
+    with pytest.raises(ToolFailure):
+        steps.call_sync(sl.Tool(name="charge", keyed=True, run=decline), {"amount": 100})
+    resumed = AgentSteps(ledger_over(log).workflow("w"))
+    with pytest.raises(ToolFailure, match="card declined"):
+        resumed.call_sync(payments.tool(), {"amount": 100})  # told again, not charged
+    with pytest.raises(sl.PlanMismatchError, match='"amount":200'):
+        AgentSteps(ledger_over(log).workflow("w")).call_sync(payments.tool(), {"amount": 200})
+    assert payments.calls == 0

@@ -131,7 +131,7 @@ def occurrences(state: WorkflowState, tool: str) -> list[StepState]:
     and is the newest: nothing of the workflow runs past a step awaiting its approval.
     """
     steps = [s for s in state.steps.values() if s.tool == tool]
-    return sorted(steps, key=lambda s: (s.sequence < 0, s.sequence, s.first_at or 0, s.step_id))
+    return sorted(steps, key=lambda s: (s.sequence < 0, s.sequence, s.step_id))
 
 
 def _cut(text: str, limit: int = 200) -> str:

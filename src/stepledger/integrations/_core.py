@@ -53,10 +53,11 @@ from pydantic_core import to_jsonable_python
 
 from stepledger.domain import fingerprint
 from stepledger.domain.context import StepSummary
-from stepledger.domain.replay import occurrences, same_call
+from stepledger.domain.replay import mismatch, occurrences, same_call
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
+    PlanMismatchError,
     StepLedgerError,
     ToolCallError,
     ToolDefinitionError,
@@ -230,7 +231,7 @@ class AgentSteps:
     ) -> Any:
         self.know([tool])
         step_id = self.step_id(tool, args)
-        self._raise_recorded_failure(step_id)
+        self._raise_recorded_failure(step_id, tool, args)
         run = fn or tool.run
         raised: list[BaseException] = []
 
@@ -263,7 +264,7 @@ class AgentSteps:
             args = dict(arguments)
             self.know([tool])
             step_id = self.step_id(tool, args)
-            self._raise_recorded_failure(step_id)
+            self._raise_recorded_failure(step_id, tool, args)
             raised: list[BaseException] = []
             run = fn or tool.run
             assert run is not None
@@ -291,11 +292,26 @@ class AgentSteps:
             step_id = self.step_id(tool, args)
             return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
 
-    def _raise_recorded_failure(self, step_id: str) -> None:
+    def _raise_recorded_failure(self, step_id: str, tool: Tool, args: dict[str, Any]) -> None:
         known = self.workflow.state.steps.get(step_id)
-        if known is not None and known.status is StepStatus.FAILED:
-            # The model saw this failure in the run that recorded it: it sees it again.
-            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+        if known is None or known.status is not StepStatus.FAILED:
+            return
+        # Only the recorded call is told its recorded failure: another is a mismatch.
+        wf = self.workflow
+        shown, fp = wf.ledger.events.recorded_arguments(wf.workflow_id, step_id, tool, args)
+        problem = mismatch(
+            wf.state,
+            step_id,
+            tool.name,
+            fp,
+            known.sequence,
+            legacy=lambda: tool.legacy_digest(args),
+            shown=lambda: shown,
+        )
+        if problem is not None:
+            raise PlanMismatchError(problem, workflow_id=wf.workflow_id, step_id=step_id)
+        # The model saw this failure in the run that recorded it: it sees it again.
+        raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
 
     def _tool_failure(self, step_id: str, exc: Exception, raised: list[BaseException]) -> None:
         """Raise ToolFailure when ``exc`` is the tool's own error, recorded as failed."""

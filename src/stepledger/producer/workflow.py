@@ -575,7 +575,7 @@ class Workflow:
         """Give a step call its position; the first call of a step in this run is checked."""
         if step_id in self._positions:
             return False, self._positions[step_id]
-        forwarded = self._forwarded.pop(step_id, None)
+        forwarded = self._forwarded.get(step_id)
         position = self._next_position if forwarded is None else forwarded
         # Only steps recorded before this run can disagree with it: a live run skips the
         # check.  A recorded step asked for out of order (fast_forward) is checked too: it
@@ -598,6 +598,7 @@ class Workflow:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
         self._positions[step_id] = position
         if forwarded is not None:
+            del self._forwarded[step_id]
             return False, position  # as before: a failure asked for again is retried
         self._next_position += 1
         return True, position

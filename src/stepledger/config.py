@@ -62,7 +62,9 @@ class Settings(BaseModel):
     ack_journal: str | None = None
     """A file to which the id of every acknowledged event is appended (for verification)."""
     redaction_key: SecretStr | None = Field(default=None, min_length=MIN_KEY_LENGTH)
-    """Keys the HMAC recorded for secret arguments; unset, they are a fixed marker only."""
+    """Keys the HMAC recorded for secret arguments (and in each call's fingerprint); unset,
+    they are a fixed marker only, and a tool that requires approval with secret arguments
+    is refused."""
     projection: str | None = None
     """The projector's DuckDB file: the SDK opens workflows from its snapshot plus a tail."""
 

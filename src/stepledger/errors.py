@@ -34,6 +34,10 @@
     ├── ViewStoreError                   the DuckDB view store failed or refused a statement
     │   └── ReadOnlyQueryError           a write statement was sent to the read-only query path
     └── DemoError                        ``stepledger demo`` did not go as its script says
+
+One warning beside the tree: ``UnrecordedToolWarning`` (a ``UserWarning``), a framework
+tool that is not a stepledger step (an integration's ``strict=True`` refuses it instead,
+with ``ToolDefinitionError``).
 """
 
 from __future__ import annotations
@@ -294,3 +298,7 @@ class ReadOnlyQueryError(ViewStoreError):
 
 class DemoError(StepLedgerError):
     """``stepledger demo`` did not go as its script says (a wait timed out, an effect repeated)."""
+
+
+class UnrecordedToolWarning(UserWarning):
+    """A framework tool beside the ledger's whose calls are not steps: a resume may repeat them."""

@@ -15,7 +15,7 @@ import stepledger as sl
 from stepledger.domain.tools import Tool
 from stepledger.integrations import langgraph as sll
 from stepledger.integrations._schema import model_name
-from tests.e2e.framework_agent import log_model_call, plan_for
+from tests.e2e.framework_agent import log_model_call, plan_for, prompt
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):
@@ -48,5 +48,5 @@ def run_trip(wf: sl.Workflow, tools: dict[str, Tool]) -> Any:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    state = sll.run(graph.compile(), {"messages": [("user", "Book my trip")]}, wf)
+    state = sll.run(graph.compile(), {"messages": [("user", prompt())]}, wf)
     return state["messages"][-1].content

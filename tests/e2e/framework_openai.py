@@ -19,13 +19,14 @@ import stepledger as sl
 from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from stepledger.domain.tools import Tool
 from stepledger.integrations import openai_agents as sla
-from tests.e2e.framework_agent import log_model_call, plan_for
+from tests.e2e.framework_agent import log_model_call, plan_for, prompt
 
 
 class ChargeArgs(BaseModel):
     amount: int
     currency: str
     customer: str
+    memo: str = ""
 
 
 class BookArgs(BaseModel):
@@ -91,5 +92,5 @@ def run_trip(wf: sl.Workflow, tools: dict[str, Tool]) -> Any:
         model=model,
         tools=[sla.function_tool(t, parameters=ARGS[name]) for name, t in tools.items()],
     )
-    result = asyncio.run(sla.run(agent, "Book my trip", wf))
+    result = asyncio.run(sla.run(agent, prompt(), wf))
     return result.final_output

@@ -20,7 +20,7 @@ import stepledger as sl
 from stepledger.domain.tools import Tool
 from stepledger.integrations import pydantic_ai as slp
 from stepledger.integrations._schema import model_name
-from tests.e2e.framework_agent import log_model_call, plan_for
+from tests.e2e.framework_agent import log_model_call, plan_for, prompt
 from tests.e2e.framework_openai import ARGS
 
 
@@ -52,5 +52,5 @@ def run_trip(wf: sl.Workflow, tools: dict[str, Tool]) -> Any:
         toolsets=[slp.toolset(tools.values(), parameters=ARGS)],
         capabilities=[slp.StepLedgerDurability()],
     )
-    result = asyncio.run(slp.run(agent, "Book my trip", wf))
+    result = asyncio.run(slp.run(agent, prompt(), wf))
     return result.output

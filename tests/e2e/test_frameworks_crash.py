@@ -47,11 +47,22 @@ class Trip:
     settings: Settings
     model_log: Path
 
-    def run(self, workflow: str, kill_after: str | None = None) -> tuple[int, dict[str, Any]]:
+    def run(
+        self,
+        workflow: str,
+        kill_after: str | None = None,
+        *,
+        kill_when: str = "effect",
+        reword: bool = False,
+    ) -> tuple[int, dict[str, Any]]:
         command = [*AGENT, self.framework, workflow]
         if kill_after:
-            command += ["--kill-after", kill_after]
-        env = self.stack.env(self.settings, FRAMEWORK_MODEL_LOG=str(self.model_log))
+            command += ["--kill-after", kill_after, "--kill-when", kill_when]
+        env = self.stack.env(
+            self.settings,
+            FRAMEWORK_MODEL_LOG=str(self.model_log),
+            FRAMEWORK_REWORD="1" if reword else "0",
+        )
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert "Traceback" not in proc.stderr, proc.stderr
         lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
@@ -123,6 +134,23 @@ def test_killed_after_a_keyed_charge_resumes_and_charges_once(trip: Trip) -> Non
     state = LogWatcher(trip.settings).refresh().states["t-charge"]
     assert state.status is RunStatus.COMPLETED
     assert state.steps[f"{PAYMENTS}#1"].status is StepStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("kill_when", ["intent", "effect"])
+def test_a_resume_whose_model_rewords_the_memo_charges_once(trip: Trip, kill_when: str) -> None:
+    code, _ = trip.run("t-memo", kill_after=PAYMENTS, kill_when=kill_when)
+    assert code == -9
+    # The prompt now carries the time: the recorded turn does not match, the model is
+    # asked again and words the charge's memo (and the email's body) its own way.
+    code, report = trip.run("t-memo", reword=True)
+    assert code == 0 and report["status"] == "completed", report
+    assert trip.model_turns() == [0, 0, 1, 2, 3], "asked again from the first turn"
+    payments = PaymentsClient(trip.stack.services["payments"].url)
+    assert _count(payments.effects(), "charge", "") == 1, "the re-worded charge was not made anew"
+    assert trip.effects("t-memo")["charge"] == 1 and trip.effects("t-memo")["email"] == 1
+    state = LogWatcher(trip.settings).refresh().states["t-memo"]
+    charges = [s for s in state.steps.values() if s.tool == PAYMENTS]
+    assert [(s.step_id, s.status) for s in charges] == [(f"{PAYMENTS}#1", StepStatus.SUCCEEDED)]
 
 
 def test_a_booking_recovery_compensated_is_not_booked_again(trip: Trip, tmp_path: Path) -> None:

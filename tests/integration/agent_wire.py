@@ -12,6 +12,8 @@ import os
 import sys
 from typing import Any
 
+from pydantic import SecretStr
+
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalDeniedError, ApprovalPendingError
@@ -41,7 +43,14 @@ def main(argv: list[str]) -> int:
         run=lambda a, k: {"hold": k},
         compensate=lambda a, k, r: None,
     )
-    settings = Settings(bootstrap=bootstrap, topic=topic, fleet_id="bank", producer_id="agent")
+    # The operator's redaction key: an approval binds the secret pin only as a keyed HMAC.
+    settings = Settings(
+        bootstrap=bootstrap,
+        topic=topic,
+        fleet_id="bank",
+        producer_id="agent",
+        redaction_key=SecretStr("agent-wire-redaction-key"),
+    )
     ledger = Ledger(settings)
     try:
         wf = ledger.workflow(workflow_id, max_attempts=20)  # each run is a resume

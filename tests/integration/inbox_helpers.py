@@ -9,6 +9,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.approval_saga import saga_json
 from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.state import replay
 from stepledger.domain.tools import Found, Tool
 
@@ -100,6 +101,17 @@ def escalated_lookup(f: EventFactory, workflow_id: str, escalation_id: str) -> l
 WIRE_ARGS = {"amount": 100, "to": "acct-A", "card": CARD}
 
 
+#: The agents' redaction key: a wire that needs approval has a secret card (it is required).
+REDACTION_KEY = RedactionKey("inbox-test-redaction-key")
+
+
+def wire_call(workflow_id: str, arguments: dict[str, object]) -> tuple[str, str]:
+    """The approved wire's arguments as the SDK shows them, and the call's fingerprint."""
+    return APPROVED_WIRE.recorded_arguments(
+        arguments, workflow_id=workflow_id, step_id="wire", key=REDACTION_KEY
+    )
+
+
 def approval_request(
     f: EventFactory,
     workflow_id: str,
@@ -110,8 +122,7 @@ def approval_request(
     reason: str | None = "a wire cannot be recalled",
 ) -> ev.Event:
     """The request the SDK appends for a call of the pivot send_wire (see producer.approval)."""
-    shown, _ = APPROVED_WIRE.recorded_arguments(arguments, "salt")
-    digest = APPROVED_WIRE.arguments_digest(arguments)
+    shown, digest = wire_call(workflow_id, arguments)
     body = ev.ApprovalRequested(
         tool=APPROVED_WIRE.name,
         reason=reason,

@@ -222,8 +222,8 @@ def test_case_page_shows_steps_intent_probes_and_policy_never_a_secret(inbox: In
     call = re.search(r'<pre id="call-arguments">(.*?)</pre>', approval, re.S)
     assert call is not None
     assert "&#34;amount&#34;: 100" in call.group(1) and "acct-A" in call.group(1)
-    assert "[redacted]" in call.group(1)
-    digest = h.APPROVED_WIRE.arguments_digest(h.WIRE_ARGS)
+    assert "[redacted:hmac-sha256:" in call.group(1)
+    _, digest = h.wire_call("trip-approve", h.WIRE_ARGS)
     assert f'<span class="mono" id="call-digest">{digest}</span>' in approval
     assert f'name="digest" value="{digest}"' in approval
     assert re.search(r'id="saga-undone">[^<]*<span class="mono">hold</span>', approval)

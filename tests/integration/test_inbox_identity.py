@@ -124,7 +124,7 @@ def test_with_the_shared_token_the_typed_name_is_recorded_as_such(tmp_path: Path
     decided = app.answers()[-1].body
     assert isinstance(decided, ev.ApprovalDecided)
     assert (decided.by, decided.auth) == ("erin", "inbox_token")
-    assert decided.arguments_digest == h.APPROVED_WIRE.arguments_digest(h.WIRE_ARGS)
+    assert decided.arguments_digest == h.wire_call("trip-approve", h.WIRE_ARGS)[1]
     assert decided.request == 1
 
 
@@ -148,7 +148,7 @@ def test_a_page_showing_a_call_the_agent_replaced_cannot_approve_it(tmp_path: Pa
     state = replay("trip-approve", [e for e in app.log.events if e.workflow_id == "trip-approve"])
     gate = state.steps["wire"].approval
     assert gate is not None and gate.request == 2 and gate.granted is True
-    assert gate.decided_digest == h.APPROVED_WIRE.arguments_digest(call_b)
+    assert gate.decided_digest == h.wire_call("trip-approve", call_b)[1]
 
 
 @pytest.mark.parametrize(

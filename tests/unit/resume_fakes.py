@@ -6,6 +6,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import SecretStr
+
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
@@ -119,7 +121,8 @@ def _found(record: dict[str, Any] | None) -> Found | NotFound:
 class World:
     """One in-memory log shared by successive 'processes' (ledgers), and the services."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, redaction_key: str | None = None, **options: Any) -> None:
+        self.redaction_key = redaction_key
         self.log = InMemoryEventLog()
         self.clock = MovableClock()
         self.services = Services()
@@ -131,7 +134,11 @@ class World:
         self.clock.advance(60)
         opts = ResumeOptions(**{**self.options.__dict__, **options})
         return Ledger(
-            Settings(fleet_id="fleet", producer_id="test"),
+            Settings(
+                fleet_id="fleet",
+                producer_id="test",
+                redaction_key=None if self.redaction_key is None else SecretStr(self.redaction_key),
+            ),
             log=self.log,
             clock=self.clock,
             tools=self.services.tools() if tools else None,

@@ -14,14 +14,22 @@ import pytest
 
 from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, ApprovalPendingError, ToolDefinitionError
+from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger, approval
 from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.resume_fakes import World
 
 HUMAN = EventFactory("fleet", "inbox")
+KEY = "operator-secret-0123456789"
+
+
+def keyed_world() -> World:
+    """A world whose ledgers have a redaction key: the wire's pin is secret."""
+    return World(redaction_key=KEY)
 
 
 class Bank:
@@ -72,7 +80,7 @@ def decide(world: World, granted: bool = True, digest: str | None = None) -> ev.
 
 
 def test_the_request_shows_the_call_redacted_its_digest_and_the_saga() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     tool = bank.tool(approval_valid_for=600)
     with pytest.raises(ApprovalPendingError):
         ask(world.ledger(), tool, amount=100, to="acct-A", pin="4321")
@@ -80,8 +88,10 @@ def test_the_request_shows_the_call_redacted_its_digest_and_the_saga() -> None:
     arguments = json.loads(shown.arguments_json or "")
     assert arguments["amount"] == 100 and arguments["to"] == "acct-A"
     assert "4321" not in (shown.arguments_json or "") and arguments["pin"] != "4321"
-    assert shown.arguments_digest == tool.arguments_digest(
-        {"amount": 100, "to": "acct-A", "pin": "4321"}
+    key = RedactionKey(KEY)
+    call = {"amount": 100, "to": "acct-A", "pin": "4321"}
+    assert shown.arguments_digest == tool.fingerprint(
+        call, workflow_id="wf", step_id="wire", key=key
     )
     saga = json.loads(shown.saga_json or "")
     assert [s["step_id"] for s in saga["happened"]] == ["hold"]
@@ -94,7 +104,7 @@ def test_the_request_shows_the_call_redacted_its_digest_and_the_saga() -> None:
 
 
 def test_approved_100_to_a_resumed_with_9000_to_b_wires_nothing_and_asks_again() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     tool = bank.tool()
     with pytest.raises(ApprovalPendingError):
         ask(world.ledger(), tool, amount=100, to="acct-A")
@@ -123,7 +133,7 @@ def test_approved_100_to_a_resumed_with_9000_to_b_wires_nothing_and_asks_again()
 
 
 def test_approved_and_resumed_with_the_same_arguments_wires_once() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     tool = bank.tool()
     with pytest.raises(ApprovalPendingError):
         ask(world.ledger(), tool, amount=100, to="acct-A")
@@ -144,7 +154,7 @@ def bank_key(world: World) -> str:
 
 
 def test_an_expired_approval_asks_again() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     tool = bank.tool(approval_valid_for=30)  # each World ledger comes 60 s later
     with pytest.raises(ApprovalPendingError):
         ask(world.ledger(), tool, amount=100, to="acct-A")
@@ -161,7 +171,7 @@ def test_an_expired_approval_asks_again() -> None:
 
 
 def test_an_approval_written_before_calls_were_bound_asks_again() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     legacy = [
         HUMAN.envelope("wf", "wire", ev.ApprovalRequested(tool="wire")),
         HUMAN.envelope("wf", "wire", ev.ApprovalDecided(granted=True, by="old-cli")),
@@ -179,7 +189,7 @@ def test_an_approval_written_before_calls_were_bound_asks_again() -> None:
 
 
 def test_a_denied_step_stays_denied_whatever_it_is_called_with() -> None:
-    world, bank = World(), Bank()
+    world, bank = keyed_world(), Bank()
     with pytest.raises(ApprovalPendingError):
         ask(world.ledger(), bank.tool(), amount=100, to="acct-A")
     decide(world, granted=False)
@@ -216,3 +226,83 @@ def test_the_fold_keeps_one_request_per_number_and_a_denial_final() -> None:
     state = replay("wf", [asked(1, "a" * 64), answer(False, "a" * 64, 1), asked(2, "b" * 64)])
     assert state.steps["wire"].status is StepStatus.DENIED
     assert [a.kind for a in state.anomalies] == ["late_approval_request"]
+
+
+# -- one fingerprint binds an approval to its call, secrets included (issue 42) ----------------
+
+
+class Cards:
+    """A card processor that counts its charges, by card."""
+
+    def __init__(self) -> None:
+        self.charged: list[tuple[int, str, str]] = []
+        self.refuse_next = False
+
+    def charge(self, args: dict[str, Any], key: str) -> dict[str, Any]:
+        if self.refuse_next:
+            self.refuse_next = False
+            raise ValueError("card declined")  # a definite failure: nothing charged
+        self.charged.append((args["amount"], args["card"], key))
+        return {"charged": args["amount"]}
+
+    def tool(self) -> Tool:
+        return Tool(
+            name="pay",
+            effect="irreversible",
+            requires_approval=True,
+            secret_args=frozenset({"card"}),
+            run=self.charge,
+        )
+
+
+CARD_A, CARD_B = "4111111111111111", "5500000000000004"
+
+
+def test_an_approval_of_100_on_card_a_does_not_cover_card_b() -> None:
+    world, cards = keyed_world(), Cards()
+    with pytest.raises(ApprovalPendingError):
+        world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
+    reader = InMemoryWorkflowReader(world.log)
+    approval.decide(world.log, HUMAN, reader, "wf", "pay", granted=True, by="alice")
+    # The resumed agent calls the same step with the same amount on another card.
+    with pytest.raises(ApprovalPendingError):
+        world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_B)
+    assert cards.charged == [], "card B was charged under the approval of card A"
+    first, second = requests(world)
+    assert first.arguments_digest != second.arguments_digest
+    assert second.reason is not None and "differs from the one approved" in second.reason
+    # What the person is shown of each card is a keyed mark, never the number.
+    assert CARD_A not in (first.arguments_json or "") and CARD_B not in str(world.log.events)
+    assert json.loads(first.arguments_json or "")["card"].startswith("[redacted:hmac-sha256:")
+
+
+def test_a_retry_after_a_definite_failure_under_a_new_key_is_still_the_approved_call() -> None:
+    world, cards = keyed_world(), Cards()
+    with pytest.raises(ApprovalPendingError):
+        world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
+    reader = InMemoryWorkflowReader(world.log)
+    approval.decide(world.log, HUMAN, reader, "wf", "pay", granted=True, by="alice")
+    wf = world.ledger().workflow("wf")
+    cards.refuse_next = True
+    with pytest.raises(ValueError, match="declined"):
+        wf.step("pay", cards.tool(), amount=100, card=CARD_A)
+    assert wf.step("pay", cards.tool(), amount=100, card=CARD_A) == {"charged": 100}
+    intents = [e.body for e in world.log.events if isinstance(e.body, ev.StepIntended)]
+    assert [i.attempt for i in intents] == [1, 2]
+    assert intents[0].idempotency_key != intents[1].idempotency_key, "a new key"
+    assert intents[0].arguments_digest == intents[1].arguments_digest, "the same call"
+    assert len(requests(world)) == 1, "no second approval asked for"
+    assert [(a, c) for a, c, _ in cards.charged] == [(100, CARD_A)]
+
+
+def test_a_secret_tool_that_requires_approval_needs_a_redaction_key() -> None:
+    cards = Cards()
+    with pytest.raises(ToolDefinitionError) as refused:
+        Ledger(log=InMemoryEventLog(), tools=[cards.tool()])
+    message = str(refused.value)
+    assert "\n" not in message and "redaction key" in message and "'card'" in message
+    # A tool the ledger was not given is refused at its first call, before any request.
+    world = World()
+    with pytest.raises(ToolDefinitionError, match="redaction key"):
+        world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
+    assert requests(world) == [] and cards.charged == []

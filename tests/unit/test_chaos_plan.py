@@ -29,3 +29,13 @@ def test_chaos_refuses_nodes_without_kafka_and_kafka_with_an_external_broker() -
     assert nodes.exit_code == 2 and "--nodes needs --engine kafka" in nodes.output
     external = runner.invoke(cli, ["chaos", "--engine", "kafka", "--bootstrap", "127.0.0.1:1"])
     assert external.exit_code == 2 and "starts its own broker" in external.output
+
+
+def test_a_share_of_workflows_is_resumed_wording_its_free_text_otherwise() -> None:
+    plan = make_plan(200, 7, steps=4, max_attempts=3, broker_restarts=False)
+    reworded = [w for w in plan.workflows if w.reword]
+    assert len(reworded) == 20 and len(plan.workflows) == 200
+    for workflow in reworded:
+        kill, resume = workflow.kills
+        assert kill is not None and kill.step in (1, 3) and resume is None  # charge or email
+        assert workflow.label is CrashPoint.REWORDED_RESUME

@@ -17,6 +17,7 @@ from stepledger.codec import Codec, to_record
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.fingerprint import of_text
 from stepledger.domain.ids import canonical_json, plain_json, typed_canonical_json
 from stepledger.domain.saga import pivot_passed, step_violations
 from stepledger.domain.secrets import RedactionKey, Scrubber
@@ -68,9 +69,10 @@ def test_fast_intent_is_the_strict_event(
     body = event.body
     assert isinstance(body, ev.StepIntended)
     # The one-pass arguments are what the two separate passes give.
-    redacted = tool.redact(arguments, body.idempotency_key, key)
+    redacted = tool.redact(arguments, key, workflow_id="wf", step_id="s1")
     assert body.arguments_json == canonical_json(redacted)
-    assert body.arguments_digest == tool.arguments_digest(arguments)
+    # The one-pass fingerprint is the typed description's (every argument identifies).
+    assert body.arguments_digest == of_text(tool.name, "s1", typed_canonical_json(redacted))
     assert body.deadline == event.occurred_at + dt.timedelta(seconds=tool.timeout_s)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import stepledger as sl
-from stepledger.integrations._core import AgentSteps, Turnstile, request_digest, to_json_text
+from stepledger.integrations._core import AgentSteps, request_digest, to_json_text
+from stepledger.integrations._turnstile import Turnstile
 from stepledger.testing import InMemoryEventLog, ledger_over
 
 

@@ -155,15 +155,17 @@ def test_a_replay_under_another_declared_type_raises() -> None:
         world.ledger().workflow("wf").step("s", changed, {}, lambda a, k: RECEIPT)
 
 
-def test_the_arguments_digest_tells_a_date_from_its_text() -> None:
+def test_the_fingerprint_tells_a_date_from_its_text() -> None:
     tool = Tool(name="t", keyed=True)
-    as_text = tool.arguments_digest({"day": "2026-01-01"})
-    as_date = tool.arguments_digest({"day": date(2026, 1, 1)})
-    assert as_text != as_date
-    assert tool.arguments_digest({"amounts": (1, 2)}) != tool.arguments_digest({"amounts": [1, 2]})
+
+    def fp(arguments: dict[str, Any]) -> str:
+        return tool.fingerprint(arguments, workflow_id="wf", step_id="s")
+
+    assert fp({"day": "2026-01-01"}) != fp({"day": date(2026, 1, 1)})
+    assert fp({"amounts": (1, 2)}) != fp({"amounts": [1, 2]})
     plain = {"amount": 5, "tags": ["a"], "note": None}
-    assert tool.arguments_digest(plain) == canonical_digest(canonical_json(plain)), (
-        "digests of JSON arguments are unchanged, so workflows recorded before still resume"
+    assert tool.legacy_digest(plain) == canonical_digest(canonical_json(plain)), (
+        "the digest intents recorded before fingerprints, which a resume still accepts"
     )
 
 

@@ -113,7 +113,7 @@ def test_tools_that_never_replay_secrets_from_the_log_need_no_declaration() -> N
 
 
 def test_nested_and_listed_secrets_are_redacted_to_the_fixed_marker() -> None:
-    recorded = secret_tool().redact(ARGS, "sl-key")
+    recorded = secret_tool().redact(ARGS)
     assert recorded == {
         "amount": 1250,
         "card": MARKER,
@@ -126,18 +126,23 @@ def test_nested_and_listed_secrets_are_redacted_to_the_fixed_marker() -> None:
 
 def test_a_path_that_cannot_be_followed_redacts_the_whole_value() -> None:
     tool = secret_tool()
-    recorded = tool.redact({"payment": f"card {NESTED_CARD}", "cards": CARD}, "k")
+    recorded = tool.redact({"payment": f"card {NESTED_CARD}", "cards": CARD})
     assert recorded == {"payment": MARKER, "cards": MARKER}
 
 
-def test_keyed_markers_are_an_hmac_salted_by_the_idempotency_key() -> None:
+def test_keyed_markers_are_an_hmac_salted_by_the_workflow_and_the_step() -> None:
     first = keyed_factory().intent("w", "s", secret_tool(), ARGS, sequence=0)
+    retry = keyed_factory().intent("w", "s", secret_tool(), ARGS, sequence=0, attempt=2)
     other = keyed_factory().intent("w2", "s", secret_tool(), ARGS, sequence=0)
     recorded = body(first).arguments_json
     assert leaks(recorded) == [] and '"card":"[redacted:hmac-sha256:' in recorded
-    assert recorded != body(other).arguments_json  # no correlation across intents
+    assert recorded != body(other).arguments_json  # no correlation across workflows
+    # Every attempt of one call is the same call: a new key, the same marks and fingerprint.
+    assert body(retry).idempotency_key != body(first).idempotency_key
+    assert body(retry).arguments_json == recorded
+    assert body(retry).arguments_digest == body(first).arguments_digest
     # Whoever holds the key can check a value against the record; nobody else can.
-    expected = KEY.mark("stepledger.secret", body(first).idempotency_key, "cvv", f'"{CVV}"')
+    expected = KEY.mark("stepledger.secret", "w", "s", "cvv", f'"{CVV}"')
     assert f'"cvv":"{expected}"' in recorded
     assert repr(KEY) == "RedactionKey(***)" and "operator-secret" not in repr(keyed_factory())
 
@@ -149,19 +154,23 @@ def test_redaction_key_setting_is_hidden_and_must_be_long() -> None:
         load_settings(env={"STEPLEDGER_REDACTION_KEY": "short"})
 
 
-def test_arguments_digest_detects_other_arguments_but_not_other_secrets() -> None:
+def test_the_fingerprint_binds_secrets_only_with_a_redaction_key() -> None:
     tool = secret_tool()
-    f = factory()
-    state = replay("w", [f.intent("w", "s", tool, ARGS, sequence=0)])
     same_but_secrets = {**ARGS, "card": "4000000000000002", "cvv": "123"}
-    assert mismatch(state, "s", tool.name, tool.arguments_digest(same_but_secrets), 0) is None
     other = {**ARGS, "amount": 9999}
-    assert "other arguments" in str(
-        mismatch(state, "s", tool.name, tool.arguments_digest(other), 0)
-    )
-    recorded = keyed_factory().intent("w", "s", tool, ARGS, sequence=0).body
-    assert isinstance(recorded, ev.StepIntended)
-    assert tool.arguments_digest(ARGS) == recorded.arguments_digest
+    for f, key in ((factory(), None), (keyed_factory(), KEY)):
+        state = replay("w", [f.intent("w", "s", tool, ARGS, sequence=0)])
+
+        def fp(arguments: dict[str, Any], key: RedactionKey | None = key) -> str:
+            return tool.fingerprint(arguments, workflow_id="w", step_id="s", key=key)
+
+        assert mismatch(state, "s", tool.name, fp(ARGS), 0) is None
+        assert "recorded as another call" in str(mismatch(state, "s", tool.name, fp(other), 0))
+        secrets_differ = mismatch(state, "s", tool.name, fp(same_but_secrets), 0)
+        # Without the key nothing recorded depends on a secret: another card is not seen.
+        assert (secrets_differ is None) is (key is None), secrets_differ
+        recorded = f.intent("w", "s", tool, ARGS, sequence=0).body
+        assert isinstance(recorded, ev.StepIntended) and fp(ARGS) == recorded.arguments_digest
 
 
 def test_plan_mismatch_still_raised_for_changed_non_secret_arguments() -> None:

@@ -84,6 +84,24 @@ class EventFactory:
         }
         return ev.trusted(ev.Event, values)
 
+    def recorded_arguments(
+        self, workflow_id: str, step_id: str, tool: Tool, arguments: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """A call's arguments as an intent records them (secrets marked) and its fingerprint.
+
+        The fingerprint (tool, step, identifying arguments with secrets as keyed marks) is
+        what the intent, an approval request and the plan check record and compare.
+        """
+        return tool.recorded_arguments(
+            arguments, workflow_id=workflow_id, step_id=step_id, key=self.redaction_key
+        )
+
+    def fingerprint(
+        self, workflow_id: str, step_id: str, tool: Tool, arguments: Mapping[str, Any]
+    ) -> str:
+        """The call's fingerprint (see :meth:`recorded_arguments`)."""
+        return self.recorded_arguments(workflow_id, step_id, tool, arguments)[1]
+
     def workflow_started(
         self,
         workflow_id: str,
@@ -136,7 +154,7 @@ class EventFactory:
         if key is None:
             key = idempotency_key(workflow_id, step_id, tool.name, attempt)
         now = ev.utc_millis(self.clock())  # one reading: the deadline is occurred_at + timeout
-        arguments_json, digest = tool.recorded_arguments(arguments, key, self.redaction_key)
+        arguments_json, digest = self.recorded_arguments(workflow_id, step_id, tool, arguments)
         values = {
             "sequence": ev.avro_int("sequence", sequence, 0),
             "tool": tool.name,

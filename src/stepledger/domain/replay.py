@@ -8,7 +8,7 @@ outcome is replayed without calling the tool; one in doubt is settled first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -72,9 +72,15 @@ def mismatch(
     arguments_digest: str,
     position: int,
     positions: Mapping[int, list[str]] | None = None,
+    *,
+    legacy: Callable[[], str] | None = None,
+    shown: Callable[[], str] | None = None,
 ) -> str | None:
     """Why this call does not match the log at this position, or None when it matches.
 
+    ``arguments_digest`` is the call's fingerprint (:mod:`stepledger.domain.fingerprint`);
+    ``legacy`` gives the digest an intent written before fingerprints would hold, and
+    ``shown`` the call's arguments as an intent records them (to name both calls).
     ``positions`` (:func:`steps_by_position` of this state) makes the check O(1): a replay
     checks every recorded step, and a scan of the steps per check made it quadratic.
     """
@@ -100,12 +106,37 @@ def mismatch(
         return (
             f"step {step_id!r} was recorded with tool {known.tool!r}, the plan now calls {tool!r}"
         )
-    if known.attempt > 0 and known.arguments_digest != arguments_digest:
+    if known.attempt > 0 and not same_call(known, arguments_digest, legacy):
+        now = _cut(shown()) if shown is not None else f"digest {arguments_digest[:12]}"
         return (
-            f"step {step_id!r} was recorded with other arguments "
-            f"(digest {known.arguments_digest[:12]}, now {arguments_digest[:12]})"
+            f"step {step_id!r} was recorded as another call: {tool}"
+            f"({_cut(known.arguments_json or '')}) (digest {known.arguments_digest[:12]}), the "
+            f"plan now calls {tool}({now}) (digest {arguments_digest[:12]}): an argument that "
+            "identifies the call differs (a tool names those in identity_args)"
         )
     return None
+
+
+def same_call(known: StepState, fingerprint: str, legacy: Callable[[], str] | None = None) -> bool:
+    """True when a recorded step's intent is this call (its fingerprint, or an older digest)."""
+    if known.arguments_digest == fingerprint:
+        return True
+    return legacy is not None and known.arguments_digest == legacy()
+
+
+def occurrences(state: WorkflowState, tool: str) -> list[StepState]:
+    """The recorded steps of a tool, in the order they were first asked for.
+
+    By position; a step asked for but not yet intended (an approval requested) has none
+    and is the newest: nothing of the workflow runs past a step awaiting its approval.
+    """
+    steps = [s for s in state.steps.values() if s.tool == tool]
+    return sorted(steps, key=lambda s: (s.sequence < 0, s.sequence, s.step_id))
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """A recorded argument text short enough for a one-line error."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def next_move(

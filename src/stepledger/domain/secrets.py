@@ -6,14 +6,23 @@ list; ``"tokens[]"`` makes every element secret).  What leaves the process is:
 
 - in the intent's arguments, each secret value replaced by :data:`MARKER`, or, when the
   operator configured a redaction key, by ``[redacted:hmac-sha256:<32 hex>]``: an HMAC
-  keyed with that key over the value, its path and the idempotency key.  Without the key
-  nobody can test a guess against it; a plain hash of a CVV or a card number could be
+  keyed with that key over the value, its path, the workflow and the step.  Without the
+  key nobody can test a guess against it; a plain hash of a CVV or a card number could be
   reversed by enumerating every candidate;
-- in the arguments digest (plan-mismatch detection), the arguments with every secret
-  replaced by :data:`MARKER`: changes to secret values are not detected, nothing about
-  them can be recovered from it;
+- in the call's fingerprint (:meth:`~stepledger.domain.tools.Tool.fingerprint`: step
+  identity, the plan check, approvals), the same marker: with the key, a call with another
+  card has another fingerprint; without it, secret values take no part in it;
 - in error texts and results, every string form of every secret value replaced by
   :data:`MARKER` (:class:`Scrubber`).
+
+**Why the mark is salted with the workflow and the step, not the idempotency key.** A
+fingerprint must be equal for every attempt of one call: a retry after a definite failure
+runs under a new key and must still be the call a human approved.  A salt that changes
+with the key would make the retry another call.  What the salt still gives: two steps, or
+two workflows, with the same card record different marks, so the log does not link them;
+only the attempts of one step share a mark, which is exactly what binding them needs.
+What keeps a mark unguessable is the key, never the salt (a salt is in the log anyway):
+without the key a candidate value cannot be tested, with it its holder can.
 
 A path that cannot be followed (``payment.card`` where ``payment`` is a string) redacts the
 whole value it stops at: redaction fails closed.
@@ -145,11 +154,11 @@ def fixed_mark(where: str, value: Any) -> str:
     return MARKER
 
 
-def keyed_mark(key: RedactionKey, salt: str) -> Mark:
-    """A marker keyed by the operator's key and salted (by the idempotency key)."""
+def keyed_mark(key: RedactionKey, *salt: str) -> Mark:
+    """A marker keyed by the operator's key and salted (by the workflow and the step)."""
 
     def mark(where: str, value: Any) -> str:
-        return key.mark("stepledger.secret", salt, where, _canonical(value))
+        return key.mark("stepledger.secret", *salt, where, _canonical(value))
 
     return mark
 

@@ -28,6 +28,11 @@ Recovery hooks get the arguments as the intent recorded them, secrets redacted (
 :mod:`stepledger.domain.secrets`): a tool with ``secret_args`` is re-driven or compensated
 from the log only if it says its hooks fetch the secrets themselves (``hooks_fetch_secrets``)
 and, for a re-drive, names a ``redrive`` hook (``run`` expects the clear arguments).
+
+A call is identified by its fingerprint (:mod:`stepledger.domain.fingerprint`): the tool,
+the step and the arguments named in ``identity_args`` (every argument by default), secrets
+as keyed marks.  Free text a model may word otherwise (a memo, an email body) belongs
+outside ``identity_args``.
 """
 
 from __future__ import annotations
@@ -39,14 +44,9 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from stepledger.domain import fingerprint as calls
 from stepledger.domain import secrets
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
-from stepledger.domain.ids import (
-    canonical_digest,
-    canonical_json,
-    plain_json,
-    typed_canonical_json,
-)
 from stepledger.domain.results import ResultCodec, result_codec
 from stepledger.errors import ToolDefinitionError
 
@@ -78,6 +78,7 @@ _LEGACY_POLICY = {
     EffectClass.IRREVERSIBLE: ResolutionPolicy.ESCALATE,
 }
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_ARGUMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NOTHING_TO_SCRUB = secrets.Scrubber(())
 
 
@@ -106,6 +107,9 @@ class Tool(BaseModel):
     """Recovery attempts before the step is abandoned and escalated."""
     secret_args: frozenset[str] = frozenset()
     """Secret argument paths (``card``, ``payment.card``, ``cards[].number``): never recorded."""
+    identity_args: frozenset[str] | None = None
+    """The arguments that identify the call's effect (None: every argument); a call that
+    differs only in the others (a memo, an email body) is the same call."""
     hooks_fetch_secrets: bool = False
     """The redrive/compensate hooks fetch the secrets they need themselves (not from the log)."""
     requires_approval: bool = False
@@ -211,38 +215,72 @@ class Tool(BaseModel):
         return self.redrive or self.run
 
     def redact(
-        self, arguments: Mapping[str, Any], salt: str, key: secrets.RedactionKey | None = None
+        self,
+        arguments: Mapping[str, Any],
+        key: secrets.RedactionKey | None = None,
+        *,
+        workflow_id: str = "",
+        step_id: str = "",
     ) -> dict[str, Any]:
         """Return the arguments with every secret value replaced by its marker.
 
         Without ``key`` the marker is fixed; with it, an HMAC under the operator's key,
-        salted with ``salt`` (the idempotency key) so two intents never share one.
+        salted with the workflow and the step (see :mod:`stepledger.domain.secrets`).
         """
-        if not self.secret_args:
-            return dict(arguments)
-        mark = secrets.fixed_mark if key is None else secrets.keyed_mark(key, salt)
-        return secrets.redact(arguments, self.secret_args, mark)
+        return calls.redacted(arguments, self.secret_args, workflow_id, step_id, key)
 
     def recorded_arguments(
-        self, arguments: Mapping[str, Any], salt: str, key: secrets.RedactionKey | None = None
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        workflow_id: str,
+        step_id: str,
+        key: secrets.RedactionKey | None = None,
     ) -> tuple[str, str]:
-        """An intent's ``arguments_json`` and ``arguments_digest``, in one pass where it can.
+        """A call's ``arguments_json`` and its fingerprint (the intent's ``arguments_digest``).
 
-        For plain JSON arguments without keyed markers both are the same canonical text
-        (``typed_canonical_json`` writes JSON values exactly as ``canonical_json`` does).
+        Raises ToolDefinitionError for a tool whose approval could not bind its secrets
+        (approval and secret arguments, no redaction key).
         """
-        recorded = self.redact(arguments, salt, key)
-        text = canonical_json(recorded)
-        if (key is None or not self.secret_args) and plain_json(recorded):
-            return text, canonical_digest(text)
-        return text, self.arguments_digest(arguments)
+        self.ensure_bindable(key)
+        return calls.recorded(
+            self.name,
+            arguments,
+            secret_args=self.secret_args,
+            identity_args=self.identity_args,
+            workflow_id=workflow_id,
+            step_id=step_id,
+            key=key,
+        )
 
-    def arguments_digest(self, arguments: Mapping[str, Any]) -> str:
-        """The digest an intent records to detect a changed plan; secret values take no part."""
-        if not self.secret_args:
-            return canonical_digest(typed_canonical_json(arguments))
-        redacted = secrets.redact(arguments, self.secret_args, secrets.fixed_mark)
-        return canonical_digest(typed_canonical_json(redacted))
+    def fingerprint(
+        self,
+        arguments: Mapping[str, Any],
+        *,
+        workflow_id: str,
+        step_id: str,
+        key: secrets.RedactionKey | None = None,
+    ) -> str:
+        """The call's fingerprint: tool, step and identifying arguments, secrets as marks.
+
+        What step identity, the plan check and approvals compare (see
+        :mod:`stepledger.domain.fingerprint`).
+        """
+        return self.recorded_arguments(
+            arguments, workflow_id=workflow_id, step_id=step_id, key=key
+        )[1]
+
+    def ensure_bindable(self, key: secrets.RedactionKey | None) -> None:
+        """Raise ToolDefinitionError when an approval of this tool could not bind its secrets.
+
+        A tool that requires approval and has secret arguments needs a redaction key: the
+        approval binds secret values only as keyed HMACs.
+        """
+        calls.ensure_bindable(self.name, self.secret_args, self.requires_approval, key)
+
+    def legacy_digest(self, arguments: Mapping[str, Any]) -> str:
+        """The digest intents recorded before fingerprints (every argument, secrets fixed)."""
+        return calls.legacy(arguments, self.secret_args)
 
     def scrubber(self, arguments: Mapping[str, Any]) -> secrets.Scrubber:
         """What removes this call's secret values from its error text and result."""
@@ -298,10 +336,19 @@ def _combination_problems(tool: Tool) -> list[str]:
         problems.append("a read-only tool cannot require approval: it is never a pivot")
     if tool.approval_valid_for is not None and not tool.requires_approval:
         problems.append("approval_valid_for needs requires_approval=True")
+    if tool.identity_args is not None:
+        problems.extend(_identity_problems(tool.identity_args))
     if tool.secret_args:
         problems.extend(secrets.path_problems(tool.secret_args))
         problems.extend(_secret_hook_problems(tool))
     return problems
+
+
+def _identity_problems(names: frozenset[str]) -> list[str]:
+    invalid = sorted(repr(n) for n in names if not isinstance(n, str) or not _ARGUMENT.match(n))
+    if not invalid:
+        return []
+    return [f"identity_args {', '.join(invalid)}: name top-level arguments (letters, digits, '_')"]
 
 
 def _secret_hook_problems(tool: Tool) -> list[str]:

@@ -65,7 +65,7 @@ def redactor_for(tools: ToolRegistry | None) -> Redactor | None:
 
     def redact(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         tool = registry.get(tool_name)
-        return arguments if tool is None else tool.redact(arguments, "")
+        return arguments if tool is None else tool.redact(arguments)
 
     return redact
 

@@ -1,41 +1,70 @@
 """What every framework integration needs: step ids a model cannot change, model turns as steps.
 
-A model's tool-call ids change on every run, so they never name a step.  A step is named by
-its tool and occurrence (``bookings.book#1``), and a call is matched to a recorded step of
-the same tool **with the same arguments** that this run has not used yet: a resumed agent
-that runs from the top replays its recorded steps, one that continues from a context rebuilt
-from the log gets the recorded result when the model asks again for a call that was made,
-and a call never made becomes a new step after the recorded prefix
+A model's tool-call ids change on every run, so they never name a step.  A step is the
+**logical call**, named by its tool and occurrence (``payments.charge#1``):
+
+- a call of an effectful tool is the next occurrence of that tool this run has not used
+  yet, whatever its wording: the n-th call of ``charge`` in a run is the n-th recorded
+  ``charge`` step (one in doubt is settled first, one with an outcome replays it), and
+  only a call past the recorded ones is a new step.  The workflow then checks that the
+  call is the recorded one by its fingerprint (tool, step, the arguments that identify it,
+  secrets as keyed HMACs; :mod:`stepledger.domain.fingerprint`): another amount or another
+  card raises :class:`~stepledger.errors.PlanMismatchError` naming both calls, while a
+  re-worded argument the tool does not count among its ``identity_args`` (a memo, an
+  email body) is the same call;
+- a call of a read-only tool (a lookup, a model turn) is a recorded step of that tool with
+  the same fingerprint that this run has not used yet, or a new one: nothing happens
+  twice when it is asked again, and a model may look things up in any order.
+
+A resumed agent that runs from the top replays its recorded steps, one that continues from
+a context rebuilt from the log gets the recorded result when the model asks again for a
+call that was made, and a call never made becomes a new step after the recorded prefix
 (:meth:`~stepledger.producer.workflow.Workflow.fast_forward`).
 
 A **model turn** is a read-only step (tool ``model``) whose argument is a digest of the
-request and whose result is the serialized response: a resume replays the recorded turn
-instead of asking the model again, and recovery never resolves it (a read-only intent in
-doubt is simply asked again).  Recording turns is opt-in: it saves the cost of asking the
-model again and keeps its plan, while correctness comes from the tool steps alone.
+request (:func:`request_digest`, the canonical digest fingerprints use) and whose result is
+the serialized response: a resume replays the recorded turn instead of asking the model
+again, and recovery never resolves it (a read-only intent in doubt is simply asked again).
+Recording turns is opt-in: it saves the cost of asking the model again and keeps its plan,
+while correctness comes from the tool steps alone.
 
 Tool calls of one model turn run one at a time, in the order of the turn's response: the
-framework is made to dispatch them so, and :class:`Turnstile` refuses a call that shows
-otherwise, so the order of steps does not depend on the event loop (nor on a clock).
+framework is made to dispatch them so, and a turnstile
+(:mod:`stepledger.integrations._turnstile`) refuses a call that shows otherwise, so the
+order of steps does not depend on the event loop (nor on a clock).
+
+A framework tool beside the ledger's that is not a step is warned about
+(:class:`~stepledger.errors.UnrecordedToolWarning`), or refused with ``strict=True``
+(:func:`outside_the_ledger`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
+import functools
 import inspect
 import json
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from stepledger.domain import fingerprint
 from stepledger.domain.context import StepSummary
+from stepledger.domain.replay import mismatch, occurrences, same_call
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.errors import StepLedgerError, ToolCallError, ToolDefinitionError
+from stepledger.errors import (
+    PlanMismatchError,
+    StepLedgerError,
+    ToolCallError,
+    ToolDefinitionError,
+    UnrecordedToolWarning,
+)
+from stepledger.integrations._turnstile import Turnstile
 from stepledger.producer.workflow import Workflow
 from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
 
@@ -60,9 +89,12 @@ def model_tool(name: str = MODEL_TOOL) -> Tool:
 
 
 def request_digest(*parts: Any) -> str:
-    """A digest of a model request that ignores what a framework regenerates per run."""
-    text = json.dumps(_stable(to_jsonable_python(parts, fallback=repr)), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """A digest of a model request that ignores what a framework regenerates per run.
+
+    The canonical digest call fingerprints use (:func:`stepledger.domain.fingerprint.of_value`)
+    of the request without the keys in ``_VOLATILE``.
+    """
+    return fingerprint.of_value(_stable(to_jsonable_python(list(parts), fallback=repr)))
 
 
 def _stable(value: Any) -> Any:
@@ -80,61 +112,6 @@ def to_json_text(value: Any) -> str:
     return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False, sort_keys=True)
 
 
-class Turnstile:
-    """Holds the tool calls of one model turn to the response's order, with no clock.
-
-    The framework dispatches a turn's calls one at a time, in the response's order (the
-    OpenAI Agents SDK with ``max_function_tool_concurrency=1``, which
-    :func:`stepledger.integrations.openai_agents.run` sets): a call starts only once every
-    call before it has finished or was passed over by the framework, from the framework's
-    own data (its own approval, a guardrail's rejection, arguments the tool refuses), and a
-    call passed over never arrives.  So an arriving call waits for nothing: it only checks
-    that this holds.  A call that arrives while another call of its turn runs, or after a
-    later call of its turn, shows a framework running the turn's calls concurrently, and is
-    refused before any step of it is recorded rather than let the event loop pick the order
-    of steps.
-    """
-
-    def __init__(self) -> None:
-        self._order: dict[str, int] = {}
-        self._last = -1
-        self._running: str | None = None
-
-    def expect(self, call_ids: Iterable[str]) -> None:
-        """The call ids of the latest model turn, in the order the model gave them."""
-        self._order = {}
-        for call_id in call_ids:
-            if call_id:
-                self._order.setdefault(call_id, len(self._order))
-        self._last, self._running = -1, None
-
-    def enter(self, call_id: str | None) -> None:
-        """Let a call of the turn start: every call before it is settled, none after it began.
-
-        Calls that are not the turn's (a plain tool, a call id the turn did not give) pass.
-        Raises ToolDefinitionError when the framework runs the turn's calls concurrently.
-        """
-        index = self._order.get(call_id) if call_id else None
-        if index is None:
-            return
-        if self._running is not None or index <= self._last:
-            ahead = self._running or next(c for c, i in self._order.items() if i == self._last)
-            doing = "is running" if self._running is not None else "started"
-            raise ToolDefinitionError(
-                f"tool call {call_id!r} (number {index + 1} of its model turn) arrived after "
-                f"call {ahead!r} of the same turn {doing}: the framework runs a turn's tool "
-                "calls concurrently, and stepledger runs them one at a time in the model's "
-                "order, so that the order of steps never depends on the event loop; start the "
-                "agent with the integration's run(), which has the framework run them in order"
-            )
-        self._last, self._running = index, call_id
-
-    def leave(self, call_id: str | None) -> None:
-        """Mark a call finished, whatever its outcome."""
-        if call_id is not None and call_id == self._running:
-            self._running = None
-
-
 class AgentSteps:
     """Names, orders and runs the steps a model asks for in one run of one workflow."""
 
@@ -150,24 +127,27 @@ class AgentSteps:
         workflow.fast_forward()
 
     def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
-        """The step this call is: a recorded one of the same tool and arguments, or a new one."""
-        digest = tool.arguments_digest(arguments)
-        recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
-        unused = [s for s in recorded if s.step_id not in self._used]
-        for step in unused:
-            if step.arguments_digest == digest:
-                return self._use(step.step_id)
-        for step in unused:
-            if step.attempt == 0:
-                # Asked for and never run (an approval requested): no arguments recorded yet.
-                return self._use(step.step_id)
-        taken = {s.step_id for s in recorded} | self._used
-        n = len(recorded) + 1
-        while (
-            _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps
-        ):
+        """The step this call is (see the module doc): by occurrence, or by fingerprint for
+        a read-only tool; a call past the recorded steps is a new one."""
+        unused = [
+            s for s in occurrences(self.workflow.state, tool.name) if s.step_id not in self._used
+        ]
+        if not tool.read_only and unused:
+            return self._use(unused[0].step_id)
+        if tool.read_only:
+            legacy = functools.cache(lambda: tool.legacy_digest(arguments))  # on a miss only
+            for step in unused:
+                if same_call(step, self._fingerprint(step.step_id, tool, arguments), legacy):
+                    return self._use(step.step_id)
+        state = self.workflow.state
+        n = len(occurrences(state, tool.name)) + 1
+        while _auto_id(tool.name, n) in self._used or _auto_id(tool.name, n) in state.steps:
             n += 1
         return self._use(_auto_id(tool.name, n))
+
+    def _fingerprint(self, step_id: str, tool: Tool, arguments: Mapping[str, Any]) -> str:
+        wf = self.workflow
+        return wf.ledger.events.fingerprint(wf.workflow_id, step_id, tool, arguments)
 
     def _use(self, step_id: str) -> str:
         self._used.add(step_id)
@@ -198,7 +178,7 @@ class AgentSteps:
     ) -> Any:
         self.know([tool])
         step_id = self.step_id(tool, args)
-        self._raise_recorded_failure(step_id)
+        self._raise_recorded_failure(step_id, tool, args)
         run = fn or tool.run
         raised: list[BaseException] = []
 
@@ -231,7 +211,7 @@ class AgentSteps:
             args = dict(arguments)
             self.know([tool])
             step_id = self.step_id(tool, args)
-            self._raise_recorded_failure(step_id)
+            self._raise_recorded_failure(step_id, tool, args)
             raised: list[BaseException] = []
             run = fn or tool.run
             assert run is not None
@@ -259,11 +239,26 @@ class AgentSteps:
             step_id = self.step_id(tool, args)
             return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
 
-    def _raise_recorded_failure(self, step_id: str) -> None:
+    def _raise_recorded_failure(self, step_id: str, tool: Tool, args: dict[str, Any]) -> None:
         known = self.workflow.state.steps.get(step_id)
-        if known is not None and known.status is StepStatus.FAILED:
-            # The model saw this failure in the run that recorded it: it sees it again.
-            raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
+        if known is None or known.status is not StepStatus.FAILED:
+            return
+        # Only the recorded call is told its recorded failure: another is a mismatch.
+        wf = self.workflow
+        shown, fp = wf.ledger.events.recorded_arguments(wf.workflow_id, step_id, tool, args)
+        problem = mismatch(
+            wf.state,
+            step_id,
+            tool.name,
+            fp,
+            known.sequence,
+            legacy=lambda: tool.legacy_digest(args),
+            shown=lambda: shown,
+        )
+        if problem is not None:
+            raise PlanMismatchError(problem, workflow_id=wf.workflow_id, step_id=step_id)
+        # The model saw this failure in the run that recorded it: it sees it again.
+        raise ToolFailure(ToolCallError(f"{known.error}", step_id=step_id), step_id)
 
     def _tool_failure(self, step_id: str, exc: Exception, raised: list[BaseException]) -> None:
         """Raise ToolFailure when ``exc`` is the tool's own error, recorded as failed."""
@@ -308,6 +303,23 @@ class AgentSteps:
         async with self._lock:
             step_id = self.step_id(tool, args)
             return await self.workflow.astep(step_id, tool, args, fn=asked)
+
+
+def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:
+    """Warn about framework tools whose calls are not stepledger steps; refuse them if strict.
+
+    ``why`` says what a resume does with them.  Raises ToolDefinitionError when ``strict``.
+    """
+    found = sorted(set(names))
+    if not found:
+        return
+    message = (
+        f"framework tool(s) {', '.join(map(repr, found))} are not stepledger steps: {why}; "
+        "make each an sl.Tool through the integration, or run with strict=True to refuse them"
+    )
+    if strict:
+        raise ToolDefinitionError(message.replace(", or run with strict=True to refuse them", ""))
+    warnings.warn(message, UnrecordedToolWarning, stacklevel=3)
 
 
 def _auto_id(tool: str, occurrence: int) -> str:

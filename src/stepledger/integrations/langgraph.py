@@ -46,7 +46,7 @@ try:
         message_to_dict,
         messages_from_dict,
     )
-    from langchain_core.tools import StructuredTool
+    from langchain_core.tools import BaseTool, StructuredTool
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
     raise ImportError(
         "stepledger.integrations.langgraph needs LangGraph: pip install 'stepledger[langgraph]'"
@@ -183,9 +183,16 @@ def run(
     workflow: Workflow | AgentSteps,
     *,
     config: dict[str, Any] | None = None,
+    strict: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """``graph.invoke`` with its tool calls (and model turns) as steps; thread id = workflow id."""
+    """``graph.invoke`` with its tool calls (and model turns) as steps; thread id = workflow id.
+
+    A node that runs tools itself (LangGraph's ``ToolNode``, a tool as a node) is warned
+    about (UnrecordedToolWarning); ``strict=True`` refuses it with ToolDefinitionError.
+    """
+    why = "LangGraph runs them again on every resume"
+    _core.outside_the_ledger(_not_steps(graph), why, strict=strict)
     steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
     configurable = {
         "thread_id": steps.workflow.workflow_id,
@@ -196,6 +203,19 @@ def run(
         return graph.invoke(input, {**(config or {}), "configurable": configurable}, **kwargs)
     finally:
         _core.unbind(token)
+
+
+def _not_steps(graph: Any) -> list[str]:
+    """The tools the graph's nodes run outside :func:`tool_node` (a ToolNode, a tool node)."""
+    found: list[str] = []
+    for node in (getattr(graph, "nodes", None) or {}).values():
+        bound = getattr(node, "bound", node)
+        if isinstance(bound, BaseTool):
+            found.append(bound.name)
+        by_name = getattr(bound, "tools_by_name", None)
+        if isinstance(by_name, Mapping):
+            found += [str(name) for name in by_name]
+    return found
 
 
 def history_from_log(workflow: Workflow) -> list[BaseMessage]:

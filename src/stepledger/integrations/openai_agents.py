@@ -200,14 +200,21 @@ async def run(
     agent: Any,
     input: str | list[TResponseInputItem],
     workflow: Workflow | AgentSteps,
+    *,
+    strict: bool = False,
     **kwargs: Any,
 ) -> RunResult:
     """``Runner.run`` with every tool call and model response of the run recorded as steps.
 
     The SDK runs a turn's function tool calls one at a time, in the model's order
     (:func:`_in_order`).  A StepLedgerError raised inside the run leaves it as itself (never
-    as ``UserError``).
+    as ``UserError``).  A tool of the agent (or of an agent it hands off to) not made with
+    :func:`function_tool` is warned about (UnrecordedToolWarning); ``strict=True`` refuses
+    it with ToolDefinitionError before anything runs.
     """
+    _core.outside_the_ledger(
+        _not_steps(agent), "the SDK runs them again on every resume", strict=strict
+    )
     kwargs["run_config"] = _in_order(kwargs.get("run_config"))
     steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
     steps.know(getattr(t, _MARK) for t in getattr(agent, "tools", []) if hasattr(t, _MARK))
@@ -221,6 +228,25 @@ async def run(
         raise
     finally:
         _core.unbind(token)
+
+
+def _not_steps(agent: Any) -> list[str]:
+    """The tools of the agent and of the agents it hands off to that are not steps."""
+    found: list[str] = []
+    seen: set[int] = set()
+    agents = [agent]
+    while agents:
+        current = agents.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for tool in getattr(current, "tools", None) or []:
+            if not hasattr(tool, _MARK):
+                found.append(str(getattr(tool, "name", type(tool).__name__)))
+        for server in getattr(current, "mcp_servers", None) or []:
+            found.append(f"MCP server {getattr(server, 'name', type(server).__name__)}")
+        agents += [h for h in getattr(current, "handoffs", None) or [] if hasattr(h, "tools")]
+    return found
 
 
 def _in_order(run_config: RunConfig | dict[str, Any] | None) -> RunConfig | dict[str, Any]:

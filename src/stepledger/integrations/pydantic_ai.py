@@ -240,16 +240,31 @@ async def run(
     agent: Agent[Any, Any],
     prompt: str | Sequence[Any] | None,
     workflow: Workflow | AgentSteps,
+    *,
+    strict: bool = False,
     **kwargs: Any,
 ) -> Any:
-    """``agent.run`` with its model requests and tool calls recorded as steps of ``workflow``."""
-    steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
+    """``agent.run`` with its model requests and tool calls recorded as steps of ``workflow``.
+
+    A tool outside :func:`toolset` is warned about (UnrecordedToolWarning): a plain function
+    tool runs as a read-only step, another toolset's (MCP) not as a step at all, so a resume
+    may run either again.  ``strict=True`` refuses them with ToolDefinitionError instead.
+    """
+    leaves: list[Any] = []
+    for ts in agent.toolsets:
+        ts.apply(leaves.append)
     ours = {
         name: tool
-        for ts in agent.toolsets
+        for ts in leaves
         if isinstance(ts, FunctionToolset) and ts.id == TOOLSET_ID
         for name, tool in ts.tools.items()
     }
+    why = (
+        "a resume may run them again (a plain tool runs as a read-only step, a tool of "
+        "another toolset not as a step at all)"
+    )
+    _core.outside_the_ledger(_not_steps(leaves), why, strict=strict)
+    steps = workflow if isinstance(workflow, AgentSteps) else steps_for(workflow)
     names = frozenset(ours)
     steps.know(getattr(t.function, _MARK) for t in ours.values() if hasattr(t.function, _MARK))
     token, tools = _core.bind(steps), _SL_TOOLS.set(names)
@@ -258,6 +273,18 @@ async def run(
     finally:
         _SL_TOOLS.reset(tools)
         _core.unbind(token)
+
+
+def _not_steps(leaves: Iterable[Any]) -> list[str]:
+    """The tools of leaf toolsets that are not :func:`toolset`'s (their calls are not steps)."""
+    found: list[str] = []
+    for ts in leaves:
+        if isinstance(ts, FunctionToolset):
+            if ts.id != TOOLSET_ID:
+                found += list(ts.tools)
+        else:
+            found.append(f"toolset {ts.label}")
+    return found
 
 
 def history_from_log(workflow: Workflow) -> list[ModelMessage]:

@@ -5,9 +5,11 @@ The request and the decision are events on the workflow (``approval_requested``,
 ``approval_decided``), so an agent may wait for the decision (bounded) or exit and be
 resumed later: the gate is in the log, not in the process.  The request shows the call's
 arguments as its intent will record them (secret values redacted), their digest and the
-saga's state; the decision names that digest.  A later call with other arguments, or after
-the tool's ``approval_valid_for``, asks again (:func:`ask_again`): a new request voids the
-old one, and the pivot never runs under an approval of another call
+saga's state; the decision names that digest.  The digest is the call's fingerprint (tool,
+step, identifying arguments with secret values as keyed HMACs;
+:mod:`stepledger.domain.fingerprint`), never its idempotency key.  A later call with other
+arguments, or after the tool's ``approval_valid_for``, asks again (:func:`ask_again`): a
+new request voids the old one, and the pivot never runs under an approval of another call
 (:mod:`stepledger.domain.approvals`).
 """
 
@@ -21,7 +23,6 @@ from stepledger.domain import events as ev
 from stepledger.domain.approval_saga import saga_json
 from stepledger.domain.approvals import ApprovalGate, why_ask_again
 from stepledger.domain.factory import EventFactory
-from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, LedgerStateError
@@ -54,10 +55,9 @@ def request(
         saga = saga_json(workflow.state, step_id)
     gate = None if step is None else step.approval
     number = 1 if gate is None else gate.request + 1
-    attempt = 1 if step is None else step.attempt + 1
-    key = idempotency_key(wf_id, step_id, tool.name, attempt)
-    shown, _ = tool.recorded_arguments(args, key, workflow.ledger.events.redaction_key)
-    digest = tool.arguments_digest(args)
+    # The call's fingerprint, not its idempotency key: a retry after a definite failure
+    # (a new key) is still the call that was approved.
+    shown, digest = workflow.ledger.events.recorded_arguments(wf_id, step_id, tool, args)
     body = ev.ApprovalRequested(
         tool=tool.name,
         reason=reason,
@@ -85,7 +85,7 @@ def ask_again(
     pending = step.status is StepStatus.AWAITING_APPROVAL
     if not pending and step.status not in _APPROVED_BEFORE:
         return False
-    digest = tool.arguments_digest(arguments)
+    digest = workflow.ledger.events.fingerprint(workflow.workflow_id, step_id, tool, arguments)
     why = why_ask_again(
         step.approval,
         digest,

@@ -52,12 +52,13 @@ class Ledger:
         options: ResumeOptions | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
+        key = _redaction_key(self.settings)
+        for tool in self.tools:
+            tool.ensure_bindable(key)  # refused before a client is made or anything runs
         self.log: EventLog = log if log is not None else _kafka_log(self.settings)
         self.clock = clock
-        self.events = EventFactory(
-            self.settings.fleet_id, self.settings.producer_id, clock, _redaction_key(self.settings)
-        )
-        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
+        self.events = EventFactory(self.settings.fleet_id, self.settings.producer_id, clock, key)
         self.options = options or ResumeOptions()
         self._reader = reader
         self._dead_letters = dead_letters

@@ -82,6 +82,8 @@ class Workflow:
         """How many events this handle appended."""
         self._lock = threading.RLock()
         self._positions: dict[str, int] = {}
+        self._forwarded: dict[str, int] = {}
+        """Recorded steps taken as this run's prefix (fast_forward), not yet asked for."""
         self._next_position = 0
         self._tools: dict[str, Tool] = {}
         self._recorded_until = _last_position(self.state)
@@ -466,8 +468,8 @@ class Workflow:
         """
         with self._lock:
             for step in self.state.ordered_steps():
-                if step.sequence >= 0:
-                    self._positions.setdefault(step.step_id, step.sequence)
+                if step.sequence >= 0 and step.step_id not in self._positions:
+                    self._forwarded.setdefault(step.step_id, step.sequence)
             self._next_position = max(self._next_position, self._recorded_until + 1)
 
     def plan(
@@ -573,16 +575,31 @@ class Workflow:
         """Give a step call its position; the first call of a step in this run is checked."""
         if step_id in self._positions:
             return False, self._positions[step_id]
-        position = self._next_position
-        # Only steps recorded before this run can disagree with it: a live run skips the check.
+        forwarded = self._forwarded.get(step_id)
+        position = self._next_position if forwarded is None else forwarded
+        # Only steps recorded before this run can disagree with it: a live run skips the
+        # check.  A recorded step asked for out of order (fast_forward) is checked too: it
+        # must be the recorded call, whatever position it is asked at.
         if position <= self._recorded_until or step_id in self.state.steps:
-            digest = tool.arguments_digest(args)
+            shown, fingerprint = self.ledger.events.recorded_arguments(
+                self.workflow_id, step_id, tool, args
+            )
             problem = mismatch(
-                self.state, step_id, tool.name, digest, position, self._steps_by_position()
+                self.state,
+                step_id,
+                tool.name,
+                fingerprint,
+                position,
+                self._steps_by_position(),
+                legacy=lambda: tool.legacy_digest(args),
+                shown=lambda: shown,
             )
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
         self._positions[step_id] = position
+        if forwarded is not None:
+            del self._forwarded[step_id]
+            return False, position  # as before: a failure asked for again is retried
         self._next_position += 1
         return True, position
 

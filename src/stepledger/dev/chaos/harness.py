@@ -6,7 +6,9 @@ partition leaders are SIGKILLed and SIGSTOPped when it has three nodes; or yours
 ``--bootstrap``), the
 three example tool services, the projector and the recovery daemon as subprocesses, and
 rounds of trip agents (quote -> charge -> book -> email), each agent process running a
-batch of workflows and dying at each workflow's planned crash point.  Between and during
+batch of workflows and dying at each workflow's planned crash point (some resumed by an
+agent that words the charge's memo and the email's body otherwise, as a model asked again
+would: their recorded steps must be matched, never refused nor made again).  Between and during
 rounds the harness kills the projector mid-batch and the recovery daemon mid-resolution,
 SIGSTOPs the projector past its session timeout, and restarts the broker gracefully (or
 kills a Kafka broker).
@@ -159,6 +161,8 @@ class Run:
         self.frozen: list[subprocess.Popen[str]] = []
         """Agent processes stopped after an intent, continued after the next round."""
         self.infra_done: list[str] = []
+        self.reworded: set[str] = set()
+        """Workflows whose resumed attempts word their free-text arguments otherwise."""
         self.started = time.monotonic()
         self._members = threading.Lock()
 
@@ -270,6 +274,14 @@ class Run:
                     who = report.get("workflow") or report.get("superseded_runner")
                     detail = f"{who}: {report['error']}"
                     self.problems.append(InvariantViolation("agent_raised_a_bug", None, detail))
+                if str(report.get("error", "")).startswith("PlanMismatchError"):
+                    # The agents' plan never changes what identifies a call: a mismatch is
+                    # a re-worded call not matched to its recorded step.
+                    found = InvariantViolation(
+                        "logical_call_matched", report.get("workflow"), str(report["error"])
+                    )
+                    if found not in self.problems:  # once, not once per round
+                        self.problems.append(found)
                 statuses[report["workflow"]] = report["status"]
         return statuses
 
@@ -293,7 +305,7 @@ class Run:
     ) -> tuple[subprocess.Popen[str], list[str]]:
         journal = self.workdir / f"acks-r{round_no}-b{index}.txt"
         self.acks.append(journal)
-        args = [_target(wf, kill) for wf, kill in batch]
+        args = [_target(wf, kill) + ("+reword" * (wf in self.reworded)) for wf, kill in batch]
         db = self.stack.agent_db()
         where = [] if db is None else ["--db", str(db)]
         proc = self.stack.spawn(
@@ -531,6 +543,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
 
 
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:
+    run.reworded = {w.workflow_id for w in plan.workflows if w.reword}
     run.stack.start_daemons()
     if run.options.scaled and not run.wait_members_settled(timeout=min(90.0, run.left())):
         detail = "not every partition had a shard and a recovery checkpoint in time"

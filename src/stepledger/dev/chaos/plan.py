@@ -20,6 +20,8 @@ class CrashPoint(StrEnum):
     RESUME_RACE = "agent:resume_races_recovery"
     FROZEN_AFTER_INTENT = "agent:frozen_after_intent"
     SECOND_RUNNER = "agent:second_runner"
+    REWORDED_RESUME = "agent:reworded_resume"
+    """Killed at a point of the charge or the email, resumed wording their free text otherwise."""
     PROJECTOR_MID_BATCH = "projector:mid_batch"
     RECOVERY_MID_RESOLUTION = "recovery:mid_resolution"
     CONSUMER_STOP = "consumer:sigstop_sigcont"
@@ -66,6 +68,8 @@ CLUSTER_POINTS = (CrashPoint.BROKER_LEADER_KILL, CrashPoint.BROKER_STOP)
 RACE_GRACES = (0.1, 0.5, 2.0)
 #: The effectful steps a race kills after (charge: query; book: compensate).
 RACE_STEPS = (1, 2)
+#: The steps with free-text arguments a resumed agent words otherwise (charge memo, email body).
+REWORD_STEPS = (1, 3)
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,14 @@ class WorkflowPlan:
 
     workflow_id: str
     kills: tuple[AgentKill | None, ...]
+    reword: bool = False
+    """A resumed attempt words the free-text arguments otherwise (a re-asked model)."""
 
     @property
     def label(self) -> CrashPoint:
         """The crash point this workflow exercises (its first attempt's)."""
+        if self.reword:
+            return CrashPoint.REWORDED_RESUME
         first = self.kills[0] if self.kills else None
         if len(self.kills) > 1 and all(k is not None for k in self.kills):
             return CrashPoint.CRASH_LOOP
@@ -125,6 +133,7 @@ def make_plan(
     race_share: float = 0.2,
     frozen_share: float = 0.1,
     second_share: float = 0.05,
+    reword_share: float = 0.1,
 ) -> ChaosPlan:
     """Draw a plan: most workflows die once at some agent crash point, a few crash-loop.
 
@@ -132,14 +141,27 @@ def make_plan(
     recovery daemon is due to decide the same step (``RESUME_RACE``).  ``broker_kills``
     adds the cluster faults (a partition leader SIGKILLed, a broker SIGSTOPped); ``scaled``
     replaces the daemon faults with those of several members per group (``SCALE_FAULTS``).
+    A ``reword_share`` die at a point of the charge or the email and are resumed by an agent
+    that words their free text otherwise, as a model asked again would (``reword``).
     """
     rng = random.Random(seed)
     races = round(workflows * race_share)
     frozen = round(workflows * frozen_share)
     seconds = round(workflows * second_share)
+    rewords = round(workflows * reword_share)
     plans = [
         _workflow(rng, f"chaos-{seed}-{i:04d}", steps, max_attempts, crash_loop_share, clean_share)
-        for i in range(workflows - races - frozen - seconds)
+        for i in range(workflows - races - frozen - seconds - rewords)
+    ]
+    # A model asked again on the resume words the charge's memo and the email's body anew.
+    reword_rng = random.Random(f"reword-{seed}")
+    plans += [
+        WorkflowPlan(
+            f"chaos-{seed}-reword-{i:04d}",
+            (AgentKill(reword_rng.choice(AGENT_POINTS), reword_rng.choice(REWORD_STEPS)), None),
+            reword=True,
+        )
+        for i in range(rewords)
     ]
     # Two live runners meet at a step (the email, the charge or the booking).
     second_rng = random.Random(f"second-{seed}")

@@ -84,7 +84,10 @@ def payments_tool(
     broken_redrive: bool = False,
     **kw: Any,
 ) -> Tool:
-    """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer``.
+    """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer`` (``memo``).
+
+    The first three identify the charge; a ``memo`` is free text the service ignores, so a
+    resumed agent that words it differently is making the same charge (``identity_args``).
 
     ``broken_redrive`` is a test-only switch for the chaos harness: a deliberately broken
     build whose re-drive ignores the idempotency key (and whose policy re-drives without
@@ -125,6 +128,7 @@ def payments_tool(
     return Tool(
         name=PAYMENTS,
         keyed=True,
+        identity_args=frozenset({"amount", "currency", "customer"}),
         policy=ResolutionPolicy.REDRIVE if broken_redrive else ResolutionPolicy.QUERY,
         timeout_s=timeout_s,
         run=run,
@@ -172,7 +176,11 @@ def bookings_tool(
 def email_tool(
     url: str, *, fault: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, **kw: Any
 ) -> Tool:
-    """The irreversible email tool (no key): args ``to``, ``subject``, ``body``."""
+    """The irreversible email tool (no key): args ``to``, ``subject``, ``body``.
+
+    The recipient and the subject identify the email; a body worded otherwise on a resume
+    is the same email (``identity_args``), never a second one.
+    """
     client = EmailClient(url, timeout=timeout_s * _CLIENT_SHARE)
 
     def run(args: dict[str, Any], key: str) -> JsonObject:
@@ -188,6 +196,7 @@ def email_tool(
 
     return Tool(
         name=EMAIL,
+        identity_args=frozenset({"to", "subject"}),
         policy=ResolutionPolicy.ESCALATE,
         correction="send the recipient a correction email: the trip was cancelled and refunded",
         timeout_s=timeout_s,

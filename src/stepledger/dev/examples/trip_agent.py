@@ -13,6 +13,9 @@ every workflow has stopped or ended the process SIGKILLs itself: a real crash wi
 workflow at its own boundary.  ``frozen_after_intent`` (intent acknowledged, before the
 call's checks) stops the process instead (SIGSTOP, as a GC pause or a VM migration
 would): once continued (SIGCONT) its workflows go on from there, and must not call.
+A ``+reword`` suffix (``WORKFLOW@STEP:POINT+reword``) makes every resumed attempt word the
+charge's memo and the email's body otherwise, as a model asked again would: the steps that
+were recorded must be matched by what identifies them, never refused nor made again.
 ``second_runner`` opens the workflow twice (the second open is a resume while the first
 runner is alive) and runs both to the step, synchronised there: one effect, and the older
 runner is told it was taken over.  ``STEPLEDGER_DEV_CLOCK_SKEW_S`` moves the agent's wall
@@ -65,6 +68,7 @@ POINTS = (*BOUNDARIES, "frozen_after_intent", "second_runner")
 continues it, and two live runners at one step."""
 FROZEN = "frozen_after_intent"
 SECOND = "second_runner"
+REWORD = "+reword"
 #: How long two runners of one workflow wait for each other at their step.
 MEET_S = 30.0
 #: The status of a workflow whose thread raised something outside the exception tree.
@@ -154,9 +158,17 @@ def tools(approval: bool) -> ToolRegistry:
 
 
 def trip(
-    ledger: Ledger, workflow_id: str, kill: KillPoint | None, parking: Parking
+    ledger: Ledger,
+    workflow_id: str,
+    kill: KillPoint | None,
+    parking: Parking,
+    *,
+    reword: bool = False,
 ) -> dict[str, Any]:
-    """Run (or resume) one trip workflow to its end, stopping at its kill point if any."""
+    """Run (or resume) one trip workflow to its end, stopping at its kill point if any.
+
+    ``reword``: a resumed attempt words the free-text arguments otherwise.
+    """
     by_step = {
         "quote": ledger.tools.require(QUOTE),
         "charge": ledger.tools.require(PAYMENTS),
@@ -176,7 +188,7 @@ def trip(
     if wf.finished:
         return {"status": wf.state.status.value, "attempt": wf.attempt}
     try:
-        return _trip_steps(wf, by_step, workflow_id, kill, parking)
+        return _trip_steps(wf, by_step, workflow_id, kill, parking, reword=reword)
     except StepCompensatedError:
         # Recovery undid an in-doubt step (its policy is compensate), first in the log: the
         # trip cannot go on as planned, so the saga unwinds what else it can undo.
@@ -208,15 +220,19 @@ def _trip_steps(
     workflow_id: str,
     kill: KillPoint | None,
     parking: Parking,
+    *,
+    reword: bool = False,
 ) -> dict[str, Any]:
     quote = _step(wf, "quote", by_step["quote"], {"trip": workflow_id}, kill, parking)
+    anew = reword and wf.attempt > 1  # a model asked again words its free text its own way
+    charge = {"amount": quote["amount"], "currency": "EUR", "customer": workflow_id}
     arguments = {
-        "charge": {"amount": quote["amount"], "currency": "EUR", "customer": workflow_id},
+        "charge": {**charge, "memo": f"Trip {workflow_id}, resumed" if anew else "trip"},
         "book": {"hotel": quote["hotel"], "nights": quote["nights"]},
         "email": {
             "to": f"{workflow_id}@example.test",
             "subject": "Your trip",
-            "body": quote["hotel"],
+            "body": f"Your stay at {quote['hotel']} is confirmed." if anew else quote["hotel"],
         },
     }
     for step_id in ("charge", "book", "email"):
@@ -301,7 +317,7 @@ def parse_target(text: str) -> tuple[str, KillPoint | None]:
 def main(argv: list[str] | None = None) -> int:
     """Run every given workflow concurrently; die once all reached their kill points."""
     parser = argparse.ArgumentParser(prog="python -m stepledger.dev.examples.trip_agent")
-    parser.add_argument("targets", nargs="+", metavar="WORKFLOW[@STEP:POINT]")
+    parser.add_argument("targets", nargs="+", metavar="WORKFLOW[@STEP:POINT][+reword]")
     parser.add_argument(
         "--db",
         type=Path,
@@ -314,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-for-recovery", action="store_true")
     parser.add_argument("--grace", type=float, default=0.5, help="Seconds past a deadline.")
     opts = parser.parse_args(argv)
-    targets = [parse_target(t) for t in opts.targets]
+    targets = [parse_target(t.removesuffix(REWORD)) for t in opts.targets]
+    reworded = {wf for (wf, _), t in zip(targets, opts.targets, strict=True) if t.endswith(REWORD)}
     settings = load_settings()
     options = ResumeOptions(
         grace_s=opts.grace,
@@ -330,16 +347,22 @@ def main(argv: list[str] | None = None) -> int:
         options=options,
         clock=lambda: utc_now() + skew,
     )
-    return _run_all(ledger, targets, opts.max_seconds)
+    return _run_all(ledger, targets, opts.max_seconds, reworded)
 
 
-def _run_all(ledger: Ledger, targets: list[tuple[str, KillPoint | None]], limit: float) -> int:
+def _run_all(
+    ledger: Ledger,
+    targets: list[tuple[str, KillPoint | None]],
+    limit: float,
+    reworded: frozenset[str] | set[str] = frozenset(),
+) -> int:
     parking = Parking()
     # The harness asks where a process it is about to kill was (every thread, to stderr).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def one(workflow_id: str, kill: KillPoint | None) -> None:
-        ended = outcome_of(lambda: trip(ledger, workflow_id, kill, parking))
+        reword = workflow_id in reworded
+        ended = outcome_of(lambda: trip(ledger, workflow_id, kill, parking, reword=reword))
         parking.report({"workflow": workflow_id, **ended})
 
     for target in targets:

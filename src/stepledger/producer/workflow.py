@@ -407,6 +407,11 @@ class Workflow:
         if proven is not None:
             return proven
         events = fence.read_claimed(self.ledger.reader, claim, position)
+        return self._logged(claim, position, events)
+
+    def _logged(self, claim: ev.Event, position: Position, events: list[ev.Event]) -> WorkflowState:
+        """The fold of a read back through a claim; it becomes the state when it holds exactly
+        the events folded here and ends at the claim (proven by offsets from there on)."""
         logged = replay(self.workflow_id, events)
         with self._lock:
             ends_here = bool(events) and events[-1].event_id == claim.event_id

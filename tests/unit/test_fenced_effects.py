@@ -96,8 +96,9 @@ def test_the_recovery_daemons_compensation_names_no_runner_and_is_not_fenced() -
 # -- every effect path of a runner ---------------------------------------------------------
 
 
-def test_a_zombies_saga_cancels_nothing_of_a_trip_the_owner_completed() -> None:
-    world = World()
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_zombies_saga_cancels_nothing_of_a_trip_the_owner_completed(pipelined: bool) -> None:
+    world = World(pipeline_outcomes=pipelined)
     book = world.services.book
     zombie = world.ledger().workflow("wf")
     zombie.step("book", book, STAY)
@@ -115,8 +116,11 @@ def test_a_zombies_saga_cancels_nothing_of_a_trip_the_owner_completed() -> None:
     assert [a.kind for a in state.anomalies] == ["zombie_compensation"]
 
 
-def test_a_zombies_keyed_call_is_not_made_for_a_trip_the_owner_compensated() -> None:
-    world = World()
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_zombies_keyed_call_is_not_made_for_a_trip_the_owner_compensated(
+    pipelined: bool,
+) -> None:
+    world = World(pipeline_outcomes=pipelined)
     services = world.services
     zombie = world.ledger().workflow("wf")
     zombie.step("book", services.book, STAY)
@@ -180,8 +184,9 @@ def test_a_zombies_approved_keyed_call_is_not_made() -> None:
 # -- the proof by offsets ------------------------------------------------------------------
 
 
-def test_a_run_of_effectful_steps_reads_the_log_back_once() -> None:
-    world = World()
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_run_of_effectful_steps_reads_the_log_back_once(pipelined: bool) -> None:
+    world = World(pipeline_outcomes=pipelined)
     ledger = world.ledger()
     reads: list[str] = []
     read_all = ledger.reader.read

@@ -1,8 +1,10 @@
 """What fencing costs a step: one agent, latency per step (intent, call, outcome).
 
-- a keyed tool (safe to repeat), 20-step workflows: no read-back, only the deadline check;
-- an irreversible, unkeyed tool (a pivot: one per workflow): the runner reads its own
-  intent back before the call.  Only the step is timed, not the workflow's opening.
+- a keyed tool (safe to repeat), 20-step workflows: the first intent of each workflow is
+  read back through its position, the next ones are proven by their offsets (each landed
+  right after the runner's record before it);
+- an irreversible, unkeyed tool (a pivot: one per workflow): its intent is each workflow's
+  first, so every step reads it back.  Only the step is timed, not the workflow's opening.
 
 ``python -m bench.fence [--quick] [--bootstrap HOST:PORT]``; run it against an older
 ``src/`` first on ``PYTHONPATH`` for the figures before fencing.

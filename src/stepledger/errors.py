@@ -114,9 +114,11 @@ class LedgerStateError(StepLedgerError):
 class WorkflowTakenOverError(LedgerStateError):
     """Another runner claimed the workflow after this one: this runner calls nothing more.
 
-    Raised before a call that is not safe to repeat when the runner's own intent, read back
-    in log order, came after a newer claim (or lost to a competing one), and when a resume
-    finds that its claim was not the first of its attempt.
+    Raised before any effect of the runner (an effectful step call, keyed or not; a saga's
+    compensation; a compensation while it settles a step) when its own claim (the intent,
+    the compensation intent), read back in log order, came after a newer claim (or lost to
+    a competing one), and when a resume finds that its claim was not the first of its
+    attempt.
     """
 
 

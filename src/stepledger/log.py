@@ -22,7 +22,12 @@ class EventLog(Protocol):
     """Appends events durably: a call returns only once its own event is acknowledged."""
 
     def append(self, event: Event) -> Position:
-        """Append one event and wait for its acknowledgement."""
+        """Append one event and wait for its acknowledgement.
+
+        Returns where it landed: one offset per record of its partition, whoever wrote it,
+        in log order (a runner whose records landed at consecutive offsets takes that as
+        proof that nothing came between them; see ``Workflow.read_claim``).
+        """
         ...
 
     async def append_async(self, event: Event) -> Position:

@@ -19,8 +19,9 @@ from stepledger.errors import StepCompensatedError
 from stepledger.kafka import Position
 from stepledger.producer import Ledger
 from stepledger.recovery.claims import ClaimBoard
+from stepledger.resolution.claims import reader_check
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.resolution.resolver import Resolver, reader_check
+from stepledger.resolution.resolver import Resolver
 from tests.unit.factories import comp_key
 from tests.unit.resume_fakes import World
 from tests.unit.test_resume import ARGS, run_crashing, trip
@@ -134,19 +135,20 @@ def test_an_agent_call_that_outlived_its_deadline_follows_the_daemons_compensati
     assert wf.state.steps["book"].status is StepStatus.COMPENSATED
 
 
-def test_a_call_that_ended_in_time_reads_nothing_back() -> None:
+def test_a_call_that_ended_in_time_reads_nothing_back_after_it() -> None:
     world = World()
     ledger = world.ledger()
     reads: list[str] = []
+    read_all = ledger.reader.read
 
     def read(workflow_id: str) -> list[ev.Event]:
         reads.append(workflow_id)
-        return []
+        return read_all(workflow_id)
 
     ledger.reader.read = read  # type: ignore[method-assign]
     wf = ledger.start("wf")
     wf.step("book", world.services.book, ARGS["book"])
-    assert reads == []
+    assert reads == ["wf"]  # the intent's read back before the call, nothing after it
 
 
 def test_a_recovery_compensation_for_an_earlier_attempt_is_stale() -> None:

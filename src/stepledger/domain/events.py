@@ -139,6 +139,10 @@ class CompensationIntended(_Frozen):
     deadline: datetime
     attempt: Annotated[AvroInt, Field(ge=0)] = 0
     """The step attempt it undoes (0 before 0.3.0: unchecked); keys survive a retry."""
+    epoch: Annotated[AvroInt, Field(ge=0)] = 0
+    """The claim (workflow attempt) of the runner that wrote it; 0 for the daemon's."""
+    runner: str | None = None
+    """The runner that wrote it (its saga, or a resolver settling for it); None for the daemon's."""
 
     _deadline = field_validator("deadline")(_utc_millis)
 

@@ -33,6 +33,7 @@ from stepledger.domain.transitions import TRANSITIONS, Problem
 
 __all__ = [
     "ENDED",
+    "FENCED_OFF",
     "MAY_HAVE_HAPPENED",
     "RETRYABLE",
     "SETTLED",
@@ -135,6 +136,8 @@ def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
 
 
 _STEP_BODIES = frozenset({ev.StepIntended, ev.StepOutcome})
+#: The anomalies of a runner's claim that a newer (or competing) claim of the workflow fenced off.
+FENCED_OFF = frozenset({"zombie_intent", "zombie_compensation"})
 
 
 def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
@@ -197,14 +200,18 @@ def _claim_lost(wf: WorkflowState, body: ev.WorkflowStarted | ev.WorkflowResumed
     )
 
 
-def _zombie(wf: WorkflowState, body: ev.StepIntended) -> Problem | None:
-    """An intent written under a claim that a newer (or competing) claim before it fenced off."""
+def _zombie(wf: WorkflowState, body: ev.StepIntended | ev.CompensationIntended) -> Problem | None:
+    """A runner's claim on an effect (an intent, a compensation) written under a claim of the
+    workflow that a newer (or competing) claim before it fenced off: it decides nothing."""
     if body.epoch == 0 or body.epoch > wf.attempt:
-        return None  # not fenced (written before 0.3.0), or this view holds no claims
+        # Not fenced (the daemon's compensations, events written before the field existed),
+        # or this view holds no claims.
+        return None
     if body.epoch == wf.attempt and (body.runner is None or wf.runner in (None, body.runner)):
         return None
-    return "zombie_intent", (
-        f"intent attempt {body.attempt} by runner {body.runner} (epoch {body.epoch}) after "
+    what = "intent" if type(body) is ev.StepIntended else "compensation"
+    return f"zombie_{what}", (
+        f"{what} attempt {body.attempt} by runner {body.runner} (epoch {body.epoch}) after "
         f"runner {wf.runner} claimed attempt {wf.attempt}; it decides nothing"
     )
 
@@ -244,8 +251,8 @@ def _apply_step(wf: WorkflowState, event: ev.Event, step_id: str) -> Problem | N
     step = wf.steps.get(step_id)
     body = event.body
     at = event.occurred_at
-    if type(body) is ev.StepIntended:
-        zombie = _zombie(wf, body)
+    if type(body) is ev.StepIntended or type(body) is ev.CompensationIntended:
+        zombie = _zombie(wf, body)  # a runner's claim on an effect, fenced by the claims before it
         if zombie is not None:
             return zombie
     if step is None:

@@ -25,6 +25,7 @@ from stepledger.domain.saga import compensation_plan, left_standing
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import StepInDoubtError
+from stepledger.producer import fence
 from stepledger.resolution.hooks import intent_arguments, known_result
 
 if TYPE_CHECKING:
@@ -107,8 +108,16 @@ def _compensate_one(workflow: WorkflowHandle, step: StepState, tool: Tool, reaso
             source=Source.AGENT,
             deadline=events.clock() + timedelta(seconds=tool.timeout_s),
             attempt=step.attempt,
+            epoch=workflow.epoch,
+            runner=workflow.runner,
         )
-        workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
+        # Named by its runner: a zombie's claim is never a duplicate of the owner's.
+        qualifiers = (step.attempt, "agent", workflow.runner)
+        claim = events.envelope(wf, step.step_id, intended, *qualifiers)
+        # Only the workflow's owner undoes: the claim is read back before the hook runs.
+        fence.ensure_owner(workflow.read_claim, claim, workflow.epoch, workflow.record(claim))
+    # A compensation already under way (its claim stood) is carried through under the
+    # step's key, as the owner and the recovery daemon would carry it through.
     assert tool.compensate is not None  # an undoable tool always has the hook
     try:
         # The hook gets the step's own key: it names the effect to undo.

@@ -1,17 +1,26 @@
-"""One live runner per workflow: the checks a runner makes between its intent and its call.
+"""One live runner per workflow: the checks a runner makes between its claim and its effect.
 
 Opening a workflow is a claim (``workflow_started``/``workflow_resumed`` naming the runner);
-its attempt is the runner's epoch, and every intent and outcome the runner writes names
-both, so two runners' events are never duplicates of each other.  The fold
-(:mod:`stepledger.domain.state`) marks an intent written under an epoch that a newer claim
-before it fenced off as a ``zombie_intent`` anomaly: it decides nothing.
+its attempt is the runner's epoch, and every intent, compensation intent and outcome the
+runner writes names the runner (intents and compensation intents the epoch too), so two
+runners' events are never duplicates of each other.  The fold
+(:mod:`stepledger.domain.state`) marks an intent or a compensation intent written under an
+epoch that a newer claim before it fenced off as a ``zombie_intent`` /
+``zombie_compensation`` anomaly: it decides nothing.
 
-Before a call that is not safe to repeat, the runner reads its own intent back in log
-order (:func:`ensure_owner`): the call runs only if the log's fold took that intent as
-the step's attempt; otherwise :class:`~stepledger.errors.WorkflowTakenOverError` is raised
-and nothing is called.  A step that is safe to repeat skips the read-back: its key does
-not change across epochs (only a recorded failure moves it), so a second runner's call
-collides with the first one at the service.
+Before every effect it makes (a step call of an effectful tool, keyed or not; a saga's
+compensation; an approved call, which is a step call), the runner reads its own claim
+(the intent, the compensation intent) back in log order (:func:`ensure_owner`, the
+:func:`~stepledger.resolution.claims.read_back` a resolver makes before a compensation):
+the effect is made only if the log's fold took that claim; otherwise
+:class:`~stepledger.errors.WorkflowTakenOverError` is raised and nothing is called.  A key
+does not excuse a call from the read-back: it is derived from the step and its attempt,
+so it collides with the owner's call only if the owner makes that very call, and an owner
+that compensated or ended the workflow never does (the zombie's charge would be an effect
+of no step).  Two effects skip it, both repeats of a claim the log already took, under
+the step's own key, that the current owner (and the recovery daemon) make themselves
+when they meet the step: a re-drive of an intent in doubt, and carrying through a
+compensation whose intent stands.  Read-only calls make no effect and skip it too.
 
 Right before an effectful call the runner checks its own monotonic clock against the
 intent's budget (:func:`ensure_in_time`): past the deadline recovery may already have
@@ -29,11 +38,12 @@ from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
 from stepledger.domain.factory import Clock
-from stepledger.domain.state import WorkflowState, replay
+from stepledger.domain.state import WorkflowState
 from stepledger.domain.tools import Tool
-from stepledger.errors import StepInDoubtError, WorkflowTakenOverError
-from stepledger.readers.workflows import WorkflowReader
-from stepledger.resolution.resolver import claim_stands
+from stepledger.errors import StepInDoubtError
+from stepledger.kafka import Position
+from stepledger.readers.workflows import WorkflowReader, bounded
+from stepledger.resolution.claims import ClaimCheck, Standing, read_back, taken_over
 
 #: How often a read-back is tried when the reader does not return the acknowledged intent
 #: yet (a reader that lags the producer); past it nothing is called.
@@ -68,8 +78,8 @@ class Budget:
 
 
 def needs_read_back(tool: Tool) -> bool:
-    """True for a call that is not safe to repeat: only the workflow's owner may make it."""
-    return tool.effectful and not tool.repeatable
+    """True for a call with an effect: only the workflow's owner may make it, keyed or not."""
+    return tool.effectful
 
 
 def ensure_in_time(budget: Budget | None, workflow_id: str, step_id: str, tool: Tool) -> None:
@@ -92,29 +102,61 @@ def ensure_in_time(budget: Budget | None, workflow_id: str, step_id: str, tool: 
     )
 
 
-def ensure_owner(reader: WorkflowReader, intent: ev.Event, epoch: int) -> WorkflowState:
-    """Read the runner's own intent back; raise unless the log took it as the step's attempt.
+def next_synced(synced: Position | None, landed: Position) -> Position | None:
+    """Where a handle's state is still the log's fold after folding its own record ``landed``.
 
-    Returns the workflow as the log has it.  The intent is acknowledged, so a reader that
-    reaches the partition's end sees it; one that does not (bounded retries) leaves the
-    step in doubt rather than call.
+    Only when the record landed right after the one the fold ended at (the workflow's
+    records share a partition, invariant 3): then no record of anyone lies between them.
     """
-    workflow_id, step_id = intent.workflow_id, intent.step_id or ""
-    logged: WorkflowState | None = None
+    if synced is None or landed.offset != synced.offset + 1:
+        return None
+    return landed if (landed.topic, landed.partition) == (synced.topic, synced.partition) else None
+
+
+def read_claimed(reader: WorkflowReader, claim: ev.Event, position: Position) -> list[ev.Event]:
+    """The workflow's events read back through one of this process's claims, at ``position``.
+
+    Through the claim's own position with a bounded reader (the fold decides a claim from
+    what lies before it), else the whole workflow.  The claim is acknowledged, so a reader
+    that reaches it returns it; one that does not (bounded retries) returns what it read,
+    without the claim, and nothing may be called.
+    """
+    through = bounded(reader)
+    events: list[ev.Event] = []
     for _ in range(READ_BACK_TRIES):
-        logged = replay(workflow_id, reader.read(workflow_id))
-        if intent.event_id in logged.seen:
+        if through is not None:
+            events = through.read_through(claim.workflow_id, position)
+        else:
+            events = reader.read(claim.workflow_id)
+        if any(event.event_id == claim.event_id for event in reversed(events)):
             break
-    if logged is None or intent.event_id not in logged.seen:
+    return events
+
+
+def ensure_owner(
+    confirm: ClaimCheck, claim: ev.Event, epoch: int, position: Position
+) -> WorkflowState:
+    """Read the runner's own claim (an intent, a compensation intent) back before its effect.
+
+    ``confirm`` is the runner's handle's read back (``Workflow.read_claim``).  Returns the
+    workflow as the log has it through the claim.  Raises WorkflowTakenOverError unless
+    the log's fold took the claim, StepInDoubtError when it could not be read back; either
+    way nothing may be called.
+    """
+    step_id = claim.step_id or ""
+    back = read_back(confirm, claim, position)
+    if back.standing is Standing.STANDS and back.state is not None:
+        return back.state
+    what = "intent" if isinstance(claim.body, ev.StepIntended) else "compensation intent"
+    if back.standing is Standing.UNKNOWN or back.state is None:
         raise StepInDoubtError(
-            f"step {step_id!r}: this run's intent could not be read back from the log; "
+            f"step {step_id!r}: this run's {what} could not be read back from the log; "
             "nothing was called and the step stays in doubt",
-            workflow_id=workflow_id,
+            workflow_id=claim.workflow_id,
             step_id=step_id,
         )
-    if claim_stands(logged, intent):
-        return logged
-    raise taken_over(logged, step_id, epoch, _refusal(logged, intent))
+    why = f"the log recorded its {what} as {back.anomaly}"
+    raise taken_over(back.state, step_id, epoch, why)
 
 
 def ensure_claimed(state: WorkflowState, runner: str, epoch: int) -> None:
@@ -122,21 +164,3 @@ def ensure_claimed(state: WorkflowState, runner: str, epoch: int) -> None:
     if state.attempt < epoch or (state.attempt == epoch and state.runner in (None, runner)):
         return  # ours (or not read back yet: the intents' read-back still guards each call)
     raise taken_over(state, None, epoch, "its claim was not the first of its attempt")
-
-
-def taken_over(
-    state: WorkflowState, step_id: str | None, epoch: int, why: str
-) -> WorkflowTakenOverError:
-    """The one-line error of a runner that lost its workflow to another."""
-    where = f" before step {step_id!r}" if step_id else ""
-    return WorkflowTakenOverError(
-        f"workflow {state.workflow_id!r} was taken over{where}: runner {state.runner} holds "
-        f"attempt {state.attempt}, this runner's was {epoch} ({why}); nothing was called",
-        workflow_id=state.workflow_id,
-        step_id=step_id,
-    )
-
-
-def _refusal(state: WorkflowState, intent: ev.Event) -> str:
-    kinds = [a.kind for a in state.anomalies if a.event_id == intent.event_id]
-    return f"the log recorded its intent as {kinds[0] if kinds else 'not this attempt'}"

@@ -133,6 +133,9 @@ class WorkflowHandle(Protocol):
     def adopt(self, events: Iterable[ev.Event]) -> None:
         """Fold events someone else appended."""
 
+    def read_claim(self, claim: ev.Event, position: Position) -> WorkflowState | None:
+        """The log's fold of the workflow through one of its runner's claims (a ClaimCheck)."""
+
     def reload(self) -> None:
         """Read the workflow again and fold it afresh."""
 

@@ -32,7 +32,7 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError
 from stepledger.producer.session import Session, WorkflowHandle
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.resolution.resolver import Resolver, reader_check
+from stepledger.resolution.resolver import Resolver
 
 _MAX_ROUNDS = 1000
 
@@ -62,7 +62,7 @@ def settle(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
 def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     """Resolve an in-doubt step with the recovery Resolver, waiting until it is due."""
     ledger, options = workflow.ledger, workflow.ledger.options
-    resolver = _resolver(ledger, tool)
+    resolver = _resolver(workflow, tool)
     limit = time.monotonic() + options.resolve_timeout_s
     _settle_if_found(workflow, resolver, step_id, tool)
     for _ in range(_MAX_ROUNDS):
@@ -138,7 +138,11 @@ def _settled_or_raise(workflow: WorkflowHandle, step_id: str, why: str) -> StepS
     return step
 
 
-def _resolver(ledger: Session, tool: Tool) -> Resolver:
+def _resolver(workflow: WorkflowHandle, tool: Tool) -> Resolver:
+    """The recovery Resolver, settling for this runner: its compensation claims name it and
+    are read back as the runner's own claims are (a runner that lost its workflow
+    compensates nothing)."""
+    ledger = workflow.ledger
     known = ledger.tools.get(tool.name)
     tools = ledger.tools if known is tool else ToolRegistry([tool])
     grace = timedelta(seconds=ledger.options.grace_s)
@@ -149,8 +153,10 @@ def _resolver(ledger: Session, tool: Tool) -> Resolver:
         dead_letters=ledger.dead_letters,
         clock=ledger.clock,
         grace=grace,
-        confirm=reader_check(ledger.reader.read),
+        confirm=workflow.read_claim,
         record_limit=oversize.record_limit(max_message_bytes(ledger.settings)),
+        runner=workflow.runner,
+        epoch=workflow.epoch,
     )
 
 

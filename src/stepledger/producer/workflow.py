@@ -98,6 +98,10 @@ class Workflow:
         """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
         self._lost: DurabilityError | None = None
         """Set once a pipelined outcome was not acknowledged: the handle is no longer usable."""
+        self._synced: Position | None = None
+        """Set while the state is exactly the log's fold of the workflow through this record:
+        a read back of a claim ended there, and every record folded since is this handle's
+        own and landed right after the one before (see :meth:`read_claim`)."""
 
     @property
     def attempt(self) -> int:
@@ -221,6 +225,7 @@ class Workflow:
             if self._pending is pending:
                 self._pending = None
                 self.position = position
+                self._synced = fence.next_synced(self._synced, position)
 
     def _ensure_usable(self) -> None:
         if self._lost is not None:
@@ -230,6 +235,7 @@ class Workflow:
         """Fold events someone else appended (a resolver, a human) into the local state."""
         with self._lock:
             self._read = None  # the state is no longer the fold of what was read
+            self._synced = None
             for event in events:
                 self.state.apply(event)
 
@@ -266,7 +272,7 @@ class Workflow:
         their fold is kept and only what follows them is folded onto it.
         """
         with self._lock:
-            base, self._base, self._read = self._base, None, None
+            base, self._base, self._read, self._synced = self._base, None, None, None
             folded = 0
             if base is not None and _begins_with(events, base[0]):
                 state, folded = base[1], len(base[0])
@@ -320,8 +326,7 @@ class Workflow:
         call = self._call_for(step_id, tool, args, move)
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
-            self.record(call.event)
-            self._before_call(call, tool)
+            self._before_call(call, tool, self.record(call.event))
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         try:
             result = run(call.arguments, call.key)
@@ -360,11 +365,11 @@ class Workflow:
         call = self._call_for(step_id, tool, args, move)
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
-            await self.arecord(call.event)
-            if self.after_intent is not None or fence.needs_read_back(tool):
-                # A hook or the read-back blocks: off the event loop.  Otherwise there is
-                # nothing to do, and a thread hop per step cost more than the step's fold.
-                await asyncio.to_thread(self._before_call, call, tool)
+            position = await self.arecord(call.event)
+            if not self._checked_now(call, tool, position):
+                # A hook or a read back blocks: off the event loop.  Otherwise the checks
+                # were made here: a thread hop per step cost more than the step's fold.
+                await asyncio.to_thread(self._before_call, call, tool, position)
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         run = _runner(tool, fn)
         try:
@@ -390,12 +395,59 @@ class Workflow:
         """True when recovery may have decided the step while the call ran (monotonic clock)."""
         return call.budget is not None and call.budget.passed()
 
-    def _before_call(self, call: _PendingCall, tool: Tool) -> None:
-        """Between the intent's acknowledgement and the call: only the owner calls."""
+    def read_claim(self, claim: ev.Event, position: Position) -> WorkflowState | None:
+        """The log's fold of the workflow through one of this handle's claims, at ``position``.
+
+        The fold decides a claim from what lies before it.  When the claim is the record this
+        handle folded last and the state is the log's fold through the record before it
+        (nothing else of any key landed between them: consecutive offsets), the state is
+        that fold and nothing is read.  Otherwise the workflow is read back through the
+        claim; a read that ends at the claim and holds exactly the events folded here
+        becomes the state, and the next claims are proven by their offsets again.
+        """
+        proven = self._proven(position)
+        if proven is not None:
+            return proven
+        events = fence.read_claimed(self.ledger.reader, claim, position)
+        return self._logged(claim, position, events)
+
+    def _logged(self, claim: ev.Event, position: Position, events: list[ev.Event]) -> WorkflowState:
+        """The fold of a read back through a claim; it becomes the state when it holds exactly
+        the events folded here and ends at the claim (proven by offsets from there on)."""
+        logged = replay(self.workflow_id, events)
+        with self._lock:
+            ends_here = bool(events) and events[-1].event_id == claim.event_id
+            if ends_here and self._pending is None and logged.seen == self.state.seen:
+                self.state, self._read, self._base = logged, None, None
+                self._synced = position
+        return logged
+
+    def _proven(self, position: Position) -> WorkflowState | None:
+        """The state, when it is the log's fold through the claim at ``position`` (no I/O)."""
+        with self._lock:
+            if self._synced == position and self._pending is None:
+                return self.state
+            return None
+
+    def _checked_now(self, call: _PendingCall, tool: Tool, position: Position) -> bool:
+        """Make the checks before the call here when they need no I/O; False: they remain."""
+        if self.after_intent is not None:
+            return False
+        if call.event is None or not fence.needs_read_back(tool):
+            return True
+        proven = self._proven(position)
+        if proven is None:
+            return False
+        fence.ensure_owner(lambda claim, at: proven, call.event, self.epoch, position)
+        return True
+
+    def _before_call(self, call: _PendingCall, tool: Tool, position: Position) -> None:
+        """Between the intent's acknowledgement (at ``position``) and the call: only the
+        owner calls (every effectful call, keyed or not: see :mod:`fence`)."""
         if self.after_intent is not None:
             self.after_intent(call.step_id)
         if call.event is not None and fence.needs_read_back(tool):
-            fence.ensure_owner(self.ledger.reader, call.event, self.epoch)
+            fence.ensure_owner(self.read_claim, call.event, self.epoch, position)
 
     def _fitted(self, tool: Tool, result: Any) -> Encoded:
         """The result as recorded: cut to a digest when its outcome would not fit a record."""
@@ -698,6 +750,7 @@ class Workflow:
         with self._lock:
             self._fold(event)
             self.position = position
+            self._synced = fence.next_synced(self._synced, position)
             self.appended += 1
             body = event.body
             if isinstance(body, _CLAIMS_AND_ENDS):

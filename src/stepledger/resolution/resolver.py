@@ -10,9 +10,14 @@ that retries writes the same ids: duplicates the fold ignores. Two resolvers rac
 same step (a resuming agent and the daemon, or two daemons across a rebalance) are ordered
 by the log: a decision that runs a hook with an effect (a compensation) is first appended
 as a claim under the resolver's own id (``compensation_intended``), then read back through
-a :class:`ClaimCheck`; the hook runs only if the log's fold accepted the claim as the first
-decision on the step's attempt. A losing resolver runs nothing and returns the step as the
-log has it. Decisions without an effect (a query's answer, an escalation) are their own
+a :class:`~stepledger.resolution.claims.ClaimCheck` by
+:func:`~stepledger.resolution.claims.read_back`, the check a runner makes before its own
+calls; the hook runs only if the log's fold accepted the claim as the first decision on
+the step's attempt. A losing resolver runs nothing and returns the step as the log has it.
+A resolver settling for a runner (a resuming agent) names that runner and its claim in its
+compensation claims: one written after a newer claim of the workflow is a
+``zombie_compensation``, and the resolver raises WorkflowTakenOverError without calling
+anything. Decisions without an effect (a query's answer, an escalation) are their own
 claims: the first in the log stands and a later one is an anomaly. A hook runs on a daemon
 thread bounded by the tool's timeout; a hook that hangs past it is counted as a failed
 attempt, but its thread cannot be killed and runs on until the hook returns (keep hooks'
@@ -37,11 +42,17 @@ from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import Clock, EventFactory, utc_now
-from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
+from stepledger.domain.state import StepState, StepStatus, WorkflowState
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
+from stepledger.errors import (
+    BrokerError,
+    OwnershipLostError,
+    RecoveryError,
+    WorkflowTakenOverError,
+)
 from stepledger.kafka import Position
 from stepledger.log import Acknowledgement, EventLog
+from stepledger.resolution.claims import ClaimCheck, Standing, read_back, taken_over
 from stepledger.resolution.hooks import (
     HookPool,
     checked_query,
@@ -80,30 +91,6 @@ class Resolution:
 
 #: Waits for what an attempt sent and returns what it did (see :meth:`Resolver.begin`).
 Settle = Callable[[], Resolution]
-
-
-class ClaimCheck(Protocol):
-    """Reads a claim back: the workflow as the log has it through the claim, or None."""
-
-    def __call__(self, claim: ev.Event, position: Position) -> WorkflowState | None:
-        """Fold the workflow's events up to (at least) the claim; None when unknown in time."""
-        ...
-
-
-def reader_check(read: Callable[[str], list[ev.Event]]) -> ClaimCheck:
-    """A ClaimCheck that reads the whole workflow again (the claim is acknowledged, so in it)."""
-
-    def check(claim: ev.Event, position: Position) -> WorkflowState | None:
-        return replay(claim.workflow_id, read(claim.workflow_id))
-
-    return check
-
-
-def claim_stands(state: WorkflowState, claim: ev.Event) -> bool:
-    """True when the log's fold took the claim as the step's decision (not an anomaly)."""
-    if claim.event_id not in state.seen:
-        return False
-    return not any(a.event_id == claim.event_id for a in state.anomalies)
 
 
 class ResolutionObserver(Protocol):
@@ -166,6 +153,8 @@ class Resolver:
         claimant: str | None = None,
         pipeline: bool = False,
         record_limit: int | None = None,
+        runner: str | None = None,
+        epoch: int = 0,
     ) -> None:
         self.log = log
         self.events = events
@@ -184,6 +173,10 @@ class Resolver:
         """Send a resolution's events back to back and wait for them together (see _record)."""
         self.record_limit = record_limit
         """Most bytes a recorded result may take; a larger one is kept as its digest."""
+        self.runner, self.epoch = runner, epoch
+        """The runner (and its claim) this resolver settles for, or None (the recovery daemon,
+        fenced by partition ownership): a runner's compensation claims name both, and one
+        the log fenced off raises WorkflowTakenOverError (nothing is called)."""
         self._fleets: dict[str, EventFactory] = {}
         """The factory of each fleet whose workflows this resolver decided (see _factory)."""
 
@@ -318,7 +311,7 @@ class Resolver:
         """
         try:
             self._carry_out(run)
-        except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError):
+        except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError, WorkflowTakenOverError):
             raise
         except Exception as exc:
             run.error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -382,6 +375,8 @@ class Resolver:
                 source=Source.RECOVERY_COMPENSATE,
                 deadline=self.clock() + timedelta(seconds=tool.timeout_s),
                 attempt=step.attempt,
+                epoch=self.epoch,
+                runner=self.runner,
             )
             claim = self._append(run, intended, step.attempt, "recovery", self.claimant)
             self._ensure_claim(run, claim)
@@ -419,19 +414,25 @@ class Resolver:
             self.dead_letters.publish(abandonment, reason=reason)
 
     def _ensure_claim(self, run: _Attempt, claim: ev.Event) -> None:
-        """Go on only if the log took the claim as the step's first decision."""
+        """Go on only if the log took the claim as the step's first decision (read_back).
+
+        Without ``confirm`` (one resolver only) the local fold judges it.  A runner's claim
+        the log fenced off raises WorkflowTakenOverError: the runner lost its workflow.
+        """
         run.settle()
-        if self.confirm is None:
+        local = run.state
+        back = read_back(self.confirm or (lambda c, p: local), claim, run.positions[-1])
+        if back.standing is Standing.STANDS:
             return
-        logged = self.confirm(claim, run.positions[-1])
-        if logged is not None and claim_stands(logged, claim):
-            return
+        if back.state is not None:
+            run.state = back.state
+        if back.standing is Standing.FENCED and back.state is not None:
+            why = f"the log recorded its compensation of the step as {back.anomaly}"
+            raise taken_over(back.state, run.step.step_id, self.epoch, why)
         run.lost = True
-        if logged is not None:
-            run.state = logged
         logger.info(
             "claim lost: another decision came first in the log",
-            extra={**_where(run), "claim": claim.event_id, "known": logged is not None},
+            extra={**_where(run), "claim": claim.event_id, "known": back.state is not None},
         )
         raise _ClaimLost(claim.event_id)
 

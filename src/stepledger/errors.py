@@ -13,7 +13,7 @@
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
     ├── LedgerStateError                 the log forbids what was asked
     │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
-    │   ├── SagaViolationError           an irreversible step while reversible ones are unresolved
+    │   ├── SagaViolationError           a plan or step that breaks the saga rules (pivot order)
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
     │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── ApprovalMismatchError        an answer names another call than the one awaiting approval
@@ -144,11 +144,23 @@ class PlanMismatchError(LedgerStateError):
 
 
 class SagaViolationError(LedgerStateError):
-    """An irreversible step was attempted while reversible steps are unresolved."""
+    """A plan or a step breaks the saga rules (an undoable step after the pivot, ...).
 
-    def __init__(self, message: str, *, outstanding: tuple[str, ...] = (), **kw: object) -> None:
+    ``escalation_id`` is set when the refusal was recorded in the log for a person (a step
+    refused at run time: the workflow is dead-lettered until they clear it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        outstanding: tuple[str, ...] = (),
+        escalation_id: str | None = None,
+        **kw: object,
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.outstanding = outstanding
+        self.escalation_id = escalation_id
 
 
 class ApprovalPendingError(LedgerStateError):

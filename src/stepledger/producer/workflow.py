@@ -26,9 +26,10 @@ from stepledger.domain.results import Encoded
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
+    Violation,
     ensure_plan,
-    ensure_step,
     pivot_may_have_passed,
+    step_violations,
 )
 from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
@@ -51,7 +52,7 @@ from stepledger.errors import (
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, fence, settling
+from stepledger.producer import approval, compensation, escalation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
@@ -327,6 +328,10 @@ class Workflow:
             if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            escalated = escalation.stranded_failure(self, step_id)
+            if escalated is not None:
+                self.record(escalated)
+                escalation.note(self, step_id, exc)
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
@@ -374,6 +379,10 @@ class Workflow:
             if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            escalated = escalation.stranded_failure(self, step_id)
+            if escalated is not None:
+                await self.arecord(escalated)
+                escalation.note(self, step_id, exc)
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
@@ -472,10 +481,11 @@ class Workflow:
 
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
-    ) -> None:
-        """Check a runtime-generated plan; raise SagaViolationError naming every violation."""
+    ) -> tuple[Violation, ...]:
+        """Check a runtime-generated plan: raise SagaViolationError naming every violation,
+        else return its warnings (steps after the pivot that a person decides if they fail)."""
         rules = rules or PlanRules(read_only=self.state.read_only)
-        ensure_plan([plan_step(s) for s in steps], rules, workflow_id=self.workflow_id)
+        return ensure_plan([plan_step(s) for s in steps], rules, workflow_id=self.workflow_id)
 
     def context(self, hook: ContextHook | None = None) -> list[StepSummary]:
         """The agent's working context rebuilt from the log (the conversation is not stored)."""
@@ -565,6 +575,9 @@ class Workflow:
                 # The pending request must show this call, else it is asked again.
                 approval.ask_again(self, step_id, tool, args)
                 self._await_approval(step_id)
+            elif kind is MoveKind.ESCALATE_FAILURE:
+                assert move.step is not None
+                self.record(escalation.failure_escalation(self, move.step))
             else:
                 raise refusal(self.workflow_id, move, step_id)
         raise LedgerStateError(f"step {step_id!r} did not settle", workflow_id=self.workflow_id)
@@ -601,7 +614,9 @@ class Workflow:
                 step_id=step_id,
             )
         with self._lock:
-            ensure_step(self.state, step_id, tool)
+            found = step_violations(self.state, step_id, tool)
+        if found:
+            escalation.refuse(self, step_id, tool, found)
 
     def _await_approval(self, step_id: str) -> None:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)

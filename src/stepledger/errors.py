@@ -11,6 +11,7 @@
     ├── EventValidationError             a decoded or JSON event that breaks the model
     ├── BrokerError                      the event log cannot be reached or refused a request
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
+    │       └── RecordTooLargeError      a record larger than its topic takes (never written)
     ├── LedgerStateError                 the log forbids what was asked
     │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
     │   ├── SagaViolationError           a plan or step that breaks the saga rules (pivot order)
@@ -101,6 +102,16 @@ class BrokerError(StepLedgerError):
 
 class DurabilityError(BrokerError):
     """A record was not acknowledged by the broker, so the guarded effect was not attempted."""
+
+
+class RecordTooLargeError(DurabilityError):
+    """The broker (or the producer) refused a record as larger than its topic takes.
+
+    The record was not written, and sending it again fails the same way: what it records
+    must be made smaller (a result kept as its digest), or the attempt counted and given up.
+    """
+
+    retryable = False
 
 
 class LedgerStateError(StepLedgerError):

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
-from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
@@ -46,6 +45,7 @@ from stepledger.errors import (
     DurabilityError,
     LedgerStateError,
     PlanMismatchError,
+    RecordTooLargeError,
     ResultTypeError,
     StepInDoubtError,
     ToolDefinitionError,
@@ -335,7 +335,13 @@ class Workflow:
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        self._record_outcome(outcome)
+        try:
+            self._record_outcome(outcome)
+        except RecordTooLargeError:
+            if not oversize.can_cut(encoded):
+                raise
+            encoded, outcome = self._digest_outcome(call, encoded)
+            self._record_outcome(outcome)
         self._ensure_outcome_stands(call, outcome)
         _ensure_replayable(tool, step_id, encoded)
         return result
@@ -386,7 +392,13 @@ class Workflow:
             raise
         encoded = self._fitted(tool, result)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        await self._arecord_outcome(outcome)
+        try:
+            await self._arecord_outcome(outcome)
+        except RecordTooLargeError:
+            if not oversize.can_cut(encoded):
+                raise
+            encoded, outcome = self._digest_outcome(call, encoded)
+            await self._arecord_outcome(outcome)
         if self._past_deadline(call):
             await self.asettle_pending()
             await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
@@ -406,9 +418,13 @@ class Workflow:
 
     def _fitted(self, tool: Tool, result: Any) -> Encoded:
         """The result as recorded: cut to a digest when its outcome would not fit a record."""
-        encoded = tool.results.encode(result)
-        limit = oversize.record_limit(max_message_bytes(self.ledger.settings))
-        return oversize.fitted(encoded, limit)
+        return oversize.fitted(tool.results.encode(result), self.ledger.record_limit)
+
+    def _digest_outcome(self, call: _PendingCall, encoded: Encoded) -> tuple[Encoded, ev.Event]:
+        """The outcome again with its result as a digest: the step log refused it as too large
+        (its own limit could not be read).  The effect happened: it is recorded, not retried."""
+        kept = oversize.fitted(encoded, 0)
+        return kept, self._outcome(call, OutcomeStatus.SUCCEEDED, result=kept)
 
     def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
         """After a call that outlived its deadline, go by the log's first decision.

@@ -39,7 +39,12 @@ from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.errors import BrokerError, OwnershipLostError, RecoveryError
+from stepledger.errors import (
+    BrokerError,
+    OwnershipLostError,
+    RecordTooLargeError,
+    RecoveryError,
+)
 from stepledger.kafka import Position
 from stepledger.log import Acknowledgement, EventLog
 from stepledger.resolution.hooks import (
@@ -183,7 +188,8 @@ class Resolver:
         self.pipeline = pipeline
         """Send a resolution's events back to back and wait for them together (see _record)."""
         self.record_limit = record_limit
-        """Most bytes a recorded result may take; a larger one is kept as its digest."""
+        """Most bytes a recorded result (or the evidence beside it) may take; a larger one is
+        kept as its digest.  None: nothing is cut (a log without a size limit)."""
         self._fleets: dict[str, EventFactory] = {}
         """The factory of each fleet whose workflows this resolver decided (see _factory)."""
 
@@ -231,7 +237,11 @@ class Resolver:
         return functools.partial(self._settled, run)
 
     def _settled(self, run: _Attempt) -> Resolution:
-        run.settle()
+        try:
+            run.settle()
+        except RecordTooLargeError as exc:
+            self._too_large(run, exc)
+            run.settle()
         resolution = run.result()
         if self.observer is not None and run.events:
             self.observer(resolution, run.tool)
@@ -318,6 +328,8 @@ class Resolver:
         """
         try:
             self._carry_out(run)
+        except RecordTooLargeError as exc:
+            self._too_large(run, exc)
         except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError):
             raise
         except Exception as exc:
@@ -329,6 +341,28 @@ class Resolver:
             )
             qualifiers = (run.step.attempt, run.action.attempt, policy.value, "failed")
             self._append(run, failed, *qualifiers)
+
+    def _too_large(self, run: _Attempt, exc: RecordTooLargeError) -> None:
+        """Count a decision the log refused as too large: the next attempt, or a person.
+
+        The broker takes smaller records than this resolver fitted to (the topic's limit
+        could not be read): sending the same decision again fails the same way, so the
+        attempt is recorded as failed, and past the tool's ``max_attempts`` the step is
+        escalated (a re-drive's effect is keyed, so the attempts repeat nothing).
+        """
+        for pending in run.pending:
+            # Sent after the refused record: landed or not, the log read back tells.
+            with contextlib.suppress(BrokerError):
+                run.positions.append(pending())
+        run.pending.clear()
+        run.error = f"the decision could not be recorded: {exc}"[:2000]
+        logger.warning("decision too large to record", extra={**_where(run), "error": run.error})
+        policy = _POLICY_OF.get(run.action.kind, ResolutionPolicy.ESCALATE)
+        failed = ev.ResolutionAttempted(
+            policy=policy, attempt=max(1, run.action.attempt), error=run.error
+        )
+        qualifiers = (run.step.attempt, run.action.attempt, policy.value, "too_large")
+        self._append(run, failed, *qualifiers)
 
     def _carry_out(self, run: _Attempt) -> None:
         kind, tool = run.action.kind, run.tool
@@ -461,7 +495,7 @@ class Resolver:
 
     def _tried(self, run: _Attempt, policy: ResolutionPolicy, answer: Any) -> None:
         """Record a hook's answer as a resolution attempt."""
-        answer_json = ids.canonical_json(rs.answer_evidence(answer))
+        answer_json = ids.canonical_json(self._fit(rs.answer_evidence(answer)))
         tried = ev.ResolutionAttempted(
             policy=policy, attempt=run.action.attempt, answer_json=answer_json
         )
@@ -473,6 +507,9 @@ class Resolver:
         encoded = run.tool.results.encode(result) if run.tool is not None else None
         if encoded is not None and self.record_limit is not None:
             encoded = oversize.fitted(encoded, self.record_limit)
+            # The evidence repeats what the hook answered: it gets what the result left.
+            kept = len(ids.canonical_json(encoded.value).encode())
+            evidence = oversize.fitted_value(evidence, max(0, self.record_limit - kept))
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,
@@ -492,10 +529,18 @@ class Resolver:
         body = ev.StepAbandoned(
             reason=reason,
             escalation_id=escalation,
-            evidence_json=ids.canonical_json(evidence),
+            evidence_json=ids.canonical_json(self._fit(evidence)),
             source=Source.RECOVERY,
         )
         return self._append(run, body, escalation)
+
+    def _fit(self, evidence: Any) -> Any:
+        """Evidence as recorded: itself, or its digest when it would not fit a record."""
+        return (
+            evidence
+            if self.record_limit is None
+            else oversize.fitted_value(evidence, self.record_limit)
+        )
 
     def _append(self, run: _Attempt, body: ev.Body, *qualifiers: object) -> ev.Event:
         factory = self._factory(run.state)

@@ -333,7 +333,7 @@ class Workflow:
                 self.record(escalated)
                 escalation.note(self, step_id, exc)
             raise
-        encoded = self._fitted(tool, result)
+        encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         try:
             self._record_outcome(outcome)
@@ -390,7 +390,7 @@ class Workflow:
                 await self.arecord(escalated)
                 escalation.note(self, step_id, exc)
             raise
-        encoded = self._fitted(tool, result)
+        encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
         try:
             await self._arecord_outcome(outcome)
@@ -415,10 +415,6 @@ class Workflow:
             self.after_intent(call.step_id)
         if call.event is not None and fence.needs_read_back(tool):
             fence.ensure_owner(self.ledger.reader, call.event, self.epoch)
-
-    def _fitted(self, tool: Tool, result: Any) -> Encoded:
-        """The result as recorded: cut to a digest when its outcome would not fit a record."""
-        return oversize.fitted(tool.results.encode(result), self.ledger.record_limit)
 
     def _digest_outcome(self, call: _PendingCall, encoded: Encoded) -> tuple[Encoded, ev.Event]:
         """The outcome again with its result as a digest: the step log refused it as too large
@@ -647,13 +643,16 @@ class Workflow:
             )
 
     def _call_for(self, step_id: str, tool: Tool, args: dict[str, Any], move: Move) -> _PendingCall:
+        # The first read of the record limit may ask the broker: before the intent, never
+        # between a call's effect and its outcome.
+        limit = self.ledger.record_limit
         if move.kind is MoveKind.RERUN:
             # A read-only call in doubt runs again under its recorded intent and key.
             step = move.step
             assert step is not None
             scrub = tool.scrubber(args)
             return _PendingCall(
-                None, step_id, step.idempotency_key, args, step.attempt, scrub, None
+                None, step_id, step.idempotency_key, args, step.attempt, scrub, None, limit
             )
         with self._lock:
             after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
@@ -676,7 +675,7 @@ class Workflow:
         assert isinstance(body, ev.StepIntended)
         scrub = tool.scrubber(args)
         key = body.idempotency_key
-        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget)
+        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget, limit)
 
     def _outcome(
         self,
@@ -754,6 +753,8 @@ class _PendingCall:
     """Removes this call's secret values from what its outcome records."""
     budget: fence.Budget | None
     """The intent's deadline on this runner's monotonic clock (None for a read-only re-run)."""
+    record_limit: int
+    """The most bytes its result may take in the outcome (a larger one: its digest)."""
 
 
 def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:

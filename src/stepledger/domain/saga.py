@@ -204,11 +204,6 @@ def waits_only(found: Sequence[Violation]) -> bool:
     return all(v.kind is ViolationKind.UNRESOLVED_BEFORE_PIVOT for v in found)
 
 
-def ensure_step(state: WorkflowState, step_id: str, tool: Tool) -> None:
-    """Raise SagaViolationError if running ``tool`` as ``step_id`` now breaks the rules."""
-    raise_violations(step_violations(state, step_id, tool), workflow_id=state.workflow_id)
-
-
 def compensation_plan(state: WorkflowState) -> tuple[list[StepState], list[StepState]]:
     """What compensate() undoes, newest first, and the steps whose unknown outcome blocks it.
 

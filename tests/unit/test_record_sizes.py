@@ -22,7 +22,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState, replay
-from stepledger.domain.tools import Tool
+from stepledger.domain.tools import Found, Tool
 from stepledger.errors import RecordTooLargeError, ResultTypeError
 from stepledger.kafka import Position
 from stepledger.log import InMemoryEventLog
@@ -155,7 +155,9 @@ def test_a_redrive_whose_outcome_the_topic_refuses_is_counted_and_escalated() ->
     assert final.status is StepStatus.ABANDONED and final.escalation_open
     assert len(calls) == 3, "one re-drive per counted attempt, then a person"
     tried = [e.body for e in decisions.log.events if isinstance(e.body, ev.ResolutionAttempted)]
-    assert all("could not be recorded" in (b.error or "") for b in tried)
+    failed = [b for b in tried if b.error]
+    assert [b.attempt for b in failed] == [1, 2, 3]
+    assert all("could not be recorded" in (b.error or "") for b in failed)
 
 
 def test_a_redrive_records_its_evidence_within_the_limit_too() -> None:
@@ -169,3 +171,19 @@ def test_a_redrive_records_its_evidence_within_the_limit_too() -> None:
     outcome = [b for b in bodies if isinstance(b, ev.StepOutcome)]
     assert '"truncated":true' in (tried[0].answer_json or "")
     assert '"truncated":true' in (outcome[0].evidence_json or "")
+
+
+def test_an_escalation_whose_probe_answered_a_large_result_is_still_recorded() -> None:
+    def run(args: dict[str, Any], key: str) -> str:
+        return "sent"
+
+    def query(args: dict[str, Any], key: str) -> Found:
+        return Found(BLOB)
+
+    mail = Tool(name="mail", policy="escalate", run=run, query=query, timeout_s=1)
+    decisions = Decisions(mail, record_limit=None)  # the topic's limit is not known
+    step = decisions.attempt().steps["s"]
+    assert step.status is StepStatus.ABANDONED and step.escalation_open
+    [abandoned] = [e.body for e in decisions.log.events if isinstance(e.body, ev.StepAbandoned)]
+    assert '"truncated":true' in (abandoned.evidence_json or "")
+    assert len(abandoned.evidence_json or "") < oversize.EVIDENCE_KEPT + 1000

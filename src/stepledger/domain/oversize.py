@@ -29,6 +29,9 @@ TOO_LARGE = UNREPLAYABLE + "too_large"
 ENVELOPE_ROOM = 16 * 1024
 #: How much of the result's text the recorded digest keeps, for a human to recognise it.
 HEAD_CHARS = 512
+#: An escalation's evidence is for a person to read; beyond this it is kept as its digest,
+#: so an escalation fits any record limit and giving up can always be recorded.
+EVIDENCE_KEPT = 4096
 
 
 def record_limit(max_message_bytes: int) -> int:

@@ -495,7 +495,7 @@ class Resolver:
 
     def _tried(self, run: _Attempt, policy: ResolutionPolicy, answer: Any) -> None:
         """Record a hook's answer as a resolution attempt."""
-        answer_json = ids.canonical_json(self._fit(rs.answer_evidence(answer)))
+        answer_json = ids.canonical_json(_evidence(rs.answer_evidence(answer)))
         tried = ev.ResolutionAttempted(
             policy=policy, attempt=run.action.attempt, answer_json=answer_json
         )
@@ -507,9 +507,6 @@ class Resolver:
         encoded = run.tool.results.encode(result) if run.tool is not None else None
         if encoded is not None and self.record_limit is not None:
             encoded = oversize.fitted(encoded, self.record_limit)
-            # The evidence repeats what the hook answered: it gets what the result left.
-            kept = len(ids.canonical_json(encoded.value).encode())
-            evidence = oversize.fitted_value(evidence, max(0, self.record_limit - kept))
         event = self._factory(run.state).outcome(
             run.state.workflow_id,
             run.step.step_id,
@@ -518,7 +515,7 @@ class Resolver:
             source=source,
             result=result if encoded is None else encoded.value,
             result_type=None if encoded is None else encoded.result_type,
-            evidence=evidence,
+            evidence=_evidence(evidence),
             # One id per decided attempt, whichever path (query or re-drive) decided it:
             # two resolvers answering the same step write one event, never two competing.
             qualifiers=(run.step.attempt, "recovery"),
@@ -529,18 +526,10 @@ class Resolver:
         body = ev.StepAbandoned(
             reason=reason,
             escalation_id=escalation,
-            evidence_json=ids.canonical_json(self._fit(evidence)),
+            evidence_json=ids.canonical_json(_evidence(evidence)),
             source=Source.RECOVERY,
         )
         return self._append(run, body, escalation)
-
-    def _fit(self, evidence: Any) -> Any:
-        """Evidence as recorded: itself, or its digest when it would not fit a record."""
-        return (
-            evidence
-            if self.record_limit is None
-            else oversize.fitted_value(evidence, self.record_limit)
-        )
 
     def _append(self, run: _Attempt, body: ev.Body, *qualifiers: object) -> ev.Event:
         factory = self._factory(run.state)
@@ -615,6 +604,15 @@ def _step(state: WorkflowState, step_id: str) -> StepState:
             step_id=step_id,
         )
     return step
+
+
+def _evidence(value: Any) -> Any:
+    """Evidence as recorded (what a hook answered, why): for a person to read, so each large
+    part (a result, a probe's answer) is kept as its digest and a decision fits a record
+    whatever the topic's limit; the result itself is the outcome's, fitted to the limit."""
+    if isinstance(value, dict):
+        return {k: oversize.fitted_value(v, oversize.EVIDENCE_KEPT) for k, v in value.items()}
+    return oversize.fitted_value(value, oversize.EVIDENCE_KEPT)
 
 
 def _args(run: _Attempt) -> dict[str, Any]:

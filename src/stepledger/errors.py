@@ -11,9 +11,10 @@
     ├── EventValidationError             a decoded or JSON event that breaks the model
     ├── BrokerError                      the event log cannot be reached or refused a request
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
+    │       └── RecordTooLargeError      a record larger than its topic takes (never written)
     ├── LedgerStateError                 the log forbids what was asked
     │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
-    │   ├── SagaViolationError           an irreversible step while reversible ones are unresolved
+    │   ├── SagaViolationError           a plan or step that breaks the saga rules (pivot order)
     │   ├── ApprovalPendingError         a pivot step waits for a human approval
     │   ├── ApprovalDeniedError          a human denied a pivot step
     │   ├── ApprovalMismatchError        an answer names another call than the one awaiting approval
@@ -107,6 +108,16 @@ class DurabilityError(BrokerError):
     """A record was not acknowledged by the broker, so the guarded effect was not attempted."""
 
 
+class RecordTooLargeError(DurabilityError):
+    """The broker (or the producer) refused a record as larger than its topic takes.
+
+    The record was not written, and sending it again fails the same way: what it records
+    must be made smaller (a result kept as its digest), or the attempt counted and given up.
+    """
+
+    retryable = False
+
+
 class LedgerStateError(StepLedgerError):
     """What was asked contradicts the recorded log."""
 
@@ -150,11 +161,23 @@ class PlanMismatchError(LedgerStateError):
 
 
 class SagaViolationError(LedgerStateError):
-    """An irreversible step was attempted while reversible steps are unresolved."""
+    """A plan or a step breaks the saga rules (an undoable step after the pivot, ...).
 
-    def __init__(self, message: str, *, outstanding: tuple[str, ...] = (), **kw: object) -> None:
+    ``escalation_id`` is set when the refusal was recorded in the log for a person (a step
+    refused at run time: the workflow is dead-lettered until they clear it).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        outstanding: tuple[str, ...] = (),
+        escalation_id: str | None = None,
+        **kw: object,
+    ) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.outstanding = outstanding
+        self.escalation_id = escalation_id
 
 
 class ApprovalPendingError(LedgerStateError):

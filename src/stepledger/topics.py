@@ -9,6 +9,11 @@ Every process that reads the log (the SDK, the projector, the recovery daemon, t
 the CLI) calls :func:`check_retention` once at start: one warning line when the broker may
 delete history that no checkpoint covers.  Tansu enforces no retention and answers no
 ``DescribeConfigs`` the way Apache Kafka does; the check then says nothing.
+
+A topic may take smaller records than the producer's ``message.max.bytes``: its own
+``max.message.bytes`` (:func:`topic_max_message_bytes`, read once per process and topic) is
+the limit every writer fits its records to.  A principal without ``DESCRIBE_CONFIGS`` on the
+topic (or a broker that does not answer) gets one log line and the producer's limit alone.
 """
 
 from __future__ import annotations
@@ -100,6 +105,36 @@ def topic_exists(settings: Settings, topic: str) -> bool:
 
 _checked: set[tuple[str, str]] = set()
 _checked_lock = threading.Lock()
+_max_bytes: dict[tuple[str, str], int | None] = {}
+_max_bytes_lock = threading.Lock()
+
+
+def topic_max_message_bytes(settings: Settings, topic: str) -> int | None:
+    """The topic's ``max.message.bytes``, read once per process; None when it cannot be read.
+
+    A refused or failed read (no ``DESCRIBE_CONFIGS`` on the topic, no answer) logs one line
+    and is not tried again by this process: the writer goes by the producer's limit, and a
+    record the broker then refuses as too large is counted and escalated where it matters
+    (the recovery daemon's decisions), never retried forever.
+    """
+    where = (settings.bootstrap, topic)
+    with _max_bytes_lock:
+        if where in _max_bytes:
+            return _max_bytes[where]
+        try:
+            raw = _describe(settings, topic, ("max.message.bytes",)).get("max.message.bytes")
+        except Exception as exc:  # a check must never stop the process: the producer's limit
+            logger.warning(
+                "could not read max.message.bytes of %s (%s: %s): records are fitted to the "
+                "producer's message.max.bytes only; grant DESCRIBE_CONFIGS on the topic",
+                topic,
+                type(exc).__name__,
+                str(exc)[:300],
+            )
+            raw = None
+        found = int(raw) if raw is not None and raw.isdigit() and int(raw) > 0 else None
+        _max_bytes[where] = found
+        return found
 
 
 def check_retention(settings: Settings, role: str) -> Notice | None:

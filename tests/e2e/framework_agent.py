@@ -104,7 +104,8 @@ def main() -> int:
     parser.add_argument("--kill-after", default=None)
     parser.add_argument("--kill-when", choices=("intent", "effect"), default="effect")
     opts = parser.parse_args()
-    tools = {t.name: t for t in registry()}
+    # The trip's three tools (the registry also holds the pay-then-notify capture).
+    tools = {t.name: t for t in registry() if t.name in (PAYMENTS, BOOKINGS, EMAIL)}
     if opts.kill_after:
         before = opts.kill_when == "intent"
         tools[opts.kill_after] = killing(tools[opts.kill_after], before_effect=before)

@@ -77,7 +77,7 @@ def test_a_plan_that_breaks_the_pivot_rules_records_nothing(settings: Settings) 
     assert events_of(settings, "wf-plan") == []
 
 
-def test_after_the_pivot_only_repeatable_steps_run_and_their_intents_say_so(
+def test_after_the_pivot_steps_run_forward_and_their_intents_say_so(
     settings: Settings,
 ) -> None:
     svc = Counted()
@@ -86,27 +86,27 @@ def test_after_the_pivot_only_repeatable_steps_run_and_their_intents_say_so(
         wf = ledger.workflow("wf-run")
         wf.step("charge", charge, {"amount": 5})
         wf.step("email", email, {"to": "x"})
-        with pytest.raises(SagaViolationError, match="unrepeatable_after_pivot"):
-            wf.step("again", email, {"to": "y"})
-        with pytest.raises(SagaViolationError, match="pivot_passed"):
-            wf.step("charge-2", charge, {"amount": 1})
         wf.step("notify", notify, {})
-        wf.finish()
-    intents = {
-        e.step_id: e.body
-        for e in events_of(settings, "wf-run")
-        if isinstance(e.body, ev.StepIntended)
-    }
-    assert set(intents) == {"charge", "email", "notify"}
-    assert [intents[s].after_pivot for s in ("charge", "email", "notify")] == [
+        wf.step("again", email, {"to": "y"})  # unrepeatable after the pivot: runs once
+        with pytest.raises(SagaViolationError, match="pivot_passed") as refused:
+            wf.step("charge-2", charge, {"amount": 1})
+    events = events_of(settings, "wf-run")
+    intents = {e.step_id: e.body for e in events if isinstance(e.body, ev.StepIntended)}
+    assert set(intents) == {"charge", "email", "notify", "again"}
+    assert [intents[s].after_pivot for s in ("charge", "email", "notify", "again")] == [
         False,
         False,
+        True,
         True,
     ]
     charge_intent = intents["charge"]
     assert isinstance(charge_intent, ev.StepIntended)
     assert charge_intent.repeatable and charge_intent.undoable
-    assert svc.effects == Counter({"charge": 1, "email": 1})
+    assert svc.effects == Counter({"charge": 1, "email": 2})
+    # The refusal is in the log for a person, before the refused step's intent.
+    [case] = EscalationQueue().extend(events).open()
+    assert case.escalation_id == refused.value.escalation_id and "pivot_passed" in case.reason
+    assert replay("wf-run", events).status is RunStatus.DEAD_LETTERED
 
 
 def test_recovery_redrives_an_in_doubt_step_after_the_pivot_instead_of_undoing_it(

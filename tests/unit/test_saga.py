@@ -16,6 +16,7 @@ from stepledger.domain.saga import (
     ViolationKind,
     check_plan,
     compensation_plan,
+    ensure_plan,
     left_standing,
     step_violations,
 )
@@ -65,7 +66,9 @@ def test_an_idempotent_charge_without_refund_is_the_pivot() -> None:
     found = check_plan([("pay", PAY), ("book", BOOK), ("email", EMAIL)])
     assert [(v.kind, v.step_id, v.outstanding) for v in found] == [
         (ViolationKind.UNDOABLE_AFTER_PIVOT, "pay", ("book",)),
-        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, "pay", ("book", "email")),
+    ]
+    assert [(w.kind, w.outstanding) for w in found.warnings] == [
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("book", "email"))
     ]
     assert check_plan([("pay", PAY_R), ("book", BOOK), ("email", EMAIL)]) == []
 
@@ -74,17 +77,25 @@ def test_the_pivot_first_is_reported_with_every_later_undoable_step() -> None:
     found = check_plan([("email", EMAIL), ("book", BOOK), ("read", READ), ("car", CAR)])
     assert [(v.kind, v.outstanding) for v in found] == [
         (ViolationKind.UNDOABLE_AFTER_PIVOT, ("book", "car")),
-        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("book", "car")),
     ]
     assert found[0].step_id == "email"
 
 
-def test_every_step_after_the_pivot_must_be_repeatable() -> None:
-    plan = [("book", BOOK), ("email", EMAIL), ("notify", KEYED_FOLLOW_UP), ("again", EMAIL)]
-    found = check_plan(plan)
-    assert [(v.kind, v.outstanding) for v in found] == [
-        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("again",))
+def test_pay_then_notify_is_a_plan_that_runs_with_a_warning_the_author_can_read() -> None:
+    # A keyed charge that cannot be undone, then an unkeyed receipt email: the commonest
+    # agent shape.  Nothing in it is a violation; the email is named as what a person
+    # decides if it fails or its outcome is in doubt.
+    found = check_plan([("charge", PAY), ("email", EMAIL)])
+    assert found == []
+    assert [(w.kind, w.step_id, w.outstanding) for w in found.warnings] == [
+        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, "charge", ("email",))
     ]
+    assert "runs at most once" in str(found.warnings[0])
+    assert "stepledger escalations list" in str(found.warnings[0])
+    assert ensure_plan([("charge", PAY), ("email", EMAIL)]) == found.warnings
+    plan = [("book", BOOK), ("email", EMAIL), ("notify", KEYED_FOLLOW_UP), ("again", EMAIL)]
+    assert check_plan(plan) == [] and check_plan(plan).warnings[0].outstanding == ("again",)
+    assert check_plan([("book", BOOK), ("pay", PAY_R)]).warnings == (), "no pivot, no warning"
 
 
 def test_check_plan_reports_every_violation_at_once() -> None:
@@ -96,12 +107,8 @@ def test_check_plan_reports_every_violation_at_once() -> None:
     ]
     found = check_plan(plan, PlanRules(pivot_needs_approval=True))
     kinds = sorted(v.kind.value for v in found)
-    assert kinds == [
-        "duplicate_step",
-        "missing_approval",
-        "undoable_after_pivot",
-        "unrepeatable_after_pivot",
-    ]
+    assert kinds == ["duplicate_step", "missing_approval", "undoable_after_pivot"]
+    assert [w.kind.value for w in found.warnings] == ["unrepeatable_after_pivot"]
     assert all(str(v).startswith(v.kind.value) for v in found)
     gated_first = check_plan(
         [("book", BOOK), ("wire", GATED)], PlanRules(pivot_needs_approval=True)
@@ -136,16 +143,12 @@ def test_the_pivot_waits_for_undoable_steps_in_doubt() -> None:
     assert step_violations(state, "pay", PAY_R) == []
 
 
-def test_after_the_pivot_undoable_and_unrepeatable_steps_are_refused() -> None:
+def test_after_the_pivot_an_undoable_step_is_refused_and_an_unrepeatable_one_is_not() -> None:
     state = _state(*_done("email", EMAIL, 0))
     found = step_violations(state, "book", BOOK)
-    assert [(v.kind, v.outstanding) for v in found] == [
-        (ViolationKind.PIVOT_PASSED, ("email",)),
-        (ViolationKind.UNREPEATABLE_AFTER_PIVOT, ("email",)),
-    ]
-    assert [v.kind for v in step_violations(state, "again", EMAIL)] == [
-        ViolationKind.UNREPEATABLE_AFTER_PIVOT
-    ]
+    assert [(v.kind, v.outstanding) for v in found] == [(ViolationKind.PIVOT_PASSED, ("email",))]
+    assert "fix: call it before the pivot, or give it no compensate hook" in str(found[0])
+    assert step_violations(state, "again", EMAIL) == []
     assert step_violations(state, "notify", KEYED_FOLLOW_UP) == []
     failed = _state(
         F.intent("wf", "email", EMAIL, {}, sequence=0),
@@ -186,7 +189,12 @@ def test_the_sdk_refuses_a_compensatable_step_once_the_pivot_ran() -> None:
     with pytest.raises(SagaViolationError, match="pivot_passed") as raised:
         wf.step("book", BOOK, {}, lambda a, k: "booked")
     assert raised.value.outstanding == ("email",)
-    assert world.types("wf") == ["workflow_started", "step_intended", "step_outcome"]
+    assert world.types("wf") == [
+        "workflow_started",
+        "step_intended",
+        "step_outcome",
+        "workflow_dead_lettered",
+    ], "refused before the booking's intent, and the refusal is in the log for a person"
 
 
 def test_the_sdk_refuses_the_pivot_while_a_booking_is_in_doubt() -> None:
@@ -204,6 +212,9 @@ def test_the_sdk_refuses_the_pivot_while_a_booking_is_in_doubt() -> None:
     with pytest.raises(SagaViolationError, match="unresolved") as raised:
         wf.step("email", svc.email, {"to": "x"})
     assert raised.value.outstanding == ("book",) and svc.calls["email"] == 0
+    # It waits for the booking to be decided (recovery's or a person's): nothing to escalate.
+    assert raised.value.escalation_id is None
+    assert "workflow_dead_lettered" not in world.types("wf")
 
 
 def test_an_approval_gate_requests_and_refuses_until_granted() -> None:

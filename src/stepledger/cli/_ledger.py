@@ -176,7 +176,7 @@ Encoded = tuple[bytes, bytes, Headers]
 
 def encode_lines(settings: Settings, lines: list[Line]) -> tuple[list[Encoded], list[LineError]]:
     """Each event's key, value and headers, or why its line cannot be appended."""
-    codec, limit = codec_for(settings), max_message_bytes(settings)
+    codec, limit = codec_for(settings), max_message_bytes(settings, settings.topic)
     records: list[Encoded] = []
     errors: list[LineError] = []
     for line in lines:

@@ -4,7 +4,8 @@ A dead letter copies the original key, value and headers (a null key or value st
 a header without a value keeps no value) and adds ``dlq_*`` headers naming the original
 topic, partition, offset, consumer group, the stage that refused it and why.
 
-Every letter fits the producer's ``message.max.bytes``: one that would not (a record near
+Every letter fits the producer's ``message.max.bytes`` and the dead-letter topic's
+``max.message.bytes`` (:func:`max_message_bytes`): one that would not (a record near
 the limit plus the ``dlq_*`` headers) keeps its ``dlq_*`` headers, drops the original
 headers and cuts the key and value to what fits, saying so in ``dlq_truncated`` with the
 original sizes and ``dlq_value_sha256``; the whole original stays at the coordinates the
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.topics import topic_max_message_bytes
 
 HEADER_PREFIX = wire.DEAD_LETTER_HEADER_PREFIX
 TRUNCATED = "truncated"
@@ -89,17 +91,25 @@ class DeadLetter:
         return key, value, kept
 
 
-def max_message_bytes(settings: Settings) -> int:
-    """The producer's record size limit (``message.max.bytes``) under these settings."""
+def max_message_bytes(settings: Settings, topic: str | None = None) -> int:
+    """The most bytes a record may take: the producer's ``message.max.bytes`` and, for a
+    ``topic``, the topic's own ``max.message.bytes`` (read once per process), the smaller.
+
+    Without a topic (or when the topic's limit cannot be read) the producer's alone.
+    """
     text = settings.kafka.get("message.max.bytes", "")
-    return int(text) if text.isdigit() else DEFAULT_MAX_BYTES
+    producer = int(text) if text.isdigit() else DEFAULT_MAX_BYTES
+    if topic is None:
+        return producer
+    found = topic_max_message_bytes(settings, topic)
+    return producer if found is None else min(producer, found)
 
 
 def send_dead_letters(
     producer: DurableProducer, settings: Settings, letters: Sequence[DeadLetter]
 ) -> list[Position]:
     """Append the letters to the dead-letter topic, each cut to fit, and wait for every ack."""
-    limit = max_message_bytes(settings)
+    limit = max_message_bytes(settings, settings.dlq_topic)
     futures = [producer.send(settings.dlq_topic, *x.fitted(limit)) for x in letters]
     return [producer.wait(f) for f in futures]
 

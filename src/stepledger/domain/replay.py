@@ -38,6 +38,9 @@ class MoveKind(StrEnum):
     """A human denied the step."""
     ESCALATED = "escalated"
     """The step waits for a human's verdict."""
+    ESCALATE_FAILURE = "escalate_failure"
+    """A definite failure after the pivot of a step that cannot be repeated safely, not yet
+    escalated: its escalation is recorded, then the step waits for a person (ESCALATED)."""
     UNDONE = "undone"
     """The step was compensated (or its compensation failed): it cannot run again."""
 
@@ -163,6 +166,8 @@ def next_move(
     fixed = _FIXED.get(status)
     if fixed is not None:
         return Move(fixed, step)
+    if stranded(step):
+        return Move(MoveKind.ESCALATE_FAILURE, step)
     if status is StepStatus.FAILED and replaying:
         return Move(MoveKind.RAISE_FAILED, step)
     # Failed and asked again, not happened, or approved: a new attempt.  Only a recorded,
@@ -171,6 +176,22 @@ def next_move(
     sequence = step.sequence if step.sequence >= 0 else position
     key = step.idempotency_key if status is StepStatus.NOT_HAPPENED else None
     return Move(MoveKind.RUN, step, attempt=step.attempt + 1, sequence=sequence, key=key or None)
+
+
+def stranded(step: StepState) -> bool:
+    """True when a step failed after the pivot, cannot be repeated safely and no person has it.
+
+    The saga cannot go back past its pivot and the step may not run again on its own (it is
+    neither keyed nor idempotent), so a person decides: ``--not-happened`` lets it run
+    again, ``--happened`` takes it as done.  Once escalated it is ``escalation_open``; once
+    answered it is no longer failed.
+    """
+    return (
+        step.status is StepStatus.FAILED
+        and step.after_pivot
+        and not step.repeatable
+        and not step.escalation_open
+    )
 
 
 _FIXED = {

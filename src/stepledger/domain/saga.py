@@ -4,9 +4,12 @@ A tool's effect has two properties: whether a repeat is safe (keyed, idempotent)
 whether it can be undone (a compensate hook).  The **pivot** of a saga is its first
 effectful step that cannot be undone: once it happened, the saga can only go forward.  So:
 
-- every undoable step comes before the pivot, and every step after the pivot is safely
-  repeatable (it is retried until it succeeds, never undone) (``check_plan``; at run time
-  an undoable or unrepeatable step is refused once a pivot may have happened);
+- every undoable step comes before the pivot (``check_plan``; at run time an undoable step
+  is refused once a pivot may have happened: ``pivot_passed``);
+- a step after the pivot that cannot be repeated safely (an unkeyed receipt email after an
+  irreversible charge) is allowed: it runs at most once, never again automatically, and
+  when its outcome is in doubt or it fails a person decides.  ``check_plan`` reports it as
+  a warning (:attr:`PlanCheck.warnings`), not a violation;
 - a pivot is refused while an undoable step's outcome is unknown or a compensation is
   running: if that step turns out to need undoing, the pivot already committed to it;
 - an approval can be required at the pivot (``PlanRules(pivot_needs_approval=True)``);
@@ -37,7 +40,9 @@ class ViolationKind(StrEnum):
     UNDOABLE_AFTER_PIVOT = "undoable_after_pivot"
     """An undoable step comes after the pivot (in a plan)."""
     UNREPEATABLE_AFTER_PIVOT = "unrepeatable_after_pivot"
-    """A step after the pivot cannot be repeated safely, so it cannot be retried to success."""
+    """A step after the pivot cannot be repeated safely: a warning, never a violation.
+
+    It runs at most once; an in-doubt call and a definite failure go to a person."""
     PIVOT_PASSED = "pivot_passed"
     """An undoable step after a pivot that may have happened (at run time)."""
     UNRESOLVED_BEFORE_PIVOT = "unresolved_before_pivot"
@@ -72,6 +77,22 @@ class Violation:
         return f"{self.kind.value}: {self.detail}"
 
 
+class PlanCheck(list[Violation]):
+    """What ``check_plan`` found: the violations (the list itself) and warnings beside them.
+
+    A list, so ``check_plan(plan) == []`` still says "it may run as it is"; ``warnings``
+    are what the author should know and may accept (a step after the pivot that runs at
+    most once and goes to a person when it fails or its outcome is in doubt).
+    """
+
+    def __init__(
+        self, violations: Iterable[Violation] = (), warnings: Iterable[Violation] = ()
+    ) -> None:
+        super().__init__(violations)
+        self.warnings: tuple[Violation, ...] = tuple(warnings)
+        """Findings that do not stop the plan, in plan order."""
+
+
 @dataclass(frozen=True)
 class PlanRules:
     """What ``check_plan`` enforces besides the pivot order."""
@@ -91,17 +112,22 @@ class PlanRules:
 
 def check_plan(
     steps: Iterable[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
-) -> list[Violation]:
-    """Every violation of the saga rules in a plan (empty when it may run as it is)."""
+) -> PlanCheck:
+    """Every violation of the saga rules in a plan (empty when it may run as it is).
+
+    Warnings (``.warnings`` of the answer) name what runs but needs a person when it goes
+    wrong: each step after the pivot that cannot be repeated safely.
+    """
     plan = [s if isinstance(s, PlanStep) else PlanStep(*s) for s in steps]
     rules = rules or PlanRules()
     found = _duplicates(plan)
     if rules.read_only:
         found.extend(_effects_in_read_only(plan))
     pivot = next((i for i, s in enumerate(plan) if s.tool.pivot), None)
-    if pivot is not None:
-        found.extend(_pivot_rules(plan[pivot], plan[pivot + 1 :], rules))
-    return found
+    if pivot is None:
+        return PlanCheck(found)
+    found.extend(_pivot_rules(plan[pivot], plan[pivot + 1 :], rules))
+    return PlanCheck(found, _unrepeatable_after(plan[pivot], plan[pivot + 1 :]))
 
 
 def ensure_plan(
@@ -109,9 +135,11 @@ def ensure_plan(
     rules: PlanRules | None = None,
     *,
     workflow_id: str | None = None,
-) -> None:
-    """Raise SagaViolationError naming every violation of the plan, if it has any."""
-    raise_violations(check_plan(steps, rules), workflow_id=workflow_id)
+) -> tuple[Violation, ...]:
+    """Raise SagaViolationError naming every violation of the plan; else return its warnings."""
+    found = check_plan(steps, rules)
+    raise_violations(found, workflow_id=workflow_id)
+    return found.warnings
 
 
 def pivot_passed(state: WorkflowState, step_id: str | None = None) -> list[StepState]:
@@ -138,38 +166,42 @@ def step_violations(state: WorkflowState, step_id: str, tool: Tool) -> list[Viol
     """The violations running ``tool`` as ``step_id`` now would commit, given the log.
 
     Checked on every step call, so it reads the fold's counts of pivots and unresolved
-    undoable steps and passes over every step only to name the ones breaking a rule.
+    undoable steps and passes over every step only to name the ones breaking a rule.  Each
+    violation's detail ends with the fix.  A step after the pivot that cannot be repeated
+    safely is no violation: it runs once, and a person decides when it fails or is in doubt.
     """
     found: list[Violation] = []
     if tool.read_only:
         return found  # the common case, kept free of a pass over every step
     if state.read_only:
-        detail = f"workflow is read-only, tool {tool.name!r} is {tool.effect_class.value}"
+        detail = (
+            f"workflow is read-only, tool {tool.name!r} is {tool.effect_class.value}; fix: "
+            "run effects in a workflow opened without read_only"
+        )
         found.append(Violation(ViolationKind.EFFECT_IN_READ_ONLY, step_id, detail))
     blocking = _blocking(state, step_id) if tool.pivot else []
     if blocking:
         names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blocking)
-        detail = f"{tool.name!r} cannot be undone; refused while unresolved: {names}"
+        detail = (
+            f"{tool.name!r} cannot be undone; refused while unresolved: {names}; it runs once "
+            "they are decided (recovery, or a person: `stepledger escalations list`)"
+        )
         found.append(_with(ViolationKind.UNRESOLVED_BEFORE_PIVOT, step_id, detail, blocking))
-    if not (tool.undoable or not tool.repeatable) or not pivot_may_have_passed(state, step_id):
+    if not tool.undoable or not pivot_may_have_passed(state, step_id):
         return found
     pivots = pivot_passed(state, step_id)
     names = ", ".join(s.step_id for s in pivots)
-    if tool.undoable:
-        detail = f"undoable {tool.name!r} after the pivot {names}: it could not be unwound"
-        found.append(_with(ViolationKind.PIVOT_PASSED, step_id, detail, pivots))
-    if not tool.repeatable:
-        detail = (
-            f"{tool.name!r} after the pivot {names} cannot be repeated safely (neither keyed "
-            "nor idempotent): after a pivot every step must be retriable until it succeeds"
-        )
-        found.append(_with(ViolationKind.UNREPEATABLE_AFTER_PIVOT, step_id, detail, pivots))
+    detail = (
+        f"undoable {tool.name!r} after the pivot {names}: it could not be unwound; fix: call "
+        "it before the pivot, or give it no compensate hook (a forward step)"
+    )
+    found.append(_with(ViolationKind.PIVOT_PASSED, step_id, detail, pivots))
     return found
 
 
-def ensure_step(state: WorkflowState, step_id: str, tool: Tool) -> None:
-    """Raise SagaViolationError if running ``tool`` as ``step_id`` now breaks the rules."""
-    raise_violations(step_violations(state, step_id, tool), workflow_id=state.workflow_id)
+def waits_only(found: Sequence[Violation]) -> bool:
+    """True when every violation only waits for other steps to be decided (nothing to fix)."""
+    return all(v.kind is ViolationKind.UNRESOLVED_BEFORE_PIVOT for v in found)
 
 
 def compensation_plan(state: WorkflowState) -> tuple[list[StepState], list[StepState]]:
@@ -232,19 +264,22 @@ def _pivot_rules(pivot: PlanStep, later: list[PlanStep], rules: PlanRules) -> li
             f"{', '.join(undoable)}: move them before it"
         )
         found.append(Violation(ViolationKind.UNDOABLE_AFTER_PIVOT, pivot.step_id, detail, undoable))
-    unsafe = tuple(s.step_id for s in later if not s.tool.repeatable)
-    if unsafe:
-        detail = (
-            f"after the pivot {where} every step must be safely repeatable (keyed or "
-            f"idempotent), but {', '.join(unsafe)} is not"
-        )
-        found.append(
-            Violation(ViolationKind.UNREPEATABLE_AFTER_PIVOT, pivot.step_id, detail, unsafe)
-        )
     if rules.approval_at_pivot and not pivot.tool.requires_approval:
         detail = f"the pivot {where} has no approval gate"
         found.append(Violation(ViolationKind.MISSING_APPROVAL, pivot.step_id, detail))
     return found
+
+
+def _unrepeatable_after(pivot: PlanStep, later: list[PlanStep]) -> list[Violation]:
+    unsafe = tuple(s.step_id for s in later if s.tool.effectful and not s.tool.repeatable)
+    if not unsafe:
+        return []
+    detail = (
+        f"after the pivot {pivot.step_id} ({pivot.tool.name}), {', '.join(unsafe)} cannot be "
+        "repeated safely (neither keyed nor idempotent): each runs at most once, and if its "
+        "outcome is in doubt or it fails, a person decides (`stepledger escalations list`)"
+    )
+    return [Violation(ViolationKind.UNREPEATABLE_AFTER_PIVOT, pivot.step_id, detail, unsafe)]
 
 
 def _duplicates(plan: list[PlanStep]) -> list[Violation]:

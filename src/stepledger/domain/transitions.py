@@ -65,6 +65,9 @@ def _on_intent(step: StepState, body: ev.StepIntended, at: datetime) -> Transiti
     fresh = step.attempt == 0
     if not fresh and step.status not in RETRYABLE:
         return None, ("intent_while_" + step.status.value, f"intent attempt {body.attempt} ignored")
+    if step.escalation_open:
+        # A failure escalated to a person runs again only on their verdict (not_happened).
+        return None, ("intent_while_escalated", f"intent attempt {body.attempt} ignored")
     return dict(
         status=StepStatus.INTENDED,
         sequence=body.sequence,
@@ -178,9 +181,10 @@ def _on_compensation_outcome(
 
 def _on_abandoned(step: StepState, body: ev.StepAbandoned, at: datetime) -> Transition:
     if step.status in SETTLED:
-        if body.escalation_id is not None and body.source is not Source.AGENT:
-            # A conflict found after the decision (e.g. a late outcome): the decision stands
-            # and the step waits for a human's verdict, which re-judges it.
+        if body.escalation_id is not None and _escalates_settled(step, body):
+            # A conflict found after the decision (e.g. a late outcome), or a definite failure
+            # after the pivot that may not be retried on its own: the decision stands and the
+            # step waits for a human's verdict, which re-judges it.
             return dict(escalation_id=body.escalation_id, escalation_open=True), None
         return None, ("abandon_settled", f"abandonment of a step already {step.status}")
     return dict(
@@ -190,6 +194,13 @@ def _on_abandoned(step: StepState, body: ev.StepAbandoned, at: datetime) -> Tran
         escalation_open=body.escalation_id is not None,
         resolved_at=at,
     ), None
+
+
+def _escalates_settled(step: StepState, body: ev.StepAbandoned) -> bool:
+    """Recovery escalates a conflict on any decided step; an agent only its own failure."""
+    if body.source is not Source.AGENT:
+        return True
+    return step.status is StepStatus.FAILED and not step.escalation_open
 
 
 _VERDICT_STATUS = {

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from stepledger.config import Settings
-from stepledger.errors import BrokerError, ConfigError, DurabilityError
+from stepledger.errors import BrokerError, ConfigError, DurabilityError, RecordTooLargeError
 from stepledger.kafka.lanes import LINGERING, Batching, Lanes
 from stepledger.kafka.release import drop_within
 
@@ -425,7 +425,7 @@ class DurableProducer:
             if err is not None:
                 if producer is self._producer:
                     self._note(err)
-                settle(DurabilityError(f"record not acknowledged: {err.str()}"))
+                settle(_refused(err, f"record not acknowledged: {err.str()}"))
             else:
                 if producer is self._producer:
                     self._timeouts = 0
@@ -465,6 +465,8 @@ class DurableProducer:
                 # A client replaced meanwhile says nothing of its successor.
                 if isinstance(error, KafkaError) and producer is self._producer:
                     self._note(error)
+                if isinstance(error, KafkaError):
+                    raise _refused(error, f"produce refused: {exc}") from exc
                 raise DurabilityError(f"produce refused: {exc}") from exc
 
     def flush(self, timeout: float = 10.0) -> int:
@@ -669,6 +671,13 @@ def _set_outcome(
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+def _refused(err: KafkaError, message: str) -> DurabilityError:
+    """The error of a record the broker or the client refused; too large is its own kind."""
+    if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        return RecordTooLargeError(message)
+    return DurabilityError(message)
 
 
 def _dead(err: KafkaError) -> bool:

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stepledger.config import Settings
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
+from stepledger.deadletters.letter import max_message_bytes
+from stepledger.domain import oversize
 from stepledger.domain.events import Event
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
@@ -63,6 +65,16 @@ class Ledger:
         self._reader = reader
         self._dead_letters = dead_letters
         self._open_pool: ThreadPoolExecutor | None = None
+        self._record_limit: int | None = None
+
+    @property
+    def record_limit(self) -> int:
+        """The most bytes a recorded result may take: under the producer's limit and, on
+        Kafka, the step log's own ``max.message.bytes`` (read once, at the first outcome)."""
+        if self._record_limit is None:
+            topic = self.settings.topic if isinstance(self.log, KafkaEventLog) else None
+            self._record_limit = oversize.record_limit(max_message_bytes(self.settings, topic))
+        return self._record_limit
 
     @property
     def reader(self) -> WorkflowReader:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from typing import Any
 from stepledger import tracing
 from stepledger.domain import events as ev
 from stepledger.domain import ids
-from stepledger.domain.saga import PlanRules, PlanStep, ensure_plan
+from stepledger.domain.saga import PlanRules, PlanStep, Violation, ensure_plan
 from stepledger.domain.state import RunStatus, WorkflowState
 from stepledger.errors import WorkflowDeadLetteredError
 from stepledger.producer import fence
@@ -32,6 +34,11 @@ from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
 STAGE = "resume"
+logger = logging.getLogger(__name__)
+#: Plan warnings already logged by this process (each once; bounded, plans are few).
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+_WARNED_KEPT = 1024
 
 
 @dataclass(frozen=True)
@@ -175,7 +182,21 @@ def check_plan(workflow: Workflow, spec: WorkflowSpec) -> None:
         return
     state = workflow.state
     read_only = state.read_only if state.attempt else spec.read_only
-    ensure_plan(spec.plan, PlanRules(read_only=read_only), workflow_id=workflow.workflow_id)
+    rules = PlanRules(read_only=read_only)
+    warn_once(ensure_plan(spec.plan, rules, workflow_id=workflow.workflow_id))
+
+
+def warn_once(warnings: tuple[Violation, ...]) -> None:
+    """Log each plan warning once per process: what the author accepted runs as declared."""
+    for warning in warnings:
+        text = str(warning)
+        with _warned_lock:
+            if text in _warned:
+                continue
+            if len(_warned) >= _WARNED_KEPT:
+                _warned.clear()
+            _warned.add(text)
+        logger.warning("plan: %s", text)
 
 
 def first_run(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:

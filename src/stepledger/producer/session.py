@@ -88,6 +88,10 @@ class Session(Protocol):
     def options(self) -> ResumeOptions:
         """How resumes wait and settle."""
 
+    @property
+    def record_limit(self) -> int:
+        """The most bytes a recorded result may take in the step log (a larger one: its digest)."""
+
     def clock(self) -> datetime:
         """The wall clock (UTC) events are stamped with."""
 

@@ -22,9 +22,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 
-from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
-from stepledger.domain import oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import EffectClass, ResolutionPolicy
 from stepledger.domain.state import StepState, StepStatus, WorkflowState
@@ -154,7 +152,7 @@ def _resolver(workflow: WorkflowHandle, tool: Tool) -> Resolver:
         clock=ledger.clock,
         grace=grace,
         confirm=workflow.read_claim,
-        record_limit=oversize.record_limit(max_message_bytes(ledger.settings)),
+        record_limit=ledger.record_limit,
         runner=workflow.runner,
         epoch=workflow.epoch,
     )

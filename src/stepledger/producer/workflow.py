@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
-from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
@@ -26,9 +25,10 @@ from stepledger.domain.results import Encoded
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
+    Violation,
     ensure_plan,
-    ensure_step,
     pivot_may_have_passed,
+    step_violations,
 )
 from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
@@ -45,13 +45,14 @@ from stepledger.errors import (
     DurabilityError,
     LedgerStateError,
     PlanMismatchError,
+    RecordTooLargeError,
     ResultTypeError,
     StepInDoubtError,
     ToolDefinitionError,
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, fence, settling
+from stepledger.producer import approval, compensation, escalation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
@@ -334,10 +335,20 @@ class Workflow:
             if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            escalated = escalation.stranded_failure(self, step_id)
+            if escalated is not None:
+                self.record(escalated)
+                escalation.note(self, step_id, exc)
             raise
-        encoded = self._fitted(tool, result)
+        encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        self._record_outcome(outcome)
+        try:
+            self._record_outcome(outcome)
+        except RecordTooLargeError:
+            if not oversize.can_cut(encoded):
+                raise
+            encoded, outcome = self._digest_outcome(call, encoded)
+            self._record_outcome(outcome)
         self._ensure_outcome_stands(call, outcome)
         _ensure_replayable(tool, step_id, encoded)
         return result
@@ -381,10 +392,20 @@ class Workflow:
             if effect_unknown(exc) and tool.effectful:
                 raise self._left_in_doubt(call, tool, exc) from exc
             await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+            escalated = escalation.stranded_failure(self, step_id)
+            if escalated is not None:
+                await self.arecord(escalated)
+                escalation.note(self, step_id, exc)
             raise
-        encoded = self._fitted(tool, result)
+        encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
         outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        await self._arecord_outcome(outcome)
+        try:
+            await self._arecord_outcome(outcome)
+        except RecordTooLargeError:
+            if not oversize.can_cut(encoded):
+                raise
+            encoded, outcome = self._digest_outcome(call, encoded)
+            await self._arecord_outcome(outcome)
         if self._past_deadline(call):
             await self.asettle_pending()
             await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
@@ -449,11 +470,11 @@ class Workflow:
         if call.event is not None and fence.needs_read_back(tool):
             fence.ensure_owner(self.read_claim, call.event, self.epoch, position)
 
-    def _fitted(self, tool: Tool, result: Any) -> Encoded:
-        """The result as recorded: cut to a digest when its outcome would not fit a record."""
-        encoded = tool.results.encode(result)
-        limit = oversize.record_limit(max_message_bytes(self.ledger.settings))
-        return oversize.fitted(encoded, limit)
+    def _digest_outcome(self, call: _PendingCall, encoded: Encoded) -> tuple[Encoded, ev.Event]:
+        """The outcome again with its result as a digest: the step log refused it as too large
+        (its own limit could not be read).  The effect happened: it is recorded, not retried."""
+        kept = oversize.fitted(encoded, 0)
+        return kept, self._outcome(call, OutcomeStatus.SUCCEEDED, result=kept)
 
     def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
         """After a call that outlived its deadline, go by the log's first decision.
@@ -526,10 +547,11 @@ class Workflow:
 
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
-    ) -> None:
-        """Check a runtime-generated plan; raise SagaViolationError naming every violation."""
+    ) -> tuple[Violation, ...]:
+        """Check a runtime-generated plan: raise SagaViolationError naming every violation,
+        else return its warnings (steps after the pivot that a person decides if they fail)."""
         rules = rules or PlanRules(read_only=self.state.read_only)
-        ensure_plan([plan_step(s) for s in steps], rules, workflow_id=self.workflow_id)
+        return ensure_plan([plan_step(s) for s in steps], rules, workflow_id=self.workflow_id)
 
     def context(self, hook: ContextHook | None = None) -> list[StepSummary]:
         """The agent's working context rebuilt from the log (the conversation is not stored)."""
@@ -619,6 +641,9 @@ class Workflow:
                 # The pending request must show this call, else it is asked again.
                 approval.ask_again(self, step_id, tool, args)
                 self._await_approval(step_id)
+            elif kind is MoveKind.ESCALATE_FAILURE:
+                assert move.step is not None
+                self.record(escalation.failure_escalation(self, move.step))
             else:
                 raise refusal(self.workflow_id, move, step_id)
         raise LedgerStateError(f"step {step_id!r} did not settle", workflow_id=self.workflow_id)
@@ -670,7 +695,9 @@ class Workflow:
                 step_id=step_id,
             )
         with self._lock:
-            ensure_step(self.state, step_id, tool)
+            found = step_violations(self.state, step_id, tool)
+        if found:
+            escalation.refuse(self, step_id, tool, found)
 
     def _await_approval(self, step_id: str) -> None:
         status = approval.await_decision(self, step_id, self.ledger.options.approval_wait_s)
@@ -685,13 +712,16 @@ class Workflow:
             )
 
     def _call_for(self, step_id: str, tool: Tool, args: dict[str, Any], move: Move) -> _PendingCall:
+        # The first read of the record limit may ask the broker: before the intent, never
+        # between a call's effect and its outcome.
+        limit = self.ledger.record_limit
         if move.kind is MoveKind.RERUN:
             # A read-only call in doubt runs again under its recorded intent and key.
             step = move.step
             assert step is not None
             scrub = tool.scrubber(args)
             return _PendingCall(
-                None, step_id, step.idempotency_key, args, step.attempt, scrub, None
+                None, step_id, step.idempotency_key, args, step.attempt, scrub, None, limit
             )
         with self._lock:
             after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
@@ -714,7 +744,7 @@ class Workflow:
         assert isinstance(body, ev.StepIntended)
         scrub = tool.scrubber(args)
         key = body.idempotency_key
-        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget)
+        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget, limit)
 
     def _outcome(
         self,
@@ -793,6 +823,8 @@ class _PendingCall:
     """Removes this call's secret values from what its outcome records."""
     budget: fence.Budget | None
     """The intent's deadline on this runner's monotonic clock (None for a read-only re-run)."""
+    record_limit: int
+    """The most bytes its result may take in the outcome (a larger one: its digest)."""
 
 
 def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:

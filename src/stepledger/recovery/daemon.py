@@ -147,6 +147,9 @@ class RecoveryDaemon:
         reachable_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
         check_retention(self.settings, "recovery")
+        # Decisions are fitted to the limit that applies: the step log's own, when smaller.
+        limit = max_message_bytes(self.settings, self.settings.topic)
+        self.resolver.record_limit = oversize.record_limit(limit)
         consumer = GroupConsumer(
             self.settings,
             self.membership,

@@ -47,6 +47,7 @@ from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import (
     BrokerError,
     OwnershipLostError,
+    RecordTooLargeError,
     RecoveryError,
     WorkflowTakenOverError,
 )
@@ -172,7 +173,8 @@ class Resolver:
         self.pipeline = pipeline
         """Send a resolution's events back to back and wait for them together (see _record)."""
         self.record_limit = record_limit
-        """Most bytes a recorded result may take; a larger one is kept as its digest."""
+        """Most bytes a recorded result (or the evidence beside it) may take; a larger one is
+        kept as its digest.  None: nothing is cut (a log without a size limit)."""
         self.runner, self.epoch = runner, epoch
         """The runner (and its claim) this resolver settles for, or None (the recovery daemon,
         fenced by partition ownership): a runner's compensation claims name both, and one
@@ -224,7 +226,11 @@ class Resolver:
         return functools.partial(self._settled, run)
 
     def _settled(self, run: _Attempt) -> Resolution:
-        run.settle()
+        try:
+            run.settle()
+        except RecordTooLargeError as exc:
+            self._too_large(run, exc)
+            run.settle()
         resolution = run.result()
         if self.observer is not None and run.events:
             self.observer(resolution, run.tool)
@@ -311,6 +317,8 @@ class Resolver:
         """
         try:
             self._carry_out(run)
+        except RecordTooLargeError as exc:
+            self._too_large(run, exc)
         except (_HookFailed, _ClaimLost, BrokerError, OwnershipLostError, WorkflowTakenOverError):
             raise
         except Exception as exc:
@@ -322,6 +330,28 @@ class Resolver:
             )
             qualifiers = (run.step.attempt, run.action.attempt, policy.value, "failed")
             self._append(run, failed, *qualifiers)
+
+    def _too_large(self, run: _Attempt, exc: RecordTooLargeError) -> None:
+        """Count a decision the log refused as too large: the next attempt, or a person.
+
+        The broker takes smaller records than this resolver fitted to (the topic's limit
+        could not be read): sending the same decision again fails the same way, so the
+        attempt is recorded as failed, and past the tool's ``max_attempts`` the step is
+        escalated (a re-drive's effect is keyed, so the attempts repeat nothing).
+        """
+        for pending in run.pending:
+            # Sent after the refused record: landed or not, the log read back tells.
+            with contextlib.suppress(BrokerError):
+                run.positions.append(pending())
+        run.pending.clear()
+        run.error = f"the decision could not be recorded: {exc}"[:2000]
+        logger.warning("decision too large to record", extra={**_where(run), "error": run.error})
+        policy = _POLICY_OF.get(run.action.kind, ResolutionPolicy.ESCALATE)
+        failed = ev.ResolutionAttempted(
+            policy=policy, attempt=max(1, run.action.attempt), error=run.error
+        )
+        qualifiers = (run.step.attempt, run.action.attempt, policy.value, "too_large")
+        self._append(run, failed, *qualifiers)
 
     def _carry_out(self, run: _Attempt) -> None:
         kind, tool = run.action.kind, run.tool
@@ -462,7 +492,7 @@ class Resolver:
 
     def _tried(self, run: _Attempt, policy: ResolutionPolicy, answer: Any) -> None:
         """Record a hook's answer as a resolution attempt."""
-        answer_json = ids.canonical_json(rs.answer_evidence(answer))
+        answer_json = ids.canonical_json(_evidence(rs.answer_evidence(answer)))
         tried = ev.ResolutionAttempted(
             policy=policy, attempt=run.action.attempt, answer_json=answer_json
         )
@@ -482,7 +512,7 @@ class Resolver:
             source=source,
             result=result if encoded is None else encoded.value,
             result_type=None if encoded is None else encoded.result_type,
-            evidence=evidence,
+            evidence=_evidence(evidence),
             # One id per decided attempt, whichever path (query or re-drive) decided it:
             # two resolvers answering the same step write one event, never two competing.
             qualifiers=(run.step.attempt, "recovery"),
@@ -493,7 +523,7 @@ class Resolver:
         body = ev.StepAbandoned(
             reason=reason,
             escalation_id=escalation,
-            evidence_json=ids.canonical_json(evidence),
+            evidence_json=ids.canonical_json(_evidence(evidence)),
             source=Source.RECOVERY,
         )
         return self._append(run, body, escalation)
@@ -571,6 +601,15 @@ def _step(state: WorkflowState, step_id: str) -> StepState:
             step_id=step_id,
         )
     return step
+
+
+def _evidence(value: Any) -> Any:
+    """Evidence as recorded (what a hook answered, why): for a person to read, so each large
+    part (a result, a probe's answer) is kept as its digest and a decision fits a record
+    whatever the topic's limit; the result itself is the outcome's, fitted to the limit."""
+    if isinstance(value, dict):
+        return {k: oversize.fitted_value(v, oversize.EVIDENCE_KEPT) for k, v in value.items()}
+    return oversize.fitted_value(value, oversize.EVIDENCE_KEPT)
 
 
 def _args(run: _Attempt) -> dict[str, Any]:

@@ -35,7 +35,8 @@ comma-separated list of: ``delay=SECONDS`` (sleep first, then handle normally: a
 call whose effect lands after the caller gave up); ``fail-before`` (503, no effect);
 ``fail-after`` (perform and commit the effect, then reply 503); ``ignore-void`` (this
 request ignores keys an undo voided: a service that does not remember undone keys, where a
-late call after its compensation still lands).
+late call after its compensation still lands); ``reject`` (422, no effect: a definite
+refusal, as a mail service refusing an address).
 """
 
 from __future__ import annotations
@@ -355,11 +356,12 @@ class Fault:
     fail_before: bool = False
     fail_after: bool = False
     ignore_void: bool = False
+    reject: bool = False
 
     @classmethod
     def parse(cls, spec: str | None) -> Fault:
         """Parse a comma-separated fault spec such as ``delay=2,fail-after``."""
-        delay, before, after, ignore_void = 0.0, False, False, False
+        delay, before, after, ignore_void, reject = 0.0, False, False, False, False
         for raw in (spec or "").split(","):
             part = raw.strip()
             if part.startswith("delay="):
@@ -370,9 +372,11 @@ class Fault:
                 before, after = before or part == "fail-before", after or part == "fail-after"
             elif part == "ignore-void":
                 ignore_void = True
+            elif part == "reject":
+                reject = True
             elif part:
                 raise ValueError(f"unknown fault {part!r}")
-        return cls(delay, before, after, ignore_void)
+        return cls(delay, before, after, ignore_void, reject)
 
 
 class ServiceServer(ThreadingHTTPServer):
@@ -413,6 +417,9 @@ class ServiceHandler(BaseHTTPRequestHandler):
             time.sleep(fault.delay)
         if fault.fail_before:
             self._send(503, {"error": "injected_fault", "fault": "fail-before"})
+            return
+        if fault.reject:
+            self._send(422, {"error": "injected_fault", "fault": "reject"})
             return
         try:
             status, payload = self._route(method, url.path, fault)

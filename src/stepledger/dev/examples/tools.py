@@ -6,6 +6,8 @@
   the same key instead of reporting not_happened: the service de-duplicates by key.
 - ``bookings.book``: compensatable and keyed; policy compensate (cancel by the booking's
   key; an unknown booking is "nothing to undo").
+- ``payments.capture``: the same charge with no refund (keyed, cannot be undone): the pivot
+  of pay-then-notify (``stepledger.dev.examples.pay_notify_agent``); policy query.
 - ``email.send``: neither (no key, no undo): the trip's pivot; policy escalate (a human
   decides); its ``correction`` names what a human can do instead (a correction email).
 
@@ -36,6 +38,7 @@ from stepledger.errors import ToolRegistryError, ToolServiceError
 from stepledger.resolution.registry import ToolRegistry
 
 PAYMENTS = "payments.charge"
+CAPTURE = "payments.capture"
 BOOKINGS = "bookings.book"
 EMAIL = "email.send"
 ENV_URLS = {
@@ -82,12 +85,15 @@ def payments_tool(
     fault: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     broken_redrive: bool = False,
+    refund: bool = True,
     **kw: Any,
 ) -> Tool:
     """The keyed, queryable charge tool: args ``amount``, ``currency``, ``customer`` (``memo``).
 
     The first three identify the charge; a ``memo`` is free text the service ignores, so a
     resumed agent that words it differently is making the same charge (``identity_args``).
+
+    ``refund=False`` gives ``payments.capture``: the same charge, which cannot be undone.
 
     ``broken_redrive`` is a test-only switch for the chaos harness: a deliberately broken
     build whose re-drive ignores the idempotency key (and whose policy re-drives without
@@ -117,7 +123,7 @@ def payments_tool(
         charge = service_call(PAYMENTS, lambda: client.find_charge(key))
         return NotFound(f"no charge under {key}") if charge is None else Found(charge)
 
-    def refund(args: dict[str, Any], key: str, known_result: Any) -> JsonObject | NotFound:
+    def undo(args: dict[str, Any], key: str, known_result: Any) -> JsonObject | NotFound:
         # The refund is its own transaction under its own key (derived from the charge's),
         # so a repeated undo refunds once; an unknown charge is "nothing to undo".
         answer = service_call(PAYMENTS, lambda: client.refund(compensation_key(key), key))
@@ -126,7 +132,7 @@ def payments_tool(
         return answer
 
     return Tool(
-        name=PAYMENTS,
+        name=PAYMENTS if refund else CAPTURE,
         keyed=True,
         identity_args=frozenset({"amount", "currency", "customer"}),
         policy=ResolutionPolicy.REDRIVE if broken_redrive else ResolutionPolicy.QUERY,
@@ -134,7 +140,7 @@ def payments_tool(
         run=run,
         redrive=redrive,
         query=query,
-        compensate=refund,
+        compensate=undo if refund else None,
         **kw,
     )
 
@@ -220,6 +226,7 @@ def make_registry(
     tools = ToolRegistry()
     if payments_url:
         tools.register(payments_tool(payments_url, broken_redrive=broken_redrive, **limits))
+        tools.register(payments_tool(payments_url, refund=False, **limits))
     if bookings_url:
         tools.register(bookings_tool(bookings_url, **limits))
     if email_url:

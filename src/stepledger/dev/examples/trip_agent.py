@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import functools
 import json
 import os
 import signal
@@ -100,7 +101,7 @@ class Parking:
         """Where two runners of one workflow wait for each other (second_runner)."""
 
     def freeze(self) -> None:
-        """Stop here until the process was stopped and continued (see ``_run_all``)."""
+        """Stop here until the process was stopped and continued (see ``run_all``)."""
         with self.changed:
             self.parked += 1
             self.frozen += 1
@@ -223,7 +224,7 @@ def _trip_steps(
     *,
     reword: bool = False,
 ) -> dict[str, Any]:
-    quote = _step(wf, "quote", by_step["quote"], {"trip": workflow_id}, kill, parking)
+    quote = run_step(wf, "quote", by_step["quote"], {"trip": workflow_id}, kill, parking)
     anew = reword and wf.attempt > 1  # a model asked again words its free text its own way
     charge = {"amount": quote["amount"], "currency": "EUR", "customer": workflow_id}
     arguments = {
@@ -236,12 +237,12 @@ def _trip_steps(
         },
     }
     for step_id in ("charge", "book", "email"):
-        _step(wf, step_id, by_step[step_id], arguments[step_id], kill, parking)
+        run_step(wf, step_id, by_step[step_id], arguments[step_id], kill, parking)
     wf.finish()
     return {"status": "completed", "attempt": wf.attempt}
 
 
-def _step(
+def run_step(
     wf: Workflow,
     step_id: str,
     tool: Tool,
@@ -249,6 +250,7 @@ def _step(
     kill: KillPoint | None,
     parking: Parking,
 ) -> Any:
+    """Run one step, stopping at its kill point (before, after the intent or the effect)."""
     point = kill.point if kill is not None and kill.step == step_id else None
     if point == "before_intent":
         parking.park()
@@ -301,16 +303,17 @@ def outcome_of(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return {"status": BUG, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def parse_target(text: str) -> tuple[str, KillPoint | None]:
-    """Parse ``WORKFLOW[@STEP:POINT]``."""
+def parse_target(text: str, steps: tuple[str, ...] = STEPS) -> tuple[str, KillPoint | None]:
+    """Parse ``WORKFLOW[@STEP:POINT]`` (STEP a number from 1 or one of ``steps``)."""
     workflow_id, sep, where = text.partition("@")
     if not sep:
         return workflow_id, None
     step, _, point = where.partition(":")
-    if step.isdigit() and 1 <= int(step) <= len(STEPS):
-        step = STEPS[int(step) - 1]
-    if step not in STEPS or point not in POINTS:
-        raise SystemExit(f"bad kill point {where!r}: STEP (1-4 or {', '.join(STEPS)}):POINT")
+    if step.isdigit() and 1 <= int(step) <= len(steps):
+        step = steps[int(step) - 1]
+    if step not in steps or point not in POINTS:
+        names = ", ".join(steps)
+        raise SystemExit(f"bad kill point {where!r}: STEP (1-{len(steps)} or {names}):POINT")
     return workflow_id, KillPoint(step, point)
 
 
@@ -347,22 +350,33 @@ def main(argv: list[str] | None = None) -> int:
         options=options,
         clock=lambda: utc_now() + skew,
     )
-    return _run_all(ledger, targets, opts.max_seconds, reworded)
+    return run_all(ledger, targets, opts.max_seconds, reworded=reworded)
 
 
-def _run_all(
+#: One workflow of an example agent, run (or resumed) to its end or its kill point.
+RunOne = Callable[..., dict[str, Any]]
+
+
+def run_all(
     ledger: Ledger,
     targets: list[tuple[str, KillPoint | None]],
     limit: float,
+    run_one: RunOne = trip,
+    *,
     reworded: frozenset[str] | set[str] = frozenset(),
 ) -> int:
+    """Run every target concurrently, report each, and die once all reached their kill points.
+
+    ``reworded``: workflows whose resumed attempts word their free text otherwise (``run_one``
+    then takes ``reword=True``).
+    """
     parking = Parking()
     # The harness asks where a process it is about to kill was (every thread, to stderr).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def one(workflow_id: str, kill: KillPoint | None) -> None:
-        reword = workflow_id in reworded
-        ended = outcome_of(lambda: trip(ledger, workflow_id, kill, parking, reword=reword))
+        run = functools.partial(run_one, reword=True) if workflow_id in reworded else run_one
+        ended = outcome_of(lambda: run(ledger, workflow_id, kill, parking))
         parking.report({"workflow": workflow_id, **ended})
 
     for target in targets:

@@ -1,0 +1,1 @@
+"""``stepledger simulate``: a deterministic simulation of the whole protocol (placeholder)."""

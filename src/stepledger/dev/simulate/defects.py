@@ -1,0 +1,183 @@
+"""Test-only switches: put a fixed defect's old behaviour back, to prove the simulator finds it.
+
+Each switch patches the library's function back to its form before the fix, for the
+duration of one run (:func:`switched`), in this process only.  The tests in
+``tests/unit/test_simulate_defects.py`` run a budget of seeds with a switch on (the
+simulator must find a violation) and off (it must find none).
+
+- ``frozen_runner`` (issue 20): no check of the intent's deadline before the call, so a
+  runner paused between its intent and its call calls after recovery decided the step.
+- ``two_live_runners`` (issue 20): no read-back of the intent before a call that is not safe
+  to repeat and no check of the claim at open, so two live runners both call.
+- ``agent_clock_deadline`` (one clock for deadlines): recovery goes by the deadline the
+  intent records on the agent's clock only, not re-anchored on the broker's time.
+- ``unfenced_compensation`` (issue 42, pending): ``wf.compensate()`` as it was before
+  compensations were fenced: no ownership check, the claim names no runner.
+- ``worded_step`` (issue 42, pending): a framework call matched to a step by the digest of
+  its arguments, as before steps were matched by occurrence.
+- ``fixed_secret_mark`` (issue 42, pending): the arguments digest an approval binds puts one
+  fixed marker in place of every secret value.
+
+A switch of a pending fix is today's code kept here; once the fix lands on main, the switch
+still restores the old form and the "finds none with the fix" test is flipped to expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from unittest import mock
+
+from stepledger.domain import secrets
+from stepledger.domain.ids import canonical_digest, typed_canonical_json
+from stepledger.domain.tools import Tool
+from stepledger.integrations._core import AgentSteps, _auto_id
+from stepledger.producer import compensation, fence
+from stepledger.recovery.daemon import RecoveryDaemon
+
+#: Every switch: what it puts back.
+SWITCHES: dict[str, str] = {
+    "frozen_runner": "no deadline check before a call (issue 20)",
+    "two_live_runners": "no intent read-back and no claim check (issue 20)",
+    "agent_clock_deadline": "recovery goes by the agent's recorded deadline only",
+    "unfenced_compensation": "compensations without an ownership check (issue 42)",
+    "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
+    "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
+}
+
+
+@contextlib.contextmanager
+def switched(names: tuple[str, ...]) -> Iterator[None]:
+    """Run with these old behaviours put back (none: as the library is)."""
+    unknown = [n for n in names if n not in SWITCHES]
+    if unknown:
+        raise ValueError(f"unknown defect switch(es): {', '.join(unknown)}")
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            for target, attribute, value in _PATCHES[name]():
+                stack.enter_context(mock.patch.object(target, attribute, value))
+        yield
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _frozen_runner() -> list[tuple[Any, str, Any]]:
+    return [(fence, "ensure_in_time", _nothing)]
+
+
+def _two_live_runners() -> list[tuple[Any, str, Any]]:
+    return [
+        (fence, "needs_read_back", lambda tool: False),
+        (fence, "ensure_claimed", _nothing),
+    ]
+
+
+def _agent_clock_deadline() -> list[tuple[Any, str, Any]]:
+    return [(RecoveryDaemon, "_anchor", _nothing), (RecoveryDaemon, "_anchor_loaded", _nothing)]
+
+
+def _unfenced_compensation() -> list[tuple[Any, str, Any]]:
+    return [(compensation, "compensate", _old_compensate)]
+
+
+def _old_compensate(workflow: Any, reason: str) -> list[str]:
+    """``compensation.compensate`` before compensations were fenced (no ownership check)."""
+    from stepledger.domain.saga import compensation_plan
+    from stepledger.errors import StepInDoubtError
+
+    undo, blockers = compensation_plan(workflow.state)
+    if blockers:
+        names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blockers)
+        raise StepInDoubtError(
+            f"cannot compensate around steps whose outcome is unknown: {names}",
+            workflow_id=workflow.workflow_id,
+        )
+    return [
+        step.step_id
+        for step in undo
+        if _OLD_COMPENSATE_ONE(workflow, step, workflow.tool(step.tool), reason)
+    ]
+
+
+def _OLD_COMPENSATE_ONE(workflow: Any, step: Any, tool: Tool, reason: str) -> bool:
+    """``compensation._compensate_one`` before compensations were fenced."""
+    from datetime import timedelta
+
+    from stepledger.domain import events as ev
+    from stepledger.domain import ids
+    from stepledger.domain.enums import CompensationStatus, Source
+    from stepledger.domain.state import StepStatus
+    from stepledger.resolution.hooks import intent_arguments, known_result
+
+    events, wf = workflow.ledger.events, workflow.workflow_id
+    if step.status is StepStatus.SUCCEEDED:
+        intended = ev.CompensationIntended(
+            idempotency_key=ids.compensation_key(step.idempotency_key),
+            reason=reason,
+            source=Source.AGENT,
+            deadline=events.clock() + timedelta(seconds=tool.timeout_s),
+            attempt=step.attempt,
+        )
+        workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
+    assert tool.compensate is not None
+    try:
+        answer = tool.compensate(intent_arguments(step), step.idempotency_key, known_result(step))
+    except Exception as exc:
+        failed = ev.CompensationOutcome(
+            status=CompensationStatus.FAILED,
+            error=f"{type(exc).__name__}: {exc}",
+            source=Source.AGENT,
+        )
+        workflow.record(events.envelope(wf, step.step_id, failed, step.attempt, "agent"))
+        return False
+    workflow.record(
+        events.envelope(wf, step.step_id, compensation._outcome(answer), step.attempt, "agent")
+    )
+    return True
+
+
+def _worded_step() -> list[tuple[Any, str, Any]]:
+    return [(AgentSteps, "step_id", _old_step_id)]
+
+
+def _old_step_id(self: AgentSteps, tool: Tool, arguments: Mapping[str, Any]) -> str:
+    """``AgentSteps.step_id`` before steps were matched by occurrence: by argument digest."""
+    digest = tool.arguments_digest(arguments)
+    recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
+    unused = [s for s in recorded if s.step_id not in self._used]
+    for step in unused:
+        if step.arguments_digest == digest:
+            return self._use(step.step_id)
+    for step in unused:
+        if step.attempt == 0:
+            return self._use(step.step_id)
+    taken = {s.step_id for s in recorded} | self._used
+    n = len(recorded) + 1
+    while _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps:
+        n += 1
+    return self._use(_auto_id(tool.name, n))
+
+
+def _fixed_secret_mark() -> list[tuple[Any, str, Any]]:
+    return [(Tool, "arguments_digest", _old_arguments_digest)]
+
+
+def _old_arguments_digest(self: Tool, arguments: Mapping[str, Any]) -> str:
+    """``Tool.arguments_digest`` before secrets were keyed: a fixed marker for each."""
+    if not self.secret_args:
+        return canonical_digest(typed_canonical_json(arguments))
+    redacted = secrets.redact(arguments, self.secret_args, secrets.fixed_mark)
+    return canonical_digest(typed_canonical_json(redacted))
+
+
+_PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
+    "frozen_runner": _frozen_runner,
+    "two_live_runners": _two_live_runners,
+    "agent_clock_deadline": _agent_clock_deadline,
+    "unfenced_compensation": _unfenced_compensation,
+    "worded_step": _worded_step,
+    "fixed_secret_mark": _fixed_secret_mark,
+}

@@ -13,8 +13,9 @@ Three shapes, each one workflow per process (an actor):
   the model may word the memo and the email differently (``reword``) or pay with another
   card (``swap_card``), as a real model asked again may.
 
-A run that ends waiting (a step in doubt, an approval pending) is tried again later by the
-same process, as a supervisor restarts a job; a bounded number of times.
+A run that ends waiting (a step in doubt, an approval pending) or on an error a retry may
+cure (a record not acknowledged) is tried again later by the same process, as a supervisor
+restarts a job; a bounded number of times.
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ def run_agent(actor: Actor, spec: ActorSpec, ledger: Ledger, sched: Scheduler) -
             actor.ended = f"tool failed: {exc.error}"
             return
         except StepLedgerError as exc:
-            actor.ended = f"{type(exc).__name__}: {exc.message}"
-            return
+            if not exc.retryable:
+                actor.ended = f"{type(exc).__name__}: {exc.message}"
+                return
+            # A broker that did not acknowledge: the supervisor runs the job again later.
+            actor.notes["waiting"] = f"{type(exc).__name__}: {exc.message}"
         sched.sleep(actor, PAUSE_S)
     actor.ended = f"gave up waiting: {actor.notes.get('waiting', '')}"
 

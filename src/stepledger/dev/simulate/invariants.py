@@ -132,6 +132,10 @@ class Monitor:
                 if other is record:
                     return None  # the same decision again (one id per decided attempt)
                 continue  # a duplicate delivery: the fold takes each event once
+            if other is record:
+                before = state.steps.get(event.step_id or "")
+                if before is None or before.status is not StepStatus.INTENDED:
+                    return None  # decided already: this decides nothing about the call
             anomaly = state.apply(e)
             if other is record:
                 break

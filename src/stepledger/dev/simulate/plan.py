@@ -61,7 +61,8 @@ class Fault:
 
     at: int
     """Aimed at an actor: at its ``at``-th boundary crossing, or (negative) right after its
-    ``-at``-th append (its current process's); at the log: at the run's ``at``-th turn."""
+    ``-at``-th step intent (its current process's); at the log: at the run's ``at``-th
+    turn."""
     kind: str
     target: str
     value: int = 0
@@ -122,10 +123,15 @@ class Profile:
     kinds: tuple[str, ...] = ("trip", "paynotify", "framework")
     options: tuple[str, ...] = ()
     faults: tuple[str, ...] = FAULT_KINDS
-    max_skew_ms: int = 2_000
-    """Agents' clock skews drawn stay within this (both directions)."""
+    max_skew_ms: int = 250
+    """Agents' clock skews drawn stay within this (both directions): two agents' clocks
+    then differ by less than the grace (0.5 s), which main needs today."""
     skew_daemons: bool = False
     """Whether the recovery daemon's own clock may be skewed too."""
+    skew_sign: int = 0
+    """0: agents' clocks off both ways; 1: only ahead of the broker's; -1: only behind."""
+    second_runners: bool = True
+    """Whether a workflow may get a second runner while its first is alive."""
     turns: int = 600
     fault_turns: int = 250
     """Faults fire in the first turns, while the agents run."""
@@ -139,7 +145,7 @@ PENDING = {
     "reword": "a resumed model words a call differently (a step is the logical call)",
     "approval": "a payment with a secret card needs approval (one fingerprint)",
     "swap_card": "a resumed model pays with another card (one fingerprint)",
-    "large_skew": "agent clocks off by up to 120 s (decisions by the broker's clock)",
+    "large_skew": "agent clocks off by more than the grace (decisions by the broker's clock)",
     "skew_daemons": "the recovery daemon's own clock skewed or stepped",
 }
 #: Every variant, pending fixes included (``stepledger simulate --all``).
@@ -158,12 +164,17 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
         workflow = f"w{n + 1}"
         options = tuple(o for o in profile.options if _fits(kind, o) and rng.random() < 0.3)
         actors.append(ActorSpec(f"a{n + 1}", kind, workflow, 0, options))
-        if rng.random() < 0.3:
+        if profile.second_runners and rng.random() < 0.3:
             # A second runner of the same workflow: it opens it while the first is alive.
             later = tuple(o for o in options if o != "cancel")
             actors.append(ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(3, 80), later))
     actors += [ActorSpec(kind, kind) for kind in INFRA_KINDS]
     faults = [_fault(rng, profile, actors) for _ in range(rng.randint(0, 6))]
+    if "skew" in profile.faults:
+        # Some agents' clocks are off from their start (a host whose clock drifted).
+        for agent in actors:
+            if agent.kind in AGENT_KINDS and rng.random() < 0.35:
+                faults.append(Fault(0, "skew", agent.name, _skew(rng, profile)))
     faults.sort(key=lambda f: (f.at, f.kind, f.target))
     partitions = rng.randint(1, 3)
     return Plan(seed, partitions, tuple(actors), tuple(faults), profile.turns)
@@ -171,8 +182,8 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
 
 #: An agent process crosses about this many boundaries in one workflow.
 AGENT_CROSSINGS = 80
-#: An agent process appends about this many records in one workflow.
-AGENT_APPENDS = 12
+#: An agent process appends up to this many intents in one workflow.
+AGENT_INTENTS = 4
 #: Faults on a daemon fire within its first this many crossings.
 DAEMON_CROSSINGS = 300
 
@@ -201,12 +212,18 @@ def _fault(rng: random.Random, profile: Profile, actors: list[ActorSpec]) -> Fau
     if kind == "skew":
         at = rng.choice((0, at))
     elif kind in ("freeze", "kill") and chosen.kind in AGENT_KINDS and rng.random() < 0.5:
-        at = -rng.randint(1, AGENT_APPENDS)  # right after an append: an intent, an outcome
+        at = -rng.randint(1, AGENT_INTENTS)  # between an intent and its call
     if kind == "freeze":
         return Fault(at, kind, target, rng.choice((300, 1000, 2500, 4000, 8000)))
     if kind == "kill":
         return Fault(at, kind, target, rng.choice((100, 1000, 3000)))
     if kind == "skew":
-        bound = profile.max_skew_ms
-        return Fault(at, kind, target, rng.randint(-bound, bound))
+        return Fault(at, kind, target, _skew(rng, profile))
     return Fault(at, kind, target)
+
+
+def _skew(rng: random.Random, profile: Profile) -> int:
+    bound = profile.max_skew_ms
+    low = 0 if profile.skew_sign > 0 else -bound
+    high = 0 if profile.skew_sign < 0 else bound
+    return rng.randint(low, high)

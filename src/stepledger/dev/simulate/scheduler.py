@@ -68,8 +68,8 @@ class Actor:
     """An exception outside the library's tree, with its traceback: a bug."""
     crossings: int = 0
     """How many boundaries it crossed (faults aimed at it fire at one of them)."""
-    appends: int = 0
-    """How many records it appended (or a fault fires right after one of them)."""
+    intents: int = 0
+    """How many step intents it appended (a fault may fire right after one of them)."""
     notes: dict[str, object] = field(default_factory=dict)
     """What the actor's body wants the invariants to know (its workflow handle, ...)."""
     _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))

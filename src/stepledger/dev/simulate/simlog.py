@@ -202,7 +202,8 @@ class LogClient:
         if fault == "refused":
             return _raise(DurabilityError(f"simulated: {event.type} not written (refused)"))
         record = self.broker.append(event, self.actor.name)
-        self.actor.appends += 1
+        if event.type == "step_intended":
+            self.actor.intents += 1
         position = Position(record.topic, record.partition, record.offset)
         if fault == "lost":
             return _raise(DurabilityError(f"simulated: {event.type} written but its ack was lost"))

@@ -9,9 +9,11 @@ checked after every turn; the liveness one (``decided_within_bound``) once, at t
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from unittest import mock
 
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
@@ -22,7 +24,7 @@ from stepledger.dev.simulate.plan import AGENT_KINDS, ActorSpec, Fault, Plan
 from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler
 from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record, SimReader
 from stepledger.domain import events as ev
-from stepledger.producer import Ledger, ResumeOptions, Workflow
+from stepledger.producer import Ledger, ResumeOptions, Workflow, fence
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 
@@ -173,7 +175,9 @@ class World:
         """Run the plan to its end (or its first violation)."""
         try:
             self._loop()
-            if not self.monitor.found:
+            # Liveness needs someone to decide: a plan without a recovery daemon has nobody.
+            deciders = any(a.kind == "recovery" for a in self.plan.actors)
+            if not self.monitor.found and deciders:
                 self.monitor.found.extend(liveness.check(self.broker, self.down, self.sched.now_ms))
         finally:
             self.sched.close()
@@ -226,7 +230,7 @@ class World:
         actor = self._current.get(fault.target)
         if actor is None:
             return False
-        return actor.appends >= -fault.at if fault.at < 0 else actor.crossings >= fault.at
+        return actor.intents >= -fault.at if fault.at < 0 else actor.crossings >= fault.at
 
     def _idle(self, faults: list[Fault], late: list[ActorSpec], healed_at: int | None) -> bool:
         """Nobody can run: move time to the next waker; False when nothing will ever run."""
@@ -333,5 +337,24 @@ def run(plan: Plan) -> Outcome:
     """Run one plan (with its seed) and return what it found."""
     from stepledger.dev.simulate import defects
 
-    with defects.switched(plan.defects):
-        return World(plan).run()
+    world = World(plan)
+    with defects.switched(plan.defects), _runner_names(world.sched):
+        return world.run()
+
+
+@contextlib.contextmanager
+def _runner_names(sched: Scheduler) -> Iterator[None]:
+    """Runner identities named after their process, so a replay writes the same events.
+
+    ``fence.new_runner`` is random (uuid4) by design; here each workflow handle's runner is
+    ``<actor>~<n>``, and the event ids derived from it are the same in every replay.
+    """
+    made: Counter[str] = Counter()
+
+    def new_runner() -> str:
+        who = "-" if sched.current is None else sched.current.name
+        made[who] += 1
+        return f"{who}~{made[who]}"
+
+    with mock.patch.object(fence, "new_runner", new_runner):
+        yield

@@ -32,7 +32,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.scheduler import Actor, Killed
@@ -126,7 +125,7 @@ class InlineWork:
 def recovery(world: World, actor: Actor) -> None:
     """The recovery daemon's loop over every partition, from its stored checkpoint."""
     sched, broker = world.sched, world.broker
-    settings = Settings(fleet_id="sim", producer_id=actor.name, topic=broker.topic)
+    settings = world.settings_for(actor)
     options = DaemonOptions(
         state_dir=_state_dir(), grace_s=GRACE_S, checkpoint_interval_s=CHECKPOINT_MS / 1000
     )

@@ -11,6 +11,9 @@ simulator must find a violation) and off (it must find none).
   to repeat and no check of the claim at open, so two live runners both call.
 - ``agent_clock_deadline`` (one clock for deadlines): recovery goes by the deadline the
   intent records on the agent's clock only, not re-anchored on the broker's time.
+- ``agent_clock_ahead`` (issue 42, pending): a step falls due at the deadline its intent
+  records on the agent's clock (re-anchored only ever later), so an agent clock running
+  ahead delays every decision by as much.
 - ``unfenced_compensation`` (issue 42, pending): ``wf.compensate()`` as it was before
   compensations were fenced: no ownership check, the claim names no runner.
 - ``worded_step`` (issue 42, pending): a framework call matched to a step by the digest of
@@ -41,6 +44,7 @@ SWITCHES: dict[str, str] = {
     "frozen_runner": "no deadline check before a call (issue 20)",
     "two_live_runners": "no intent read-back and no claim check (issue 20)",
     "agent_clock_deadline": "recovery goes by the agent's recorded deadline only",
+    "agent_clock_ahead": "a step falls due by the agent's recorded deadline (issue 42)",
     "unfenced_compensation": "compensations without an ownership check (issue 42)",
     "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
     "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
@@ -77,6 +81,57 @@ def _two_live_runners() -> list[tuple[Any, str, Any]]:
 
 def _agent_clock_deadline() -> list[tuple[Any, str, Any]]:
     return [(RecoveryDaemon, "_anchor", _nothing), (RecoveryDaemon, "_anchor_loaded", _nothing)]
+
+
+def _agent_clock_ahead() -> list[tuple[Any, str, Any]]:
+    from stepledger.domain import resolution
+    from stepledger.recovery.tracker import Tracker
+
+    return [
+        (resolution, "due_at", _old_due_at),
+        (RecoveryDaemon, "_due", _old_daemon_due),
+        (Tracker, "_when", _old_when),
+    ]
+
+
+def _old_due_at(step: Any, tool: Any, *, grace: Any, retry_base_s: float = 0.25) -> Any:
+    """``resolution.due_at`` as it was: the recorded deadline (the agent's clock) + grace."""
+    from stepledger.domain import resolution as rs
+    from stepledger.domain.state import StepStatus
+    from stepledger.domain.times import later, seconds
+
+    if step.status not in rs.ACTIONABLE:
+        return None
+    if step.status is StepStatus.COMPENSATING:
+        timeout = seconds(tool.timeout_s if tool is not None else 0.0)
+        base = (step.last_at or step.intended_at or step.first_at) or step.deadline
+        start = None if base is None else later(later(base, timeout), grace)
+    else:
+        start = None if step.deadline is None else later(step.deadline, grace)
+    if start is None:
+        return None
+    if step.recovery_attempts > 0 and step.last_at is not None:
+        delay = rs.retry_delay(step.recovery_attempts, tool, retry_base_s)
+        start = max(start, later(step.last_at, delay))
+    return start
+
+
+def _old_daemon_due(self: RecoveryDaemon, step: Any) -> Any:
+    return _old_due_at(
+        step,
+        self.tools.get(step.tool),
+        grace=self.resolver.grace,
+        retry_base_s=self.options.retry_base_s,
+    )
+
+
+def _old_when(self: Any, tracked: Any) -> Any:
+    due = tracked.due
+    if due is not None and tracked.not_before is not None:
+        due = max(due, tracked.not_before)
+    if due is not None and tracked.anchor is not None and tracked.in_doubt:
+        due = max(due, tracked.anchor)
+    return due
 
 
 def _unfenced_compensation() -> list[tuple[Any, str, Any]]:
@@ -177,6 +232,7 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
     "agent_clock_deadline": _agent_clock_deadline,
+    "agent_clock_ahead": _agent_clock_ahead,
     "unfenced_compensation": _unfenced_compensation,
     "worded_step": _worded_step,
     "fixed_secret_mark": _fixed_secret_mark,

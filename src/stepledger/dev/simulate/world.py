@@ -29,6 +29,8 @@ from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 
 TOPIC = "sim.steps"
+#: Every simulated process shares one operator's redaction key (secrets as keyed HMACs).
+REDACTION_KEY = "simulated-operator-key-0001"
 #: Simulated time the daemons get after the last agent ended, before the run is judged.
 SETTLE_MS = 6_000
 
@@ -114,11 +116,20 @@ class World:
         run = {"recovery": daemons.recovery, "projector": daemons.projector}.get(spec.kind)
         return lambda actor: (run or daemons.people)(self, actor)
 
+    def settings_for(self, actor: Actor) -> Settings:
+        """One simulated process's settings (one operator's redaction key for all)."""
+        return Settings(
+            fleet_id="sim",
+            producer_id=actor.name,
+            topic=self.broker.topic,
+            redaction_key=REDACTION_KEY,
+        )
+
     def ledger_for(self, actor: Actor) -> Ledger:
         """One agent process's ledger: its log client, reader, clocks and tools."""
         sched = self.sched
         return Ledger(
-            Settings(fleet_id="sim", producer_id=actor.name, topic=self.broker.topic),
+            self.settings_for(actor),
             log=LogClient(self.broker, actor, self.acks),
             clock=lambda: sched.wall(actor),
             tools=sv.tools(self.services, actor),

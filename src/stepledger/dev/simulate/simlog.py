@@ -110,7 +110,7 @@ class Broker:
     def append(self, event: Event, writer: str) -> Record:
         """Store one event at the end of its workflow's partition."""
         value = self.codec.encode(event)
-        headers = [(k, bytes(v)) for k, v in event_headers(event)]
+        headers = [(k, v or b"") for k, v in event_headers(event)]
         key = event.workflow_id.encode()
         return self.put(key, value, headers, event, writer)
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from unittest import mock
 
+from pydantic import SecretStr
+
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.dev.simulate import agents, daemons, liveness
@@ -122,7 +124,7 @@ class World:
             fleet_id="sim",
             producer_id=actor.name,
             topic=self.broker.topic,
-            redaction_key=REDACTION_KEY,
+            redaction_key=SecretStr(REDACTION_KEY),
         )
 
     def ledger_for(self, actor: Actor) -> Ledger:

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
+from stepledger.config import Settings
 from stepledger.domain.enums import ResolutionPolicy
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import StepInDoubtError
+from stepledger.producer import Ledger
 from stepledger.producer.session import ResumeOptions
 from stepledger.resolution.hooks import HookPool
-from stepledger.testing import Crash, InMemoryEventLog, ManualClock, ledger_over
+from stepledger.testing import Crash, InMemoryEventLog, ManualClock
 
 
 class FakeTimer:
@@ -46,14 +48,21 @@ class CountingPool(HookPool):
 
 
 def _ledger(
-    log: InMemoryEventLog, clock: ManualClock, timer: FakeTimer, *tools: Tool, **kw: Any
-) -> Any:
-    options = ResumeOptions(grace_s=0.0, resolve_timeout_s=30)
-    ledger = ledger_over(log, clock=clock, options=options, tools=tools)
-    ledger.timer = timer
-    for name, value in kw.items():
-        setattr(ledger, name, value)
-    return ledger
+    log: InMemoryEventLog,
+    clock: ManualClock,
+    timer: FakeTimer,
+    *tools: Tool,
+    hooks: HookPool | None = None,
+) -> Ledger:
+    return Ledger(
+        Settings(fleet_id="test", producer_id="test"),
+        log=log,
+        clock=clock,
+        tools=tools,
+        options=ResumeOptions(grace_s=0.0, resolve_timeout_s=30),
+        timer=timer,
+        hooks=hooks,
+    )
 
 
 def test_a_call_past_its_budget_by_the_ledgers_timer_is_refused() -> None:

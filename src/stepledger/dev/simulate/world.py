@@ -297,7 +297,8 @@ class World:
         if isinstance(wf, Workflow):
             self.monitor.check_handle(wf.workflow_id, wf.state.seen)
         if actor.crash:
-            self.monitor._add("no_crash", "", f"{actor.name}: {actor.crash.splitlines()[-1]}")
+            where = wf.workflow_id if isinstance(wf, Workflow) else ""
+            self.monitor._add("no_crash", where, f"{actor.name}: {actor.crash.splitlines()[-1]}")
             self.trace.append(actor.crash)
         if not actor.live and actor.ended:
             self._note(actor.name, f"ends: {actor.ended[:160]}")

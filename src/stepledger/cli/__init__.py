@@ -30,6 +30,7 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger.cli._demo": ("local", ("demo",)),
     "stepledger.cli._inbox": ("inbox", ("inbox", "inbox-user")),
     "stepledger.dev.chaos.command": ("local", ("chaos",)),
+    "stepledger.dev.simulate.command": ("local", ("simulate",)),
     "stepledger.cli._doctor": ("", ("doctor",)),
 }
 

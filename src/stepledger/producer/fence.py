@@ -31,7 +31,6 @@ re-runs it), so refusing it would leave the intent open with nobody to settle it
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,6 +43,7 @@ from stepledger.errors import StepInDoubtError
 from stepledger.kafka import Position
 from stepledger.readers.workflows import WorkflowReader, bounded
 from stepledger.resolution.claims import ClaimCheck, Standing, read_back, taken_over
+from stepledger.timer import SYSTEM_TIMER, Timer
 
 #: How often a read-back is tried when the reader does not return the acknowledged intent
 #: yet (a reader that lags the producer); past it nothing is called.
@@ -60,21 +60,25 @@ class Budget:
     """An intent's deadline on the runner's own monotonic clock (and on its wall clock)."""
 
     ends: float
-    """``time.monotonic()`` when the intent's timeout runs out (started before the intent)."""
+    """The runner's monotonic clock when the intent's timeout runs out (started before the
+    intent)."""
     timeout_s: float
     deadline: datetime
     """The deadline the intent records (the runner's wall clock plus the timeout)."""
     clock: Clock
+    timer: Timer = SYSTEM_TIMER
+    """The runner's monotonic clock."""
 
     @classmethod
-    def start(cls, tool: Tool, clock: Clock) -> Budget:
+    def start(cls, tool: Tool, clock: Clock, timer: Timer = SYSTEM_TIMER) -> Budget:
         """Start the budget now: called before the intent's deadline is computed."""
-        ends = time.monotonic() + tool.timeout_s
-        return cls(ends, tool.timeout_s, clock() + timedelta(seconds=tool.timeout_s), clock)
+        ends = timer.monotonic() + tool.timeout_s
+        deadline = clock() + timedelta(seconds=tool.timeout_s)
+        return cls(ends, tool.timeout_s, deadline, clock, timer)
 
     def passed(self) -> bool:
         """True once the deadline passed by either clock (a paused process sees both move)."""
-        return time.monotonic() > self.ends or self.clock() > self.deadline
+        return self.timer.monotonic() > self.ends or self.clock() > self.deadline
 
 
 def needs_read_back(tool: Tool) -> bool:
@@ -90,7 +94,10 @@ def ensure_in_time(budget: Budget | None, workflow_id: str, step_id: str, tool: 
     """
     if budget is None or not tool.effectful or not budget.passed():
         return
-    late = max(time.monotonic() - budget.ends, (budget.clock() - budget.deadline).total_seconds())
+    late = max(
+        budget.timer.monotonic() - budget.ends,
+        (budget.clock() - budget.deadline).total_seconds(),
+    )
     raise StepInDoubtError(
         f"step {step_id!r} ({tool.name}): the intent's deadline ({budget.timeout_s:g}s) passed "
         f"{late:.1f}s before the call could start (the runner was paused or slow); nothing "

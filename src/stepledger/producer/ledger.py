@@ -36,7 +36,9 @@ from stepledger.readers.workflows import (
     SnapshotTailReader,
     WorkflowReader,
 )
+from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
+from stepledger.timer import SYSTEM_TIMER, Timer
 
 
 class Ledger:
@@ -52,6 +54,8 @@ class Ledger:
         reader: WorkflowReader | None = None,
         dead_letters: EventLetterSink | None = None,
         options: ResumeOptions | None = None,
+        timer: Timer = SYSTEM_TIMER,
+        hooks: HookPool | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
@@ -62,6 +66,10 @@ class Ledger:
         self.clock = clock
         self.events = EventFactory(self.settings.fleet_id, self.settings.producer_id, clock, key)
         self.options = options or ResumeOptions()
+        self.timer = timer
+        """The monotonic clock of this process: runners' budgets and settling's waits."""
+        self.hooks = hooks
+        """Where settling runs recovery hooks (None: the process's shared pool)."""
         self._reader = reader
         self._dead_letters = dead_letters
         self._open_pool: ThreadPoolExecutor | None = None

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from stepledger.kafka import Position
     from stepledger.log import EventLog
     from stepledger.readers.workflows import WorkflowReader
+    from stepledger.resolution.hooks import HookPool
     from stepledger.resolution.registry import ToolRegistry
+    from stepledger.timer import Timer
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,14 @@ class Session(Protocol):
 
     def clock(self) -> datetime:
         """The wall clock (UTC) events are stamped with."""
+
+    @property
+    def timer(self) -> Timer:
+        """The monotonic clock budgets and waits go by."""
+
+    @property
+    def hooks(self) -> HookPool | None:
+        """Where settling runs recovery hooks (None: the process's shared pool)."""
 
 
 class WorkflowHandle(Protocol):

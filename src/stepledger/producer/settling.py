@@ -18,7 +18,6 @@ The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` 
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -61,7 +60,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     """Resolve an in-doubt step with the recovery Resolver, waiting until it is due."""
     ledger, options = workflow.ledger, workflow.ledger.options
     resolver = _resolver(workflow, tool)
-    limit = time.monotonic() + options.resolve_timeout_s
+    limit = ledger.timer.monotonic() + options.resolve_timeout_s
     _settle_if_found(workflow, resolver, step_id, tool)
     for _ in range(_MAX_ROUNDS):
         step = workflow.state.steps[step_id]
@@ -151,6 +150,7 @@ def _resolver(workflow: WorkflowHandle, tool: Tool) -> Resolver:
         dead_letters=ledger.dead_letters,
         clock=ledger.clock,
         grace=grace,
+        hooks=ledger.hooks,
         confirm=workflow.read_claim,
         record_limit=ledger.record_limit,
         runner=workflow.runner,
@@ -184,9 +184,9 @@ def _wait_until_due(ledger: Session, action: rs.Action, limit: float) -> bool:
     wait = 0.05
     if action.due_at is not None:
         wait = max(0.0, (action.due_at - ledger.clock()).total_seconds())
-    remaining = limit - time.monotonic()
+    remaining = limit - ledger.timer.monotonic()
     if wait > remaining:
         return False
     # Wake at least once a second so a moved clock is noticed.
-    time.sleep(min(max(wait, 0.005), 1.0))
+    ledger.timer.sleep(min(max(wait, 0.005), 1.0))
     return True

@@ -727,7 +727,7 @@ class Workflow:
             after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
         # The budget starts before the intent's deadline is computed, so the runner's own
         # clock never allows a call later than the deadline recovery goes by.
-        budget = fence.Budget.start(tool, self.ledger.clock)
+        budget = fence.Budget.start(tool, self.ledger.clock, self.ledger.timer)
         event = self.ledger.events.intent(
             self.workflow_id,
             step_id,

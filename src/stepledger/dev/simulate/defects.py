@@ -1,0 +1,243 @@
+"""Test-only switches: put a fixed defect's old behaviour back, to prove the simulator finds it.
+
+Each switch patches the library's function back to its form before the fix, for the
+duration of one run (:func:`switched`), in this process only.  The tests in
+``tests/unit/test_simulate_defects.py`` run a budget of seeds with a switch on (the
+simulator must find a violation) and off (it must find none).
+
+- ``frozen_runner`` (issue 20): no check of the intent's deadline before the call, so a
+  runner paused between its intent and its call calls after recovery decided the step.
+- ``two_live_runners`` (issue 20): no read-back of the intent before a call that is not safe
+  to repeat and no check of the claim at open, so two live runners both call.
+- ``agent_clock_deadline`` (one clock for deadlines): recovery goes by the deadline the
+  intent records on the agent's clock only, not re-anchored on the broker's time.
+- ``agent_clock_ahead`` (issue 42, pending): a step falls due at the deadline its intent
+  records on the agent's clock (re-anchored only ever later), so an agent clock running
+  ahead delays every decision by as much.
+- ``unfenced_compensation`` (issue 42, pending): ``wf.compensate()`` as it was before
+  compensations were fenced: no ownership check, the claim names no runner.
+- ``worded_step`` (issue 42, pending): a framework call matched to a step by the digest of
+  its arguments, as before steps were matched by occurrence.
+- ``fixed_secret_mark`` (issue 42, pending): the arguments digest an approval binds puts one
+  fixed marker in place of every secret value.
+
+A switch of a pending fix is today's code kept here; once the fix lands on main, the switch
+still restores the old form and the "finds none with the fix" test is flipped to expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from unittest import mock
+
+from stepledger.domain import fingerprint, secrets
+from stepledger.domain.tools import Tool
+from stepledger.integrations._core import AgentSteps, _auto_id
+from stepledger.producer import compensation, fence
+from stepledger.recovery.daemon import RecoveryDaemon
+
+#: Every switch: what it puts back.
+SWITCHES: dict[str, str] = {
+    "frozen_runner": "no deadline check before a call (issue 20)",
+    "two_live_runners": "no intent read-back and no claim check (issue 20)",
+    "agent_clock_deadline": "recovery goes by the agent's recorded deadline only",
+    "agent_clock_ahead": "a step falls due by the agent's recorded deadline (issue 42)",
+    "unfenced_compensation": "compensations without an ownership check (issue 42)",
+    "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
+    "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
+}
+
+
+@contextlib.contextmanager
+def switched(names: tuple[str, ...]) -> Iterator[None]:
+    """Run with these old behaviours put back (none: as the library is)."""
+    unknown = [n for n in names if n not in SWITCHES]
+    if unknown:
+        raise ValueError(f"unknown defect switch(es): {', '.join(unknown)}")
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            for target, attribute, value in _PATCHES[name]():
+                stack.enter_context(mock.patch.object(target, attribute, value))
+        yield
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _frozen_runner() -> list[tuple[Any, str, Any]]:
+    return [(fence, "ensure_in_time", _nothing)]
+
+
+def _two_live_runners() -> list[tuple[Any, str, Any]]:
+    return [
+        (fence, "needs_read_back", lambda tool: False),
+        (fence, "ensure_claimed", _nothing),
+    ]
+
+
+def _agent_clock_deadline() -> list[tuple[Any, str, Any]]:
+    return [(RecoveryDaemon, "_anchor", _nothing), (RecoveryDaemon, "_anchor_loaded", _nothing)]
+
+
+def _agent_clock_ahead() -> list[tuple[Any, str, Any]]:
+    from stepledger.domain import resolution
+    from stepledger.recovery.tracker import Tracker
+
+    return [
+        (resolution, "due_at", _old_due_at),
+        (RecoveryDaemon, "_due", _old_daemon_due),
+        (Tracker, "_when", _old_when),
+    ]
+
+
+def _old_due_at(step: Any, tool: Any, *, grace: Any, retry_base_s: float = 0.25) -> Any:
+    """``resolution.due_at`` as it was: the recorded deadline (the agent's clock) + grace."""
+    from stepledger.domain import resolution as rs
+    from stepledger.domain.state import StepStatus
+    from stepledger.domain.times import later, seconds
+
+    if step.status not in rs.ACTIONABLE:
+        return None
+    if step.status is StepStatus.COMPENSATING:
+        timeout = seconds(tool.timeout_s if tool is not None else 0.0)
+        base = (step.last_at or step.intended_at or step.first_at) or step.deadline
+        start = None if base is None else later(later(base, timeout), grace)
+    else:
+        start = None if step.deadline is None else later(step.deadline, grace)
+    if start is None:
+        return None
+    if step.recovery_attempts > 0 and step.last_at is not None:
+        delay = rs.retry_delay(step.recovery_attempts, tool, retry_base_s)
+        start = max(start, later(step.last_at, delay))
+    return start
+
+
+def _old_daemon_due(self: RecoveryDaemon, step: Any) -> Any:
+    return _old_due_at(
+        step,
+        self.tools.get(step.tool),
+        grace=self.resolver.grace,
+        retry_base_s=self.options.retry_base_s,
+    )
+
+
+def _old_when(self: Any, tracked: Any) -> Any:
+    due = tracked.due
+    if due is not None and tracked.not_before is not None:
+        due = max(due, tracked.not_before)
+    if due is not None and tracked.anchor is not None and tracked.in_doubt:
+        due = max(due, tracked.anchor)
+    return due
+
+
+def _unfenced_compensation() -> list[tuple[Any, str, Any]]:
+    return [(compensation, "compensate", _old_compensate)]
+
+
+def _old_compensate(workflow: Any, reason: str) -> list[str]:
+    """``compensation.compensate`` before compensations were fenced (no ownership check)."""
+    from stepledger.domain.saga import compensation_plan
+    from stepledger.errors import StepInDoubtError
+
+    undo, blockers = compensation_plan(workflow.state)
+    if blockers:
+        names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blockers)
+        raise StepInDoubtError(
+            f"cannot compensate around steps whose outcome is unknown: {names}",
+            workflow_id=workflow.workflow_id,
+        )
+    return [
+        step.step_id
+        for step in undo
+        if _OLD_COMPENSATE_ONE(workflow, step, workflow.tool(step.tool), reason)
+    ]
+
+
+def _OLD_COMPENSATE_ONE(workflow: Any, step: Any, tool: Tool, reason: str) -> bool:
+    """``compensation._compensate_one`` before compensations were fenced."""
+    from datetime import timedelta
+
+    from stepledger.domain import events as ev
+    from stepledger.domain import ids
+    from stepledger.domain.enums import CompensationStatus, Source
+    from stepledger.domain.state import StepStatus
+    from stepledger.resolution.hooks import intent_arguments, known_result
+
+    events, wf = workflow.ledger.events, workflow.workflow_id
+    if step.status is StepStatus.SUCCEEDED:
+        intended = ev.CompensationIntended(
+            idempotency_key=ids.compensation_key(step.idempotency_key),
+            reason=reason,
+            source=Source.AGENT,
+            deadline=events.clock() + timedelta(seconds=tool.timeout_s),
+            attempt=step.attempt,
+        )
+        workflow.record(events.envelope(wf, step.step_id, intended, step.attempt, "agent"))
+    assert tool.compensate is not None
+    try:
+        answer = tool.compensate(intent_arguments(step), step.idempotency_key, known_result(step))
+    except Exception as exc:
+        failed = ev.CompensationOutcome(
+            status=CompensationStatus.FAILED,
+            error=f"{type(exc).__name__}: {exc}",
+            source=Source.AGENT,
+        )
+        workflow.record(events.envelope(wf, step.step_id, failed, step.attempt, "agent"))
+        return False
+    workflow.record(
+        events.envelope(wf, step.step_id, compensation._outcome(answer), step.attempt, "agent")
+    )
+    return True
+
+
+def _worded_step() -> list[tuple[Any, str, Any]]:
+    return [(AgentSteps, "step_id", _old_step_id)]
+
+
+def _old_step_id(self: AgentSteps, tool: Tool, arguments: Mapping[str, Any]) -> str:
+    """``AgentSteps.step_id`` before steps were matched by occurrence: by argument digest."""
+    digest = tool.legacy_digest(arguments)
+    recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
+    unused = [s for s in recorded if s.step_id not in self._used]
+    for step in unused:
+        if step.arguments_digest in (digest, self._fingerprint(step.step_id, tool, arguments)):
+            return self._use(step.step_id)
+    for step in unused:
+        if step.attempt == 0:
+            return self._use(step.step_id)
+    taken = {s.step_id for s in recorded} | self._used
+    n = len(recorded) + 1
+    while _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps:
+        n += 1
+    return self._use(_auto_id(tool.name, n))
+
+
+def _fixed_secret_mark() -> list[tuple[Any, str, Any]]:
+    return [(fingerprint, "redacted", _old_redacted)]
+
+
+def _old_redacted(
+    arguments: Mapping[str, Any],
+    secret_args: frozenset[str],
+    workflow_id: str,
+    step_id: str,
+    key: secrets.RedactionKey | None,
+) -> dict[str, Any]:
+    """``fingerprint.redacted`` before secrets were keyed: a fixed marker for each."""
+    if not secret_args:
+        return dict(arguments)
+    return secrets.redact(arguments, secret_args, secrets.fixed_mark)
+
+
+_PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
+    "frozen_runner": _frozen_runner,
+    "two_live_runners": _two_live_runners,
+    "agent_clock_deadline": _agent_clock_deadline,
+    "agent_clock_ahead": _agent_clock_ahead,
+    "unfenced_compensation": _unfenced_compensation,
+    "worded_step": _worded_step,
+    "fixed_secret_mark": _fixed_secret_mark,
+}

@@ -1,0 +1,374 @@
+"""One run: a plan's actors on one scheduler, its faults applied, every turn checked.
+
+The run has two phases.  For ``plan.turns`` turns the faults fire at their turns and the
+seed picks who runs; then every frozen actor thaws, no fault fires any more, and the run
+goes on until every agent process ended and the daemons had ``SETTLE_MS`` of simulated time
+to decide what is left (bounded by ``4 * plan.turns`` turns in all).  The invariants are
+checked after every turn; the liveness one (``decided_within_bound``) once, at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from unittest import mock
+
+from pydantic import SecretStr
+
+from stepledger.config import Settings
+from stepledger.deadletters.events import MemoryEventLetters
+from stepledger.dev.simulate import agents, daemons, liveness
+from stepledger.dev.simulate import services as sv
+from stepledger.dev.simulate.invariants import Monitor, Violation
+from stepledger.dev.simulate.plan import AGENT_KINDS, ActorSpec, Fault, Plan
+from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler
+from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record, SimReader
+from stepledger.domain import events as ev
+from stepledger.producer import Ledger, ResumeOptions, Workflow, fence
+from stepledger.recovery.checkpoint import InMemoryCheckpointStore
+from stepledger.recovery.daemon import RecoveryDaemon
+
+TOPIC = "sim.steps"
+#: Every simulated process shares one operator's redaction key (secrets as keyed HMACs).
+REDACTION_KEY = "simulated-operator-key-0001"
+#: Simulated time the daemons get after the last agent ended, before the run is judged.
+SETTLE_MS = 6_000
+
+
+@dataclass
+class Outcome:
+    """What a run found: violations (empty: none), its trace, how each actor ended."""
+
+    plan: Plan
+    violations: list[Violation]
+    trace: list[str]
+    turns: int
+    ms: int
+    ended: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """True when an invariant was broken."""
+        return bool(self.violations)
+
+
+class SimTimer:
+    """An actor's monotonic clock and sleeps, in simulated time (the SDK's Timer)."""
+
+    def __init__(self, sched: Scheduler, actor: Actor) -> None:
+        self.sched, self.actor = sched, actor
+
+    def monotonic(self) -> float:
+        """Seconds of simulated time, read at a crossing."""
+        return self.sched.monotonic(self.actor)
+
+    def sleep(self, seconds: float) -> None:
+        """Let others run for ``seconds`` of simulated time."""
+        self.sched.sleep(self.actor, seconds)
+
+
+class World:
+    """Everything one run holds: scheduler, broker, services, actors, monitor."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.sched = Scheduler(plan.seed)
+        self.broker = Broker(TOPIC, plan.partitions, self.sched)
+        self.services = sv.Services(self.sched)
+        self.acks = AckFaults()
+        self.recovery_store = InMemoryCheckpointStore()
+        self.monitor = Monitor(self.broker, self.services, set())
+        self.daemon: RecoveryDaemon | None = None
+        self.trace: list[str] = []
+        self.down: list[list[int]] = []
+        """Intervals (ms) when no recovery daemon ran: the liveness bound stretches by them."""
+        self._current: dict[str, Actor] = {}
+        """The newest process of each planned actor (a killed one's successor)."""
+        self._spawns: list[tuple[int, ActorSpec]] = []
+        self._generations: Counter[str] = Counter()
+        self._effects = 0
+        self._quiet_since: int | None = None
+        self.broker.on_append.append(self._appended)
+
+    # -- actors --------------------------------------------------------------------------
+
+    def workflow_ids(self) -> list[str]:
+        """The workflows the plan's agents run."""
+        return sorted({a.workflow for a in self.plan.actors if a.workflow})
+
+    def spawn(self, spec: ActorSpec, skew_ms: int = 0) -> Actor:
+        """Start a process of a planned actor (a successor gets a new name)."""
+        self._generations[spec.name] += 1
+        n = self._generations[spec.name]
+        name = spec.name if n == 1 else f"{spec.name}.{n}"
+        actor = self.sched.add(Actor(name, spec.kind, self._body(spec), skew_ms=skew_ms))
+        self._current[spec.name] = actor
+        if spec.kind in AGENT_KINDS:
+            self.monitor.agents.add(name)
+        self._note(name, f"starts ({spec.kind} {spec.workflow} {' '.join(spec.options)})".strip())
+        if spec.kind == "recovery" and self.down and self.down[-1][1] < 0:
+            self.down[-1][1] = self.sched.now_ms
+        return actor
+
+    def _body(self, spec: ActorSpec) -> Callable[[Actor], None]:
+        if spec.kind in AGENT_KINDS:
+            return lambda actor: agents.run_agent(actor, spec, self.ledger_for(actor), self.sched)
+        run = {"recovery": daemons.recovery, "projector": daemons.projector}.get(spec.kind)
+        return lambda actor: (run or daemons.people)(self, actor)
+
+    def settings_for(self, actor: Actor) -> Settings:
+        """One simulated process's settings (one operator's redaction key for all)."""
+        return Settings(
+            fleet_id="sim",
+            producer_id=actor.name,
+            topic=self.broker.topic,
+            redaction_key=SecretStr(REDACTION_KEY),
+        )
+
+    def ledger_for(self, actor: Actor) -> Ledger:
+        """One agent process's ledger: its log client, reader, clocks and tools."""
+        sched = self.sched
+        return Ledger(
+            self.settings_for(actor),
+            log=LogClient(self.broker, actor, self.acks),
+            clock=lambda: sched.wall(actor),
+            tools=sv.tools(self.services, actor),
+            reader=SimReader(self.broker, actor),
+            dead_letters=MemoryEventLetters(),
+            options=ResumeOptions(grace_s=daemons.GRACE_S, resolve_timeout_s=5.0),
+            timer=SimTimer(sched, actor),
+            hooks=daemons.InlineHooks(),
+        )
+
+    # -- faults --------------------------------------------------------------------------
+
+    def apply(self, fault: Fault) -> None:
+        """Inject one fault (a target that is not running takes nothing)."""
+        kind, value = fault.kind, fault.value
+        if kind in ("dup", "foreign"):
+            self._log_fault(fault)
+            return
+        actor = self._current.get(fault.target)
+        if actor is None or not actor.live:
+            return
+        self._note(actor.name, f"FAULT {kind} {value or ''}".strip())
+        if kind == "freeze":
+            actor.state, actor.thaw_ms = ActorState.FROZEN, self.sched.now_ms + value
+            if actor.kind == "recovery":
+                self.down.append([self.sched.now_ms, actor.thaw_ms])
+        elif kind == "kill":
+            self.sched.kill(actor)
+            spec = next(a for a in self.plan.actors if a.name == fault.target)
+            self._spawns.append((self.sched.now_ms + value, spec))
+            if actor.kind == "recovery":
+                self.down.append([self.sched.now_ms, -1])
+        elif kind == "skew":
+            actor.skew_ms = value
+        elif kind.startswith("ack_"):
+            self.acks.add(actor.name, kind.removeprefix("ack_"))
+        elif kind.startswith("call_"):
+            self.services.faults.setdefault(actor.name, []).append(kind.removeprefix("call_"))
+
+    def _log_fault(self, fault: Fault) -> None:
+        records = self.broker.workflow_records(fault.target)
+        self._note("broker", f"FAULT {fault.kind} {fault.target}")
+        if fault.kind == "foreign":
+            self.broker.put(fault.target.encode(), b"\x00not an event", [], None, "foreign")
+        elif records:
+            last = records[-1]
+            self.broker.put(
+                last.key, last.value, last.headers, last.event, "broker", duplicate=True
+            )
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Run the plan to its end (or its first violation)."""
+        try:
+            self._loop()
+            # Liveness needs someone to decide: a plan without a recovery daemon has nobody.
+            deciders = any(a.kind == "recovery" for a in self.plan.actors)
+            if not self.monitor.found and deciders:
+                self.monitor.found.extend(liveness.check(self.broker, self.down, self.sched.now_ms))
+        finally:
+            self.sched.close()
+        ended = {a.name: a.ended for a in self.sched.actors.values()}
+        return Outcome(
+            self.plan,
+            list(self.monitor.found),
+            self.trace,
+            self.sched.turns,
+            self.sched.now_ms,
+            ended,
+        )
+
+    def _loop(self) -> None:
+        sched, plan = self.sched, self.plan
+        faults = list(plan.faults)
+        late = sorted((a for a in plan.actors if a.start > 0), key=lambda a: a.start)
+        for spec in plan.actors:
+            if spec.start <= 0:
+                self.spawn(spec)
+        healed_at: int | None = None
+        while sched.turns < 4 * plan.turns:
+            turn = sched.turns
+            if healed_at is None:
+                for fault in [f for f in faults if self._due(f, turn)]:
+                    faults.remove(fault)
+                    self.apply(fault)
+                while late and late[0].start <= turn:
+                    self.spawn(late.pop(0))
+                if turn >= plan.turns:
+                    healed_at = self._heal()
+            self._spawn_due()
+            if healed_at is not None and self._settled():
+                return
+            ready = sched.ready()
+            if not ready:
+                if not self._idle(faults, late, healed_at):
+                    return
+                continue
+            actor = ready[sched.rng.randrange(len(ready))]
+            sched.now_ms += sched.rng.choice(TURN_MS)
+            sched.run_turn(actor)
+            if self._checked(actor):
+                return
+
+    def _due(self, fault: Fault, turn: int) -> bool:
+        """True when a fault fires now: the log's at its turn, an actor's at its crossing."""
+        if fault.kind in ("dup", "foreign"):
+            return fault.at <= turn
+        actor = self._current.get(fault.target)
+        if actor is None:
+            return False
+        return actor.intents >= -fault.at if fault.at < 0 else actor.crossings >= fault.at
+
+    def _idle(self, faults: list[Fault], late: list[ActorSpec], healed_at: int | None) -> bool:
+        """Nobody can run: move time to the next waker; False when nothing will ever run."""
+        wakes = [w for w in (self.sched.next_wake(), self._next_spawn()) if w is not None]
+        if wakes:
+            self.sched.now_ms = max(self.sched.now_ms, min(wakes))
+            return True
+        if healed_at is None and (faults or late):
+            self.sched.turns += 1  # let the next fault or late start come
+            return True
+        return False
+
+    def _heal(self) -> int:
+        for actor in self.sched.actors.values():
+            if actor.state is ActorState.FROZEN:
+                actor.thaw_ms = self.sched.now_ms
+        for interval in self.down:
+            if interval[1] > self.sched.now_ms:
+                interval[1] = self.sched.now_ms
+        self._note("scheduler", "faults end")
+        return self.sched.now_ms
+
+    def _settled(self) -> bool:
+        agents_live = any(a.live for a in self.sched.actors.values() if a.kind in AGENT_KINDS)
+        if agents_live or self._spawns:
+            self._quiet_since = None
+            return False
+        since = self._quiet_since
+        if since is None:
+            self._quiet_since = self.sched.now_ms
+            return False
+        return self.sched.now_ms - since >= SETTLE_MS
+
+    def _next_spawn(self) -> int | None:
+        return min((ms for ms, _ in self._spawns), default=None)
+
+    def _spawn_due(self) -> None:
+        due = [(ms, spec) for ms, spec in self._spawns if ms <= self.sched.now_ms]
+        for item in due:
+            self._spawns.remove(item)
+            before = self._current.get(item[1].name)
+            self.spawn(item[1], skew_ms=0 if before is None else before.skew_ms)
+
+    def _checked(self, actor: Actor) -> bool:
+        """Trace and check what the turn did; True once a violation was found."""
+        for effect in self.services.effects[self._effects :]:
+            self._note(effect.actor, f"EFFECT {effect.kind} {effect.ref} key={effect.key[:8]}")
+        self._effects = len(self.services.effects)
+        self.monitor.after_turn()
+        wf = actor.notes.get("workflow")
+        if isinstance(wf, Workflow):
+            self.monitor.check_handle(wf.workflow_id, wf.state.seen)
+        if actor.crash:
+            where = wf.workflow_id if isinstance(wf, Workflow) else ""
+            self.monitor._add("no_crash", where, f"{actor.name}: {actor.crash.splitlines()[-1]}")
+            self.trace.append(actor.crash)
+        if not actor.live and actor.ended:
+            self._note(actor.name, f"ends: {actor.ended[:160]}")
+        return bool(self.monitor.found)
+
+    # -- tracing -------------------------------------------------------------------------
+
+    def _appended(self, record: Record) -> None:
+        event = record.event
+        if event is None:
+            self._note(record.writer, f"append <foreign bytes> p{record.partition}@{record.offset}")
+            return
+        body = event.body
+        if isinstance(body, ev.ApprovalRequested) and event.step_id is not None:
+            # The person approving sees the call the requesting agent was making.
+            writer = self.sched.actors.get(record.writer)
+            calling = None if writer is None else writer.notes.get("calling")
+            if isinstance(calling, dict):
+                self.monitor.shown[(event.workflow_id, event.step_id, body.request)] = calling
+        dup = " (duplicate)" if record.duplicate else ""
+        self._note(
+            record.writer,
+            f"{event.type} {event.workflow_id}/{event.step_id or '-'}{_detail(body)} "
+            f"p{record.partition}@{record.offset}{dup}",
+        )
+
+    def _note(self, who: str, what: str) -> None:
+        self.trace.append(f"{self.sched.now_ms:>7}ms {who:<10} {what}")
+
+
+def _detail(body: ev.Body) -> str:
+    if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
+        return f" attempt {body.attempt}"
+    if isinstance(body, ev.StepIntended):
+        return f" {body.tool} attempt {body.attempt} epoch {body.epoch}"
+    if isinstance(body, ev.StepOutcome):
+        return f" {body.status.value} by {body.source.value} attempt {body.attempt}"
+    if isinstance(body, ev.CompensationIntended | ev.StepAbandoned):
+        return f" by {body.source.value}"
+    if isinstance(body, ev.WorkflowFinished):
+        return f" {body.status.value}"
+    if isinstance(body, ev.EscalationResolved):
+        return f" {body.verdict.value}"
+    if isinstance(body, ev.ApprovalDecided):
+        return f" granted={body.granted} request {body.request}"
+    return ""
+
+
+def run(plan: Plan) -> Outcome:
+    """Run one plan (with its seed) and return what it found."""
+    from stepledger.dev.simulate import defects
+
+    world = World(plan)
+    with defects.switched(plan.defects), _runner_names(world.sched):
+        return world.run()
+
+
+@contextlib.contextmanager
+def _runner_names(sched: Scheduler) -> Iterator[None]:
+    """Runner identities named after their process, so a replay writes the same events.
+
+    ``fence.new_runner`` is random (uuid4) by design; here each workflow handle's runner is
+    ``<actor>~<n>``, and the event ids derived from it are the same in every replay.
+    """
+    made: Counter[str] = Counter()
+
+    def new_runner() -> str:
+        who = "-" if sched.current is None else sched.current.name
+        made[who] += 1
+        return f"{who}~{made[who]}"
+
+    with mock.patch.object(fence, "new_runner", new_runner):
+        yield

@@ -1,0 +1,131 @@
+"""The simulator re-finds each defect of the last two adversarial rounds when its fix is
+reverted (a test-only switch puts the old behaviour back), within a stated number of seeds,
+and finds none with the fix.
+
+Cases marked pending are defects still on main while issue 42's fixes land: their "none
+with the fix" test is an expected failure naming the fix it waits for (the lead flips it at
+the merge, and moves the variant out of ``plan.PENDING``).  The shared checkpoint topic has
+no case yet: the simulator has no checkpointer nor retention (see docs/guarantees.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from stepledger.dev.simulate import explore
+from stepledger.dev.simulate.plan import Profile
+
+
+@dataclass(frozen=True)
+class Case:
+    """One defect: its switch, the plans that reach it, what breaks, within how many seeds."""
+
+    switch: str
+    profile: Profile
+    invariant: str
+    within: int
+    pending: str = ""
+
+
+_PAUSES = ("freeze", "call_after")
+CASES = {
+    # A runner paused between its intent and its call wakes after recovery decided the step.
+    "frozen_runner": Case(
+        "frozen_runner",
+        Profile(kinds=("trip", "framework"), faults=("freeze",), second_runners=False),
+        "effect_under_open_intent",
+        80,
+    ),
+    # A second runner resumes the workflow while the first is alive: both call.
+    "two_live_runners": Case("two_live_runners", Profile(), "effect_under_open_intent", 20),
+    # An agent clock behind the broker's: its deadline passes early on anyone's clock.
+    "agent_clock_behind": Case(
+        "agent_clock_deadline",
+        Profile(
+            kinds=("trip", "framework"),
+            faults=("skew", *_PAUSES),
+            max_skew_ms=2_000,
+            skew_sign=-1,
+            second_runners=False,
+        ),
+        "no_early_decision",
+        50,
+    ),
+    # An agent clock ahead of the broker's: recovery waits for its deadline, far too long.
+    "agent_clock_ahead": Case(
+        "agent_clock_ahead",
+        Profile(
+            kinds=("trip", "framework"),
+            faults=("skew", *_PAUSES),
+            max_skew_ms=120_000,
+            skew_sign=1,
+            second_runners=False,
+        ),
+        "decided_within_bound",
+        100,
+        "issue 42: every step decided within its deadline plus the grace by the broker's clock",
+    ),
+    # A runner that lost its claim unwinds the saga of a trip the new owner completed.
+    "fenced_compensation": Case(
+        "unfenced_compensation",
+        Profile(kinds=("trip",), options=("cancel",)),
+        "compensation_by_owner",
+        50,
+        "issue 42: every effect fenced the same way, compensations included",
+    ),
+    # A resumed model words the charge's memo differently: a new step, a second charge.
+    "reworded_model_call": Case(
+        "worded_step",
+        Profile(kinds=("framework",), options=("reword",), faults=("freeze", "kill", "call_after")),
+        "effect_once",
+        40,
+        "issue 42: a step is the logical call, matched by occurrence",
+    ),
+    # A person approves a payment on card A; the resumed model pays with card B.
+    "secret_approval": Case(
+        "fixed_secret_mark",
+        Profile(kinds=("framework",), options=("approval", "swap_card")),
+        "approval_covers_call",
+        40,
+        "issue 42: one fingerprint binds an approval to its call, secrets as keyed HMACs",
+    ),
+}
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    logging.disable(logging.ERROR)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_defect_is_found_when_its_fix_is_reverted(name: str) -> None:
+    case = CASES[name]
+    found = explore.first_found(
+        case.within, case.profile, defects=(case.switch,), invariant=case.invariant
+    )
+    assert found is not None, f"{name}: no {case.invariant} within {case.within} seeds"
+    print(f"{name}: found at seed {found.plan.seed}: {found.violations[0].line()}")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=c.pending, strict=False)) if c.pending else n
+        for n, c in sorted(CASES.items())
+    ],
+)
+def test_none_is_found_with_the_fix(name: str) -> None:
+    case = CASES[name]
+    report = explore.explore(1, case.within, case.profile, shrinking=False)
+    broken = [
+        f"seed {f.seed}: {f.outcome.violations[0].line()}"
+        for f in report.failures
+        if f.outcome.violations[0].invariant == case.invariant or f.known is None
+    ]
+    assert not broken, "\n".join(broken)

@@ -11,6 +11,13 @@ A partition the view never read is first looked up through the partition's direc
 partition, taken only when the directory proves the answer (otherwise the partition is
 read as before).  ``lookup(..., fresh=True)`` always reads the partition.
 
+Only records of the view's own step log are read (invariant 21): a record whose
+``stepledger_log`` header names another log, or none, is refused (counted in
+:attr:`CheckpointView.refusals`, one line per name), and so is a checkpoint or progress
+that the step log contradicts: another topic or partition in its fields, or a covered
+offset at or past the step-log partition's end (no checkpointer can have read a record
+that was never written).  Such a record proves nothing, so the reader refuses to guess.
+
 A record read is kept as its bytes and covered offset (read from its first fields,
 :func:`~stepledger.checkpoints.record.covered_offset_of`); only the checkpoints handed out
 are decoded.  Opening one workflow reads its partition of the checkpoint topic, which
@@ -24,8 +31,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints import directory as dirs
@@ -37,12 +45,13 @@ from stepledger.checkpoints.record import (
 )
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
+from stepledger.gaps import LogStart
 from stepledger.kafka.client import Consumer, KafkaException, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end, reading_to_end
+from stepledger.logid import HeaderPairs, LogIdentity, Refusals, resolve
 
 logger = logging.getLogger(__name__)
 
-_GROUP = wire.CHECKPOINT_READER_GROUP
 _BATCH = 5000
 _POLL_S = 0.01
 #: A catch-up never takes longer than this.
@@ -64,6 +73,16 @@ class Covering:
     covering it (None: no checkpointer has written progress for the partition)."""
 
 
+class LogEnds(Protocol):
+    """Where each step-log partition ends now (a :class:`~stepledger.gaps.LogStart`)."""
+
+    def end(self, topic: str, partition: int) -> int: ...
+
+
+#: Whether a checkpoint-topic record (its partition and headers) is of the view's step log.
+Admit = Callable[[int, HeaderPairs], bool]
+
+
 @dataclass
 class _Held:
     """The newest record of one key: its covered offset, its bytes, decoded when asked for."""
@@ -76,10 +95,25 @@ class _Held:
 
 
 class CheckpointView:
-    """The newest checkpoints of the partitions asked about, caught up on every lookup."""
+    """The newest checkpoints of the partitions asked about, caught up on every lookup.
 
-    def __init__(self, settings: Settings) -> None:
+    ``identity`` (default: the settings' step log's, asked of the broker once) is the log
+    whose records are read; ``log_ends`` (default: a client of the view's own, closed by
+    :meth:`close`) says where its partitions end.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        identity: LogIdentity | None = None,
+        log_ends: LogEnds | None = None,
+    ) -> None:
         self.settings = settings
+        self._identity = identity
+        self._refusals: Refusals | None = None
+        self._ends = log_ends
+        self._own_ends: LogStart | None = None
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, _Held]] = {}
@@ -87,12 +121,31 @@ class CheckpointView:
         """What the latest directory lookups proved, by partition and key (at most
         ``_DIRECTED_KEPT``: a stale one only sends the guard to a whole read)."""
 
+    @property
+    def refusals(self) -> Refusals:
+        """The records this view refused (another step log's, or inconsistent with it)."""
+        if self._refusals is None:
+            identity = self._identity or resolve(self.settings)
+            self._identity = identity
+            self._refusals = Refusals(identity, "checkpoints")
+        return self._refusals
+
+    def close(self) -> None:
+        """Close the client the view made to read the step log's ends (if it made one)."""
+        if self._own_ends is not None:
+            self._own_ends.close()
+            self._own_ends = None
+
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
-        """The workflow's checkpoint and the partition's progress.
+        """The workflow's checkpoint and the partition's progress, each only where the step
+        log does not contradict it.
 
         ``fresh``: catch the partition up first; otherwise what was read so far (only a
         partition never read is read now).
         """
+        return self._vouched(partition, self._lookup(partition, workflow_id, fresh=fresh))
+
+    def _lookup(self, partition: int, workflow_id: str, *, fresh: bool) -> Covering:
         with self._lock:
             if not fresh and partition not in self._next:
                 key = workflow_id.encode()
@@ -114,12 +167,18 @@ class CheckpointView:
             )
 
     def partition(self, partition: int) -> dict[bytes, WorkflowCheckpoint]:
-        """Every newest checkpoint of a partition (the progress record under its key)."""
+        """Every newest checkpoint of a partition (the progress record under its key) that
+        the step log does not contradict."""
         with self._lock:
             self._catch_up(partition)
             latest = self._latest.get(partition, {})
             found = {key: _checkpoint(latest, key) for key in list(latest)}
-            return {key: checkpoint for key, checkpoint in found.items() if checkpoint}
+        end = self._end_of(partition)
+        return {
+            key: checkpoint
+            for key, checkpoint in found.items()
+            if checkpoint and self._consistent(partition, checkpoint, end)
+        }
 
     def at(self, partition: int, offset: int, key: bytes) -> WorkflowCheckpoint | None:
         """The checkpoint of ``key`` at ``offset`` (None: that record is gone or another's)."""
@@ -129,10 +188,56 @@ class CheckpointView:
                 msg = points.first(offset)
             if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
                 return None
+            if not self._admit(partition, msg.headers()):
+                return None
             return decode(msg.value())
         except (KafkaException, BrokerError, CodecError) as exc:
             logger.info("checkpoint at %s[%d]@%d not read: %s", topic, partition, offset, exc)
             return None
+
+    def _admit(self, partition: int, headers: HeaderPairs) -> bool:
+        return self.refusals.admit(self.settings.checkpoint_topic, partition, headers)
+
+    def _end_of(self, partition: int) -> int:
+        """Where the step-log partition ends now."""
+        if self._ends is None:
+            self._own_ends = LogStart(self.settings)
+            self._ends = self._own_ends
+        return self._ends.end(self.settings.topic, partition)
+
+    def _vouched(self, partition: int, covering: Covering) -> Covering:
+        """``covering`` without what the step log contradicts (see the module doc)."""
+        checkpoint, progress = covering.checkpoint, covering.progress
+        if checkpoint is None and progress is None:
+            return covering
+        end = self._end_of(partition)
+        if checkpoint is not None and not self._consistent(partition, checkpoint, end):
+            checkpoint = None
+        if progress is not None and progress >= end:
+            self._past_end(partition, "progress", progress, end)
+            progress = None
+        return replace(covering, checkpoint=checkpoint, progress=progress)
+
+    def _consistent(self, partition: int, found: WorkflowCheckpoint, end: int) -> bool:
+        """False (and counted) for a checkpoint or progress the step log contradicts."""
+        topic = self.settings.checkpoint_topic
+        if found.topic != self.settings.topic or found.partition != partition:
+            where = f"{found.topic}[{found.partition}]"
+            self.refusals.refuse(topic, partition, where, f"was folded from {where}")
+            return False
+        if found.covered_offset >= end:
+            what = "progress" if found.workflow_id is None else "a checkpoint"
+            self._past_end(partition, what, found.covered_offset, end)
+            return False
+        return True
+
+    def _past_end(self, partition: int, what: str, covered: int, end: int) -> None:
+        why = (
+            f"is {what} covering offset {covered}, past the end of {self.settings.topic}"
+            f"[{partition}] ({end}): no checkpointer read that record (forged, or of a log "
+            "since deleted)"
+        )
+        self.refusals.refuse(self.settings.checkpoint_topic, partition, "(past the end)", why)
 
     def offsets(self, partition: int) -> dict[bytes, int]:
         """Where each key's newest checkpoint sits in the partition (after a catch-up)."""
@@ -159,8 +264,10 @@ class CheckpointView:
         # Tansu answers no fetch at all).
         conf = {"fetch.wait.max.ms": 1, **self.settings.quick_connect()}
         topic = self.settings.checkpoint_topic
-        with assigned_consumer(self.settings, [], group=_GROUP, **conf) as consumer:
-            yield _Points(consumer, topic, partition, time.monotonic() + DIRECTORY_LIMIT_S)
+        group = self.settings.group(wire.CHECKPOINT_READER_ROLE)
+        deadline = time.monotonic() + DIRECTORY_LIMIT_S
+        with assigned_consumer(self.settings, [], group=group, **conf) as consumer:
+            yield _Points(consumer, topic, partition, deadline, self._admit)
 
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic
@@ -168,7 +275,12 @@ class CheckpointView:
         latest = self._latest.setdefault(partition, {})
         deadline = time.monotonic() + CATCH_UP_LIMIT_S
         starts = [TopicPartition(topic, partition, start)]
-        with reading_to_end(self.settings, starts, group=_GROUP, fetch_wait_ms=10) as consumer:
+        with reading_to_end(
+            self.settings,
+            starts,
+            group=self.settings.group(wire.CHECKPOINT_READER_ROLE),
+            fetch_wait_ms=10,
+        ) as consumer:
             while True:
                 if time.monotonic() > deadline:
                     raise BrokerError(f"could not read {topic}[{partition}] to its end in time")
@@ -177,7 +289,8 @@ class CheckpointView:
                         return
                     offset = int(msg.offset() or 0)
                     self._next[partition] = offset + 1
-                    self._take(latest, msg.key() or b"", msg.value(), offset)
+                    if self._admit(partition, msg.headers()):
+                        self._take(latest, msg.key() or b"", msg.value(), offset)
 
     @staticmethod
     def _take(
@@ -218,11 +331,17 @@ def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | 
 class _Points:
     """Point reads of one checkpoint partition through its directory (see the module doc)."""
 
-    def __init__(self, consumer: Consumer, topic: str, partition: int, deadline: float) -> None:
+    def __init__(
+        self, consumer: Consumer, topic: str, partition: int, deadline: float, admit: Admit
+    ) -> None:
         self.consumer = consumer
         self.topic = topic
         self.partition = partition
         self.deadline = deadline
+        self.admit = admit
+
+    def _ours(self, msg: Message) -> bool:
+        return self.admit(self.partition, msg.headers())
 
     def covering(self, key: bytes) -> Covering | None:
         """What the directory proves about ``key``, or None when it proves nothing."""
@@ -231,8 +350,8 @@ class _Points:
         )
         # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
         last = self.first(high - 1) if high > 0 else None
-        if last is None:
-            return None  # empty (a whole read is as cheap), or gone meanwhile
+        if last is None or not self._ours(last):
+            return None  # empty (a whole read is as cheap), gone meanwhile, or not ours
         pointer = dirs.root_pointer(last.headers())
         if last.key() == dirs.ROOT_KEY:
             pointer = int(last.offset() or 0)
@@ -242,6 +361,8 @@ class _Points:
         after = self._from(pointer)
         if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
             return None
+        if not self._ours(after[0]):
+            return None
         root = dirs.decode(after[0].value())
         if root.bucket != -1 or len(root.chunks) != root.buckets:
             return None
@@ -250,7 +371,7 @@ class _Points:
         chunk_msg = self.first(root.chunks[bucket])
         if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
             return None
-        if chunk_msg.key() != dirs.chunk_key(bucket):
+        if chunk_msg.key() != dirs.chunk_key(bucket) or not self._ours(chunk_msg):
             return None
         chunk = dirs.decode(chunk_msg.value())
         if chunk.buckets != root.buckets or chunk.bucket != bucket:
@@ -260,10 +381,10 @@ class _Points:
             msg = self.first(offset)
             if msg is None or msg.offset() != offset:
                 return None  # compacted away: a newer checkpoint sits somewhere unlisted
-            if msg.key() == key:  # else another workflow with the same hash
+            if msg.key() == key and self._ours(msg):  # else another workflow's (same hash)
                 newest = _newer(newest, msg)
         for msg in after[1:]:
-            if msg.key() != key:
+            if msg.key() != key or not self._ours(msg):
                 continue
             if msg.value() is None:
                 return None  # a tombstone: only a whole read says what is left

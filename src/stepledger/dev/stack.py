@@ -27,7 +27,7 @@ from typing import IO, Any, Literal
 
 import duckdb
 
-from stepledger.config import Settings
+from stepledger.config import DERIVED_NAMES, Settings
 from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.dev.broker import LocalBroker, S3Storage
 from stepledger.dev.chaos.procs import STEPLEDGER, Proc, wait_until
@@ -163,13 +163,13 @@ class LocalStack:
             self._start_broker()
             suffix = uuid.uuid4().hex[:8]
             prefix = self.options.topic_prefix
-            self.settings = self.base.model_copy(
-                update={
+            # Only the step log is named: its state topics and groups are named after it,
+            # as a deployment on defaults has them.
+            self.settings = Settings(
+                **{
+                    **self.base.model_dump(exclude=set(DERIVED_NAMES)),
                     "bootstrap": self.options.bootstrap or self._local_bootstrap(),
                     "topic": f"{prefix}-{suffix}",
-                    "dlq_topic": f"{prefix}-dlq-{suffix}",
-                    "recovery_state_topic": f"{prefix}-recovery-{suffix}",
-                    "checkpoint_topic": f"{prefix}-checkpoints-{suffix}",
                     "fleet_id": self.options.fleet_id,
                 }
             )
@@ -321,9 +321,6 @@ class LocalStack:
             "PYTHONUNBUFFERED": "1",
             "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
             "STEPLEDGER_TOPIC": self.settings.topic,
-            "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
-            "STEPLEDGER_RECOVERY_STATE_TOPIC": self.settings.recovery_state_topic,
-            "STEPLEDGER_CHECKPOINT_TOPIC": self.settings.checkpoint_topic,
             "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
             # A daemon (re)started while the broker restarts waits for it, as a pod would be
             # restarted by its supervisor, instead of leaving the stack without it.

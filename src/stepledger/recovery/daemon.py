@@ -93,6 +93,7 @@ class RecoveryDaemon:
         clock: Clock = utc_now,
         shutdown: Shutdown | None = None,
     ) -> None:
+        options = options.for_settings(settings)
         self.settings, self.tools, self.options, self.clock = settings, tools, options, clock
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)

@@ -51,7 +51,6 @@ from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
 from stepledger.readers.snapshots import shard_path
 from stepledger.recovery.checkpoint import partition_checkpoint_path
-from stepledger.recovery.options import RECOVERY_GROUP as RECOVERY_GROUP
 
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
@@ -402,11 +401,11 @@ class Run:
 
     def _checkpointed(self, shared: Path, topic: str, partition: int) -> bool:
         if not (self.options.recovery_state_in_kafka or self.options.no_shared_state):
-            path = partition_checkpoint_path(shared, RECOVERY_GROUP, topic, partition)
+            path = partition_checkpoint_path(shared, self.settings.recovery_group, topic, partition)
             return gather.checkpointed(path)
         from stepledger.recovery.changelog import KafkaCheckpointStore
 
-        store = KafkaCheckpointStore(self.settings, RECOVERY_GROUP)
+        store = KafkaCheckpointStore(self.settings, self.settings.recovery_group)
         try:
             return store.load(topic, partition) is not None
         except StepLedgerError:

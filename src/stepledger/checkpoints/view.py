@@ -31,12 +31,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints import directory as dirs
+from stepledger.checkpoints.points import DIRECTORY_LIMIT_S, Covering, Held, Points
 from stepledger.checkpoints.record import (
     PROGRESS_KEY,
     WorkflowCheckpoint,
@@ -46,9 +47,11 @@ from stepledger.checkpoints.record import (
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
 from stepledger.gaps import LogStart
-from stepledger.kafka.client import Consumer, KafkaException, Message, TopicPartition
+from stepledger.kafka.client import KafkaException, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end, reading_to_end
 from stepledger.logid import HeaderPairs, LogIdentity, Refusals, resolve
+
+__all__ = ["CATCH_UP_LIMIT_S", "CheckpointView", "Covering", "LogEnds"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,42 +59,14 @@ _BATCH = 5000
 _POLL_S = 0.01
 #: A catch-up never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
-#: A directory lookup gives up (and the partition is read) after this long.
-DIRECTORY_LIMIT_S = 10.0
 #: Directory answers kept for a second lookup of the same workflow (an open's read-back).
 _DIRECTED_KEPT = 256
-
-
-@dataclass(frozen=True)
-class Covering:
-    """What the checkpoint topic says about one workflow of one step-log partition."""
-
-    checkpoint: WorkflowCheckpoint | None
-    """The workflow's newest checkpoint (None: it has none)."""
-    progress: int | None
-    """Every workflow with a step-log record at or below this offset has a checkpoint
-    covering it (None: no checkpointer has written progress for the partition)."""
 
 
 class LogEnds(Protocol):
     """Where each step-log partition ends now (a :class:`~stepledger.gaps.LogStart`)."""
 
     def end(self, topic: str, partition: int) -> int: ...
-
-
-#: Whether a checkpoint-topic record (its partition and headers) is of the view's step log.
-Admit = Callable[[int, HeaderPairs], bool]
-
-
-@dataclass
-class _Held:
-    """The newest record of one key: its covered offset, its bytes, decoded when asked for."""
-
-    covered: int
-    value: bytes
-    offset: int = -1
-    """Where the record sits in the checkpoint topic (-1: not known)."""
-    decoded: WorkflowCheckpoint | None = None
 
 
 class CheckpointView:
@@ -116,7 +91,7 @@ class CheckpointView:
         self._own_ends: LogStart | None = None
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
-        self._latest: dict[int, dict[bytes, _Held]] = {}
+        self._latest: dict[int, dict[bytes, Held]] = {}
         self._directed: dict[tuple[int, bytes], Covering] = {}
         """What the latest directory lookups proved, by partition and key (at most
         ``_DIRECTED_KEPT``: a stale one only sends the guard to a whole read)."""
@@ -257,7 +232,7 @@ class CheckpointView:
             return None
 
     @contextlib.contextmanager
-    def _points(self, partition: int) -> Iterator[_Points]:
+    def _points(self, partition: int) -> Iterator[Points]:
         """Point reads of one checkpoint partition, bounded by ``DIRECTORY_LIMIT_S``."""
         # A 1 ms fetch wait: each point read is one fetch of records already there (with
         # 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4 ms; with 0
@@ -267,7 +242,7 @@ class CheckpointView:
         group = self.settings.group(wire.CHECKPOINT_READER_ROLE)
         deadline = time.monotonic() + DIRECTORY_LIMIT_S
         with assigned_consumer(self.settings, [], group=group, **conf) as consumer:
-            yield _Points(consumer, topic, partition, deadline, self._admit)
+            yield Points(consumer, topic, partition, deadline, self._admit)
 
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic
@@ -293,9 +268,7 @@ class CheckpointView:
                         self._take(latest, msg.key() or b"", msg.value(), offset)
 
     @staticmethod
-    def _take(
-        latest: dict[bytes, _Held], key: bytes, value: bytes | None, offset: int = -1
-    ) -> None:
+    def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> None:
         if dirs.is_directory_key(key):
             return  # where checkpoints are, not one
         if value is None:
@@ -309,10 +282,10 @@ class CheckpointView:
             return
         held = latest.get(key)
         if held is None or covered >= held.covered:
-            latest[key] = _Held(covered, value, offset)
+            latest[key] = Held(covered, value, offset)
 
 
-def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | None:
+def _checkpoint(latest: dict[bytes, Held], key: bytes) -> WorkflowCheckpoint | None:
     """The key's newest checkpoint, decoded once; an undecodable one is dropped (None)."""
     held = latest.get(key)
     if held is None:
@@ -326,110 +299,3 @@ def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | 
             del latest[key]
             return None
     return held.decoded
-
-
-class _Points:
-    """Point reads of one checkpoint partition through its directory (see the module doc)."""
-
-    def __init__(
-        self, consumer: Consumer, topic: str, partition: int, deadline: float, admit: Admit
-    ) -> None:
-        self.consumer = consumer
-        self.topic = topic
-        self.partition = partition
-        self.deadline = deadline
-        self.admit = admit
-
-    def _ours(self, msg: Message) -> bool:
-        return self.admit(self.partition, msg.headers())
-
-    def covering(self, key: bytes) -> Covering | None:
-        """What the directory proves about ``key``, or None when it proves nothing."""
-        _, high = self.consumer.get_watermark_offsets(
-            TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
-        )
-        # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
-        last = self.first(high - 1) if high > 0 else None
-        if last is None or not self._ours(last):
-            return None  # empty (a whole read is as cheap), gone meanwhile, or not ours
-        pointer = dirs.root_pointer(last.headers())
-        if last.key() == dirs.ROOT_KEY:
-            pointer = int(last.offset() or 0)
-        if pointer is None:
-            return None  # written before directories (or none written yet)
-        # The root, then every record written after it (checkpoints the root does not list).
-        after = self._from(pointer)
-        if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
-            return None
-        if not self._ours(after[0]):
-            return None
-        root = dirs.decode(after[0].value())
-        if root.bucket != -1 or len(root.chunks) != root.buckets:
-            return None
-        hashed = dirs.key_hash(key)
-        bucket = dirs.bucket_of(hashed, root.buckets)
-        chunk_msg = self.first(root.chunks[bucket])
-        if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
-            return None
-        if chunk_msg.key() != dirs.chunk_key(bucket) or not self._ours(chunk_msg):
-            return None
-        chunk = dirs.decode(chunk_msg.value())
-        if chunk.buckets != root.buckets or chunk.bucket != bucket:
-            return None
-        newest: _Held | None = None
-        for offset in chunk.offsets_of(hashed):
-            msg = self.first(offset)
-            if msg is None or msg.offset() != offset:
-                return None  # compacted away: a newer checkpoint sits somewhere unlisted
-            if msg.key() == key and self._ours(msg):  # else another workflow's (same hash)
-                newest = _newer(newest, msg)
-        for msg in after[1:]:
-            if msg.key() != key or not self._ours(msg):
-                continue
-            if msg.value() is None:
-                return None  # a tombstone: only a whole read says what is left
-            newest = _newer(newest, msg)
-        checkpoint = None if newest is None else decode(newest.value)
-        return Covering(checkpoint, root.progress if root.progress >= 0 else None)
-
-    def first(self, offset: int) -> Message | None:
-        """The first record at or after ``offset`` (None: the partition ends before it)."""
-        self._assign(offset)
-        for msg in self._messages():
-            return msg
-        return None
-
-    def _from(self, offset: int) -> list[Message]:
-        """Every record from ``offset`` to the partition's end."""
-        self._assign(offset)
-        return list(self._messages())
-
-    def _assign(self, offset: int) -> None:
-        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
-
-    def _messages(self) -> Iterator[Message]:
-        """This assignment's records, up to the partition's end.
-
-        ``poll`` returns with the first record (``consume`` would wait out its timeout for
-        a full batch), then what is already fetched is taken without waiting.
-        """
-        while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
-            first = self.consumer.poll(min(remaining, 1.0))
-            if first is None:
-                continue
-            for msg in [first, *self.consumer.consume(_BATCH, 0)]:
-                if partition_end(msg):
-                    return
-                yield msg
-
-
-def _newer(held: _Held | None, msg: Message) -> _Held:
-    """The record of higher covered offset: ``held`` or the one in ``msg``."""
-    value = msg.value() or b""
-    covered = covered_offset_of(value)
-    if held is None or covered >= held.covered:
-        return _Held(covered, value, int(msg.offset() or 0))
-    return held

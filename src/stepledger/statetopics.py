@@ -67,9 +67,9 @@ def records(settings: Settings, topic: str, *, last: int | None = None) -> Itera
                 yield msg
 
 
-def origins(settings: Settings, topic: str, *, last: int = 1000) -> Counter[str]:
+def origins(settings: Settings, topic: str, *, last: int | None = 1000) -> Counter[str]:
     """Per step log named (``-``: none), how many of the newest ``last`` records of each
-    partition of a state topic name it."""
+    partition of a state topic name it (None: all of them)."""
     return Counter(named_in(msg.headers()) or "-" for msg in records(settings, topic, last=last))
 
 

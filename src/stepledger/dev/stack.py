@@ -79,6 +79,9 @@ class StackOptions:
     """Seconds between the projector's read-only snapshots."""
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every child process."""
+    names: tuple[tuple[str, str], ...] = ()
+    """Settings given instead of the names derived from the step log (``checkpoint_topic``,
+    ...), for the stack and every child: none by default, as a deployment on defaults."""
     daemon_log_level: str = "WARNING"
     """Log level of the projector and the recovery daemon (their logs go to files)."""
     projectors: int = 1
@@ -165,14 +168,14 @@ class LocalStack:
             prefix = self.options.topic_prefix
             # Only the step log is named: its state topics and groups are named after it,
             # as a deployment on defaults has them.
-            self.settings = Settings(
-                **{
-                    **self.base.model_dump(exclude=set(DERIVED_NAMES)),
-                    "bootstrap": self.options.bootstrap or self._local_bootstrap(),
-                    "topic": f"{prefix}-{suffix}",
-                    "fleet_id": self.options.fleet_id,
-                }
-            )
+            values: dict[str, Any] = {
+                **self.base.model_dump(exclude=set(DERIVED_NAMES)),
+                "bootstrap": self.options.bootstrap or self._local_bootstrap(),
+                "topic": f"{prefix}-{suffix}",
+                "fleet_id": self.options.fleet_id,
+                **dict(self.options.names),
+            }
+            self.settings = Settings(**values)
             topics = [self.settings.topic, self.settings.dlq_topic]
             # As `stepledger init` makes them: kept forever, stamped with broker time.
             configs = {self.settings.topic: step_log_config()}
@@ -330,6 +333,9 @@ class LocalStack:
             **{f"STEPLEDGER_{k.upper()}_URL": s.url for k, s in self.services.items()},
             **_kafka_env(self.settings.kafka),
             **dict(self.options.env),
+            # This stack's own mark, whatever another stack of this process set since.
+            STACK_MARK_ENV: self.mark,
+            **{f"STEPLEDGER_{name.upper()}": value for name, value in self.options.names},
         }
         env.update(extra)
         return env

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stepledger.dev.broker import LocalBroker
@@ -72,6 +72,8 @@ AGENT_MIN_S, AGENT_MARGIN_S = 20.0, 30.0
 #: Bounds of the wait for continued (frozen) runners to end.
 THAW_MIN_S, THAW_MAX_S = 10.0, 120.0
 SCALED_AGENT_GRACE_S = 3.0
+#: How long the first deployment's end waits for the second's (same budget, started with it).
+NEIGHBOUR_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,9 @@ class ChaosOptions:
     recovery state in Kafka, a checkpointer, agents opening workflows from Kafka."""
     agent_skew_s: float = 0.0
     """Seconds the agents' wall clock is moved against the daemons' (one clock for deadlines)."""
+    two_deployments: bool = False
+    """A second deployment runs the same plan on the same cluster at the same time, named by
+    its step log alone (:mod:`stepledger.dev.chaos.neighbour`)."""
 
     @property
     def scaled(self) -> bool:
@@ -526,7 +531,38 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         no_shared_state=options.no_shared_state,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
+        if options.two_deployments:
+            return _beside(options, stack, plan, echo)
         return _execute(Run(options, stack), plan, echo)
+
+
+def _beside(
+    options: ChaosOptions, stack: LocalStack, plan: ChaosPlan, echo: Callable[[str], None]
+) -> RunResult:
+    """The run, with a second deployment running the same plan beside it (one cluster)."""
+    from stepledger.dev.chaos import neighbour
+
+    bootstrap = stack.settings.bootstrap
+    second = replace(options, two_deployments=False, bootstrap=bootstrap, durable_broker=False)
+
+    def lines(line: str) -> None:
+        echo(f"neighbour: {line}")
+
+    def execute(other: LocalStack) -> list[InvariantViolation]:
+        return _execute(Run(second, other), neighbour.same_plan(plan), lines).violations
+
+    shared = stack.settings if options.break_mode == neighbour.SHARED_STATE_BREAK else None
+    options_b = neighbour.neighbour_stack_options(stack.options, bootstrap, shared)
+    beside = neighbour.Beside(stack.workdir / "neighbour", options_b, execute, echo)
+    try:
+        beside.start()
+        result = _execute(Run(options, stack), plan, echo)
+        result.violations += beside.finish(timeout=NEIGHBOUR_WAIT_S)
+        result.violations += neighbour.isolation(stack, beside.stack)
+        result.infra_done.append(CrashPoint.SECOND_DEPLOYMENT.value)
+    finally:
+        beside.stop()
+    return result
 
 
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:

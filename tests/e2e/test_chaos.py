@@ -126,7 +126,7 @@ def test_two_deployments_given_one_state_topic_are_caught(
     )
     assert code != 0 and not report["passed"]
     found = {v["invariant"] for v in report["violations"]}
-    assert {"state_records_name_their_log", "no_foreign_state_read"} <= found, found
+    assert {"no_state_name_shared", "state_records_name_their_log"} <= found, found
 
 
 @pytest.mark.e2e

@@ -170,6 +170,10 @@ def init(
     if notice is not None and notice.level >= logging.WARNING:
         click.echo(f"warning: {notice.message}", err=True)
     click.echo(f"topics ready: {', '.join(f'{t} ({n} partitions)' for t, n in counts.items())}")
+    from stepledger.logid import resolve
+
+    # What every state record of this deployment will name (the broker gave it the id).
+    click.echo(f"step log identity: {resolve(settings)}")
     if adopt_unnamed_state:
         _adopt(settings)
 

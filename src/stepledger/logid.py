@@ -118,7 +118,10 @@ class Refusals:
         if self.identity.origin(headers) is Origin.OWN:
             return True
         named = named_in(headers)
-        why = "names no step log" if named is None else f"names another step log ({named})"
+        if named is None:
+            why = "names no step log (written before 0.4.0, or not by stepledger)"
+        else:
+            why = f"names another step log ({named}): a state topic two deployments share?"
         self.refuse(topic, partition, named or "-", why)
         return False
 
@@ -129,9 +132,8 @@ class Refusals:
             self.counts[(topic, named)] += 1
         if first:
             logger.warning(
-                "%s: a record of %s[%d] %s; it is refused, as is every record not of %s "
-                "(a state topic shared by two deployments, or written before 0.4.0: "
-                "`stepledger doctor`)",
+                "%s: a record of %s[%d] %s; refused: only records naming %s that it does "
+                "not contradict are read (`stepledger doctor`)",
                 self.reader,
                 topic,
                 partition,

@@ -50,7 +50,9 @@ def deployment(
         env["STEPLEDGER_CHECKPOINT_TOPIC"] = checkpoint_topic
     made = stepledger(env, "init", "--partitions", "1", "--checkpoints")
     assert made.returncode == 0, made.stderr
-    settings = Settings(bootstrap=bootstrap, topic=topic, checkpoint_topic=checkpoint_topic)
+    settings = Settings(bootstrap=bootstrap, topic=topic)
+    if checkpoint_topic is not None:
+        settings = Settings(bootstrap=bootstrap, topic=topic, checkpoint_topic=checkpoint_topic)
     return settings, env
 
 

@@ -21,11 +21,17 @@ def test_dlq_list_names_letters_left_on_earlier_defaults(make_settings: Any) -> 
     earlier = [wire.PREVIOUS_DEAD_LETTER_TOPIC, wire.RENAMED_DEAD_LETTER_TOPIC]
     ensure_topics(settings, [settings.topic, settings.dlq_topic, *earlier])
     out = producer(settings)
-    ours = [("dlq_stage", b"decode"), ("dlq_topic", settings.topic.encode())]
+    ours: list[tuple[str, str | bytes | None]] = [
+        ("dlq_stage", b"decode"),
+        ("dlq_topic", settings.topic.encode()),
+    ]
     out.produce(wire.RENAMED_DEAD_LETTER_TOPIC, b"v", b"k", headers=[("dlq_stage", b"decode")])
     out.produce(wire.PREVIOUS_DEAD_LETTER_TOPIC, b"v", b"k", headers=ours)
     # Another step log's letter on the shared earlier default is not this log's.
-    theirs = [("dlq_stage", b"decode"), ("dlq_topic", b"another-log")]
+    theirs: list[tuple[str, str | bytes | None]] = [
+        ("dlq_stage", b"decode"),
+        ("dlq_topic", b"another-log"),
+    ]
     out.produce(wire.PREVIOUS_DEAD_LETTER_TOPIC, b"v", b"k", headers=theirs)
     assert out.flush(30) == 0
     runner = CliRunner()

@@ -33,7 +33,10 @@ def test_whose_a_record_is(headers: object, origin: Origin) -> None:
 
 
 def test_stamping_replaces_any_other_identity_and_keeps_the_rest() -> None:
-    given = [("stepledger_directory", "12"), (wire.LOG_IDENTITY_HEADER, b"x@y")]
+    given: list[tuple[str, str | bytes | None]] = [
+        ("stepledger_directory", "12"),
+        (wire.LOG_IDENTITY_HEADER, b"x@y"),
+    ]
     assert stamped(OWN, given) == [("stepledger_directory", b"12"), OWN.header]
     assert named_in(stamped(OWN)) == str(OWN)
 

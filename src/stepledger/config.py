@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from stepledger import wire
 from stepledger.domain.secrets import MIN_KEY_LENGTH
@@ -35,12 +44,19 @@ class Settings(BaseModel):
     """Kafka bootstrap servers, HOST:PORT[,HOST:PORT]."""
     topic: str = wire.STEP_LOG_TOPIC
     """The step-log topic."""
-    dlq_topic: str = wire.DEAD_LETTER_TOPIC
-    """Where undecodable or invalid input goes, with the reason in headers."""
-    checkpoint_topic: str = wire.CHECKPOINT_TOPIC
-    """The compacted topic of workflow checkpoints (partitioned like the step log)."""
-    recovery_state_topic: str = wire.RECOVERY_STATE_TOPIC
-    """The compacted topic of the recovery daemons' per-partition state (``--state-in-kafka``)."""
+    dlq_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.DEAD_LETTER_ROLE)
+    """Where undecodable or invalid input goes, with the reason in headers (default:
+    ``<topic>.deadletters``)."""
+    checkpoint_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.CHECKPOINT_ROLE)
+    """The compacted topic of workflow checkpoints, partitioned like the step log (default:
+    ``<topic>.checkpoints``)."""
+    recovery_state_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_STATE_ROLE)
+    """The compacted topic of the recovery daemons' per-partition state, ``--state-in-kafka``
+    (default: ``<topic>.recovery-state``)."""
+    projector_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
+    """The projector daemons' consumer group (default: ``<topic>.projector``)."""
+    recovery_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_ROLE)
+    """The recovery daemons' consumer group (default: ``<topic>.recovery``)."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
@@ -67,6 +83,32 @@ class Settings(BaseModel):
     is refused."""
     projection: str | None = None
     """The projector's DuckDB file: the SDK opens workflows from its snapshot plus a tail."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_names(cls, values: Any) -> Any:
+        """Name every state topic and group after the step log unless one is given."""
+        if not isinstance(values, dict):
+            return values
+        topic = values.get("topic") or wire.STEP_LOG_TOPIC
+        missing = {
+            name: wire.derived_name(str(topic), role)
+            for name, role in DERIVED_NAMES.items()
+            if not values.get(name)
+        }
+        return {**values, **missing} if missing else values
+
+    @field_validator("topic", "dlq_topic", "checkpoint_topic", "recovery_state_topic")
+    @classmethod
+    def _topic_name(cls, value: str) -> str:
+        # Kafka refuses other names only when a topic is created or read: say it at start.
+        if not _TOPIC_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)")
+        return value
+
+    def group(self, role: str) -> str:
+        """The group id this deployment's clients of ``role`` use (a ``wire.*_ROLE``)."""
+        return wire.derived_name(self.topic, role)
 
     @field_validator("bootstrap")
     @classmethod
@@ -100,6 +142,16 @@ class Settings(BaseModel):
         return {"reconnect.backoff.ms": _RECONNECT_BACKOFF_MS}
 
 
+#: The settings named after the step log unless given, and the role each is named for.
+DERIVED_NAMES = {
+    "dlq_topic": wire.DEAD_LETTER_ROLE,
+    "checkpoint_topic": wire.CHECKPOINT_ROLE,
+    "recovery_state_topic": wire.RECOVERY_STATE_ROLE,
+    "projector_group": wire.PROJECTOR_ROLE,
+    "recovery_group": wire.RECOVERY_ROLE,
+}
+#: What Kafka accepts as a topic name (``kafka.common.internals.Topic``).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: The first reconnect backoff of short-lived clients (see :meth:`Settings.quick_connect`).
 _RECONNECT_BACKOFF_MS = 20
 

@@ -64,7 +64,7 @@ def report_gap(gap: Gap, role: str) -> None:
 
 
 class LogStart:
-    """The first offset each partition still holds (ListOffsets EARLIEST, one client)."""
+    """The first offset each partition still holds, and its end (ListOffsets, one client)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -73,23 +73,32 @@ class LogStart:
 
     def of(self, topic: str, partition: int) -> int:
         """The partition's log start now (0 when the broker says nothing)."""
+        low, _ = self._watermarks(topic, partition)
+        return max(0, low)
+
+    def end(self, topic: str, partition: int) -> int:
+        """The partition's end now: the offset its next record will get."""
+        _, high = self._watermarks(topic, partition)
+        return max(0, high)
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         with self._lock:
             if self._consumer is None:
                 conf = {
-                    "group.id": wire.LOG_START_GROUP,
+                    "group.id": self.settings.group(wire.LOG_START_ROLE),
                     "enable.auto.commit": False,
                     **self.settings.quick_connect(),
                 }
                 self._consumer = Consumer(self.settings.client_config(**conf))
             try:
-                low, _ = self._consumer.get_watermark_offsets(
+                low, high = self._consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
                 )
             except KafkaException as exc:
                 raise BrokerError(
                     f"cannot read the log start of {topic}[{partition}]: {exc}"
                 ) from None
-        return max(0, int(low))
+        return int(low), int(high)
 
     def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
         """The partitions whose wanted next offset is below their log start."""

@@ -4,7 +4,9 @@ These names are a contract with running deployments (a default topic name is whe
 on defaults writes; a group id is where a daemon's committed offsets live; a metric name is
 what alert rules match), so they are literals here, never derived from a Python module path
 that a refactor can move.  ``tests/unit/test_wire_names.py`` pins every one of them: changing
-a name is a CHANGELOG entry with an upgrade step, never a side effect of a rename.
+a name is a CHANGELOG entry with an upgrade step, never a side effect of a rename.  The names
+that hold one deployment's state are derived from its step log's name by one rule
+(:func:`derived_name`), pinned the same way.
 """
 
 from __future__ import annotations
@@ -13,50 +15,85 @@ from __future__ import annotations
 
 STEP_LOG_TOPIC = "stepledger.events"
 """The default step-log topic."""
-DEAD_LETTER_TOPIC = "stepledger.deadletter"
-"""The default dead-letter topic (undecodable or invalid input, with the reason in headers)."""
-RENAMED_DEAD_LETTER_TOPIC = "stepledger.deadletters.letter"
-"""The dead-letter default a refactor put on ``main`` by mistake; ``dlq list`` points to it."""
-CHECKPOINT_TOPIC = "stepledger.checkpoints.workflow"
-"""The default compacted topic of workflow checkpoints (partitioned like the step log)."""
-RECOVERY_STATE_TOPIC = "stepledger.recovery.changelog"
-"""The default compacted topic of the recovery daemons' per-partition state."""
+STEP_LOG_TIMESTAMP_TYPE = "LogAppendTime"
+"""How ``init`` has the step log's records stamped: by the broker (deadlines anchor on it)."""
 CHECKPOINT_DIRECTORY_KEY = "\x00directory"
 """The record key of a checkpoint partition's directory root (no workflow id starts with NUL)."""
 CHECKPOINT_DIRECTORY_CHUNK_PREFIX = "\x00directory/"
 """A directory chunk's record key: this prefix and its bucket number in decimal."""
 
-STEP_LOG_TIMESTAMP_TYPE = "LogAppendTime"
-"""How ``init`` has the step log's records stamped: by the broker (deadlines anchor on it)."""
+# -- names derived from the step log ----------------------------------------------------------
+#
+# Every topic and consumer group that holds one deployment's state is named after its step
+# log by default (invariant 21): two step logs on one cluster never share a checkpoint topic,
+# a dead-letter topic, a recovery changelog or a group unless an operator names one twice,
+# and one prefix (the step log's name) covers all of a deployment's topics and groups, which
+# is what prefixed ACLs match.  Each name can be given instead (flags, environment, file).
 
-# -- consumer groups and client ids -----------------------------------------------------------
-
-PROJECTOR_GROUP = "stepledger-projector"
+DERIVED_NAME_SEPARATOR = "."
+"""A derived name is the step log's name, this separator and the role (``orders.checkpoints``)."""
+DEAD_LETTER_ROLE = "deadletters"
+"""The dead-letter topic (undecodable or invalid input, with the reason in headers)."""
+CHECKPOINT_ROLE = "checkpoints"
+"""The compacted topic of workflow checkpoints (partitioned like the step log)."""
+RECOVERY_STATE_ROLE = "recovery-state"
+"""The compacted topic of the recovery daemons' per-partition state (``--state-in-kafka``)."""
+PROJECTOR_ROLE = "projector"
 """The projector daemons' consumer group."""
-RECOVERY_GROUP = "stepledger-recovery"
+RECOVERY_ROLE = "recovery"
 """The recovery daemons' consumer group."""
+WORKFLOW_READER_ROLE = "workflow-reader"
+"""The group id of the SDK's partition reads (assigned, never joined nor committed)."""
+WORKFLOW_INDEX_ROLE = "workflow-index"
+"""The group id of the SDK's partition index (assigned, never joined nor committed)."""
+POSITION_CHECK_ROLE = "position-check"
+"""The group id of the projector's position check (assigned, never committed)."""
+READER_ROLE = "reader"
+"""The group id of whole-topic reads (tail, dead letters, escalations; never committed)."""
+CHECKPOINTER_ROLE = "checkpointer"
+"""The group id of the checkpointer's step-log reads (assigned, never joined nor committed)."""
+CHECKPOINT_READER_ROLE = "checkpoint-reader"
+"""The group id of checkpoint-topic reads (assigned, never committed)."""
+LOG_START_ROLE = "log-start"
+"""The group id of the client that asks partitions' log starts and ends (never reads)."""
+RECOVERY_CHANGELOG_ROLE = "recovery-changelog-reader"
+"""The group id of a recovery daemon's changelog restore (assigned, never committed)."""
+STATE_ADOPTION_ROLE = "state-adoption"
+"""The group id of ``init --adopt-unnamed-state``'s reads of state topics (never committed)."""
+
+
+def derived_name(step_log: str, role: str) -> str:
+    """The name of a step log's topic or group for ``role`` (one of the ``*_ROLE`` names)."""
+    return f"{step_log}{DERIVED_NAME_SEPARATOR}{role}"
+
+
+LOG_IDENTITY_HEADER = "stepledger_log"
+"""On every state record (checkpoint, progress, directory, recovery changelog): the identity
+of the step log it describes, ``<topic>@<topic id>`` (:mod:`stepledger.logid`)."""
+
+# -- the defaults of releases up to 0.3.0 (upgrade steps, `dlq list`, `doctor`) --------------
+
+PREVIOUS_DEAD_LETTER_TOPIC = "stepledger.deadletter"
+"""The dead-letter default up to 0.3.0, for every step log."""
+RENAMED_DEAD_LETTER_TOPIC = "stepledger.deadletters.letter"
+"""The dead-letter default a refactor put on ``main`` by mistake; ``dlq list`` points to it."""
+PREVIOUS_CHECKPOINT_TOPIC = "stepledger.checkpoints.workflow"
+"""The checkpoint-topic default up to 0.3.0, shared by every step log of a cluster."""
+PREVIOUS_RECOVERY_STATE_TOPIC = "stepledger.recovery.changelog"
+"""The recovery-changelog default up to 0.3.0, shared by every step log of a cluster."""
+PREVIOUS_PROJECTOR_GROUP = "stepledger-projector"
+"""The projector group default up to 0.3.0."""
+PREVIOUS_RECOVERY_GROUP = "stepledger-recovery"
+"""The recovery group default up to 0.3.0."""
+
+# -- client ids ------------------------------------------------------------------------------
+
 RECOVERY_CLIENT_ID = "stepledger-recovery"
 """The client id (prefix) of every recovery daemon's consumer, which tells other groups' apart."""
 PROJECTOR_CLIENT_ID = "stepledger-projector"
 """The client id (prefix) of every projector's consumer."""
 CLIENT_VERSION_SEPARATOR = "/"
 """A daemon's client id is its prefix, this, and the stepledger version (``stepledger doctor``)."""
-WORKFLOW_READER_GROUP = "stepledger-workflow-reader"
-"""The group id of the SDK's partition reads (assigned, never joined nor committed)."""
-WORKFLOW_INDEX_GROUP = "stepledger-workflow-index"
-"""The group id of the SDK's partition index (assigned, never joined nor committed)."""
-POSITION_CHECK_GROUP = "stepledger-position-check"
-"""The group id of the projector's position check (assigned, never committed)."""
-READER_GROUP = "stepledger-reader"
-"""The group id of whole-topic reads (tail, dead letters, escalations; never committed)."""
-CHECKPOINTER_GROUP = "stepledger-checkpointer"
-"""The group id of the checkpointer's step-log reads (assigned, never joined nor committed)."""
-CHECKPOINT_READER_GROUP = "stepledger-checkpoint-reader"
-"""The group id of checkpoint-topic reads (assigned, never committed)."""
-LOG_START_GROUP = "stepledger-log-start"
-"""The group id of the client that asks partitions' log starts (never reads, never commits)."""
-RECOVERY_CHANGELOG_GROUP = "stepledger-recovery-changelog-reader"
-"""The group id of a recovery daemon's changelog restore (assigned, never committed)."""
 TOOLS_ENTRY_POINT_GROUP = "stepledger.tools"
 """The Python entry-point group where packages register their tools."""
 

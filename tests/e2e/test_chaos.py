@@ -104,6 +104,32 @@ def test_a_broken_build_fails_with_the_violation_named(
 
 
 @pytest.mark.e2e
+def test_two_deployments_on_one_cluster_keep_every_invariant_and_share_no_state(
+    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
+) -> None:
+    args = ("--workflows", "20", "--seed", "3", "--duration", "300", "--two-deployments")
+    code, report, output = run_chaos(tmp_path, src_env, *external(*args))
+    assert code == 0, output
+    assert report["passed"] and report["violations"] == []
+    assert "cluster:second_deployment" in {row["point"] for row in report["crash_points"]}
+    assert "neighbour: round 1" in output  # the second deployment ran its rounds too
+
+
+@pytest.mark.e2e
+def test_two_deployments_given_one_state_topic_are_caught(
+    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
+) -> None:
+    """The harness catches what 0.3.0's defaults did: one checkpoint topic and changelog."""
+    args = ("--workflows", "10", "--seed", "3", "--duration", "240", "--two-deployments")
+    code, report, _ = run_chaos(
+        tmp_path, src_env, *external(*args), "--break", "shared-state", command=CHAOS_TEST
+    )
+    assert code != 0 and not report["passed"]
+    found = {v["invariant"] for v in report["violations"]}
+    assert {"no_state_name_shared", "state_records_name_their_log"} <= found, found
+
+
+@pytest.mark.e2e
 @pytest.mark.own_tansu
 def test_graceful_broker_restarts_on_durable_storage(
     tmp_path: Path, src_env: dict[str, str]

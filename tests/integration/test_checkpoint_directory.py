@@ -22,8 +22,10 @@ from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.tools import Tool
+from stepledger.gaps import LogStart
 from stepledger.kafka import DurableProducer, admin, ensure_topics
 from stepledger.kafka.producer import Headers
+from stepledger.logid import resolve
 from stepledger.producer import Ledger
 from stepledger.topics import checkpoint_topic_config
 
@@ -120,7 +122,7 @@ def test_a_checkpoint_written_after_the_root_is_the_one_found(
         "wf-0",
         settings.topic,
         0,
-        whole_before.checkpoint.covered_offset + 1000,
+        last_offset(settings),  # newer, and no further than the step log reaches
         status="running",
         events=whole_before.checkpoint.events,
     )
@@ -136,7 +138,8 @@ def test_a_record_without_the_header_sends_the_reader_to_the_whole_partition(
     make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = log_with_checkpoints(make_settings)
-    older_writer = WorkflowCheckpoint("wf-1", settings.topic, 0, 10**6, status="completed")
+    covered = last_offset(settings)
+    older_writer = WorkflowCheckpoint("wf-1", settings.topic, 0, covered, status="completed")
     write(settings, older_writer.key, encode(older_writer), None)
     answers = directory_answers(monkeypatch)
     fast, whole = fast_and_whole(settings, "wf-1")
@@ -177,12 +180,23 @@ def last_root_pointer(settings: Settings) -> int:
 
 
 def write(settings: Settings, key: bytes, value: bytes, headers: Headers | None) -> None:
+    """A record as a checkpointer of this step log writes it (it names the log)."""
     producer = DurableProducer(settings)
     try:
-        future = producer.send(settings.checkpoint_topic, key, value, headers, partition=0)
+        named: Headers = [*(headers or []), resolve(settings).header]
+        future = producer.send(settings.checkpoint_topic, key, value, named, partition=0)
         producer.wait(future)
     finally:
         producer.close()
+
+
+def last_offset(settings: Settings) -> int:
+    """The offset of the step log's last record (partition 0)."""
+    ends = LogStart(settings)
+    try:
+        return ends.end(settings.topic, 0) - 1
+    finally:
+        ends.close()
 
 
 def test_ended_workflows_are_let_go_and_read_back_when_a_record_arrives(

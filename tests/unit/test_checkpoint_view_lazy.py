@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from stepledger.checkpoints import view
+from stepledger.checkpoints import points, view
 from stepledger.checkpoints.record import WorkflowCheckpoint, covered_offset_of, decode, encode
 from stepledger.errors import CodecError
 
@@ -47,7 +47,7 @@ def test_what_is_not_a_checkpoint_is_refused() -> None:
 
 
 def test_the_newest_record_per_key_wins_and_is_decoded_only_when_asked() -> None:
-    latest: dict[bytes, view._Held] = {}
+    latest: dict[bytes, points.Held] = {}
     view.CheckpointView._take(latest, b"wf-1", encode(checkpoint(covered=50)))
     view.CheckpointView._take(latest, b"wf-1", encode(checkpoint(covered=40)))  # an older rewrite
     view.CheckpointView._take(latest, b"wf-2", encode(checkpoint("wf-2", 10)))
@@ -65,7 +65,7 @@ def test_a_newest_record_that_does_not_decode_counts_as_no_checkpoint() -> None:
     good = encode(checkpoint(covered=50))
     # Its first fields read, its values do not: the reader then refuses rather than guess.
     broken = good[: len(good) - 3]
-    latest: dict[bytes, view._Held] = {}
+    latest: dict[bytes, points.Held] = {}
     view.CheckpointView._take(latest, b"wf-1", encode(checkpoint(covered=20)))
     view.CheckpointView._take(latest, b"wf-1", broken)
     assert view._checkpoint(latest, b"wf-1") is None

@@ -87,3 +87,20 @@ def test_members_of_another_or_no_version_and_lag_are_off_not_unsafe() -> None:
     assert by_check["versions"].message.endswith(": stepledger-recovery")
     assert by_check["members"].message.startswith("3 members, 2 without a partition")
     assert by_check["lag"].level == "off" and "lag 50000" in by_check["lag"].message
+
+
+def test_a_state_topic_holding_another_logs_records_is_unsafe_and_unnamed_ones_are_off() -> None:
+    own = "events@A"
+    origins = {"events-checkpoints": {own: 40, "orders@B": 3, "-": 2}, "changelog": {own: 9}}
+    findings = check(facts(identity=own, state_origins=origins), version="0.3.0")
+    shared = [(f.level, f.subject) for f in findings if f.check == "shared"]
+    assert shared == [("unsafe", "events-checkpoints"), ("off", "events-checkpoints")]
+    assert "orders@B (3)" in findings[0].message
+    alone = facts(identity=own, state_origins={"events-checkpoints": {own: 40}})
+    assert found(alone) == set()
+
+
+def test_a_group_whose_members_read_another_step_log_is_shared() -> None:
+    members = (Member("stepledger-projector/0.3.0", frozenset({"events", "orders"})),)
+    group = GroupFacts("events.projector", members)
+    assert ("off", "shared", "events.projector") in found(facts(groups={group.group_id: group}))

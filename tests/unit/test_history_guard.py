@@ -24,6 +24,9 @@ class Starts:
     def of(self, topic: str, partition: int) -> int:
         return self.low
 
+    def end(self, topic: str, partition: int) -> int:
+        return self.low + 1000
+
     def close(self) -> None:
         pass
 

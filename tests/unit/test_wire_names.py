@@ -15,37 +15,43 @@ from stepledger.deadletters.letter import DeadLetter, dead_letter_info
 from stepledger.domain.events import EventType
 from stepledger.kafka import Position
 from stepledger.log import event_headers
-from stepledger.projector.engine import PROJECTOR_GROUP
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.recovery.groups import CLIENT_ID
 from stepledger.recovery.metrics import RecoveryMetrics
-from stepledger.recovery.options import RECOVERY_GROUP
 from stepledger.resolution.registry import ENTRY_POINT_GROUP
 from tests.unit.factories import factory
 
 PINNED = {
     "STEP_LOG_TOPIC": "stepledger.events",
-    "DEAD_LETTER_TOPIC": "stepledger.deadletter",
     "STEP_LOG_TIMESTAMP_TYPE": "LogAppendTime",
-    "RENAMED_DEAD_LETTER_TOPIC": "stepledger.deadletters.letter",
-    "CHECKPOINT_TOPIC": "stepledger.checkpoints.workflow",
     "CHECKPOINT_DIRECTORY_KEY": "\x00directory",
     "CHECKPOINT_DIRECTORY_CHUNK_PREFIX": "\x00directory/",
     "CHECKPOINT_DIRECTORY_HEADER": "stepledger_directory",
-    "RECOVERY_STATE_TOPIC": "stepledger.recovery.changelog",
-    "PROJECTOR_GROUP": "stepledger-projector",
-    "RECOVERY_GROUP": "stepledger-recovery",
+    "DERIVED_NAME_SEPARATOR": ".",
+    "DEAD_LETTER_ROLE": "deadletters",
+    "CHECKPOINT_ROLE": "checkpoints",
+    "RECOVERY_STATE_ROLE": "recovery-state",
+    "PROJECTOR_ROLE": "projector",
+    "RECOVERY_ROLE": "recovery",
+    "WORKFLOW_READER_ROLE": "workflow-reader",
+    "WORKFLOW_INDEX_ROLE": "workflow-index",
+    "POSITION_CHECK_ROLE": "position-check",
+    "READER_ROLE": "reader",
+    "CHECKPOINTER_ROLE": "checkpointer",
+    "CHECKPOINT_READER_ROLE": "checkpoint-reader",
+    "LOG_START_ROLE": "log-start",
+    "RECOVERY_CHANGELOG_ROLE": "recovery-changelog-reader",
+    "STATE_ADOPTION_ROLE": "state-adoption",
+    "LOG_IDENTITY_HEADER": "stepledger_log",
+    "PREVIOUS_DEAD_LETTER_TOPIC": "stepledger.deadletter",
+    "RENAMED_DEAD_LETTER_TOPIC": "stepledger.deadletters.letter",
+    "PREVIOUS_CHECKPOINT_TOPIC": "stepledger.checkpoints.workflow",
+    "PREVIOUS_RECOVERY_STATE_TOPIC": "stepledger.recovery.changelog",
+    "PREVIOUS_PROJECTOR_GROUP": "stepledger-projector",
+    "PREVIOUS_RECOVERY_GROUP": "stepledger-recovery",
     "RECOVERY_CLIENT_ID": "stepledger-recovery",
     "PROJECTOR_CLIENT_ID": "stepledger-projector",
     "CLIENT_VERSION_SEPARATOR": "/",
-    "WORKFLOW_READER_GROUP": "stepledger-workflow-reader",
-    "WORKFLOW_INDEX_GROUP": "stepledger-workflow-index",
-    "POSITION_CHECK_GROUP": "stepledger-position-check",
-    "READER_GROUP": "stepledger-reader",
-    "CHECKPOINTER_GROUP": "stepledger-checkpointer",
-    "CHECKPOINT_READER_GROUP": "stepledger-checkpoint-reader",
-    "LOG_START_GROUP": "stepledger-log-start",
-    "RECOVERY_CHANGELOG_GROUP": "stepledger-recovery-changelog-reader",
     "TOOLS_ENTRY_POINT_GROUP": "stepledger.tools",
     "CE_SPECVERSION_HEADER": "ce_specversion",
     "CE_TYPE_HEADER": "ce_type",
@@ -93,9 +99,13 @@ def test_every_name_the_module_declares_is_pinned() -> None:
 
 def test_defaults_and_groups_use_the_pinned_names() -> None:
     settings = Settings()
-    assert (settings.topic, settings.dlq_topic) == ("stepledger.events", "stepledger.deadletter")
-    assert PROJECTOR_GROUP == "stepledger-projector"
-    assert RECOVERY_GROUP == "stepledger-recovery"
+    assert settings.topic == "stepledger.events"
+    assert settings.dlq_topic == "stepledger.events.deadletters"
+    assert settings.checkpoint_topic == "stepledger.events.checkpoints"
+    assert settings.recovery_state_topic == "stepledger.events.recovery-state"
+    assert settings.projector_group == "stepledger.events.projector"
+    assert settings.recovery_group == "stepledger.events.recovery"
+    assert settings.group("workflow-index") == "stepledger.events.workflow-index"
     assert CLIENT_ID == "stepledger-recovery"
     assert ENTRY_POINT_GROUP == "stepledger.tools"
 
@@ -133,3 +143,22 @@ def test_metric_names_are_the_declared_ones() -> None:
     assert recovery == wire.RECOVERY_METRICS
     assert "stepledger_projector_events" in projector
     assert "stepledger_recovery_oldest_overdue_intent_seconds" in recovery
+
+
+def test_two_step_logs_on_defaults_share_no_state_topic_nor_group() -> None:
+    """Defect 1 of issue 42: every step log had the same checkpoint topic (and dead-letter
+    topic, recovery changelog and groups) unless an operator changed them one by one."""
+    a, b = Settings(topic="orders"), Settings(topic="refunds")
+    names = ("dlq_topic", "checkpoint_topic", "recovery_state_topic")
+    groups = ("projector_group", "recovery_group")
+    for name in (*names, *groups):
+        assert getattr(a, name) != getattr(b, name), name
+        assert getattr(a, name).startswith("orders.")  # one prefix covers a deployment
+    roles = [v for n, v in vars(wire).items() if n.endswith("_ROLE")]
+    assert {a.group(r) for r in roles}.isdisjoint({b.group(r) for r in roles})
+
+
+def test_a_given_name_wins_over_the_derived_one() -> None:
+    settings = Settings(topic="orders", checkpoint_topic="stepledger.checkpoints.workflow")
+    assert settings.checkpoint_topic == "stepledger.checkpoints.workflow"
+    assert settings.dlq_topic == "orders.deadletters"

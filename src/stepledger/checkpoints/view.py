@@ -11,6 +11,13 @@ A partition the view never read is first looked up through the partition's direc
 partition, taken only when the directory proves the answer (otherwise the partition is
 read as before).  ``lookup(..., fresh=True)`` always reads the partition.
 
+Only records of the view's own step log are read (invariant 21): a record whose
+``stepledger_log`` header names another log, or none, is refused (counted in
+:attr:`CheckpointView.refusals`, one line per name), and so is a checkpoint or progress
+that the step log contradicts: another topic or partition in its fields, or a covered
+offset at or past the step-log partition's end (no checkpointer can have read a record
+that was never written).  Such a record proves nothing, so the reader refuses to guess.
+
 A record read is kept as its bytes and covered offset (read from its first fields,
 :func:`~stepledger.checkpoints.record.covered_offset_of`); only the checkpoints handed out
 are decoded.  Opening one workflow reads its partition of the checkpoint topic, which
@@ -25,10 +32,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints import directory as dirs
+from stepledger.checkpoints.points import DIRECTORY_LIMIT_S, Covering, Held, Points
 from stepledger.checkpoints.record import (
     PROGRESS_KEY,
     WorkflowCheckpoint,
@@ -37,62 +46,81 @@ from stepledger.checkpoints.record import (
 )
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
-from stepledger.kafka.client import Consumer, KafkaException, Message, TopicPartition
+from stepledger.gaps import LogStart
+from stepledger.kafka.client import KafkaException, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end, reading_to_end
+from stepledger.logid import HeaderPairs, LogIdentity, Refusals, resolve
+
+__all__ = ["CATCH_UP_LIMIT_S", "CheckpointView", "Covering", "LogEnds"]
 
 logger = logging.getLogger(__name__)
 
-_GROUP = wire.CHECKPOINT_READER_GROUP
 _BATCH = 5000
 _POLL_S = 0.01
 #: A catch-up never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
-#: A directory lookup gives up (and the partition is read) after this long.
-DIRECTORY_LIMIT_S = 10.0
 #: Directory answers kept for a second lookup of the same workflow (an open's read-back).
 _DIRECTED_KEPT = 256
 
 
-@dataclass(frozen=True)
-class Covering:
-    """What the checkpoint topic says about one workflow of one step-log partition."""
+class LogEnds(Protocol):
+    """Where each step-log partition ends now (a :class:`~stepledger.gaps.LogStart`)."""
 
-    checkpoint: WorkflowCheckpoint | None
-    """The workflow's newest checkpoint (None: it has none)."""
-    progress: int | None
-    """Every workflow with a step-log record at or below this offset has a checkpoint
-    covering it (None: no checkpointer has written progress for the partition)."""
-
-
-@dataclass
-class _Held:
-    """The newest record of one key: its covered offset, its bytes, decoded when asked for."""
-
-    covered: int
-    value: bytes
-    offset: int = -1
-    """Where the record sits in the checkpoint topic (-1: not known)."""
-    decoded: WorkflowCheckpoint | None = None
+    def end(self, topic: str, partition: int) -> int: ...
 
 
 class CheckpointView:
-    """The newest checkpoints of the partitions asked about, caught up on every lookup."""
+    """The newest checkpoints of the partitions asked about, caught up on every lookup.
 
-    def __init__(self, settings: Settings) -> None:
+    ``identity`` (default: the settings' step log's, asked of the broker once) is the log
+    whose records are read; ``log_ends`` (default: a client of the view's own, closed by
+    :meth:`close`) says where its partitions end.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        identity: LogIdentity | None = None,
+        log_ends: LogEnds | None = None,
+    ) -> None:
         self.settings = settings
+        self._identity = identity
+        self._refusals: Refusals | None = None
+        self._ends = log_ends
+        self._own_ends: LogStart | None = None
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
-        self._latest: dict[int, dict[bytes, _Held]] = {}
+        self._latest: dict[int, dict[bytes, Held]] = {}
         self._directed: dict[tuple[int, bytes], Covering] = {}
         """What the latest directory lookups proved, by partition and key (at most
         ``_DIRECTED_KEPT``: a stale one only sends the guard to a whole read)."""
 
+    @property
+    def refusals(self) -> Refusals:
+        """The records this view refused (another step log's, or inconsistent with it)."""
+        if self._refusals is None:
+            identity = self._identity or resolve(self.settings)
+            self._identity = identity
+            self._refusals = Refusals(identity, "checkpoints")
+        return self._refusals
+
+    def close(self) -> None:
+        """Close the client the view made to read the step log's ends (if it made one)."""
+        if self._own_ends is not None:
+            self._own_ends.close()
+            self._own_ends = None
+
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
-        """The workflow's checkpoint and the partition's progress.
+        """The workflow's checkpoint and the partition's progress, each only where the step
+        log does not contradict it.
 
         ``fresh``: catch the partition up first; otherwise what was read so far (only a
         partition never read is read now).
         """
+        return self._vouched(partition, self._lookup(partition, workflow_id, fresh=fresh))
+
+    def _lookup(self, partition: int, workflow_id: str, *, fresh: bool) -> Covering:
         with self._lock:
             if not fresh and partition not in self._next:
                 key = workflow_id.encode()
@@ -114,12 +142,18 @@ class CheckpointView:
             )
 
     def partition(self, partition: int) -> dict[bytes, WorkflowCheckpoint]:
-        """Every newest checkpoint of a partition (the progress record under its key)."""
+        """Every newest checkpoint of a partition (the progress record under its key) that
+        the step log does not contradict."""
         with self._lock:
             self._catch_up(partition)
             latest = self._latest.get(partition, {})
             found = {key: _checkpoint(latest, key) for key in list(latest)}
-            return {key: checkpoint for key, checkpoint in found.items() if checkpoint}
+        end = self._end_of(partition)
+        return {
+            key: checkpoint
+            for key, checkpoint in found.items()
+            if checkpoint and self._consistent(partition, checkpoint, end)
+        }
 
     def at(self, partition: int, offset: int, key: bytes) -> WorkflowCheckpoint | None:
         """The checkpoint of ``key`` at ``offset`` (None: that record is gone or another's)."""
@@ -129,10 +163,56 @@ class CheckpointView:
                 msg = points.first(offset)
             if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
                 return None
+            if not self._admit(partition, msg.headers()):
+                return None
             return decode(msg.value())
         except (KafkaException, BrokerError, CodecError) as exc:
             logger.info("checkpoint at %s[%d]@%d not read: %s", topic, partition, offset, exc)
             return None
+
+    def _admit(self, partition: int, headers: HeaderPairs) -> bool:
+        return self.refusals.admit(self.settings.checkpoint_topic, partition, headers)
+
+    def _end_of(self, partition: int) -> int:
+        """Where the step-log partition ends now."""
+        if self._ends is None:
+            self._own_ends = LogStart(self.settings)
+            self._ends = self._own_ends
+        return self._ends.end(self.settings.topic, partition)
+
+    def _vouched(self, partition: int, covering: Covering) -> Covering:
+        """``covering`` without what the step log contradicts (see the module doc)."""
+        checkpoint, progress = covering.checkpoint, covering.progress
+        if checkpoint is None and progress is None:
+            return covering
+        end = self._end_of(partition)
+        if checkpoint is not None and not self._consistent(partition, checkpoint, end):
+            checkpoint = None
+        if progress is not None and progress >= end:
+            self._past_end(partition, "progress", progress, end)
+            progress = None
+        return replace(covering, checkpoint=checkpoint, progress=progress)
+
+    def _consistent(self, partition: int, found: WorkflowCheckpoint, end: int) -> bool:
+        """False (and counted) for a checkpoint or progress the step log contradicts."""
+        topic = self.settings.checkpoint_topic
+        if found.topic != self.settings.topic or found.partition != partition:
+            where = f"{found.topic}[{found.partition}]"
+            self.refusals.refuse(topic, partition, where, f"was folded from {where}")
+            return False
+        if found.covered_offset >= end:
+            what = "progress" if found.workflow_id is None else "a checkpoint"
+            self._past_end(partition, what, found.covered_offset, end)
+            return False
+        return True
+
+    def _past_end(self, partition: int, what: str, covered: int, end: int) -> None:
+        why = (
+            f"is {what} covering offset {covered}, past the end of {self.settings.topic}"
+            f"[{partition}] ({end}): no checkpointer read that record (forged, or of a log "
+            "since deleted)"
+        )
+        self.refusals.refuse(self.settings.checkpoint_topic, partition, "(past the end)", why)
 
     def offsets(self, partition: int) -> dict[bytes, int]:
         """Where each key's newest checkpoint sits in the partition (after a catch-up)."""
@@ -152,15 +232,17 @@ class CheckpointView:
             return None
 
     @contextlib.contextmanager
-    def _points(self, partition: int) -> Iterator[_Points]:
+    def _points(self, partition: int) -> Iterator[Points]:
         """Point reads of one checkpoint partition, bounded by ``DIRECTORY_LIMIT_S``."""
         # A 1 ms fetch wait: each point read is one fetch of records already there (with
         # 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4 ms; with 0
         # Tansu answers no fetch at all).
         conf = {"fetch.wait.max.ms": 1, **self.settings.quick_connect()}
         topic = self.settings.checkpoint_topic
-        with assigned_consumer(self.settings, [], group=_GROUP, **conf) as consumer:
-            yield _Points(consumer, topic, partition, time.monotonic() + DIRECTORY_LIMIT_S)
+        group = self.settings.group(wire.CHECKPOINT_READER_ROLE)
+        deadline = time.monotonic() + DIRECTORY_LIMIT_S
+        with assigned_consumer(self.settings, [], group=group, **conf) as consumer:
+            yield Points(consumer, topic, partition, deadline, self._admit)
 
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic
@@ -168,7 +250,12 @@ class CheckpointView:
         latest = self._latest.setdefault(partition, {})
         deadline = time.monotonic() + CATCH_UP_LIMIT_S
         starts = [TopicPartition(topic, partition, start)]
-        with reading_to_end(self.settings, starts, group=_GROUP, fetch_wait_ms=10) as consumer:
+        with reading_to_end(
+            self.settings,
+            starts,
+            group=self.settings.group(wire.CHECKPOINT_READER_ROLE),
+            fetch_wait_ms=10,
+        ) as consumer:
             while True:
                 if time.monotonic() > deadline:
                     raise BrokerError(f"could not read {topic}[{partition}] to its end in time")
@@ -177,12 +264,11 @@ class CheckpointView:
                         return
                     offset = int(msg.offset() or 0)
                     self._next[partition] = offset + 1
-                    self._take(latest, msg.key() or b"", msg.value(), offset)
+                    if self._admit(partition, msg.headers()):
+                        self._take(latest, msg.key() or b"", msg.value(), offset)
 
     @staticmethod
-    def _take(
-        latest: dict[bytes, _Held], key: bytes, value: bytes | None, offset: int = -1
-    ) -> None:
+    def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> None:
         if dirs.is_directory_key(key):
             return  # where checkpoints are, not one
         if value is None:
@@ -196,10 +282,10 @@ class CheckpointView:
             return
         held = latest.get(key)
         if held is None or covered >= held.covered:
-            latest[key] = _Held(covered, value, offset)
+            latest[key] = Held(covered, value, offset)
 
 
-def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | None:
+def _checkpoint(latest: dict[bytes, Held], key: bytes) -> WorkflowCheckpoint | None:
     """The key's newest checkpoint, decoded once; an undecodable one is dropped (None)."""
     held = latest.get(key)
     if held is None:
@@ -213,102 +299,3 @@ def _checkpoint(latest: dict[bytes, _Held], key: bytes) -> WorkflowCheckpoint | 
             del latest[key]
             return None
     return held.decoded
-
-
-class _Points:
-    """Point reads of one checkpoint partition through its directory (see the module doc)."""
-
-    def __init__(self, consumer: Consumer, topic: str, partition: int, deadline: float) -> None:
-        self.consumer = consumer
-        self.topic = topic
-        self.partition = partition
-        self.deadline = deadline
-
-    def covering(self, key: bytes) -> Covering | None:
-        """What the directory proves about ``key``, or None when it proves nothing."""
-        _, high = self.consumer.get_watermark_offsets(
-            TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
-        )
-        # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
-        last = self.first(high - 1) if high > 0 else None
-        if last is None:
-            return None  # empty (a whole read is as cheap), or gone meanwhile
-        pointer = dirs.root_pointer(last.headers())
-        if last.key() == dirs.ROOT_KEY:
-            pointer = int(last.offset() or 0)
-        if pointer is None:
-            return None  # written before directories (or none written yet)
-        # The root, then every record written after it (checkpoints the root does not list).
-        after = self._from(pointer)
-        if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
-            return None
-        root = dirs.decode(after[0].value())
-        if root.bucket != -1 or len(root.chunks) != root.buckets:
-            return None
-        hashed = dirs.key_hash(key)
-        bucket = dirs.bucket_of(hashed, root.buckets)
-        chunk_msg = self.first(root.chunks[bucket])
-        if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
-            return None
-        if chunk_msg.key() != dirs.chunk_key(bucket):
-            return None
-        chunk = dirs.decode(chunk_msg.value())
-        if chunk.buckets != root.buckets or chunk.bucket != bucket:
-            return None
-        newest: _Held | None = None
-        for offset in chunk.offsets_of(hashed):
-            msg = self.first(offset)
-            if msg is None or msg.offset() != offset:
-                return None  # compacted away: a newer checkpoint sits somewhere unlisted
-            if msg.key() == key:  # else another workflow with the same hash
-                newest = _newer(newest, msg)
-        for msg in after[1:]:
-            if msg.key() != key:
-                continue
-            if msg.value() is None:
-                return None  # a tombstone: only a whole read says what is left
-            newest = _newer(newest, msg)
-        checkpoint = None if newest is None else decode(newest.value)
-        return Covering(checkpoint, root.progress if root.progress >= 0 else None)
-
-    def first(self, offset: int) -> Message | None:
-        """The first record at or after ``offset`` (None: the partition ends before it)."""
-        self._assign(offset)
-        for msg in self._messages():
-            return msg
-        return None
-
-    def _from(self, offset: int) -> list[Message]:
-        """Every record from ``offset`` to the partition's end."""
-        self._assign(offset)
-        return list(self._messages())
-
-    def _assign(self, offset: int) -> None:
-        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
-
-    def _messages(self) -> Iterator[Message]:
-        """This assignment's records, up to the partition's end.
-
-        ``poll`` returns with the first record (``consume`` would wait out its timeout for
-        a full batch), then what is already fetched is taken without waiting.
-        """
-        while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
-            first = self.consumer.poll(min(remaining, 1.0))
-            if first is None:
-                continue
-            for msg in [first, *self.consumer.consume(_BATCH, 0)]:
-                if partition_end(msg):
-                    return
-                yield msg
-
-
-def _newer(held: _Held | None, msg: Message) -> _Held:
-    """The record of higher covered offset: ``held`` or the one in ``msg``."""
-    value = msg.value() or b""
-    covered = covered_offset_of(value)
-    if held is None or covered >= held.covered:
-        return _Held(covered, value, int(msg.offset() or 0))
-    return held

@@ -48,6 +48,7 @@ from stepledger.kafka.client import Consumer, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.kafka.producer import Headers
 from stepledger.log import codec_for
+from stepledger.logid import LogIdentity, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,6 @@ _ENDINGS = tuple(
 _ENDED = frozenset(status.value for status in ENDED)
 _BATCH = 5000
 _POLL_S = 0.05
-_GROUP = wire.CHECKPOINTER_GROUP
 
 
 class _Stop(Protocol):
@@ -116,15 +116,17 @@ class Checkpointer:
         partitions: Iterable[int] | None = None,
         options: CheckpointOptions | None = None,
         codec: Codec | None = None,
+        identity: LogIdentity | None = None,
     ) -> None:
         self.settings = settings
+        self._identity = identity
         self.options = options or CheckpointOptions()
         self.codec = codec or codec_for(settings)
         self._wanted = None if partitions is None else sorted(set(partitions))
         self._parts: dict[int, _Partition] = {}
         self._producer = DurableProducer(settings)
         self._log_start = LogStart(settings)
-        self._points = CheckpointView(settings)
+        self._points = self._view()
         """Reads evicted workflows' checkpoints back (see ``_read_back``)."""
         self.written = 0
         """Checkpoints (workflow and progress records) acknowledged so far."""
@@ -132,7 +134,7 @@ class Checkpointer:
     def restore(self) -> None:
         """Load what the checkpoint topic holds for the owned partitions."""
         numbers = self._wanted or topic_partitions(self.settings, self.settings.topic)
-        view = CheckpointView(self.settings)
+        view = self._view()
         for number in numbers:
             part = _Partition(number)
             for key, found in view.partition(number).items():
@@ -157,6 +159,17 @@ class Checkpointer:
                 for p in self._parts.values()
             ),
         )
+
+    @property
+    def identity(self) -> LogIdentity:
+        """The step log checkpointed: every record written names it, only its are read."""
+        if self._identity is None:
+            self._identity = resolve(self.settings)
+        return self._identity
+
+    def _view(self) -> CheckpointView:
+        # The identity is asked for when a record is first read, not here (no I/O yet).
+        return CheckpointView(self.settings, identity=self._identity, log_ends=self._log_start)
 
     def _check_start(self, part: _Partition, expected: int) -> None:
         """Stop vouching for a partition whose records past ``expected`` were deleted unread.
@@ -245,7 +258,12 @@ class Checkpointer:
             for p in self._parts.values()
             if not p.broken
         ]
-        return assigned_consumer(self.settings, starts, group=_GROUP, **{"fetch.wait.max.ms": 50})
+        return assigned_consumer(
+            self.settings,
+            starts,
+            group=self.settings.group(wire.CHECKPOINTER_ROLE),
+            **{"fetch.wait.max.ms": 50},
+        )
 
     def _take(self, msg: Message) -> None:
         part = self._parts[int(msg.partition() or 0)]
@@ -342,14 +360,14 @@ class Checkpointer:
     def _send(self, part: _Partition, records: list[tuple[bytes, bytes]]) -> list[int]:
         """Write records to the partition's checkpoint partition; their offsets once acked.
 
-        Each carries the offset of the newest directory root (the header readers start
-        from); a record sent before any root carries none.
+        Each names the step log (``stepledger_log``) and carries the offset of the newest
+        directory root (the header readers start from); a record sent before any root
+        carries no root.
         """
         topic = self.settings.checkpoint_topic
         root = part.directory.root
-        headers: Headers | None = (
-            [(wire.CHECKPOINT_DIRECTORY_HEADER, str(root).encode())] if root >= 0 else None
-        )
+        pointer = [(wire.CHECKPOINT_DIRECTORY_HEADER, str(root).encode())] if root >= 0 else []
+        headers: Headers = [*pointer, self.identity.header]
         # The checkpoint's partition is the step log's, whatever the key hashes to.
         futures: list[Future[Position]] = [
             self._producer.send(topic, key, value, headers, partition=part.number)

@@ -19,11 +19,26 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def kafka_options(fn: F) -> F:
-    """Add --bootstrap, --topic, --dlq-topic, --fleet, --config and -X to a command."""
+    """Add --bootstrap, --topic, the state topics, --fleet, --config and -X to a command."""
     options = [
         click.option("--bootstrap", envvar="STEPLEDGER_BOOTSTRAP", help="Kafka HOST:PORT."),
         click.option("--topic", envvar="STEPLEDGER_TOPIC", help="The step-log topic."),
-        click.option("--dlq-topic", envvar="STEPLEDGER_DLQ_TOPIC", help="Dead-letter topic."),
+        click.option(
+            "--dlq-topic",
+            envvar="STEPLEDGER_DLQ_TOPIC",
+            help="Dead-letter topic [default: TOPIC.deadletters].",
+        ),
+        click.option(
+            "--checkpoint-topic",
+            envvar="STEPLEDGER_CHECKPOINT_TOPIC",
+            help="Compacted workflow-checkpoint topic [default: TOPIC.checkpoints].",
+        ),
+        click.option(
+            "--recovery-state-topic",
+            envvar="STEPLEDGER_RECOVERY_STATE_TOPIC",
+            help="Compacted recovery changelog (recover --state-in-kafka) "
+            "[default: TOPIC.recovery-state].",
+        ),
         click.option("--fleet", "fleet_id", envvar="STEPLEDGER_FLEET_ID", help="Fleet id."),
         click.option(
             "--config",
@@ -68,6 +83,8 @@ def settings_from(params: dict[str, Any]) -> Settings:
         "bootstrap": params.pop("bootstrap", None),
         "topic": params.pop("topic", None),
         "dlq_topic": params.pop("dlq_topic", None),
+        "checkpoint_topic": params.pop("checkpoint_topic", None),
+        "recovery_state_topic": params.pop("recovery_state_topic", None),
         "fleet_id": params.pop("fleet_id", None),
         "kafka": parse_kafka_options(params.pop("kafka_opts", ()) or ()),
     }

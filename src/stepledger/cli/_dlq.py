@@ -40,7 +40,7 @@ def dlq_list(settings: Settings, as_json: bool, limit: int | None) -> None:
     """List dead letters with where they came from, the stage and the error."""
 
     letters = read_dead_letters(settings)
-    _announce_renamed_topic(settings)
+    _announce_earlier_defaults(settings)
     shown = letters[-limit:] if limit else letters
     if as_json:
         for letter in shown:
@@ -71,23 +71,32 @@ def _replay_note(replayed_to: str | None, replay_of: str | None) -> str:
     return "; ".join(notes)
 
 
-def _announce_renamed_topic(settings: Settings) -> None:
-    """One line on stderr when letters sit in the dead-letter default a refactor renamed."""
-    if settings.dlq_topic != wire.DEAD_LETTER_TOPIC:
+#: Dead-letter defaults of earlier releases (one for every step log), and when each was one.
+_EARLIER_DEFAULTS = {
+    wire.PREVIOUS_DEAD_LETTER_TOPIC: "up to 0.3.0 (see CHANGELOG [Unreleased])",
+    wire.RENAMED_DEAD_LETTER_TOPIC: "for a while before 0.3.0 (see CHANGELOG 0.3.0)",
+}
+
+
+def _announce_earlier_defaults(settings: Settings) -> None:
+    """One line on stderr per earlier dead-letter default holding letters of this step log,
+    when the settings use today's default (named after the step log)."""
+    if settings.dlq_topic != wire.derived_name(settings.topic, wire.DEAD_LETTER_ROLE):
         return
-    renamed = settings.model_copy(update={"dlq_topic": wire.RENAMED_DEAD_LETTER_TOPIC})
-    try:
-        topic_partitions(renamed, wire.RENAMED_DEAD_LETTER_TOPIC)
-    except BrokerError:
-        return  # not there: nothing was ever written to the wrong default
-    count = len(read_dead_letters(renamed))
-    if count:
-        click.echo(
-            f"note: {count} dead letters are in {wire.RENAMED_DEAD_LETTER_TOPIC!r}, the default "
-            "for a while before 0.3.0; read them with `stepledger dlq list --dlq-topic "
-            f"{wire.RENAMED_DEAD_LETTER_TOPIC}` (see CHANGELOG 0.3.0)",
-            err=True,
-        )
+    for topic, when in _EARLIER_DEFAULTS.items():
+        earlier = settings.model_copy(update={"dlq_topic": topic})
+        try:
+            topic_partitions(earlier, topic)
+        except BrokerError:
+            continue  # not there: nothing was ever written to it
+        # Those defaults were shared by every step log: only this one's letters count.
+        count = sum(x.origin_topic in (None, settings.topic) for x in read_dead_letters(earlier))
+        if count:
+            click.echo(
+                f"note: {count} dead letters are in {topic!r}, the default {when}; read "
+                f"them with `stepledger dlq list --dlq-topic {topic}`",
+                err=True,
+            )
 
 
 @dlq.command("replay")

@@ -6,7 +6,6 @@ import json
 
 import click
 
-from stepledger import wire
 from stepledger.cli._common import with_settings
 from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
@@ -18,16 +17,12 @@ from stepledger.terminal import safe
 @click.command("doctor")
 @with_settings
 @click.option(
-    "--checkpoint-topic",
-    help="The compacted checkpoint topic [default: the settings' checkpoint topic, "
-    f"{wire.CHECKPOINT_TOPIC}].",
-)
-@click.option(
     "--group",
     "groups",
     multiple=True,
     help="A consumer group to check (repeatable) "
-    f"[default: {wire.PROJECTOR_GROUP}, {wire.RECOVERY_GROUP}].",
+    "[default: the settings' projector and recovery groups, TOPIC.projector and "
+    "TOPIC.recovery].",
 )
 @click.option(
     "--max-lag", type=click.IntRange(0), default=10_000, show_default=True, help="Lag that is off."
@@ -35,7 +30,6 @@ from stepledger.terminal import safe
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def doctor_command(
     settings: Settings,
-    checkpoint_topic: str | None,
     groups: tuple[str, ...],
     max_lag: int,
     as_json: bool,
@@ -48,8 +42,8 @@ def doctor_command(
     """
     facts = gather(
         settings,
-        checkpoint_topic=checkpoint_topic or settings.checkpoint_topic,
-        groups=groups or (wire.PROJECTOR_GROUP, wire.RECOVERY_GROUP),
+        checkpoint_topic=settings.checkpoint_topic,
+        groups=groups or (settings.projector_group, settings.recovery_group),
     )
     findings = check(facts, version=stepledger_version(), max_lag=max_lag)
     bad = unsafe(findings)

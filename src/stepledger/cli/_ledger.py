@@ -20,7 +20,13 @@ from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_part
 from stepledger.kafka.consumer import read_topic
 from stepledger.log import codec_for, event_headers
 from stepledger.terminal import safe
-from stepledger.topics import INFINITE, checkpoint_topic_config, retention_notice, step_log_config
+from stepledger.topics import (
+    INFINITE,
+    checkpoint_topic_config,
+    retention_notice,
+    step_log_config,
+    topic_exists,
+)
 
 if TYPE_CHECKING:
     from stepledger.dev.apache_kafka import KafkaBroker
@@ -113,13 +119,28 @@ def _dev_broker(
     show_default=True,
     help="Also create the compacted workflow-checkpoint topic (partitioned like the step log).",
 )
+@click.option(
+    "--adopt-unnamed-state",
+    is_flag=True,
+    help="Upgrading from 0.3.0: name this step log on its records in the checkpoint topic "
+    "and the recovery changelog that name none (only those whose fields name this step "
+    "log's topic). Run once, with no checkpointer and no recovery daemon running.",
+)
 @with_settings
-def init(settings: Settings, partitions: int, retention_ms: int, checkpoints: bool) -> None:
+def init(
+    settings: Settings,
+    partitions: int,
+    retention_ms: int,
+    checkpoints: bool,
+    adopt_unnamed_state: bool,
+) -> None:
     """Create the step-log and dead-letter topics (and checkpoints) if they do not exist.
 
     An existing topic keeps its partitions: adding some would move existing workflows'
     keys to other partitions and break their order, so a mismatch is an error, not a fix.
     An existing topic keeps its settings too; what it says is checked and reported.
+    The state topics and groups are named after the step log unless given (TOPIC.deadletters,
+    TOPIC.checkpoints, TOPIC.recovery-state, TOPIC.projector, TOPIC.recovery).
     """
     try:
         configs = {settings.topic: step_log_config(retention_ms, checkpoints=checkpoints)}
@@ -149,6 +170,30 @@ def init(settings: Settings, partitions: int, retention_ms: int, checkpoints: bo
     if notice is not None and notice.level >= logging.WARNING:
         click.echo(f"warning: {notice.message}", err=True)
     click.echo(f"topics ready: {', '.join(f'{t} ({n} partitions)' for t, n in counts.items())}")
+    from stepledger.logid import resolve
+
+    # What every state record of this deployment will name (the broker gave it the id).
+    click.echo(f"step log identity: {resolve(settings)}")
+    if adopt_unnamed_state:
+        _adopt(settings)
+
+
+def _adopt(settings: Settings) -> None:
+    """Name this step log on the unnamed records of its state topics (the 0.3.0 upgrade)."""
+    from stepledger.logid import resolve
+    from stepledger.statetopics import adopt_unnamed, changelog_of, checkpoint_of
+
+    identity = resolve(settings)
+    kinds = (
+        (settings.checkpoint_topic, checkpoint_of),
+        (settings.recovery_state_topic, changelog_of),
+    )
+    for topic, belongs in kinds:
+        if not topic_exists(settings, topic):
+            click.echo(f"{topic}: does not exist, nothing to name")
+            continue
+        count = adopt_unnamed(settings, identity, topic, belongs)
+        click.echo(f"{topic}: {count} records written again naming {identity}")
 
 
 @click.command()

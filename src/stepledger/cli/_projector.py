@@ -19,7 +19,7 @@ from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
-from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP
+from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.rebuild_shards import rebuild_shards
@@ -55,7 +55,11 @@ def register(group: click.Group) -> None:
 @with_settings
 @_DB
 @_EXTRA_TOPICS
-@click.option("--group", default=PROJECTOR_GROUP, show_default=True, help="Consumer group id.")
+@click.option(
+    "--group",
+    envvar="STEPLEDGER_PROJECTOR_GROUP",
+    help="Consumer group id [default: TOPIC.projector].",
+)
 @click.option(
     "--batch-size",
     default=10_000,
@@ -122,7 +126,7 @@ def project(settings: Settings, **opts: Any) -> None:
     options = ProjectorOptions(
         db_path=opts["db_path"],
         topics=(settings.topic, *opts["extra_topics"]),
-        group=opts["group"],
+        group=opts["group"] or settings.projector_group,
         batch_size=opts["batch_size"],
         batch_timeout_s=opts["batch_timeout"],
         snapshot_interval_s=opts["snapshot_interval"],

@@ -27,7 +27,7 @@ from stepledger.ops import Shutdown, configure_logging, serve_metrics
 from stepledger.readers.workflows import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
-from stepledger.recovery.options import RECOVERY_GROUP, DaemonOptions
+from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.resolution.registry import ToolRegistry, load_registries
 from stepledger.terminal import safe
@@ -99,7 +99,11 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="Keep the per-partition checkpoints on the compacted recovery changelog topic "
     "(created if missing) instead of files: no shared directory between machines.",
 )
-@click.option("--group", default=RECOVERY_GROUP, show_default=True, help="Consumer group.")
+@click.option(
+    "--group",
+    envvar="STEPLEDGER_RECOVERY_GROUP",
+    help="Consumer group [default: TOPIC.recovery].",
+)
 @click.option("--grace", default="2s", show_default=True, help="Wait after a deadline.")
 @click.option(
     "--workers",
@@ -134,7 +138,7 @@ def recover_command(
     state_dir: Path,
     shared_state: Path | None,
     state_in_kafka: bool,
-    group: str,
+    group: str | None,
     grace: str,
     workers: int,
     retain: str,
@@ -151,7 +155,7 @@ def recover_command(
     tools = _load_tools(tool_specs, no_entry_points)
     options = DaemonOptions(
         state_dir=state_dir,
-        group=group,
+        group=group or settings.recovery_group,
         grace_s=parse_duration(grace).total_seconds(),
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
@@ -172,6 +176,7 @@ def recover_command(
 
 
 @click.command("recover-health")
+@with_settings
 @click.option(
     "--state-dir",
     envvar=STATE_DIR_ENV,
@@ -179,16 +184,16 @@ def recover_command(
     default=Path(".stepledger-recovery"),
     show_default=True,
 )
-@click.option("--group", default=RECOVERY_GROUP, show_default=True)
+@click.option("--group", envvar="STEPLEDGER_RECOVERY_GROUP", help="[default: TOPIC.recovery]")
 @click.option(
     "--max-age",
     default="10s",
     show_default=True,
     help="Healthy if the daemon's heartbeat is younger than this.",
 )
-def health_command(state_dir: Path, group: str, max_age: str) -> None:
+def health_command(settings: Settings, state_dir: Path, group: str | None, max_age: str) -> None:
     """Exit 0 if the recovery daemon's heartbeat is fresh (prints it as JSON)."""
-    path = DaemonOptions(state_dir=state_dir, group=group).health_file
+    path = DaemonOptions(state_dir=state_dir, group=group or settings.recovery_group).health_file
     try:
         beat = json.loads(path.read_text())
     except (OSError, ValueError):

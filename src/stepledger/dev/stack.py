@@ -27,7 +27,7 @@ from typing import IO, Any, Literal
 
 import duckdb
 
-from stepledger.config import Settings
+from stepledger.config import DERIVED_NAMES, Settings
 from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.dev.broker import LocalBroker, S3Storage
 from stepledger.dev.chaos.procs import STEPLEDGER, Proc, wait_until
@@ -79,6 +79,9 @@ class StackOptions:
     """Seconds between the projector's read-only snapshots."""
     env: tuple[tuple[str, str], ...] = ()
     """Extra environment for every child process."""
+    names: tuple[tuple[str, str], ...] = ()
+    """Settings given instead of the names derived from the step log (``checkpoint_topic``,
+    ...), for the stack and every child: none by default, as a deployment on defaults."""
     daemon_log_level: str = "WARNING"
     """Log level of the projector and the recovery daemon (their logs go to files)."""
     projectors: int = 1
@@ -163,16 +166,16 @@ class LocalStack:
             self._start_broker()
             suffix = uuid.uuid4().hex[:8]
             prefix = self.options.topic_prefix
-            self.settings = self.base.model_copy(
-                update={
-                    "bootstrap": self.options.bootstrap or self._local_bootstrap(),
-                    "topic": f"{prefix}-{suffix}",
-                    "dlq_topic": f"{prefix}-dlq-{suffix}",
-                    "recovery_state_topic": f"{prefix}-recovery-{suffix}",
-                    "checkpoint_topic": f"{prefix}-checkpoints-{suffix}",
-                    "fleet_id": self.options.fleet_id,
-                }
-            )
+            # Only the step log is named: its state topics and groups are named after it,
+            # as a deployment on defaults has them.
+            values: dict[str, Any] = {
+                **self.base.model_dump(exclude=set(DERIVED_NAMES)),
+                "bootstrap": self.options.bootstrap or self._local_bootstrap(),
+                "topic": f"{prefix}-{suffix}",
+                "fleet_id": self.options.fleet_id,
+                **dict(self.options.names),
+            }
+            self.settings = Settings(**values)
             topics = [self.settings.topic, self.settings.dlq_topic]
             # As `stepledger init` makes them: kept forever, stamped with broker time.
             configs = {self.settings.topic: step_log_config()}
@@ -321,9 +324,6 @@ class LocalStack:
             "PYTHONUNBUFFERED": "1",
             "STEPLEDGER_BOOTSTRAP": self.settings.bootstrap,
             "STEPLEDGER_TOPIC": self.settings.topic,
-            "STEPLEDGER_DLQ_TOPIC": self.settings.dlq_topic,
-            "STEPLEDGER_RECOVERY_STATE_TOPIC": self.settings.recovery_state_topic,
-            "STEPLEDGER_CHECKPOINT_TOPIC": self.settings.checkpoint_topic,
             "STEPLEDGER_FLEET_ID": self.settings.fleet_id,
             # A daemon (re)started while the broker restarts waits for it, as a pod would be
             # restarted by its supervisor, instead of leaving the stack without it.
@@ -333,6 +333,9 @@ class LocalStack:
             **{f"STEPLEDGER_{k.upper()}_URL": s.url for k, s in self.services.items()},
             **_kafka_env(self.settings.kafka),
             **dict(self.options.env),
+            # This stack's own mark, whatever another stack of this process set since.
+            STACK_MARK_ENV: self.mark,
+            **{f"STEPLEDGER_{name.upper()}": value for name, value in self.options.names},
         }
         env.update(extra)
         return env

@@ -88,6 +88,12 @@ class ClusterFacts:
     """The groups asked about that exist."""
     problems: tuple[str, ...] = ()
     """What could not be read (a broker that does not describe configs, say)."""
+    identity: str | None = None
+    """The step log's identity, ``<topic>@<topic id>`` (None: not read)."""
+    state_origins: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per state topic, how many of its newest records name each step log (``-``: none)."""
+    recovery_state_topic: str = ""
+    """The recovery changelog (``recover --state-in-kafka``)."""
 
 
 def check(facts: ClusterFacts, *, version: str, max_lag: int = 10_000) -> list[Finding]:
@@ -98,6 +104,7 @@ def check(facts: ClusterFacts, *, version: str, max_lag: int = 10_000) -> list[F
         *_retention(facts),
         *_timestamps(facts),
         *_compaction(facts),
+        *_shared_state(facts),
         *_groups(facts, version, max_lag),
         *(Finding("off", "read", "cluster", problem) for problem in facts.problems),
     ]
@@ -224,6 +231,51 @@ def _compaction(facts: ClusterFacts) -> list[Finding]:
             "retention deletes checkpoints",
         )
     ]
+
+
+def _shared_state(facts: ClusterFacts) -> list[Finding]:
+    """State topics holding another step log's records (or none's), groups reading others."""
+    found = []
+    for topic, named in sorted(facts.state_origins.items()):
+        others = {n: c for n, c in named.items() if n not in ("-", facts.identity)}
+        if others:
+            shown = ", ".join(f"{n} ({c})" for n, c in sorted(others.items()))
+            found.append(
+                Finding(
+                    "unsafe",
+                    "shared",
+                    topic,
+                    f"holds records of other step logs among its newest: {shown}; two "
+                    "deployments share it and compaction keeps one record per key for both "
+                    "(one log's checkpoint or progress deletes the other's); readers refuse "
+                    "the other log's records; give each step log its own (the default is "
+                    "named after the step log)",
+                )
+            )
+        if named.get("-"):
+            found.append(
+                Finding(
+                    "off",
+                    "shared",
+                    topic,
+                    f"{named['-']} of its newest records name no step log (written before "
+                    "0.4.0, or not by stepledger): readers refuse them; `stepledger init "
+                    "--adopt-unnamed-state` names this log's (see the CHANGELOG)",
+                )
+            )
+    for group in facts.groups.values():
+        read = sorted({t for m in group.members for t in m.topics} - {facts.step_topic})
+        if read:
+            found.append(
+                Finding(
+                    "off",
+                    "shared",
+                    group.group_id,
+                    f"members also read {', '.join(read)}: a group shared by deployments "
+                    "rebalances them together (the default group is named after the step log)",
+                )
+            )
+    return found
 
 
 def _groups(facts: ClusterFacts, version: str, max_lag: int) -> list[Finding]:

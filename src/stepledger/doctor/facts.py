@@ -18,8 +18,12 @@ from stepledger.kafka.client import (
     ResourceType,
     TopicPartition,
 )
+from stepledger.logid import resolve
+from stepledger.statetopics import origins
 
 _TIMEOUT = 10.0
+#: The newest records read of each partition of a state topic.
+STATE_SAMPLE = 1000
 
 
 def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) -> ClusterFacts:
@@ -29,7 +33,7 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         meta = client.list_topics(timeout=_TIMEOUT)
     except KafkaException as exc:
         raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
-    names = [settings.topic, settings.dlq_topic, checkpoint_topic]
+    names = [settings.topic, settings.dlq_topic, checkpoint_topic, settings.recovery_state_topic]
     problems: list[str] = []
     topics = {}
     for name in dict.fromkeys(names):
@@ -40,6 +44,8 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         configs = _configs(client, name, problems)
         topics[name] = TopicFacts(name, len(info.partitions), replicas, configs)
     described = _groups(client, list(dict.fromkeys(groups)), topics, problems)
+    state_topics = (checkpoint_topic, settings.recovery_state_topic)
+    identity, origins = _state(settings, topics, state_topics, problems)
     return ClusterFacts(
         brokers=len(meta.brokers),
         step_topic=settings.topic,
@@ -48,7 +54,31 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         topics=topics,
         groups=described,
         problems=tuple(problems),
+        identity=identity,
+        state_origins=origins,
+        recovery_state_topic=settings.recovery_state_topic,
     )
+
+
+def _state(
+    settings: Settings,
+    topics: dict[str, TopicFacts],
+    state_topics: Iterable[str],
+    problems: list[str],
+) -> tuple[str | None, dict[str, dict[str, int]]]:
+    """The step log's identity, and whose the newest records of each state topic are."""
+    if settings.topic not in topics:
+        return None, {}
+    found: dict[str, dict[str, int]] = {}
+    try:
+        identity = str(resolve(settings))
+        for topic in dict.fromkeys(state_topics):
+            if topic in topics:
+                found[topic] = dict(origins(settings, topic, last=STATE_SAMPLE))
+    except BrokerError as exc:
+        problems.append(f"cannot read whose the state records are: {exc.message}")
+        return None, found
+    return identity, found
 
 
 def _configs(client: AdminClient, topic: str, problems: list[str]) -> dict[str, str]:

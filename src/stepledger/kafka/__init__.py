@@ -20,6 +20,7 @@ from stepledger.kafka.broker import (
     ensure_topics,
     listed_topics,
     reachable_partitions,
+    topic_id,
     topic_partitions,
 )
 from stepledger.kafka.lanes import Batching
@@ -44,5 +45,6 @@ __all__ = [
     "listed_topics",
     "position_of",
     "reachable_partitions",
+    "topic_id",
     "topic_partitions",
 ]

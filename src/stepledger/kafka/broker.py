@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
@@ -61,6 +61,37 @@ def _listed(client: AdminClient, settings: Settings, timeout: float) -> dict[str
         for name, info in meta.topics.items()
         if info.error is None and info.partitions
     }
+
+
+#: What a broker without topic ids (before KIP-516) answers: the all-zero UUID.
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_id(settings: Settings, topic: str, timeout: float = 5.0) -> str:
+    """The id the broker gave the topic when it was created (KIP-516, base64 as Kafka's tools
+    print it); BrokerError when the topic is missing or the broker gives none.
+
+    Apache Kafka gives every topic a random UUID; Tansu gives one too (checked: a topic
+    deleted and created again gets another on both).
+    """
+    client = admin(settings)
+    # Listed first: a request naming a missing topic would create it on Tansu.
+    if topic not in _listed(client, settings, timeout):
+        raise BrokerError(
+            f"topic {topic!r} does not exist on {settings.bootstrap}", retryable=False
+        )
+    try:
+        futures = client.describe_topics(TopicCollection([topic]), request_timeout=timeout)
+        found = str(futures[topic].result(timeout).topic_id)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot describe topic {topic!r}: {exc}") from None
+    if not found or found == _NO_TOPIC_ID:
+        raise BrokerError(
+            f"the broker at {settings.bootstrap} gives {topic!r} no topic id (KIP-516, "
+            "Kafka 2.8+): the step log's identity cannot be read",
+            retryable=False,
+        )
+    return found
 
 
 def ensure_topics(

@@ -525,7 +525,7 @@ def read_topic(
     starts = [KafkaPartition(topic, p, start) for p in partitions]
     ended: set[int] = set()
     began = last_data = time.monotonic()
-    with assigned_consumer(settings, starts, group=wire.READER_GROUP) as consumer:
+    with assigned_consumer(settings, starts, group=settings.group(wire.READER_ROLE)) as consumer:
         while True:
             now = time.monotonic()
             if max_time is not None and now - began > max_time:

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stepledger.clientid import client_id
@@ -31,7 +31,6 @@ from stepledger.log import codec_for
 from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
-    PROJECTOR_GROUP,
     BatchReport,
     Projector,
 )
@@ -58,8 +57,9 @@ class ProjectorOptions:
     shared by every projector of the group; a path not ending in ``.duckdb``)."""
     topics: tuple[str, ...] = ()
     """Topics to project; empty means the settings' step-log topic."""
-    group: str = PROJECTOR_GROUP
-    """Consumer group id; give each projection file its own."""
+    group: str = ""
+    """Consumer group id; give each projection file its own (empty: the settings'
+    ``projector_group``, named after the step log)."""
     batch_size: int = 10_000
     """Most records per batch (one DuckDB transaction)."""
     batch_timeout_s: float = 0.03
@@ -87,6 +87,10 @@ class ProjectorOptions:
     """Static group membership: a restart within the session timeout moves no partition."""
     group_protocol: GroupProtocol | None = None
     """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
+
+    def for_settings(self, settings: Settings) -> ProjectorOptions:
+        """These options with the group named (the settings' when none was given)."""
+        return self if self.group else replace(self, group=settings.projector_group)
 
     def membership(self) -> Membership:
         """How the projector takes part in its consumer group."""
@@ -150,6 +154,7 @@ def run_projector(
     on_batch: BatchHook | None = None,
 ) -> None:
     """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
+    options = options.for_settings(settings)
     membership = options.membership()  # a bad group setting fails before any network
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
@@ -328,11 +333,11 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
         return None if pipeline is None else pipeline.projector.store
 
     gapped: set[Where] = set()
-    settings = loop.settings
+    settings, ends = loop.settings, loop.log_start
 
     def restore(gap: Gap) -> bool:
         pipeline = loop.state.pipeline((gap.topic, gap.partition))
-        return pipeline is not None and restore_from_checkpoints(settings, pipeline, gap)
+        return pipeline is not None and restore_from_checkpoints(settings, pipeline, gap, ends)
 
     try:
         found = record_gaps(loop.log_start, keys, stored, store_of, loop.options.group, restore)

@@ -37,8 +37,9 @@ from stepledger.projector.store import Offsets, ProjectionStore, stage
 
 logger = logging.getLogger(__name__)
 
-PROJECTOR_GROUP = wire.PROJECTOR_GROUP
 DEFAULT_CACHE_WORKFLOWS = 20_000
+#: The group dead letters name when none is given (the default step log's projector group).
+DEFAULT_GROUP = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
 #: The dead-letter stage of an event that decodes but whose rows cannot be staged.
 PROJECT_STAGE = "project"
 #: What turning rows into Arrow raises for a value its column cannot hold.
@@ -104,7 +105,7 @@ class Projector:
         codec: Codec,
         dead_letters: RecordLetterSink,
         *,
-        group: str = PROJECTOR_GROUP,
+        group: str = DEFAULT_GROUP,
         cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
     ) -> None:
         self.store = store

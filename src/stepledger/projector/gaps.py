@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from stepledger.checkpoints.record import PROGRESS_KEY
-from stepledger.checkpoints.view import CheckpointView
+from stepledger.checkpoints.view import CheckpointView, LogEnds
 from stepledger.config import Settings
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka.consumer import Consumed
@@ -31,16 +31,23 @@ Restore = Callable[[Gap], bool]
 _FEED = 5000
 
 
-def restore_from_checkpoints(settings: Settings, pipeline: Pipeline, gap: Gap) -> bool:
+def restore_from_checkpoints(
+    settings: Settings, pipeline: Pipeline, gap: Gap, log_ends: LogEnds | None = None
+) -> bool:
     """Project the gap's records from the workflow checkpoints, at their own offsets.
 
     Only when the partition's checkpoint progress reaches the log start (every workflow
     with a record in the gap has a checkpoint holding it) and every checkpoint knows its
-    records' offsets; otherwise nothing is projected and False says the gap stays.
+    records' offsets; otherwise nothing is projected and False says the gap stays.  Only
+    checkpoints of this step log count (a shared checkpoint topic holds others' too).
     """
     if gap.topic != settings.topic or not topic_exists(settings, settings.checkpoint_topic):
         return False
-    latest = CheckpointView(settings).partition(gap.partition)
+    view = CheckpointView(settings, log_ends=log_ends)
+    try:
+        latest = view.partition(gap.partition)
+    finally:
+        view.close()
     progress = latest.pop(PROGRESS_KEY, None)
     if progress is None or progress.covered_offset < gap.log_start - 1:
         return False

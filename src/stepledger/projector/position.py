@@ -57,7 +57,9 @@ def check_positions(
         return
     starts = [TopicPartition(t, p, n - 1) for (t, p), n in probes.items()]
     conf = {"auto.offset.reset": "error"}
-    with assigned_consumer(settings, starts, group=wire.POSITION_CHECK_GROUP, **conf) as consumer:
+    with assigned_consumer(
+        settings, starts, group=settings.group(wire.POSITION_CHECK_ROLE), **conf
+    ) as consumer:
         answers = _probe(consumer, probes, timeout)
         for where, offset in probes.items():
             problem = _verdict(consumer, offset, answers.get(where), expected[where], where)

@@ -26,7 +26,6 @@ from stepledger.kafka.consumer import Consumed, assigned_consumer, consumed
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
-    PROJECTOR_GROUP,
     BatchReport,
     Projector,
 )
@@ -75,7 +74,7 @@ def rebuild(
     republish_dead_letters: bool = False,
     batch_size: int = 10_000,
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
-    group: str = PROJECTOR_GROUP,
+    group: str = "",
     progress: ProgressHook | None = None,
 ) -> RebuildReport:
     """Rebuild the projection file from offset 0 up to the current end of every partition."""
@@ -90,7 +89,11 @@ def rebuild(
     began = time.monotonic()
     with ProjectionStore(partial) as store:
         projector = Projector(
-            store, codec_for(settings), sink, group=group, cache_workflows=cache_workflows
+            store,
+            codec_for(settings),
+            sink,
+            group=group or settings.projector_group,
+            cache_workflows=cache_workflows,
         )
         _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
     if isinstance(sink, KafkaRecordLetters):
@@ -147,7 +150,7 @@ def read_partitions(
     One consumer reads every partition; each projector (one store) gets its own pipeline.
     """
     partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
-    group = next(iter(projectors.values())).group if projectors else PROJECTOR_GROUP
+    group = next(iter(projectors.values())).group if projectors else settings.projector_group
     _record_gaps(settings, projectors, report, group)
     route: dict[Where, Pipeline] = {}
     made: dict[int, Pipeline] = {}

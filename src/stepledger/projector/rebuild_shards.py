@@ -21,7 +21,7 @@ from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ConfigError, ViewStoreError
 from stepledger.kafka import topic_partitions
 from stepledger.log import codec_for
-from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, PROJECTOR_GROUP, Projector
+from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS, Projector
 from stepledger.projector.rebuild import ProgressHook, RebuildReport, read_partitions
 from stepledger.projector.schema import TABLES
 from stepledger.projector.snapshot import publish_snapshot
@@ -40,7 +40,7 @@ def rebuild_shards(
     force: bool = False,
     batch_size: int = 10_000,
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS,
-    group: str = PROJECTOR_GROUP,
+    group: str = "",
     progress: ProgressHook | None = None,
 ) -> RebuildReport:
     """Rebuild every partition's shard (or only ``partitions``) of the topics from offset 0."""
@@ -67,7 +67,11 @@ def rebuild_shards(
         for where, store in stores:
             _empty(store)
             projectors[where] = Projector(
-                store, codec, MemoryRecordLetters(), group=group, cache_workflows=cache_workflows
+                store,
+                codec,
+                MemoryRecordLetters(),
+                group=group or settings.projector_group,
+                cache_workflows=cache_workflows,
             )
         read_partitions(settings, projectors, batch_size, report, progress)
         for _, store in stores:

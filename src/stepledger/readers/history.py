@@ -34,9 +34,11 @@ logger = logging.getLogger(__name__)
 
 
 class LogStarts(Protocol):
-    """Where each partition starts now (a :class:`~stepledger.gaps.LogStart`)."""
+    """Where each partition starts and ends now (a :class:`~stepledger.gaps.LogStart`)."""
 
     def of(self, topic: str, partition: int) -> int: ...
+
+    def end(self, topic: str, partition: int) -> int: ...
 
     def close(self) -> None: ...
 
@@ -132,7 +134,9 @@ class HistoryGuard:
         if not self._has_checkpoints:
             return None
         if self._view is None:
-            self._view = CheckpointView(self.settings)
+            # Only this log's checkpoints, and only what its ends do not contradict: a
+            # progress of another log, or past this one's end, proves no id new.
+            self._view = CheckpointView(self.settings, log_ends=self.log_start)
         return self._view.lookup(partition, workflow_id, fresh=fresh)
 
     def _decode(self, values: tuple[bytes, ...]) -> list[ev.Event]:

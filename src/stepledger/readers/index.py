@@ -85,7 +85,6 @@ _FINISHED = b"stepledger.workflow_finished"
 CATCH_UP_LIMIT_S = 120.0
 _BATCH = 5000
 _POLL_S = 0.01
-_INDEX_GROUP = wire.WORKFLOW_INDEX_GROUP
 #: The first fetch wait (it grows while starved, up to a plain consumer's): see the module doc.
 FIRST_FETCH_WAIT_MS = 2
 #: How long asking a partition's log start may take.
@@ -509,7 +508,12 @@ class PartitionIndex:
         """
         if self._consumer is None:
             wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
-            conf = {**FAST_CONSUMER, "group.id": _INDEX_GROUP, **wait, **LEADER_ONLY}
+            conf = {
+                **FAST_CONSUMER,
+                "group.id": self.settings.group(wire.WORKFLOW_INDEX_ROLE),
+                **wait,
+                **LEADER_ONLY,
+            }
             try:
                 self._consumer = Consumer(self.settings.client_config(**conf))
             except KafkaException as exc:

@@ -60,7 +60,6 @@ _BATCH = 5000
 #: One consume call waits this long at most; partition-EOF events arrive within it.
 _POLL_S = 0.01
 #: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
-_READER = wire.WORKFLOW_READER_GROUP
 
 
 class WorkflowReader(Protocol):
@@ -471,7 +470,9 @@ def follow_partition(
 def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextManager[EndReader]:
     """A reader of fixed partitions from given offsets (no group join), closed on exit."""
     parts = [TopicPartition(t, p, o) for (t, p), o in starts.items()]
-    return reading_to_end(settings, parts, group=_READER, fetch_wait_ms=10)
+    return reading_to_end(
+        settings, parts, group=settings.group(wire.WORKFLOW_READER_ROLE), fetch_wait_ms=10
+    )
 
 
 def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:

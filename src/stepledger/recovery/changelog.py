@@ -12,6 +12,11 @@ step records are acknowledged before its position record is sent.  A crash betwe
 leaves step records newer than the position; the next owner then re-reads the step log from
 the older position, and the fold ignores events it already holds (event ids), so the state
 it ends with is the one the lost position would have given.
+
+Every record names the step log in its ``stepledger_log`` header; a restore reads only the
+records of its own log (:mod:`stepledger.logid`): a changelog shared with another
+deployment, or one written for a step log since deleted and created again under the same
+name, never moves a daemon's position nor gives it another log's steps.
 """
 
 from __future__ import annotations
@@ -24,12 +29,12 @@ from concurrent.futures import Future
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import RecoveryError, StepLedgerError
-from stepledger.kafka import DurableProducer, Position
+from stepledger.kafka import DurableProducer, Headers, Position
 from stepledger.kafka.client import TopicPartition
 from stepledger.kafka.consumer import partition_end, reading_to_end
+from stepledger.logid import LogIdentity, Refusals, resolve
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
 
-_READER_GROUP = wire.RECOVERY_CHANGELOG_GROUP
 _BATCH = 5000
 _POLL_S = 0.05
 #: Restoring a partition never takes longer than this.
@@ -43,12 +48,28 @@ def _key(kind: str, group: str, *rest: str) -> bytes:
 class KafkaCheckpointStore:
     """Recovery checkpoints on a compacted topic partitioned like the step log."""
 
-    def __init__(self, settings: Settings, group: str, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        group: str,
+        topic: str | None = None,
+        identity: LogIdentity | None = None,
+    ) -> None:
         self.settings = settings
         self.group = group
         self.topic = topic or settings.recovery_state_topic
+        self._identity = identity
+        self._refusals: Refusals | None = None
         self._producer = DurableProducer(settings)
         self._lock = threading.Lock()
+
+    @property
+    def refusals(self) -> Refusals:
+        """The changelog records restores refused (another step log's, or naming none)."""
+        if self._refusals is None:
+            self._identity = self._identity or resolve(self.settings)
+            self._refusals = Refusals(self._identity, "recovery state")
+        return self._refusals
 
     def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:
         """Read the partition's changelog to its end: its position and tracked steps."""
@@ -58,7 +79,10 @@ class KafkaCheckpointStore:
         starts = [TopicPartition(self.topic, partition, 0)]
         try:
             with reading_to_end(
-                self.settings, starts, group=_READER_GROUP, fetch_wait_ms=10
+                self.settings,
+                starts,
+                group=self.settings.group(wire.RECOVERY_CHANGELOG_ROLE),
+                fetch_wait_ms=10,
             ) as consumer:
                 while True:
                     if time.monotonic() > deadline:
@@ -68,6 +92,8 @@ class KafkaCheckpointStore:
                         if partition_end(msg):
                             done = True
                             break
+                        if not self.refusals.admit(self.topic, partition, msg.headers()):
+                            continue
                         position = self._apply(msg.key(), msg.value(), topic, steps, position)
                     if done:
                         break
@@ -126,7 +152,8 @@ class KafkaCheckpointStore:
         self._producer.close()
 
     def _send(self, partition: int, key: bytes, value: bytes | None) -> Future[Position]:
-        return self._producer.send(self.topic, key, value, partition=partition)
+        headers: Headers = [self.refusals.identity.header]
+        return self._producer.send(self.topic, key, value, headers, partition=partition)
 
     def _wait(self, futures: list[Future[Position]]) -> None:
         try:

@@ -5,20 +5,29 @@ partition)``, the next offset to read and, for every step it still tracks there 
 intents, steps in the human queue, recent recovery decisions), that step's events.  One
 checkpoint is written in one SQLite transaction, so a restart resumes from a consistent
 ``(position, open steps)`` pair and costs O(tracked steps + events since the checkpoint).
+
+Each partition's state names the step log it was read from (its identity, ``TOPIC@ID``,
+:mod:`stepledger.logid`): a step log deleted and created again under the same name is
+another log, and the state of the old one is dropped rather than resumed from (a position
+there would skip the new log's records).  State written before 0.4.0 names none and is
+taken as this log's (the file is the daemon's own), then named at the next checkpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from stepledger.domain.events import Event
 from stepledger.errors import RecoveryError
+
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS positions (
@@ -29,7 +38,12 @@ CREATE TABLE IF NOT EXISTS steps (
     grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL,
     workflow_id TEXT NOT NULL, step_id TEXT NOT NULL, events TEXT NOT NULL,
     PRIMARY KEY (grp, topic, part, workflow_id, step_id));
+CREATE TABLE IF NOT EXISTS logs (
+    grp TEXT NOT NULL, topic TEXT NOT NULL, part INTEGER NOT NULL, log TEXT NOT NULL,
+    PRIMARY KEY (grp, topic, part));
 """
+#: The step log's identity, asked when first needed (None: state is not checked).
+Identity = Callable[[], str] | None
 
 StepKey = tuple[str, str]
 
@@ -83,9 +97,10 @@ def decode_events(lines: Iterable[str]) -> list[Event]:
 class SqliteCheckpointStore:
     """Checkpoints in a SQLite file (WAL); daemons of one group may share the file."""
 
-    def __init__(self, path: str | Path, group: str) -> None:
+    def __init__(self, path: str | Path, group: str, identity: Identity = None) -> None:
         self.path = Path(path)
         self.group = group
+        self._identity = identity
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
@@ -102,6 +117,8 @@ class SqliteCheckpointStore:
         """The partition's checkpoint, or None when it has never been checkpointed."""
         key = (self.group, topic, partition)
         with self._lock:
+            if not self._own(key):
+                return None
             row = self._conn.execute(
                 "SELECT next_offset FROM positions WHERE grp=? AND topic=? AND part=?", key
             ).fetchone()
@@ -113,6 +130,31 @@ class SqliteCheckpointStore:
             ).fetchall()
         steps = {(wf, step): text.split("\n") for wf, step, text in rows}
         return PartitionCheckpoint(int(row[0]), steps)
+
+    def _own(self, key: tuple[str, str, int]) -> bool:
+        """False when the partition's state names another step log (then it is dropped)."""
+        if self._identity is None:
+            return True
+        row = self._conn.execute(
+            "SELECT log FROM logs WHERE grp=? AND topic=? AND part=?", key
+        ).fetchone()
+        own = self._identity()
+        if row is None or row[0] == own:
+            return True
+        logger.warning(
+            "recovery state of %s[%d] in %s was read from another step log of that name (%s, "
+            "now %s: deleted and created again?): dropped, the partition is read from its start",
+            key[1],
+            key[2],
+            self.path,
+            row[0],
+            own,
+        )
+        self._conn.execute("BEGIN IMMEDIATE")
+        for table in ("positions", "steps", "logs"):
+            self._conn.execute(f"DELETE FROM {table} WHERE grp=? AND topic=? AND part=?", key)
+        self._conn.execute("COMMIT")
+        return False
 
     def save(self, topic: str, batch: CheckpointBatch) -> None:
         """Write positions and step changes in one transaction."""
@@ -126,9 +168,11 @@ class SqliteCheckpointStore:
         deletes = [(grp, topic, part, wf, step) for part, wf, step in batch.deletes]
         now = time.time()
         positions = [(grp, topic, part, off, now) for part, off in batch.positions.items()]
+        log = None if self._identity is None else self._identity()
+        logs = [] if log is None else [(grp, topic, part, log) for part in batch.positions]
         with self._lock:
             try:
-                self._write(upserts, deletes, positions)
+                self._write(upserts, deletes, positions, logs)
             except sqlite3.Error as exc:
                 raise RecoveryError(f"cannot write the recovery state: {exc}") from None
 
@@ -137,6 +181,7 @@ class SqliteCheckpointStore:
         upserts: list[tuple[str, str, int, str, str, str]],
         deletes: list[tuple[str, str, int, str, str]],
         positions: list[tuple[str, str, int, int, float]],
+        logs: list[tuple[str, str, int, str]],
     ) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
@@ -151,6 +196,7 @@ class SqliteCheckpointStore:
                 "INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?, ?)",
                 positions,
             )
+            conn.executemany("INSERT OR REPLACE INTO logs VALUES (?, ?, ?, ?)", logs)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -170,9 +216,10 @@ class PartitionedCheckpointStore:
     Each partition's ``(position, tracked steps)`` is still written in one transaction.
     """
 
-    def __init__(self, directory: str | Path, group: str) -> None:
+    def __init__(self, directory: str | Path, group: str, identity: Identity = None) -> None:
         self.directory = Path(directory)
         self.group = group
+        self._identity = identity
         self.directory.mkdir(parents=True, exist_ok=True)
         self._stores: dict[tuple[str, int], SqliteCheckpointStore] = {}
         self._lock = threading.Lock()
@@ -185,7 +232,8 @@ class PartitionedCheckpointStore:
         with self._lock:
             store = self._stores.get((topic, partition))
             if store is None:
-                store = SqliteCheckpointStore(self.path(topic, partition), self.group)
+                path = self.path(topic, partition)
+                store = SqliteCheckpointStore(path, self.group, self._identity)
                 self._stores[(topic, partition)] = store
             return store
 

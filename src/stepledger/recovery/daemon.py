@@ -45,6 +45,7 @@ from stepledger.kafka.client import OFFSET_BEGINNING, TopicPartition
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
+from stepledger.logid import resolve
 from stepledger.ops import Shutdown
 from stepledger.recovery.checkpoint import (
     CheckpointStore,
@@ -93,6 +94,7 @@ class RecoveryDaemon:
         clock: Clock = utc_now,
         shutdown: Shutdown | None = None,
     ) -> None:
+        options = options.for_settings(settings)
         self.settings, self.tools, self.options, self.clock = settings, tools, options, clock
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
@@ -534,6 +536,11 @@ def _checkpoints(settings: Settings, options: DaemonOptions) -> CheckpointStore:
         from stepledger.recovery.changelog import KafkaCheckpointStore
 
         return KafkaCheckpointStore(settings, options.group)
+
+    # The step log's identity is asked of the broker when a partition's state is first read.
+    def identity() -> str:
+        return str(resolve(settings))
+
     if options.shared_state_dir is not None:
-        return PartitionedCheckpointStore(options.shared_state_dir, options.group)
-    return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group)
+        return PartitionedCheckpointStore(options.shared_state_dir, options.group, identity)
+    return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group, identity)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stepledger import wire
+from stepledger.config import Settings
 from stepledger.kafka.consumer import GroupProtocol, Membership
-
-RECOVERY_GROUP = wire.RECOVERY_GROUP
 
 
 @dataclass(frozen=True)
@@ -18,8 +16,9 @@ class DaemonOptions:
 
     state_dir: Path
     """Where the checkpoint database (``recovery.sqlite``) and the health file live."""
-    group: str = RECOVERY_GROUP
-    """Consumer group; daemons in one group split the partitions."""
+    group: str = ""
+    """Consumer group; daemons in one group split the partitions (empty: the settings'
+    ``recovery_group``, named after the step log)."""
     grace_s: float = 2.0
     """Extra wait after an intent's deadline before recovery acts (slow agents' margin)."""
     workers: int = 8
@@ -56,6 +55,10 @@ class DaemonOptions:
     state_in_kafka: bool = False
     """Keep the per-partition checkpoints on the compacted ``recovery_state_topic`` instead
     of files: daemons on different machines need no shared directory."""
+
+    def for_settings(self, settings: Settings) -> DaemonOptions:
+        """These options with the group named (the settings' when none was given)."""
+        return self if self.group else replace(self, group=settings.recovery_group)
 
     def membership(self, client_id: str) -> Membership:
         """How the daemon takes part in its consumer group."""

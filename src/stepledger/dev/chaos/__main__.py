@@ -12,7 +12,9 @@ import click
 
 from stepledger.dev.chaos.command import chaos
 
-BREAK_MODES = ("redrive-ignores-key",)
+#: ``redrive-ignores-key``: a payments tool whose re-drive ignores the key; ``shared-state``
+#: (with ``--two-deployments``): the second deployment gets the first one's state topics.
+BREAK_MODES = ("redrive-ignores-key", "shared-state")
 
 
 def main() -> None:

@@ -91,6 +91,13 @@ import click
 )
 @click.option("--parallel", default=2, show_default=True, type=click.IntRange(1, 16))
 @click.option(
+    "--two-deployments",
+    is_flag=True,
+    help="Run a second deployment on the same cluster at the same time (implies "
+    "--no-shared-state for both: checkpointers and recovery state in Kafka), named by its "
+    "step log alone; both are checked, and that they shared no state.",
+)
+@click.option(
     "--agent-skew",
     type=float,
     default=0.0,
@@ -112,6 +119,7 @@ def chaos(
     state_in_kafka: bool,
     no_shared_state: bool,
     parallel: int,
+    two_deployments: bool = False,
     agent_skew: float = 0.0,
     break_mode: str | None = None,
 ) -> None:
@@ -140,9 +148,10 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
-        recovery_state_in_kafka=state_in_kafka or no_shared_state,
-        no_shared_state=no_shared_state,
+        recovery_state_in_kafka=state_in_kafka or no_shared_state or two_deployments,
+        no_shared_state=no_shared_state or two_deployments,
         agent_skew_s=agent_skew,
+        two_deployments=two_deployments,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.ops import sigterm_interrupts

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stepledger.dev.broker import LocalBroker
@@ -53,7 +53,6 @@ from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
 from stepledger.readers.snapshots import shard_path
 from stepledger.recovery.checkpoint import partition_checkpoint_path
-from stepledger.recovery.options import RECOVERY_GROUP as RECOVERY_GROUP
 
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
 STEP_IDS = ("quote", "charge", "book", "email")
@@ -75,6 +74,8 @@ AGENT_MIN_S, AGENT_MARGIN_S = 20.0, 30.0
 #: Bounds of the wait for continued (frozen) runners to end.
 THAW_MIN_S, THAW_MAX_S = 10.0, 120.0
 SCALED_AGENT_GRACE_S = 3.0
+#: How long the first deployment's end waits for the second's (same budget, started with it).
+NEIGHBOUR_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,9 @@ class ChaosOptions:
     recovery state in Kafka, a checkpointer, agents opening workflows from Kafka."""
     agent_skew_s: float = 0.0
     """Seconds the agents' wall clock is moved against the daemons' (one clock for deadlines)."""
+    two_deployments: bool = False
+    """A second deployment runs the same plan on the same cluster at the same time, named by
+    its step log alone (:mod:`stepledger.dev.chaos.neighbour`)."""
 
     @property
     def scaled(self) -> bool:
@@ -414,11 +418,11 @@ class Run:
 
     def _checkpointed(self, shared: Path, topic: str, partition: int) -> bool:
         if not (self.options.recovery_state_in_kafka or self.options.no_shared_state):
-            path = partition_checkpoint_path(shared, RECOVERY_GROUP, topic, partition)
+            path = partition_checkpoint_path(shared, self.settings.recovery_group, topic, partition)
             return gather.checkpointed(path)
         from stepledger.recovery.changelog import KafkaCheckpointStore
 
-        store = KafkaCheckpointStore(self.settings, RECOVERY_GROUP)
+        store = KafkaCheckpointStore(self.settings, self.settings.recovery_group)
         try:
             return store.load(topic, partition) is not None
         except StepLedgerError:
@@ -539,7 +543,38 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         no_shared_state=options.no_shared_state,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
+        if options.two_deployments:
+            return _beside(options, stack, plan, echo)
         return _execute(Run(options, stack), plan, echo)
+
+
+def _beside(
+    options: ChaosOptions, stack: LocalStack, plan: ChaosPlan, echo: Callable[[str], None]
+) -> RunResult:
+    """The run, with a second deployment running the same plan beside it (one cluster)."""
+    from stepledger.dev.chaos import neighbour
+
+    bootstrap = stack.settings.bootstrap
+    second = replace(options, two_deployments=False, bootstrap=bootstrap, durable_broker=False)
+
+    def lines(line: str) -> None:
+        echo(f"neighbour: {line}")
+
+    def execute(other: LocalStack) -> list[InvariantViolation]:
+        return _execute(Run(second, other), neighbour.same_plan(plan), lines).violations
+
+    shared = stack.settings if options.break_mode == neighbour.SHARED_STATE_BREAK else None
+    options_b = neighbour.neighbour_stack_options(stack.options, bootstrap, shared)
+    beside = neighbour.Beside(stack.workdir / "neighbour", options_b, execute, echo)
+    try:
+        beside.start()
+        result = _execute(Run(options, stack), plan, echo)
+        result.violations += beside.finish(timeout=NEIGHBOUR_WAIT_S)
+        result.violations += neighbour.isolation(stack, beside.stack)
+        result.infra_done.append(CrashPoint.SECOND_DEPLOYMENT.value)
+    finally:
+        beside.stop()
+    return result
 
 
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:

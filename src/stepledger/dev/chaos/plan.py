@@ -31,6 +31,8 @@ class CrashPoint(StrEnum):
     RECOVERY_STOP = "recovery:sigstop_sigcont"
     PROJECTOR_ADDED = "projector:added"
     RECOVERY_ADDED = "recovery:added"
+    SECOND_DEPLOYMENT = "cluster:second_deployment"
+    """A whole second deployment ran on the same cluster (``--two-deployments``)."""
 
 
 #: Where an agent can die; the agent's own kill-point labels, per step.

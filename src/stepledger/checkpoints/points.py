@@ -1,0 +1,158 @@
+"""Point reads of one checkpoint partition through its directory (see
+:mod:`stepledger.checkpoints.directory` and :mod:`stepledger.checkpoints.view`).
+
+A reader needs the partition's last record (its header names the root, or it is the
+root), the root, one chunk, the records after the root and the entry's checkpoint; each
+must be a record of the reader's own step log (``admit``), or the directory proves nothing
+and the reader reads the whole partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from stepledger.checkpoints import directory as dirs
+from stepledger.checkpoints.record import WorkflowCheckpoint, covered_offset_of, decode
+from stepledger.errors import BrokerError
+from stepledger.kafka.client import Consumer, Message, TopicPartition
+from stepledger.kafka.consumer import partition_end
+from stepledger.logid import HeaderPairs
+
+#: A directory lookup gives up (and the partition is read) after this long.
+DIRECTORY_LIMIT_S = 10.0
+_BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Covering:
+    """What the checkpoint topic says about one workflow of one step-log partition."""
+
+    checkpoint: WorkflowCheckpoint | None
+    """The workflow's newest checkpoint (None: it has none)."""
+    progress: int | None
+    """Every workflow with a step-log record at or below this offset has a checkpoint
+    covering it (None: no checkpointer has written progress for the partition)."""
+
+
+#: Whether a checkpoint-topic record (its partition and headers) is of the view's step log.
+Admit = Callable[[int, HeaderPairs], bool]
+
+
+@dataclass
+class Held:
+    """The newest record of one key: its covered offset, its bytes, decoded when asked for."""
+
+    covered: int
+    value: bytes
+    offset: int = -1
+    """Where the record sits in the checkpoint topic (-1: not known)."""
+    decoded: WorkflowCheckpoint | None = None
+
+
+class Points:
+    """Point reads of one checkpoint partition through its directory (see the module doc)."""
+
+    def __init__(
+        self, consumer: Consumer, topic: str, partition: int, deadline: float, admit: Admit
+    ) -> None:
+        self.consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self.deadline = deadline
+        self.admit = admit
+
+    def _ours(self, msg: Message) -> bool:
+        return self.admit(self.partition, msg.headers())
+
+    def covering(self, key: bytes) -> Covering | None:
+        """What the directory proves about ``key``, or None when it proves nothing."""
+        _, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
+        )
+        # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
+        last = self.first(high - 1) if high > 0 else None
+        if last is None or not self._ours(last):
+            return None  # empty (a whole read is as cheap), gone meanwhile, or not ours
+        pointer = dirs.root_pointer(last.headers())
+        if last.key() == dirs.ROOT_KEY:
+            pointer = int(last.offset() or 0)
+        if pointer is None:
+            return None  # written before directories (or none written yet)
+        # The root, then every record written after it (checkpoints the root does not list).
+        after = self._from(pointer)
+        if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
+            return None
+        if not self._ours(after[0]):
+            return None
+        root = dirs.decode(after[0].value())
+        if root.bucket != -1 or len(root.chunks) != root.buckets:
+            return None
+        hashed = dirs.key_hash(key)
+        bucket = dirs.bucket_of(hashed, root.buckets)
+        chunk_msg = self.first(root.chunks[bucket])
+        if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
+            return None
+        if chunk_msg.key() != dirs.chunk_key(bucket) or not self._ours(chunk_msg):
+            return None
+        chunk = dirs.decode(chunk_msg.value())
+        if chunk.buckets != root.buckets or chunk.bucket != bucket:
+            return None
+        newest: Held | None = None
+        for offset in chunk.offsets_of(hashed):
+            msg = self.first(offset)
+            if msg is None or msg.offset() != offset:
+                return None  # compacted away: a newer checkpoint sits somewhere unlisted
+            if msg.key() == key and self._ours(msg):  # else another workflow's (same hash)
+                newest = newer(newest, msg)
+        for msg in after[1:]:
+            if msg.key() != key or not self._ours(msg):
+                continue
+            if msg.value() is None:
+                return None  # a tombstone: only a whole read says what is left
+            newest = newer(newest, msg)
+        checkpoint = None if newest is None else decode(newest.value)
+        return Covering(checkpoint, root.progress if root.progress >= 0 else None)
+
+    def first(self, offset: int) -> Message | None:
+        """The first record at or after ``offset`` (None: the partition ends before it)."""
+        self._assign(offset)
+        for msg in self._messages():
+            return msg
+        return None
+
+    def _from(self, offset: int) -> list[Message]:
+        """Every record from ``offset`` to the partition's end."""
+        self._assign(offset)
+        return list(self._messages())
+
+    def _assign(self, offset: int) -> None:
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+
+    def _messages(self) -> Iterator[Message]:
+        """This assignment's records, up to the partition's end.
+
+        ``poll`` returns with the first record (``consume`` would wait out its timeout for
+        a full batch), then what is already fetched is taken without waiting.
+        """
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
+            first = self.consumer.poll(min(remaining, 1.0))
+            if first is None:
+                continue
+            for msg in [first, *self.consumer.consume(_BATCH, 0)]:
+                if partition_end(msg):
+                    return
+                yield msg
+
+
+def newer(held: Held | None, msg: Message) -> Held:
+    """The record of higher covered offset: ``held`` or the one in ``msg``."""
+    value = msg.value() or b""
+    covered = covered_offset_of(value)
+    if held is None or covered >= held.covered:
+        return Held(covered, value, int(msg.offset() or 0))
+    return held

@@ -86,6 +86,19 @@ class Tracked:
     """When the step's events reached this daemon, on its clock (see recovery.clock); None
     leaves the due time to the writers' recorded times."""
 
+    def arrived(self, event: ev.Event, at: datetime | None) -> None:
+        """One more event of the step reached the daemon ``at`` (None: when is not known).
+
+        An event whose arrival is not known leaves none known: the step's waits then go by
+        the recorded times rather than by two clocks mixed.
+        """
+        if at is None:
+            self.arrival = None
+        elif isinstance(event.body, ev.StepIntended) or self.arrival is None:
+            self.arrival = Arrival(at, at)
+        else:
+            self.arrival = self.arrival.after(at)
+
     def took(self, step: StepState, due: datetime | None) -> None:
         """Keep what the tracker decides by from the step's new fold."""
         self.status, self.due = step.status, due

@@ -196,7 +196,7 @@ class Tracker:
         values = (*tracked.values, stored(event, value))
         if folded is not None:
             folded.took(values, event)
-        tracked.arrival = _arrival(tracked.arrival, event, arrived)
+        tracked.arrived(event, arrived)
         self._took(key, tracked, values, step)
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
@@ -401,16 +401,3 @@ class Tracker:
 
     def _echo_pending(self, tracked: Tracked) -> bool:
         return self.positions.get(tracked.partition, 0) <= tracked.echo_offset
-
-
-def _arrival(known: Arrival | None, event: ev.Event, arrived: datetime | None) -> Arrival | None:
-    """The step's arrival once ``event`` of it came at ``arrived``.
-
-    An event whose arrival is not known leaves none known: the step's waits then go by the
-    recorded times rather than by two clocks mixed.
-    """
-    if arrived is None:
-        return None
-    if isinstance(event.body, ev.StepIntended) or known is None:
-        return Arrival(arrived, arrived)
-    return known.after(arrived)

@@ -280,7 +280,7 @@ def memory_per_intent(n: int) -> tuple[float, float, float]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)))
+    tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(0), arrival=a))
     for offset, (_, value) in enumerate(records):
         tracker.apply(codec.decode(value), 0, offset)
     gc.collect()
@@ -320,7 +320,7 @@ def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
     decode_dump = per_event(lambda value: codec.decode(value).model_dump_json())
     spent: list[tuple[float, float]] = []
     for _ in range(rounds):
-        tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)))
+        tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(0), arrival=a))
         gc.collect()
         began = time.perf_counter()
         for offset, (event, value) in enumerate(zip(events, values, strict=True)):

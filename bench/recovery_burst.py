@@ -62,8 +62,9 @@ def own_work(n: int) -> float:
     tool, codec = bench_tool(1.0), Codec()
     tools = ToolRegistry([tool])
 
-    def due(step: StepState) -> datetime | None:
-        return rs.due_at(step, tools.get(step.tool), grace=timedelta(0), retry_base_s=0.25)
+    def due(step: StepState, arrival: rs.Arrival | None) -> datetime | None:
+        tool = tools.get(step.tool)
+        return rs.due_at(step, tool, grace=timedelta(0), retry_base_s=0.25, arrival=arrival)
 
     tracker = Tracker(due)
     resolver = Resolver(

@@ -3,7 +3,9 @@
 The agent's step is slow but inside its deadline by the agent's own clock; the daemon
 (``stepledger recover`` subprocess) reads the intent at once.  Whatever the skew, the daemon
 makes no decision on the step: its deadline is re-anchored on the daemon's clock (on a step
-log stamped by the broker, ``LogAppendTime``, from the record's broker time).
+log stamped by the broker, ``LogAppendTime``, from the record's broker time).  And whatever
+the skew, an agent that dies inside the call has its step decided within the timeout plus
+the grace of its intent's append, not when the agent's clock says.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from stepledger.domain.state import StepStatus, replay
 from stepledger.kafka import admin, ensure_topics
 from stepledger.producer import Ledger
 from tests.conftest import unique
-from tests.e2e.recovery_helpers import GRACE_S, Stack, read_events, services_stack
+from tests.e2e.recovery_helpers import GRACE_S, Stack, read_events, services_stack, wait_for
 
 pytestmark = pytest.mark.e2e
 TIMEOUT_S = 3.0
@@ -83,6 +85,37 @@ def test_on_a_broker_stamped_log_the_skew_is_measured_and_nothing_decided_early(
         stack.start_daemon(settings, tmp_path / "state", log=log)
         slow_step_decides_nothing(stack, settings, -120.0)
         assert "producer behind: clock -12" in log.read_text()  # one line, broker-stamped
+
+
+@pytest.mark.parametrize("skew_s", [-120.0, 120.0])
+def test_a_step_left_in_doubt_is_decided_within_its_deadline_plus_grace_whatever_the_skew(
+    stack: Stack, clock_settings: Settings, skew_s: float
+) -> None:
+    tools = make_registry(bookings_url=stack.services["bookings"].url, timeout_s=TIMEOUT_S)
+    book = tools.require(BOOKINGS)
+
+    def dies(args: dict[str, Any], key: str) -> Any:
+        raise Died  # the process dies inside the call: the intent stays in doubt
+
+    workflow = unique("wf-skew-dies")
+    skewed = Ledger(
+        clock_settings, tools=tools, clock=lambda: utc_now() + timedelta(seconds=skew_s)
+    )
+    with skewed as ledger, pytest.raises(Died):
+        ledger.workflow(workflow).step("s", book, BOOKING, dies)
+    appended = time.monotonic()
+
+    def decided() -> bool:
+        events = [e for e in read_events(clock_settings) if e.workflow_id == workflow]
+        return replay(workflow, events).steps["s"].status is not StepStatus.INTENDED
+
+    # Bounded well below the skew: a daemon that waited on the agent's clock misses it.
+    wait_for(decided, TIMEOUT_S + GRACE_S + 20.0, "the daemon to decide the step")
+    assert time.monotonic() - appended < TIMEOUT_S + GRACE_S + 20.0
+
+
+class Died(BaseException):
+    """Stands for a SIGKILL inside a call: no outcome is recorded."""
 
 
 def slow_step_decides_nothing(stack: Stack, clock_settings: Settings, skew_s: float) -> None:

@@ -71,7 +71,7 @@ def test_a_shard_locked_by_a_paused_owner_is_held_back_then_taken_and_nothing_st
         log = tmp_path / "second.log"
         wait_for(lambda: "held back" in log.read_text(), 90, "the second to hold a shard back")
         # Held back, not stopped: still running past the old 30 s limit's place in the
-        # assignment (the lock wait is now 5 s), its partitions counted as held.
+        # assignment (nothing waits for a lock there now), its partitions counted as held.
         wait_for(lambda: (_held_metric(port) or 0) >= 1, 30, "the held-partitions gauge")
         assert second.poll() is None, log.read_text()[-2000:]
         more = random_log(seed=42, workflows=8)

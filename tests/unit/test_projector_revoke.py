@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from pathlib import Path
+from typing import cast
 
 import duckdb
 import pytest
@@ -21,8 +23,8 @@ from confluent_kafka import TopicPartition
 from stepledger.config import Settings
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
-from stepledger.kafka.consumer import GroupConsumer, Membership
-from stepledger.projector.daemon import ProjectorOptions, _Loop, _on_revoke
+from stepledger.kafka.consumer import GroupConsumer, Membership, Polled
+from stepledger.projector.daemon import ProjectorOptions, _Loop, _on_assign, _on_revoke, _step
 from stepledger.projector.engine import Projector
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
@@ -165,8 +167,8 @@ def test_two_shard_dirs_of_one_process_hand_a_shard_over_and_never_share_it(
     assert pipeline is not None
     pipeline.feed(messages)
 
-    # Still locked past the wait: held back (no offset, no pipeline), not an error.
-    stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.2)
+    # Locked: held back at once (no offset, no pipeline, no wait), not an error.
+    stuck = ShardDir(tmp_path / "s", make_pipeline)
     assert stuck.open([WHERE]) == {}
     assert stuck.pipeline(WHERE) is None and stuck.held() == {WHERE}
     assert stuck.take_held() == {} and stuck.held() == {WHERE}
@@ -174,18 +176,6 @@ def test_two_shard_dirs_of_one_process_hand_a_shard_over_and_never_share_it(
     assert stuck.take_held() == {WHERE: len(messages)}
     assert stuck.held() == set() and stuck.pipeline(WHERE) is not None
     stuck.close([WHERE])
-
-    second = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=30)
-    third = ShardDir(tmp_path / "s", make_pipeline)
-    third.open([WHERE])
-    taken: dict[tuple[str, int], int] = {}
-    waiter = threading.Thread(target=lambda: taken.update(second.open([WHERE])))
-    waiter.start()
-    third.close([WHERE])  # the revocation that lets the waiting owner in
-    waiter.join(60)
-    assert not waiter.is_alive()
-    assert taken == {WHERE: len(messages)}
-    second.shutdown()
 
 
 class BrokenStore(ProjectionStore):
@@ -231,3 +221,53 @@ def test_a_revoked_shard_is_released_even_when_committing_another_shard_failed(
     with ProjectionStore(shard_path(tmp_path / "s", *kept)) as released:
         assert released.offsets() != {}
     shards.shutdown()
+
+
+class _HeldConsumer:
+    """A consumer whose polls are empty and whose held partitions' seeks are accepted."""
+
+    def __init__(self) -> None:
+        self.released: list[tuple[str, int, int]] = []
+
+    def poll(self, size: int, timeout: float) -> Polled:
+        return Polled([], [], True)
+
+    def release(self, partition: TopicPartition) -> bool:
+        self.released.append((partition.topic, partition.partition, partition.offset))
+        return True
+
+    def high_watermark(self, partition: TopicPartition) -> int | None:
+        return None
+
+
+def test_an_assignment_of_a_locked_shard_returns_at_once_and_the_loop_takes_it_soon(
+    tmp_path: Path,
+) -> None:
+    """The member never waits for another owner's lock in its assignment callback."""
+    messages = to_messages(random_log(seed=35, workflows=4), partitions=1)
+    owner = ShardDir(tmp_path / "s", make_pipeline)
+    owner.open([WHERE])
+    pipeline = owner.pipeline(WHERE)
+    assert pipeline is not None
+    pipeline.feed(messages)
+    options = ProjectorOptions(db_path=tmp_path / "s", snapshot_interval_s=0)
+    consumer = _HeldConsumer()
+    loop = _Loop(
+        cast(GroupConsumer, consumer),
+        options,
+        ProjectorMetrics(),
+        None,
+        shards=ShardDir(tmp_path / "s", make_pipeline),
+    )
+    began = time.monotonic()
+    held = _on_assign(loop, [TopicPartition(*WHERE)])
+    assert time.monotonic() - began < 0.5, "the assignment callback waited for a lock"
+    assert [(tp.topic, tp.partition) for tp in held] == [WHERE]
+    owner.close([WHERE])  # the previous owner lets it go (continued, or killed)
+    freed = time.monotonic()
+    while not consumer.released and time.monotonic() - freed < 5.0:
+        _step(loop)
+    assert consumer.released == [(*WHERE, len(messages))]
+    assert time.monotonic() - freed < 1.0, "a freed shard waited for the slow retry"
+    assert loop.state.held() == set() and loop.state.pipeline(WHERE) is not None
+    loop.state.shutdown()

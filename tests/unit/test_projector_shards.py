@@ -117,7 +117,9 @@ def test_readers_open_the_union_and_resume_reads_only_its_own_partitions_shard(
     assert list(offsets) == [where] and len(read) == 1
 
 
-def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path: Path) -> None:
+def test_a_locked_shard_is_held_back_at_once_and_never_opened_beside_its_owner(
+    tmp_path: Path,
+) -> None:
     refusals = [2]
 
     def opener(path: Path) -> ProjectionStore:
@@ -126,19 +128,24 @@ def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path
             raise ViewStoreError("Could not set lock on file: Conflicting lock is held")
         return ProjectionStore(path)
 
-    shards = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=5.0, opener=opener)
-    shards.open([("log", 0)])
-    assert refusals == [0] and shards.pipeline(("log", 0)) is not None
+    # The assignment never waits for a lock: held back, then taken by a later try.
+    shards = ShardDir(tmp_path / "s", make_pipeline, opener=opener)
+    began = time.monotonic()
+    assert shards.open([("log", 0)]) == {}
+    assert time.monotonic() - began < 0.5, "the assignment waited for a lock"
+    assert refusals == [1] and shards.held() == {("log", 0)}
+    assert shards.take_held() == {} and refusals == [0]
+    assert shards.take_held() == {("log", 0): None}
+    assert shards.pipeline(("log", 0)) is not None and shards.held() == set()
     shards.shutdown()
 
     def held(path: Path) -> ProjectionStore:
         raise ViewStoreError("Could not set lock on file: Conflicting lock is held")
 
-    # Every locked shard of one assignment shares one wait (not one each), then is held.
-    stuck = ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=0.5, opener=held)
+    stuck = ShardDir(tmp_path / "s", make_pipeline, opener=held)
     began = time.monotonic()
     assert stuck.open([("log", p) for p in range(4)]) == {}
-    assert time.monotonic() - began < 1.5
+    assert time.monotonic() - began < 0.5, "the assignment waited for a lock"
     assert stuck.pipeline(("log", 0)) is None and len(stuck.held()) == 4
     stuck.close([("log", 0)])  # revoked while held: just let go
     assert stuck.held() == {("log", p) for p in range(1, 4)}
@@ -146,9 +153,9 @@ def test_a_locked_shard_is_waited_for_and_never_opened_beside_its_owner(tmp_path
     def broken(path: Path) -> ProjectionStore:
         raise ViewStoreError("cannot open projection: not a DuckDB file")
 
-    # Anything but a lock is not waited for.
+    # Anything but a lock is not held back.
     with pytest.raises(ViewStoreError, match="not a DuckDB file"):
-        ShardDir(tmp_path / "s", make_pipeline, lock_timeout_s=30, opener=broken).open([("log", 0)])
+        ShardDir(tmp_path / "s", make_pipeline, opener=broken).open([("log", 0)])
 
 
 def test_several_directories_read_each_partitions_freshest_shard(tmp_path: Path) -> None:

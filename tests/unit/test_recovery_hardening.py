@@ -50,7 +50,7 @@ def test_a_far_future_deadline_is_scheduled_never_and_raises_nothing() -> None:
     step = state.steps["s"]
     assert rs.due_at(step, tool, grace=timedelta(hours=1)) == LATEST
     assert rs.decide(step, tool, now=T0, grace=timedelta(hours=1)).kind is rs.ActionKind.WAIT
-    tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(hours=1)))
+    tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(hours=1), arrival=a))
     tracker.apply(intent.model_copy(update={"body": body}), 0, 0)
     assert tracker.due(T0, 10, {0}) == []
 
@@ -58,7 +58,7 @@ def test_a_far_future_deadline_is_scheduled_never_and_raises_nothing() -> None:
 def test_a_workflow_restart_carrying_a_steps_id_untracks_the_step() -> None:
     f = factory()
     tool = pay_tool()
-    tracker = Tracker(lambda s: rs.due_at(s, tool, grace=timedelta(0)))
+    tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(0), arrival=a))
     tracker.apply(f.intent("wf", "s", tool, {}, sequence=0), 0, 0)
     restart = f.workflow_started("wf", name="", attempt=2, read_only=True, max_attempts=3)
     tracker.apply(restart.model_copy(update={"step_id": "s"}), 0, 1)

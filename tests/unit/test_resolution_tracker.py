@@ -27,8 +27,8 @@ READ = Tool(name="read", effect="read_only")
 LATER = T0 + timedelta(minutes=5)
 
 
-def due(step: StepState) -> datetime | None:
-    return rs.due_at(step, PAY, grace=timedelta(0))
+def due(step: StepState, arrival: rs.Arrival | None) -> datetime | None:
+    return rs.due_at(step, PAY, grace=timedelta(0), arrival=arrival)
 
 
 def intent(wf: str, tool: Tool = PAY) -> ev.Event:

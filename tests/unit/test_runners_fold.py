@@ -8,6 +8,7 @@ import pytest
 
 from stepledger.domain import events as ev
 from stepledger.domain import ids, oversize
+from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.replay import MoveKind, next_move
 from stepledger.domain.state import RunStatus, StepStatus, replay
@@ -94,7 +95,7 @@ def test_a_not_happened_step_runs_again_under_the_same_key_a_failure_under_a_new
 
 
 def test_the_daemon_tracks_no_zombie_intent_of_a_workflow_whose_claim_it_read() -> None:
-    tracker = Tracker(lambda step: step.deadline)
+    tracker = Tracker(lambda step, arrival: step.deadline)
     events = [claim(1, "A"), claim(2, "B"), intent(1, "A")]
     for offset, event in enumerate(events):
         tracker.apply(event, 0, offset)
@@ -104,7 +105,7 @@ def test_the_daemon_tracks_no_zombie_intent_of_a_workflow_whose_claim_it_read() 
 
 
 def test_a_resume_claim_reaches_a_tracked_step_of_its_workflow() -> None:
-    tracker = Tracker(lambda step: step.deadline)
+    tracker = Tracker(lambda step, arrival: step.deadline)
     tracker.apply(claim(1, "A"), 0, 0)
     tracker.apply(claim(2, "B"), 0, 1)
     tracker.apply(intent(2, "B"), 0, 2)
@@ -127,7 +128,10 @@ def test_an_intent_read_by_a_daemon_ahead_of_the_agent_is_re_anchored() -> None:
     agent_behind = agent_behind.model_copy(update={"body": late_deadline})
     appended, stamped = clock.appended((0, 0), now)
     assert (appended, stamped) == (now, False)
-    due = clock.anchor(agent_behind, appended, stamped, timedelta(seconds=0.5))
+    clock.measure(agent_behind, appended, stamped)
+    step = replay("wf", [agent_behind]).steps["s"]
+    arrival = rs.Arrival(appended, appended)
+    due = rs.due_at(step, MAIL, grace=timedelta(seconds=0.5), arrival=arrival)
     assert due == now + timedelta(seconds=MAIL.timeout_s + 0.5)
     assert clock.largest() == -120.0
 
@@ -201,11 +205,11 @@ def test_a_fenced_off_runner_cannot_end_the_workflow() -> None:
 
 
 def test_a_daemon_restarted_from_its_checkpoint_still_knows_the_claims() -> None:
-    tracker = Tracker(lambda step: step.deadline)
+    tracker = Tracker(lambda step, arrival: step.deadline)
     for offset, event in enumerate([claim(1, "A"), claim(2, "B"), intent(2, "B")]):
         tracker.apply(event, 0, offset)
     saved = PartitionCheckpoint(3, {("wf", "s"): list(tracker.steps[("wf", "s")].events)})
-    restarted = Tracker(lambda step: step.deadline)
+    restarted = Tracker(lambda step, arrival: step.deadline)
     restarted.load(0, saved)
     zombie = factory().intent("wf", "t", MAIL, {"to": "a"}, sequence=1, epoch=1, runner="A")
     restarted.apply(zombie, 0, 3)

@@ -3,6 +3,15 @@
 Given a step as the log tells it, its tool and the time, :func:`decide` says whether to
 wait, query, re-drive, compensate, escalate or give up.  Nothing here does I/O; the
 resolver (``stepledger.resolution.resolver``) carries the decisions out and records them.
+
+One clock for due times: a recorded time (an intent's deadline, when the last event was
+written) is on its writer's wall clock, which may run ahead of or behind the decider's.
+When the decider knows when the events reached it (:class:`Arrival`, on its own clock and
+never before they were appended), every wait is measured from there and the writer's
+clock only lends the lengths (the timeout); the recorded times decide only without one.
+Since the agent's budget started before its intent was appended, a step is then never
+due before the agent's own monotonic budget ran out, and never later than the wait after
+the arrival, however far the writer's clock is off.
 """
 
 from __future__ import annotations
@@ -77,6 +86,25 @@ class Action:
 ACTIONABLE = frozenset({StepStatus.INTENDED, StepStatus.COMPENSATING})
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """When a step's events reached the decider, on the decider's own clock.
+
+    Each time is no earlier than the event's append to the log (the moment it was read, or
+    the broker's append time taken to this clock by an upper bound of the clock's lead), so
+    a wait measured from it never ends before the writer's own budget did.
+    """
+
+    intent: datetime | None = None
+    """When the step's latest intent reached the decider (None: not known)."""
+    last: datetime | None = None
+    """When the step's latest event reached the decider (None: not known)."""
+
+    def after(self, moment: datetime) -> Arrival:
+        """The arrival once one more event (not an intent) of the step came at ``moment``."""
+        return Arrival(self.intent, moment)
+
+
 def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:
     """The back-off after ``attempts`` failed recovery attempts: doubling, capped by the timeout."""
     if attempts <= 0:
@@ -87,24 +115,44 @@ def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:
 
 
 def due_at(
-    step: StepState, tool: Tool | None, *, grace: timedelta, retry_base_s: float = 0.25
+    step: StepState,
+    tool: Tool | None,
+    *,
+    grace: timedelta,
+    retry_base_s: float = 0.25,
+    arrival: Arrival | None = None,
 ) -> datetime | None:
-    """When recovery may act on the step: deadline + grace, and the back-off after a failure."""
+    """When recovery may act on the step: deadline + grace, and the back-off after a failure.
+
+    With an ``arrival`` the waits start when the events reached the decider (see the module
+    docstring), whatever the writers' clocks recorded; without one, at the recorded times.
+    """
     if step.status not in ACTIONABLE:
         return None
+    arrival = arrival or Arrival()
+    last = arrival.last or step.last_at
     if step.status is StepStatus.COMPENSATING:
         # A compensation records no deadline in the state: give it the tool's timeout.
         timeout = seconds(tool.timeout_s if tool is not None else 0.0)
-        base = (step.last_at or step.intended_at or step.first_at) or step.deadline
+        base = (last or step.intended_at or step.first_at) or step.deadline
         start = None if base is None else later(later(base, timeout), grace)
     else:
-        start = None if step.deadline is None else later(step.deadline, grace)
+        deadline = deadline_on(step, arrival)
+        start = None if deadline is None else later(deadline, grace)
     if start is None:
         return None
-    if step.recovery_attempts > 0 and step.last_at is not None:
-        backoff = later(step.last_at, retry_delay(step.recovery_attempts, tool, retry_base_s))
+    if step.recovery_attempts > 0 and last is not None:
+        backoff = later(last, retry_delay(step.recovery_attempts, tool, retry_base_s))
         start = max(start, backoff)
     return start
+
+
+def deadline_on(step: StepState, arrival: Arrival | None) -> datetime | None:
+    """The intent's deadline on the decider's clock: its timeout after it arrived, if known."""
+    arrived = None if arrival is None else arrival.intent
+    if arrived is None or step.deadline is None or step.intended_at is None:
+        return step.deadline
+    return later(arrived, step.deadline - step.intended_at)
 
 
 def decide(
@@ -114,12 +162,13 @@ def decide(
     now: datetime,
     grace: timedelta = timedelta(0),
     retry_base_s: float = 0.25,
+    arrival: Arrival | None = None,
 ) -> Action:
     """Decide the next recovery action for a step (``tool`` is None when none is registered)."""
     if step.status not in ACTIONABLE or step.effect is EffectClass.READ_ONLY:
         # Read-only work is restarted by its agent, never resolved.
         return Action(ActionKind.NONE)
-    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s)
+    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s, arrival=arrival)
     if due is None or now < due:
         return Action(ActionKind.WAIT, due_at=due)
     attempt = step.recovery_attempts + 1
@@ -138,6 +187,7 @@ def query_before_due(
     now: datetime,
     grace: timedelta = timedelta(0),
     retry_base_s: float = 0.25,
+    arrival: Arrival | None = None,
 ) -> Action | None:
     """A query that may settle an in-doubt step before it is due, or None when none may.
 
@@ -149,10 +199,10 @@ def query_before_due(
     """
     if step.status is not StepStatus.INTENDED or tool is None or tool.query is None:
         return None
-    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s)
+    due = due_at(step, tool, grace=grace, retry_base_s=retry_base_s, arrival=arrival)
     if due is None or now >= due:
         return None  # due (or no deadline known): the ordinary decision applies
-    at_due = decide(step, tool, now=due, grace=grace, retry_base_s=retry_base_s)
+    at_due = decide(step, tool, now=due, grace=grace, retry_base_s=retry_base_s, arrival=arrival)
     if at_due.kind is not ActionKind.QUERY:
         return None
     reason = "queried before the deadline: only a found effect settles the step"

@@ -12,14 +12,24 @@ decided the same step a moment before). A compensatable step that can be queried
 up rather than compensated (``forward_query``): the agent is resuming to go forward, and a
 found effect is kept instead of undone and done again.
 
+One clock: the log's times are on their writers' wall clocks.  A resuming agent measures
+each wait from the earlier of an event's recorded time and the moment it first held the
+event (:class:`Arrivals`): a recorded time later than that moment is a writer's clock
+provably ahead of this one (the event was appended before it was read), so the step is
+decided within its timeout plus the grace after it was read, however far ahead the writer's
+clock runs.  A writer whose clock runs behind this one cannot be told from an old event
+without the broker's time: there the recorded deadline stands, as it always did, and the
+recovery daemon (which goes by the broker's time) is the one that never decides early.
+
 The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` and its
 :class:`~stepledger.producer.session.Session`, never on the workflow class itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
@@ -61,13 +71,15 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     ledger, options = workflow.ledger, workflow.ledger.options
     resolver = _resolver(workflow, tool)
     limit = ledger.timer.monotonic() + options.resolve_timeout_s
-    _settle_if_found(workflow, resolver, step_id, tool)
+    arrivals = Arrivals(ledger.clock)
+    _settle_if_found(workflow, resolver, step_id, tool, arrivals)
     for _ in range(_MAX_ROUNDS):
         step = workflow.state.steps[step_id]
         if step.status not in rs.ACTIONABLE:
             return step
         shadow = _forward(workflow.state, step, tool) if options.forward_query else workflow.state
-        action = resolver.decide(shadow, step_id)
+        arrival = arrivals.of(step)
+        action = resolver.decide(shadow, step_id, arrival)
         if action.kind is rs.ActionKind.NONE:
             break
         if action.kind is rs.ActionKind.WAIT:
@@ -77,7 +89,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
                 # Due now: the daemon may have decided meanwhile (its grace may be shorter).
                 workflow.reload()
             continue
-        resolution = resolver.attempt(_copy(shadow), step_id)
+        resolution = resolver.attempt(_copy(shadow), step_id, arrival)
         if resolution.events:
             # Never our own fold of what we appended: the log's first decision for the step,
             # whoever wrote it, is what the agent goes on with.
@@ -88,7 +100,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
 
 
 def _settle_if_found(
-    workflow: WorkflowHandle, resolver: Resolver, step_id: str, tool: Tool
+    workflow: WorkflowHandle, resolver: Resolver, step_id: str, tool: Tool, arrivals: Arrivals
 ) -> None:
     """Before waiting out the deadline, ask the query hook once: a found effect settles now.
 
@@ -100,8 +112,30 @@ def _settle_if_found(
     if step.status is not StepStatus.INTENDED:
         return
     shadow = _forward(state, step, tool) if workflow.ledger.options.forward_query else state
-    if resolver.settle_if_found(_copy(shadow), step_id).events:
+    if resolver.settle_if_found(_copy(shadow), step_id, arrivals.of(step)).events:
         workflow.reload()
+
+
+class Arrivals:
+    """When this process first held a step's events: the start of each wait it measures."""
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self._clock = clock
+        self._held: dict[tuple[object, ...], datetime] = {}
+
+    def of(self, step: StepState) -> rs.Arrival:
+        """The step's arrival: per event, its recorded time unless that is after it was held."""
+        intent = self._at(("intent", step.attempt), step.intended_at)
+        last = self._at((step.status, step.attempt, step.recovery_attempts), step.last_at)
+        return rs.Arrival(intent, last)
+
+    def _at(self, event: tuple[object, ...], recorded: datetime | None) -> datetime | None:
+        if recorded is None:
+            return None
+        # Taken the first time this event is seen here: after it was read, so after its
+        # append; the recorded time wins when earlier (this clock is trusted not to lead).
+        held = self._held.setdefault((*event, recorded), self._clock())
+        return min(recorded, held)
 
 
 def wait_for_decision(workflow: WorkflowHandle, step_id: str) -> StepState:

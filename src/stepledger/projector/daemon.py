@@ -80,9 +80,6 @@ class ProjectorOptions:
     """Consumer-group session timeout: how long a restart waits for a killed member to expire."""
     memory_limit: str = DEFAULT_MEMORY_LIMIT
     """DuckDB's memory limit for the projection (DuckDB's own default is 80% of the machine)."""
-    shard_lock_timeout_s: float = 5.0
-    """How long a newly assigned shard waits (in the assignment) for its previous owner to
-    release the lock; past it the partition is held back: paused, retried every second."""
     instance_id: str | None = None
     """Static group membership: a restart within the session timeout moves no partition."""
     group_protocol: GroupProtocol | None = None
@@ -104,7 +101,10 @@ class ProjectorOptions:
 
 
 BatchHook = Callable[[BatchReport], None]
-#: How often a held-back partition's shard is tried again.
+#: How soon a partition held back (its shard locked by a previous owner) is tried again; each
+#: try that finds a shard still locked doubles the wait, up to ``HELD_RETRY_S``.
+HELD_FIRST_RETRY_S = 0.05
+#: How often a partition held back for a while is tried again.
 HELD_RETRY_S = 1.0
 #: While a file catches up, the share of the time its snapshots may take: the next one waits
 #: at least ten times as long as the last one took (a checkpoint and a copy of a growing
@@ -138,6 +138,7 @@ class _Loop:
     unplaced: dict[Where, int] = field(default_factory=dict)
     """Held partitions whose shard is taken, still paused until their seek is accepted."""
     last_held_try: float = -math.inf
+    held_retry_s: float = HELD_FIRST_RETRY_S
 
     @property
     def state(self) -> Shards:
@@ -228,7 +229,6 @@ def _open_state(options: ProjectorOptions, make: Callable[[ProjectionStore], Pip
         return ShardDir(
             path,
             make,
-            lock_timeout_s=options.shard_lock_timeout_s,
             opener=lambda shard: ProjectionStore(shard, memory_limit=options.memory_limit),
         )
     store = ProjectionStore(path, memory_limit=options.memory_limit)
@@ -244,6 +244,7 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         topics,
         on_assign=lambda ps: _on_assign(loop, ps),
         on_revoke=lambda ps: _on_revoke(loop, ps),
+        on_lost=lambda ps: _on_lost(loop, ps),
     )
     logger.info(
         "projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group
@@ -276,6 +277,9 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaParti
     for where in keys:
         loop.unplaced.pop(where, None)
         loop.read.pop(where, None)  # reading starts again where the store says
+    if held:
+        # Tried again from the loop, soon at first: a previous owner's close is quick.
+        loop.last_held_try, loop.held_retry_s = time.monotonic(), HELD_FIRST_RETRY_S
     _count_held(loop)
     logger.info(
         "assigned %s",
@@ -370,11 +374,31 @@ def _last_event(state: Shards, topic: str, partition: int, below: int) -> tuple[
 def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     # Commit what was read from them while they are still ours, then let them go: a shard
     # is snapshotted and closed so the next owner can take its lock.
+    gone = _give_up(loop, partitions, commit=loop.options.commit_to_kafka)
+    logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
+
+
+def _on_lost(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+    """Partitions the group gave away while this member was gone past its session (paused,
+    starved): their shards are closed at once, so their new owners, holding them back,
+    take the locks; what was in flight still lands in them first, under this member's lock
+    and with their offsets, and the new owners read on from there.  No offset goes to the
+    group: the partitions are not this member's to commit."""
+    gone = _give_up(loop, partitions, commit=False)
+    logger.warning(
+        "lost %s: the group gave them away while this projector was gone past its session; "
+        "their shards are closed for their new owners",
+        ", ".join(f"{t}[{p}]" for t, p in gone),
+        extra={"partitions": len(gone)},
+    )
+
+
+def _give_up(loop: _Loop, partitions: list[KafkaPartition], *, commit: bool) -> list[Where]:
     gone = [(tp.topic, tp.partition) for tp in partitions]
     try:
         for pipeline in loop.state.pipelines():
             pipeline.drain()
-        if loop.options.commit_to_kafka:
+        if commit:
             _commit_to_kafka(loop)
     finally:
         try:
@@ -382,7 +406,7 @@ def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
             loop.state.close(gone)
         finally:
             _forget(loop, gone)
-    logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
+    return gone
 
 
 def _forget(loop: _Loop, gone: list[Where]) -> None:
@@ -420,8 +444,9 @@ def _step(loop: _Loop) -> None:
     if now - loop.last_lag >= loop.options.lag_interval_s:
         _refresh_lag(loop)
         loop.last_lag = now
-    if (loop.unplaced or loop.state.held()) and now - loop.last_held_try >= HELD_RETRY_S:
+    if (loop.unplaced or loop.state.held()) and now - loop.last_held_try >= loop.held_retry_s:
         loop.last_held_try = now
+        loop.held_retry_s = min(HELD_RETRY_S, loop.held_retry_s * 2)
         _take_held(loop)
 
 

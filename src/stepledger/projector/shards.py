@@ -7,10 +7,13 @@ transaction per batch, as in a single file).  The instance the group assigns a p
 to opens its shard and continues from the shard's offset; a revoked partition's shard is
 drained, snapshotted and closed.  DuckDB's file lock, held as long as the partition is
 owned, is the fence: an instance given a partition whose previous owner has not closed it
-yet (paused past its session) waits for the lock and never writes beside it.  A shard still
-locked after a short wait is **held back**, not fatal: the daemon pauses the partition,
-keeps projecting the others and takes the shard once its previous owner lets it go (a
-paused process resumed, or killed: the OS drops its locks).
+yet (paused past its session) never writes beside it.  Such a shard is **held back** at
+once, never waited for inside the assignment: the daemon assigns the partition paused,
+keeps projecting the others and tries the shard again from its loop until its previous
+owner lets it go (a paused process continued, which finds its partitions lost and closes
+them, or killed: the OS drops its locks).  A wait inside the assignment callback held up
+the whole member (none of its partitions projected, no answer to the next rebalance) for
+a lock only another process can free.
 
 :class:`OneFile` keeps the single-file projection of one process: every partition goes to
 one store, opened for the process's whole life.
@@ -33,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: How often a shard still held back is named again in the log.
 HELD_WARN_EVERY_S = 60.0
+#: How long a shard is held back before a warning names it (a handover's close is quicker).
+HELD_WARN_AFTER_S = 5.0
 
 Where = tuple[str, int]
 #: Builds a pipeline (store, projector, writer thread) over an opened store.
@@ -131,14 +136,12 @@ class ShardDir:
         directory: Path,
         make: PipelineFactory,
         *,
-        lock_timeout_s: float = 30.0,
         opener: StoreOpener | None = None,
     ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self._make = make
         self._open_store = opener or ProjectionStore
-        self.lock_timeout_s = lock_timeout_s
         self._open: dict[Where, Pipeline] = {}
         self._held: dict[Where, float] = {}
         """Held-back partitions and when each was assigned (monotonic seconds)."""
@@ -147,30 +150,20 @@ class ShardDir:
         """Partitions whose shard was missing and are projected from offset 0."""
 
     def open(self, partitions: list[Where]) -> Offsets:
-        """Open each partition's shard and its offset.
+        """Open each partition's shard and its offset, trying each lock once.
 
-        A shard whose lock another owner still holds after ``lock_timeout_s`` is held back
-        (:meth:`held`): no offset is returned for it and :meth:`take_held` tries again.
+        A shard whose lock another owner still holds is held back (:meth:`held`) at once:
+        no offset is returned for it and :meth:`take_held` tries again.  Nothing here
+        waits, so an assignment callback never blocks on another process.
         """
-        began = time.monotonic()
-        locked: list[Where] = []
+        now = time.monotonic()
         for where in partitions:
             if where in self._open:
                 # Still open here (assigned again before it was given up): what is in
                 # flight is committed before the offsets are read and the fold restarts.
                 self._open[where].drain()
             elif not self._opened(where):
-                locked.append(where)
-        # One wait for the whole assignment, not one per locked shard.
-        wait = 0.05
-        while locked and time.monotonic() + wait <= began + self.lock_timeout_s:
-            logger.info("%d shard(s) locked by another owner; waiting", len(locked))
-            time.sleep(wait)
-            wait = min(1.0, wait * 2)
-            locked = [where for where in locked if not self._opened(where)]
-        for where in locked:
-            self._held.setdefault(where, began)
-            self._warn_held(where)
+                self._held.setdefault(where, now)
         offsets: Offsets = {}
         for where in partitions:
             if where in self._open:
@@ -208,6 +201,8 @@ class ShardDir:
 
     def _warn_held(self, where: Where) -> None:
         now = time.monotonic()
+        if now - self._held[where] < HELD_WARN_AFTER_S:
+            return  # a handover's close is usually done by the next try
         if now - self._warned.get(where, -HELD_WARN_EVERY_S) < HELD_WARN_EVERY_S:
             return
         self._warned[where] = now

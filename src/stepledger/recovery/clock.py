@@ -1,22 +1,27 @@
-"""One clock for deadlines: an intent's deadline re-anchored on the daemon's own clock.
+"""One clock for deadlines: when each event reached this daemon, on the daemon's own clock.
 
-An intent records its deadline on the agent's wall clock (``occurred_at + timeout``).  A
-daemon whose clock runs ahead of the agent's would find that deadline passed while the
-call is still in flight.  So the daemon never goes by the agent's clock alone: the budget
-started before the intent was appended, which was before the daemon read it, so
+An intent records its deadline on the agent's wall clock (``occurred_at + timeout``), which
+may run ahead of the daemon's or behind it: ahead, the recorded deadline would hold a
+decision back by the skew (a liveness failure); behind, it would let the daemon decide while
+the call is still in flight (a safety failure).  So the daemon never goes by the agent's
+clock: the budget started before the intent was appended, which was before the daemon read
+it, and the daemon measures when the record was appended on its own clock, never earlier
+than it was:
 
-- on a step log stamped by the broker (``message.timestamp.type=LogAppendTime``) the
-  budget started no later than the record's broker time, taken to the daemon's clock with
-  the smallest ``read time - broker time`` seen lately (an upper bound of the daemon's lead
-  over the broker, since reading only adds delay);
-- otherwise no later than the moment the daemon read the record.
+- on a step log stamped by the broker (``message.timestamp.type=LogAppendTime``) from the
+  record's broker time, taken to the daemon's clock with the smallest ``read time - broker
+  time`` seen lately (an upper bound of the daemon's lead over the broker, since reading
+  only adds delay);
+- otherwise the moment the daemon read the record.
 
-The step falls due at the later of its recorded deadline and that anchor plus the timeout,
-plus the grace: whatever the skew between machines, recovery never acts before the
-deadline as the agent's own clock measured it.  The price without broker timestamps is
-that an intent read late (a daemon catching up) waits its timeout again from the read.
+Every wait of a step (its deadline plus the grace, a compensation's timeout, the back-off
+after an attempt) then runs from that moment (``domain.resolution.Arrival``), its length
+taken from the log: whatever the skew between machines, recovery never acts before the
+deadline as the agent's own monotonic budget measured it, and acts within the deadline plus
+the grace by the broker's clock.  The price without broker timestamps is that an intent
+read late (a daemon catching up) waits its timeout again from the read.
 
-The skew of each producer's clock against the daemon's (``occurred_at`` minus the anchor)
+The skew of each producer's clock against the daemon's (``occurred_at`` minus the arrival)
 is measured on the way and exported; one line is logged per producer past a bound.
 """
 
@@ -28,7 +33,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from stepledger.domain import events as ev
-from stepledger.domain.times import later
 
 logger = logging.getLogger(__name__)
 
@@ -42,46 +46,51 @@ SKEW_BOUND_S = 5.0
 
 @dataclass
 class DeadlineClock:
-    """Re-anchors intents' deadlines on this daemon's clock and measures producers' skew."""
+    """Says when records were appended, on this daemon's clock, and measures producers' skew."""
 
     bound_s: float = SKEW_BOUND_S
-    lead: deque[float] = field(default_factory=lambda: deque(maxlen=SAMPLES))
-    """Recent ``read time - broker time`` samples (seconds), from broker-stamped records."""
     skew: dict[str, float] = field(default_factory=dict)
     """Each producer's clock minus this daemon's (seconds, the latest estimate)."""
     warned: set[str] = field(default_factory=set)
+    _least: deque[tuple[int, float]] = field(default_factory=deque)
+    """Of the last ``SAMPLES`` ``read time - broker time`` samples (seconds, from
+    broker-stamped records), those that may still become the least, increasing, with their
+    serial numbers: the least of the window in O(1) per record."""
+    _taken: int = 0
 
     def observe(self, timestamp: tuple[int, int], now: datetime) -> None:
         """Note one record read at ``now`` (a broker-stamped one teaches the daemon's lead)."""
         kind, millis = timestamp
         if kind == LOG_APPEND_TIME and millis > 0:
-            self.lead.append(now.timestamp() - millis / 1000)
+            sample = now.timestamp() - millis / 1000
+            self._taken += 1
+            while self._least and self._least[-1][1] >= sample:
+                self._least.pop()
+            self._least.append((self._taken, sample))
+            while self._least[0][0] <= self._taken - SAMPLES:
+                self._least.popleft()  # fell out of the window
+
+    def least_lead(self) -> float | None:
+        """The smallest recent ``read time - broker time`` (None before a stamped record)."""
+        return self._least[0][1] if self._least else None
 
     def appended(self, timestamp: tuple[int, int], now: datetime) -> tuple[datetime, bool]:
         """When a record read at ``now`` was appended, on this daemon's clock (a later bound),
         and whether the broker stamped it (else the read time stands in)."""
         kind, millis = timestamp
-        if kind != LOG_APPEND_TIME or millis <= 0 or not self.lead:
+        lead = self.least_lead()
+        if kind != LOG_APPEND_TIME or millis <= 0 or lead is None:
             return now, False
         broker = datetime.fromtimestamp(millis / 1000, UTC)
-        return min(now, broker + timedelta(seconds=min(self.lead))), True
-
-    def anchor(
-        self, event: ev.Event, appended: datetime, stamped: bool, grace: timedelta
-    ) -> datetime | None:
-        """When an intent may fall due on this daemon's clock (None for other events)."""
-        body = event.body
-        if not isinstance(body, ev.StepIntended):
-            return None
-        self._measure(event, appended, stamped)
-        timeout = body.deadline - event.occurred_at
-        return later(later(appended, timeout), grace)
+        return min(now, broker + timedelta(seconds=lead)), True
 
     def largest(self) -> float:
         """The producer skew of largest size (signed, seconds; 0 when none is known)."""
         return max(self.skew.values(), key=abs, default=0.0)
 
-    def _measure(self, event: ev.Event, appended: datetime, stamped: bool) -> None:
+    def measure(self, event: ev.Event, appended: datetime, stamped: bool) -> None:
+        """Estimate the clock of the intent's producer against this daemon's (one line past
+        the bound, once per producer)."""
         producer = event.producer_id
         skew = (event.occurred_at - appended).total_seconds()
         self.skew[producer] = skew

@@ -37,7 +37,6 @@ from stepledger.domain import ids, oversize
 from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState, replay
-from stepledger.domain.times import later
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import reachable_partitions
@@ -229,8 +228,9 @@ class RecoveryDaemon:
         self.metrics.events.inc()
         self.events_read += 1
         tracing.remember_intent(event, msg.headers)
+        arrived = self._arrived(event, msg)
         try:
-            late = self.tracker.apply(event, partition, offset, msg.value)
+            late = self.tracker.apply(event, partition, offset, msg.value, arrived)
         except Exception as exc:
             # One event may at worst be skipped (the projector dead-letters what it cannot
             # project); the daemon and every other step of the partition go on.
@@ -248,7 +248,6 @@ class RecoveryDaemon:
             return
         if late is not None:
             self.pending_late[late.event.event_id] = late
-        self._anchor(event, msg)
         if isinstance(event.body, ev.CompensationIntended) and event.step_id is not None:
             # A claim read back in log order: the fold says whether it was the first decision.
             key = (event.workflow_id, event.step_id)
@@ -264,7 +263,8 @@ class RecoveryDaemon:
             return
         for key in self.tracker.due(self.clock(), free, self.caught_up):
             tracked = self.tracker.steps[key]
-            self.work.submit(key, tracked, self._attempt, self.tracker.events_of(key), key[1])
+            events = self.tracker.events_of(key)
+            self.work.submit(key, tracked, self._attempt, events, key[1], tracked.arrival)
 
     def _dispatch_late(self) -> None:
         for event_id, late in list(self.pending_late.items()):
@@ -286,10 +286,13 @@ class RecoveryDaemon:
                 continue  # judged before a restart: its record is already in the log
             self.work.submit(late.key, tracked, self._judge, events, late.event)
 
-    def _attempt(self, workflow_id: str, events: Events, step_id: str) -> Settle:
+    def _attempt(
+        self, workflow_id: str, events: Events, step_id: str, arrival: rs.Arrival | None
+    ) -> Settle:
         # On the worker: its own fold of the (immutable) events is built there; the pool
         # waits for the last acknowledgements while the worker goes on to the next step.
-        settle = self.resolver.begin(replay(workflow_id, list(events)), step_id)
+        # The step is judged by when its events reached this daemon, as it was scheduled.
+        settle = self.resolver.begin(replay(workflow_id, list(events)), step_id, arrival)
         return functools.partial(self._acknowledged, settle)
 
     def _acknowledged(self, settle: Settle) -> Resolution:
@@ -356,33 +359,27 @@ class RecoveryDaemon:
             },
         )
 
-    def _anchor(self, event: ev.Event, msg: Consumed) -> None:
-        """Re-anchor a tracked intent's deadline on this daemon's clock (one clock)."""
+    def _arrived(self, event: ev.Event, msg: Consumed) -> datetime | None:
+        """When a step's event was appended, on this daemon's clock (one clock, never earlier
+        than it was); None for an event of no step."""
         now, timestamp = self.clock(), msg.timestamp
         self.deadlines.observe(timestamp, now)
-        if not isinstance(event.body, ev.StepIntended) or event.step_id is None:
-            return
-        key = (event.workflow_id, event.step_id)
-        if key in self.tracker.steps:
-            appended, stamped = self.deadlines.appended(timestamp, now)
-            when = self.deadlines.anchor(event, appended, stamped, self.resolver.grace)
-            if when is not None:
-                self.tracker.anchor(key, when)
-                self.metrics.clock_skew.set(self.deadlines.largest())
+        if event.step_id is None:
+            return None
+        appended, stamped = self.deadlines.appended(timestamp, now)
+        if isinstance(event.body, ev.StepIntended):
+            self.deadlines.measure(event, appended, stamped)
+            self.metrics.clock_skew.set(self.deadlines.largest())
+        return appended
 
-    def _anchor_loaded(self) -> None:
-        """Steps in doubt taken over from a checkpoint: their read time is lost, so the
-        deadline is re-anchored on the take-over (one more timeout at most, never early)."""
-        now = self.clock()
-        for key, timeout in self.tracker.loaded_in_doubt:
-            # Saturating: a far deadline (9999-12-31) must not overflow on a take-over.
-            self.tracker.anchor(key, later(later(now, timeout), self.resolver.grace))
-        self.tracker.loaded_in_doubt.clear()
-
-    def _due(self, step: StepState) -> datetime | None:
+    def _due(self, step: StepState, arrival: rs.Arrival | None) -> datetime | None:
         tool = self.tools.get(step.tool)
         return rs.due_at(
-            step, tool, grace=self.resolver.grace, retry_base_s=self.options.retry_base_s
+            step,
+            tool,
+            grace=self.resolver.grace,
+            retry_base_s=self.options.retry_base_s,
+            arrival=arrival,
         )
 
     # -- state, partitions, health ----------------------------------------------------
@@ -402,7 +399,8 @@ class RecoveryDaemon:
 
     def _on_assign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            offset = self.tracker.load(tp.partition, self.store.load(tp.topic, tp.partition))
+            checkpoint = self.store.load(tp.topic, tp.partition)
+            offset = self.tracker.load(tp.partition, checkpoint, self.clock())
             if offset is None:
                 logger.warning(
                     "no checkpoint for %s[%d]: replaying the partition from offset 0",
@@ -415,7 +413,6 @@ class RecoveryDaemon:
             if gap is not None:
                 tp.offset = gap.log_start
             self.caught_up.discard(tp.partition)
-        self._anchor_loaded()
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()

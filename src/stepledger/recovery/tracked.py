@@ -22,6 +22,7 @@ from datetime import datetime
 from stepledger.codec import Codec
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
+from stepledger.domain.resolution import Arrival, deadline_on
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.errors import RecoveryError
 from stepledger.recovery.checkpoint import StepKey
@@ -69,8 +70,9 @@ class Tracked:
     """The step's events (the workflow's claim first, when one was known), as Avro values."""
     status: StepStatus = StepStatus.INTENDED
     due: datetime | None = None
-    """When recovery may act on it, as the fold says (before local back-off and anchor)."""
+    """When recovery may act on it, on this daemon's clock (before the local back-off)."""
     deadline: datetime | None = None
+    """The intent's deadline on this daemon's clock (see ``arrival``)."""
     resolved_by: Source | None = None
     resolved_at: datetime | None = None
     escalation_open: bool = False
@@ -80,12 +82,27 @@ class Tracked:
     """The last offset a resolution appended; it is not judged again before reading it."""
     not_before: datetime | None = None
     """Local back-off after a resolution that could not append its events."""
-    anchor: datetime | None = None
-    """The intent's deadline plus grace re-anchored on this daemon's clock (see recovery.clock)."""
+    arrival: Arrival | None = None
+    """When the step's events reached this daemon, on its clock (see recovery.clock); None
+    leaves the due time to the writers' recorded times."""
+
+    def arrived(self, event: ev.Event, at: datetime | None) -> None:
+        """One more event of the step reached the daemon ``at`` (None: when is not known).
+
+        An event whose arrival is not known leaves none known: the step's waits then go by
+        the recorded times rather than by two clocks mixed.
+        """
+        if at is None:
+            self.arrival = None
+        elif isinstance(event.body, ev.StepIntended) or self.arrival is None:
+            self.arrival = Arrival(at, at)
+        else:
+            self.arrival = self.arrival.after(at)
 
     def took(self, step: StepState, due: datetime | None) -> None:
         """Keep what the tracker decides by from the step's new fold."""
-        self.status, self.due, self.deadline = step.status, due, step.deadline
+        self.status, self.due = step.status, due
+        self.deadline = deadline_on(step, self.arrival)
         self.resolved_by, self.resolved_at = step.resolved_by, step.resolved_at
         self.escalation_open = step.escalation_open
 

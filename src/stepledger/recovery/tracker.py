@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, Source
-from stepledger.domain.resolution import ACTIONABLE
+from stepledger.domain.resolution import ACTIONABLE, Arrival
 from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import (
@@ -37,7 +37,8 @@ from stepledger.recovery.tracked import (
     stored,
 )
 
-DueFn = Callable[[StepState], datetime | None]
+#: When a step falls due on the daemon's clock, given when its events reached the daemon.
+DueFn = Callable[[StepState, Arrival | None], datetime | None]
 #: Anomaly kinds of an outcome that arrived after the step was decided.
 LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 _CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
@@ -79,15 +80,23 @@ class Tracker:
         """Checkpoint entries that could not be loaded (skipped), for the daemon to report."""
         self.late: list[LateOutcome] = []
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
-        self.loaded_in_doubt: list[tuple[StepKey, timedelta]] = []
-        """Steps in doubt taken over from checkpoints, with their timeouts, to re-anchor."""
         self._claims = LatestClaims()
         self._folds = FoldCache()
 
     # -- partitions --------------------------------------------------------------------
 
-    def load(self, partition: int, checkpoint: PartitionCheckpoint | None) -> int | None:
-        """Take over a partition from its checkpoint; return the offset to resume at."""
+    def load(
+        self,
+        partition: int,
+        checkpoint: PartitionCheckpoint | None,
+        now: datetime | None = None,
+    ) -> int | None:
+        """Take over a partition from its checkpoint; return the offset to resume at.
+
+        A checkpoint keeps no arrival times: the loaded steps count as arrived ``now`` (the
+        take-over), so a wait runs once more at most and never ends early; None leaves
+        them to the recorded times.
+        """
         self.drop_partition(partition)
         if checkpoint is None:
             # Saved at once as "nothing read yet", so the next owner resumes from a
@@ -97,7 +106,7 @@ class Tracker:
             return None
         for key, lines in checkpoint.steps.items():
             try:
-                self._load_step(partition, key, decode_events(lines))
+                self._load_step(partition, key, decode_events(lines), now)
             except Exception as exc:
                 # One bad entry never stops the take-over: the step is re-read from the log
                 # the next time one of its events arrives, and the daemon reports it.
@@ -106,7 +115,9 @@ class Tracker:
         self.positions[partition] = checkpoint.next_offset
         return checkpoint.next_offset
 
-    def _load_step(self, partition: int, key: StepKey, events: list[ev.Event]) -> None:
+    def _load_step(
+        self, partition: int, key: StepKey, events: list[ev.Event], now: datetime | None
+    ) -> None:
         state = replay(key[0], events)
         values = tuple(stored(event) for event in events)
         for event, value in zip(events, values, strict=True):
@@ -116,15 +127,13 @@ class Tracker:
         step = state.steps.get(key[1])
         if step is None:
             return
-        tracked = Tracked(partition, values)
-        tracked.took(step, self._due_of(step))
+        tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
+        tracked.took(step, self._due_of(step, tracked.arrival))
         self.steps[key] = tracked
         self._schedule(key, tracked)
         # A late outcome read before a crash but not judged yet must still be judged.
         late_ids = {a.event_id for a in state.anomalies if a.kind in LATE_OUTCOME_KINDS}
         self.late.extend(LateOutcome(key, e) for e in events if e.event_id in late_ids)
-        if step.in_doubt and step.deadline is not None and step.intended_at is not None:
-            self.loaded_in_doubt.append((key, step.deadline - step.intended_at))
 
     def drop_partition(self, partition: int) -> None:
         """Forget a partition (revoked): its steps are another daemon's now."""
@@ -144,12 +153,19 @@ class Tracker:
     # -- events ------------------------------------------------------------------------
 
     def apply(
-        self, event: ev.Event, partition: int, offset: int, value: bytes | None = None
+        self,
+        event: ev.Event,
+        partition: int,
+        offset: int,
+        value: bytes | None = None,
+        arrived: datetime | None = None,
     ) -> LateOutcome | None:
         """Fold one consumed event in; return a late outcome if one needs judging.
 
         ``value`` is the record's value as read (kept instead of encoding the event again
-        when it is in the stored framing).
+        when it is in the stored framing); ``arrived`` is when it reached the daemon, on
+        the daemon's clock and no earlier than its append (None: not known, the step's due
+        time then goes by the recorded times).
         """
         self.positions[partition] = offset + 1
         self._moved.add(partition)
@@ -180,6 +196,7 @@ class Tracker:
         values = (*tracked.values, stored(event, value))
         if folded is not None:
             folded.took(values, event)
+        tracked.arrived(event, arrived)
         self._took(key, tracked, values, step)
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
@@ -193,18 +210,11 @@ class Tracker:
         step: StepState,
     ) -> None:
         tracked.values = values
-        tracked.took(step, self._due_of(step))
+        tracked.took(step, self._due_of(step, tracked.arrival))
         self.steps[key] = tracked
         self._dirty.add(key)
         self.changed += 1
         self._schedule(key, tracked)
-
-    def anchor(self, key: StepKey, when: datetime) -> None:
-        """Let the step fall due no earlier than ``when`` (its deadline on this daemon's clock)."""
-        tracked = self.steps.get(key)
-        if tracked is not None:
-            tracked.anchor = when
-            self._schedule(key, tracked)
 
     def _claimed(self, event: ev.Event, value: bytes | None) -> None:
         """Remember a workflow's claim; a resume also reaches the steps already tracked."""
@@ -382,8 +392,6 @@ class Tracker:
         due = tracked.due
         if due is not None and tracked.not_before is not None:
             due = max(due, tracked.not_before)
-        if due is not None and tracked.anchor is not None and tracked.in_doubt:
-            due = max(due, tracked.anchor)
         return due
 
     def _schedule(self, key: StepKey, tracked: Tracked) -> None:

@@ -182,12 +182,25 @@ class Resolver:
         self._fleets: dict[str, EventFactory] = {}
         """The factory of each fleet whose workflows this resolver decided (see _factory)."""
 
-    def decide(self, state: WorkflowState, step_id: str) -> rs.Action:
-        """The action a resolution of this step would take now (nothing is done)."""
+    def decide(
+        self, state: WorkflowState, step_id: str, arrival: rs.Arrival | None = None
+    ) -> rs.Action:
+        """The action a resolution of this step would take now (nothing is done).
+
+        ``arrival`` says when the step's events reached this process, on ``clock``: the
+        step's waits are then measured from there (one clock, see domain.resolution).
+        """
         step = _step(state, step_id)
         tool = self.tools.get(step.tool)
         now = self.clock()
-        return rs.decide(step, tool, now=now, grace=self.grace, retry_base_s=self.retry_base_s)
+        return rs.decide(
+            step,
+            tool,
+            now=now,
+            grace=self.grace,
+            retry_base_s=self.retry_base_s,
+            arrival=arrival,
+        )
 
     def resolve(self, state: WorkflowState, step_id: str) -> StepState:
         """Run one resolution attempt for an in-doubt step and return the step's new state.
@@ -198,11 +211,15 @@ class Resolver:
         """
         return self.attempt(state, step_id).step
 
-    def attempt(self, state: WorkflowState, step_id: str) -> Resolution:
+    def attempt(
+        self, state: WorkflowState, step_id: str, arrival: rs.Arrival | None = None
+    ) -> Resolution:
         """Like :meth:`resolve`, returning everything the attempt did."""
-        return self.begin(state, step_id)()
+        return self.begin(state, step_id, arrival)()
 
-    def begin(self, state: WorkflowState, step_id: str) -> Settle:
+    def begin(
+        self, state: WorkflowState, step_id: str, arrival: rs.Arrival | None = None
+    ) -> Settle:
         """Carry one attempt out up to its last append; the call returned waits for the rest.
 
         Everything an effect, a claim's read-back or a dead letter depends on is
@@ -212,7 +229,7 @@ class Resolver:
         other attempts meanwhile: the recovery daemon's workers go on to the next step
         while one thread waits for the acknowledgements in order.
         """
-        action = self.decide(state, step_id)
+        action = self.decide(state, step_id, arrival)
         step = _step(state, step_id)
         run = _Attempt(state, step, self.tools.get(step.tool), action)
         if action.kind not in (rs.ActionKind.NONE, rs.ActionKind.WAIT):
@@ -236,7 +253,9 @@ class Resolver:
             self.observer(resolution, run.tool)
         return resolution
 
-    def settle_if_found(self, state: WorkflowState, step_id: str) -> Resolution:
+    def settle_if_found(
+        self, state: WorkflowState, step_id: str, arrival: rs.Arrival | None = None
+    ) -> Resolution:
         """Query an in-doubt step before it is due; record a decision only if it is found.
 
         See :func:`stepledger.domain.resolution.query_before_due`: a found effect is recorded
@@ -249,7 +268,7 @@ class Resolver:
         tool = self.tools.get(step.tool)
         now = self.clock()
         action = rs.query_before_due(
-            step, tool, now=now, grace=self.grace, retry_base_s=self.retry_base_s
+            step, tool, now=now, grace=self.grace, retry_base_s=self.retry_base_s, arrival=arrival
         )
         if action is None or tool is None or tool.query is None or action.due_at is None:
             return Resolution(step, rs.Action(rs.ActionKind.NONE))

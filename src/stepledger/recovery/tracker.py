@@ -3,7 +3,9 @@
 A step is tracked from its intent (read-only intents are skipped) while it is open (an
 intent or a compensation with no outcome), while it waits in the human queue, and for a
 retention window after recovery or a human decided it (so a late outcome from a slow agent
-can still be judged).  A step an agent settled itself is dropped at once.  Each tracked
+can still be judged).  A step an agent settled itself is dropped at once; an event that
+may make such a step actionable again (a saga's compensation of it) reopens it, and it is
+tracked again once its workflow, read back, says it is (``recovery.reopen``).  Each tracked
 step holds its own events (as Avro values, see ``recovery.tracked``), folded again in log
 order whenever one more arrives, as every other reader folds them.  No I/O here: the daemon
 feeds events in and takes checkpoint batches out.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,11 +30,13 @@ from stepledger.recovery.checkpoint import (
     StepKey,
     decode_events,
 )
+from stepledger.recovery.reopen import Reopenings, history_of, reopens
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
     FoldCache,
     Tracked,
     Values,
+    decoded,
     json_lines,
     stored,
 )
@@ -62,9 +66,12 @@ class Tracker:
         due: DueFn,
         *,
         retain: timedelta = timedelta(hours=24),
+        grace: timedelta = timedelta(0),
     ) -> None:
         self._due_of = due
         self.retain = retain
+        self.reopenings = Reopenings(grace)
+        """Steps let go of that an event reopened: read back at their deadline plus ``grace``."""
         self.steps: dict[StepKey, Tracked] = {}
         self.positions: dict[int, int] = {}
         self._heap: list[tuple[datetime, StepKey]] = []
@@ -125,7 +132,7 @@ class Tracker:
                 # The claims a tracked step was folded with survive a restart.
                 self._claims.remember(event, value)
         step = state.steps.get(key[1])
-        if step is None:
+        if self.reopenings.restore(partition, key, events, values) or step is None:
             return
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
         tracked.took(step, self._due_of(step, tracked.arrival))
@@ -143,6 +150,7 @@ class Tracker:
             self._dirty.discard(key)
             self._check.discard(key)
         self._removed = {r for r in self._removed if r[0] != partition}
+        self.reopenings.drop_partition(partition)
         self.positions.pop(partition, None)
         self._moved.discard(partition)
 
@@ -178,6 +186,9 @@ class Tracker:
         folded = None
         if tracked is None:
             body = event.body
+            if key in self.reopenings.steps or reopens(event):
+                self._reopened_event(key, partition, event, stored(event, value))
+                return None
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
@@ -202,6 +213,32 @@ class Tracker:
             return LateOutcome(key, event)
         return None
 
+    def _reopened_event(self, key: StepKey, partition: int, event: ev.Event, value: bytes) -> None:
+        """An event of a step let go of: it reopens the step, or joins (or ends) its reopening."""
+        if key in self.reopenings.steps:
+            self.reopenings.took(key, event, value)
+        else:
+            self.reopenings.open(key, partition, event, value)
+        self.changed += 1
+
+    def reopened(self, key: StepKey, history: Sequence[ev.Event]) -> WorkflowState | None:
+        """A reopened step's workflow, read back: tracked again if that leaves it actionable.
+
+        Returns the fold the step was judged by; None when the reopening ended meanwhile
+        (the compensation's outcome arrived, or the partition moved).
+        """
+        reopening = self.reopenings.get(key)
+        if reopening is None or not reopening.busy:
+            return None
+        self.reopenings.pop(key)
+        events = history_of(key[1], history, decoded(reopening.values))
+        state = replay(key[0], events)
+        step = state.steps.get(key[1])
+        if step is not None and step.status in ACTIONABLE:
+            values = tuple(stored(event) for event in events)
+            self._took(key, Tracked(reopening.partition), values, step)
+        return state
+
     def _took(
         self,
         key: StepKey,
@@ -221,6 +258,7 @@ class Tracker:
         wf, claim = event.workflow_id, stored(event, value)
         if not self._claims.remember(event, claim):
             return
+        self.reopenings.claimed(wf, claim)
         if isinstance(event.body, ev.WorkflowResumed):
             for key, tracked in self:
                 if key[0] != wf:
@@ -292,7 +330,8 @@ class Tracker:
 
     def next_due(self) -> datetime | None:
         """The earliest time something may fall due (a lower bound: entries may be stale)."""
-        return self._heap[0][0] if self._heap else None
+        first = [when for when in (self.reopenings.next_due(),) if when is not None]
+        return min([self._heap[0][0], *first] if self._heap else first, default=None)
 
     def events_of(self, key: StepKey) -> tuple[ev.Event, ...]:
         """A tracked step's events, decoded (kept decoded a while: it is about to change)."""
@@ -368,6 +407,8 @@ class Tracker:
         batch.deletes = {r for r in self._removed if writable(r[0])}
         self._dirty = held
         self._removed -= batch.deletes
+        self.reopenings.batch(batch.upserts, batch.deletes, writable)
+        batch.deletes -= batch.upserts.keys()  # a reopened step tracked again: replaced
         self._moved -= moved
         return batch
 

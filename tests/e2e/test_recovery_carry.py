@@ -36,6 +36,7 @@ from tests.e2e.recovery_helpers import (
     TOOL_TIMEOUT_S,
     LogWatcher,
     Stack,
+    group_of,
     services_stack,
     wait_for,
 )
@@ -46,9 +47,6 @@ UNWIND = HERE / "agent_unwind.py"
 TRIP = HERE.parent / "integration" / "agent_trip.py"
 BOOKING = {"hotel": "Hotel Lisboa", "nights": 2}
 CHARGE = {"amount": 1200, "currency": "EUR", "customer": "cus_1"}
-#: How long the agent works on after its booking before it unwinds: several of the daemon's
-#: checkpoint intervals (0.5 s), so the daemon has stopped tracking the settled booking.
-PAUSE_S = 3.0
 #: The compensation's deadline plus the grace, then the read, the hook and the read-back.
 BUDGET_S = TOOL_TIMEOUT_S + GRACE_S + 15.0
 
@@ -72,13 +70,47 @@ def daemon_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("carry-state")
+
+
+@pytest.fixture(scope="module")
 def stack(
-    carry_settings: Settings, daemon_log: Path, tmp_path_factory: pytest.TempPathFactory
+    carry_settings: Settings,
+    daemon_log: Path,
+    state_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Stack]:
-    base = tmp_path_factory.mktemp("carry")
-    with services_stack(base) as stack:
-        stack.start_daemon(carry_settings, base / "state", log=daemon_log)
+    with services_stack(tmp_path_factory.mktemp("carry")) as stack:
+        stack.start_daemon(carry_settings, state_dir, log=daemon_log)
         yield stack
+
+
+class Heartbeat:
+    """The daemon's health file: what it has read, and how many steps it tracks."""
+
+    def __init__(self, state_dir: Path, settings: Settings) -> None:
+        self.path = state_dir / f"health-{group_of(settings)}.json"
+
+    def read(self) -> dict[str, int]:
+        beat: dict[str, int] = json.loads(self.path.read_text())
+        return beat
+
+    def let_go(self, watcher: LogWatcher, tracked_before: int) -> None:
+        """Wait until the daemon read everything in the log and tracks no more steps than
+        before: the step an agent settled since is no longer tracked."""
+        written = len(watcher.refresh().events)
+
+        def done() -> bool:
+            beat = self.read()
+            return beat["events_read"] >= written and beat["tracked_steps"] <= tracked_before
+
+        wait_for(done, 30, "the daemon to let go of the settled booking")
+
+
+@pytest.fixture(scope="module")
+def heartbeat(state_dir: Path, carry_settings: Settings) -> Heartbeat:
+    return Heartbeat(state_dir, carry_settings)
 
 
 @pytest.fixture(scope="module")
@@ -93,18 +125,33 @@ def bookings(stack: Stack) -> BookingsClient:
 
 
 def test_a_compensation_an_agent_left_in_doubt_is_carried_through_once(
-    stack: Stack, carry_settings: Settings, watcher: LogWatcher
+    stack: Stack,
+    carry_settings: Settings,
+    watcher: LogWatcher,
+    heartbeat: Heartbeat,
+    tmp_path: Path,
 ) -> None:
     workflow = "wf-" + uuid.uuid4().hex[:10]
-    agent = subprocess.run(
-        [sys.executable, str(UNWIND), workflow, "book", json.dumps(BOOKING), str(PAUSE_S)],
+    go = tmp_path / "go"
+    tracked_before = heartbeat.read()["tracked_steps"]
+    agent = subprocess.Popen(
+        [sys.executable, str(UNWIND), workflow, "book", json.dumps(BOOKING), str(go)],
         env=stack.env(carry_settings),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
     )
-    assert agent.returncode == -signal.SIGKILL, agent.stderr
-    assert agent.stdout.splitlines() == ["booked"]
+    try:
+        assert agent.stdout is not None and agent.stdout.readline().strip() == "booked"
+        heartbeat.let_go(watcher, tracked_before)
+        go.touch()
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(10)
+    assert agent.returncode == -signal.SIGKILL, err
+    assert not out.strip()  # it died in the hook: nothing more printed
     step = watcher.step(workflow, "book")
     assert step is not None and step.status is StepStatus.COMPENSATING
     key = step.idempotency_key
@@ -134,17 +181,23 @@ def test_a_compensation_an_agent_left_in_doubt_is_carried_through_once(
 
 
 def test_a_zombies_fenced_compensation_intent_is_not_carried_through(
-    stack: Stack, carry_settings: Settings, watcher: LogWatcher, daemon_log: Path
+    stack: Stack,
+    carry_settings: Settings,
+    watcher: LogWatcher,
+    heartbeat: Heartbeat,
+    daemon_log: Path,
 ) -> None:
     settings = carry_settings
     workflow = unique("wf-zombie")
     env = stack.env(settings)
     env["PYTHONPATH"] = f"{HERE.parents[1]}{os.pathsep}{env['PYTHONPATH']}"
     command = [sys.executable, str(TRIP), settings.bootstrap, settings.topic, workflow]
+    tracked_before = heartbeat.read()["tracked_steps"]
     frozen = subprocess.Popen([*command, "compensate"], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert frozen.stdout is not None and frozen.stdout.readline().strip() == "booked"
         wait_for(lambda: _stopped(frozen), 30, "the runner froze before its compensation")
+        heartbeat.let_go(watcher, tracked_before)
         urls = {kind: s.url for kind, s in stack.services.items()}
         tools = make_registry(
             urls["payments"], urls["bookings"], urls["email"], timeout_s=TOOL_TIMEOUT_S

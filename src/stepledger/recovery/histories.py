@@ -7,10 +7,11 @@ partition from its first record on, completed from checkpoints where the log's h
 expired) on one of the daemon's workers, never on the loop, which only hands due reads out
 and takes their answers in.  One read runs at a time: reads are rare (most reopenings end
 with the compensation's outcome, unread), and a broker too slow to answer a read then
-holds one worker, never every worker the resolutions need.  A read that fails is tried again after a doubling back-off,
-up to :data:`READ_ATTEMPTS` reads; past that, or at once for an error retrying cannot help
-(a history the broker deleted with no checkpoint covering it), the step is let go of with
-one error line naming the workflow: a person resumes it or answers it by hand.
+holds one worker, never every worker the resolutions need.  A read that fails is tried
+again after a doubling back-off, up to :data:`READ_ATTEMPTS` reads; past that, or at once
+for an error retrying cannot help (a history the broker deleted with no checkpoint
+covering it), the step is let go of with one error line naming the workflow: a person
+resumes it or answers it by hand.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ intent does), and an abandonment waits for a person.
 A reopened step is not tracked at once: its intent (arguments, key, tool), its result
 and its workflow's claims are not in what the daemon read since.  It keeps the events read
 since it reopened (its own and its workflow's claims) and falls due at its compensation's
-own deadline plus the grace.  Most never do: the agent records the compensation's outcome
+own deadline plus the grace, by one clock: the compensation's timeout (its recorded
+``deadline`` less its ``occurred_at``) after it reached the daemon (``recovery.clock``), as
+a tracked compensating step falls due.  Most never do: the agent records the compensation's outcome
 first, which ends the reopening without a read.  A due one has its workflow read back
 through the daemon's workflow reader (off the loop); the fold of what was read plus what
 arrived since (:func:`history_of`) says whether the step is actionable, and only then is
@@ -32,9 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
+from stepledger.domain.resolution import ACTIONABLE, Arrival
+from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import StepKey
-from stepledger.recovery.tracked import Values, json_lines
+from stepledger.recovery.tracked import Values, decoded, json_lines, stored
 
 #: A workflow's claims: the events besides its own that a tracked step is folded with.
 CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
@@ -64,10 +68,39 @@ def history_of(
     return kept + [e for e in since if e.event_id not in seen]
 
 
-def read_at(events: Sequence[ev.Event], grace: timedelta) -> datetime | None:
-    """When a reopened step is read back: the latest compensation's own deadline + grace."""
-    deadlines = [e.body.deadline for e in events if isinstance(e.body, ev.CompensationIntended)]
-    return later(max(deadlines), grace) if deadlines else None
+def read_at(event: ev.Event, arrived: datetime | None, grace: timedelta) -> datetime | None:
+    """When a compensation's intent falls due: its timeout after it reached the daemon, plus
+    the grace (by its recorded deadline when its arrival is not known); None for others."""
+    body = event.body
+    if not isinstance(body, ev.CompensationIntended):
+        return None
+    if arrived is None:
+        return later(body.deadline, grace)
+    return later(later(arrived, body.deadline - event.occurred_at), grace)
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """A reopened step's workflow read back: the step as the log has it, and what to track."""
+
+    partition: int
+    state: WorkflowState
+    """The fold of the step's events (its workflow's claims and its own)."""
+    values: Values
+    """Those events, as a tracked step keeps them."""
+    arrival: Arrival | None
+    """When its last event reached the daemon (its intent's arrival is not known)."""
+
+    @property
+    def step(self) -> StepState | None:
+        """The step, if the fold holds it."""
+        return next(iter(self.state.steps.values()), None)
+
+    @property
+    def actionable(self) -> bool:
+        """The step is in doubt or compensating: it is tracked again."""
+        step = self.step
+        return step is not None and step.status in ACTIONABLE
 
 
 @dataclass(slots=True, eq=False)
@@ -79,6 +112,8 @@ class Reopening:
     """When its workflow is read back (its compensation's deadline plus the grace)."""
     values: Values = ()
     """The events read since it reopened (that one first), as stored values."""
+    arrived: datetime | None = None
+    """When its last event reached the daemon, on the daemon's clock (None: not known)."""
     busy: bool = False
     """Its workflow is being read back."""
     failures: int = 0
@@ -107,37 +142,64 @@ class Reopenings:
         """The step's reopening, if it has one."""
         return self.steps.get(key)
 
-    def open(self, key: StepKey, partition: int, event: ev.Event, value: bytes) -> None:
-        """Reopen a step on an event that may leave it actionable (see :func:`reopens`)."""
-        due = read_at([event], self.grace)
-        assert due is not None  # a compensation's intent carries its deadline
-        self._put(key, Reopening(partition, due, (value,)))
+    def take(
+        self, key: StepKey, partition: int, event: ev.Event, value: bytes, arrived: datetime | None
+    ) -> None:
+        """An event of a step let go of: it reopens the step, or joins (or ends) its reopening.
 
-    def restore(self, partition: int, key: StepKey, events: list[ev.Event], values: Values) -> bool:
-        """Take a checkpointed reopening back (False: the entry is a tracked step's).
-
-        A reopening's first step event is the one that reopened it; a tracked step's is
-        its intent (or the approval asked for it).
+        ``arrived``: when it reached the daemon, on the daemon's clock (None: not known).
         """
-        first = next((e for e in events if e.step_id is not None), None)
-        due = read_at(events, self.grace)
-        if first is None or not reopens(first) or due is None:
-            return False
-        self._put(key, Reopening(partition, due, values), dirty=False)
-        return True
-
-    def took(self, key: StepKey, event: ev.Event, value: bytes) -> None:
-        """One more event of a reopened step: kept, or the end of the reopening."""
-        reopening = self.steps[key]
+        due = read_at(event, arrived, self.grace)
+        reopening = self.steps.get(key)
+        if reopening is None:
+            assert due is not None  # only a compensation's intent reopens (see reopens)
+            self._put(key, Reopening(partition, due, (value,), arrived))
+            return
         if ends(event):
             self.pop(key)
             return
-        reopening.values = (*reopening.values, value)
+        reopening.values, reopening.arrived = (*reopening.values, value), arrived
         self._dirty.add(key)
-        later_due = read_at([event], self.grace)
-        if later_due is not None and later_due > reopening.due:
-            reopening.due = later_due
-            heapq.heappush(self._heap, (later_due, key))
+        if due is not None and due > reopening.due:
+            reopening.due = due
+            heapq.heappush(self._heap, (due, key))
+
+    def restore(
+        self,
+        partition: int,
+        key: StepKey,
+        events: list[ev.Event],
+        values: Values,
+        now: datetime | None,
+    ) -> bool:
+        """Take a checkpointed reopening back (False: the entry is a tracked step's).
+
+        A reopening's first step event is the one that reopened it; a tracked step's is
+        its intent (or the approval asked for it).  A checkpoint keeps no arrivals: its
+        events count as arrived ``now`` (the take-over), so it is read no earlier (None:
+        by the recorded deadlines).
+        """
+        first = next((e for e in events if e.step_id is not None), None)
+        if first is None or not reopens(first):
+            return False
+        dues = [when for e in events if (when := read_at(e, now, self.grace)) is not None]
+        self._put(key, Reopening(partition, max(dues), values, now), dirty=False)
+        return True
+
+    def judge(self, key: StepKey, history: Sequence[ev.Event]) -> Judged | None:
+        """End a reopening whose workflow was read back: the step as the log has it.
+
+        None when the reopening ended meanwhile, or is not the one this read was for (its
+        partition moved away and back).
+        """
+        reopening = self.steps.get(key)
+        if reopening is None or not reopening.busy:
+            return None
+        self.pop(key)
+        events = history_of(key[1], history, decoded(reopening.values))
+        values = tuple(stored(event) for event in events)
+        arrival = None if reopening.arrived is None else Arrival(None, reopening.arrived)
+        return Judged(reopening.partition, replay(key[0], events), values, arrival)
 
     def claimed(self, workflow_id: str, value: bytes) -> None:
         """A claim of the workflow: kept by each of its reopened steps."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
@@ -30,32 +29,23 @@ from stepledger.recovery.checkpoint import (
     StepKey,
     decode_events,
 )
-from stepledger.recovery.reopen import Reopenings, history_of, reopens
+from stepledger.recovery.reopen import Reopenings, reopens
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
+    LATE_OUTCOME_KINDS,
     FoldCache,
+    LateOutcome,
     Tracked,
     Values,
-    decoded,
     json_lines,
     stored,
 )
 
 #: When a step falls due on the daemon's clock, given when its events reached the daemon.
 DueFn = Callable[[StepState, Arrival | None], datetime | None]
-#: Anomaly kinds of an outcome that arrived after the step was decided.
-LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 _CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
 
 __all__ = ["LATE_OUTCOME_KINDS", "LateOutcome", "StepKey", "Tracked", "Tracker"]
-
-
-@dataclass(frozen=True)
-class LateOutcome:
-    """An outcome the fold refused because the step was already decided: to be judged."""
-
-    key: StepKey
-    event: ev.Event
 
 
 class Tracker:
@@ -132,7 +122,7 @@ class Tracker:
                 # The claims a tracked step was folded with survive a restart.
                 self._claims.remember(event, value)
         step = state.steps.get(key[1])
-        if self.reopenings.restore(partition, key, events, values) or step is None:
+        if self.reopenings.restore(partition, key, events, values, now) or step is None:
             return
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
         tracked.took(step, self._due_of(step, tracked.arrival))
@@ -187,7 +177,8 @@ class Tracker:
         if tracked is None:
             body = event.body
             if key in self.reopenings.steps or reopens(event):
-                self._reopened_event(key, partition, event, stored(event, value))
+                self.reopenings.take(key, partition, event, stored(event, value), arrived)
+                self.changed += 1
                 return None
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
@@ -213,31 +204,14 @@ class Tracker:
             return LateOutcome(key, event)
         return None
 
-    def _reopened_event(self, key: StepKey, partition: int, event: ev.Event, value: bytes) -> None:
-        """An event of a step let go of: it reopens the step, or joins (or ends) its reopening."""
-        if key in self.reopenings.steps:
-            self.reopenings.took(key, event, value)
-        else:
-            self.reopenings.open(key, partition, event, value)
-        self.changed += 1
-
     def reopened(self, key: StepKey, history: Sequence[ev.Event]) -> WorkflowState | None:
-        """A reopened step's workflow, read back: tracked again if that leaves it actionable.
-
-        Returns the fold the step was judged by; None when the reopening ended meanwhile
-        (the compensation's outcome arrived, or the partition moved).
-        """
-        reopening = self.reopenings.get(key)
-        if reopening is None or not reopening.busy:
-            return None
-        self.reopenings.pop(key)
-        events = history_of(key[1], history, decoded(reopening.values))
-        state = replay(key[0], events)
-        step = state.steps.get(key[1])
-        if step is not None and step.status in ACTIONABLE:
-            values = tuple(stored(event) for event in events)
-            self._took(key, Tracked(reopening.partition), values, step)
-        return state
+        """A reopened step's workflow, read back: tracked again if it leaves the step
+        actionable.  The fold it was judged by; None when the reopening ended meanwhile."""
+        judged = self.reopenings.judge(key, history)
+        if judged is not None and judged.step is not None and judged.actionable:
+            tracked = Tracked(judged.partition, arrival=judged.arrival)
+            self._took(key, tracked, judged.values, judged.step)
+        return None if judged is None else judged.state
 
     def _took(
         self,
@@ -330,8 +304,8 @@ class Tracker:
 
     def next_due(self) -> datetime | None:
         """The earliest time something may fall due (a lower bound: entries may be stale)."""
-        first = [when for when in (self.reopenings.next_due(),) if when is not None]
-        return min([self._heap[0][0], *first] if self._heap else first, default=None)
+        first = (self._heap[0][0] if self._heap else None, self.reopenings.next_due())
+        return min((when for when in first if when is not None), default=None)
 
     def events_of(self, key: StepKey) -> tuple[ev.Event, ...]:
         """A tracked step's events, decoded (kept decoded a while: it is about to change)."""

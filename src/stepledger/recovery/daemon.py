@@ -144,7 +144,6 @@ class RecoveryDaemon:
         # Reopened steps' workflows are read through the SDK's reader (no client made yet).
         self.histories = HistoryReads(
             self.tracker,
-            self.work,
             reader or KafkaPartitionReader(settings, self.codec),
             clock,
             on_given_up=self.metrics.poison.inc,
@@ -273,7 +272,7 @@ class RecoveryDaemon:
 
     def _dispatch(self) -> None:
         self._dispatch_late()
-        self.histories.dispatch(self.caught_up)
+        self.histories.dispatch(self.work, self.caught_up)
         free = self.work.free
         if free <= 0:
             return

@@ -46,28 +46,27 @@ class HistoryReads:
     def __init__(
         self,
         tracker: Tracker,
-        work: WorkPool,
         reader: WorkflowReader,
         clock: Clock,
         *,
         on_given_up: Callable[[], None] = lambda: None,
     ) -> None:
-        self.tracker, self.work, self.reader, self.clock = tracker, work, reader, clock
+        self.tracker, self.reader, self.clock = tracker, reader, clock
         self.on_given_up = on_given_up
         """Told when a step is let go of unread (a metric counts it)."""
         self.reading = 0
         """Reads handed to the workers and not taken in yet."""
 
-    def dispatch(self, partitions: set[int]) -> None:
-        """Hand the reads due now, of these partitions, to free workers."""
+    def dispatch(self, work: WorkPool, partitions: set[int]) -> None:
+        """Hand the reads due now, of these partitions, to the daemon's free workers."""
         reopenings = self.tracker.reopenings
-        room = min(self.work.free, READS_AT_ONCE - self.reading)
+        room = min(work.free, READS_AT_ONCE - self.reading)
         if not len(reopenings) or room <= 0:
             return
         for key in reopenings.due(self.clock(), room, partitions):
             partition = reopenings.steps[key].partition
             self.reading += 1
-            self.work.read(key, partition, self._finished, self._read, key[0])
+            work.read(key, partition, self._finished, self._read, key[0])
 
     def _read(self, workflow_id: str) -> list[ev.Event]:
         return self.reader.read(workflow_id)

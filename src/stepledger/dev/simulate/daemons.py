@@ -3,7 +3,8 @@
 **Recovery** is the real :class:`~stepledger.recovery.daemon.RecoveryDaemon` with its
 consumer, thread pool and hook threads replaced: the actor reads the partitions itself (one
 record per crossing, as a poll hands them over) and feeds them to the daemon's own
-``_handle`` (tracker fold, deadline anchoring on the broker's timestamps, late outcomes),
+``_handle`` (tracker fold, each event's arrival on the daemon's clock from the broker's
+timestamps, late outcomes),
 checkpoints through its own ``checkpoint`` into a store that outlives the process, and
 dispatches through its own ``_dispatch``: the tracker's due-time rule picks the steps and
 the Resolver decides them.  A resolution runs on the actor's turn (:class:`InlineWork`),
@@ -179,11 +180,13 @@ def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:
     topic = world.broker.topic
     numbers = set(range(len(world.broker.partitions)))
     for number in sorted(numbers):
-        offset = daemon.tracker.load(number, daemon.store.load(topic, number))
+        # The loaded steps count as arrived at the take-over, on the daemon's clock (one
+        # clock: a checkpoint keeps no arrival times), as ``_on_assign`` does.
+        checkpoint = daemon.store.load(topic, number)
+        offset = daemon.tracker.load(number, checkpoint, daemon.clock())
         start = world.broker.partitions[number].start
         positions[number] = max(offset or 0, start)
         daemon.caught_up.discard(number)
-    daemon._anchor_loaded()
     for late in daemon.tracker.late:
         daemon.pending_late[late.event.event_id] = late
     daemon.tracker.late.clear()

@@ -16,15 +16,17 @@ simulator must find a violation) and off (it must find none).
   is the later of the recorded deadline and the one re-anchored on its clock, and the
   resolver and a resuming agent judge by recorded times, so an agent clock running ahead
   delays every decision by as much.
-- ``unfenced_compensation`` (issue 42, pending): ``wf.compensate()`` as it was before
-  compensations were fenced: no ownership check, the claim names no runner.
-- ``worded_step`` (issue 42, pending): a framework call matched to a step by the digest of
-  its arguments, as before steps were matched by occurrence.
-- ``fixed_secret_mark`` (issue 42, pending): the arguments digest an approval binds puts one
-  fixed marker in place of every secret value.
+- ``unfenced_compensation`` (issue 42, fenced compensations): ``wf.compensate()`` as it was
+  before compensations were fenced: no ownership check, the claim names no runner.
+- ``worded_step`` (issue 42, a step is the logical call): a framework call matched to a step
+  by the digest of its arguments, as before steps were matched by occurrence.
+- ``fixed_secret_mark`` (issue 42, one fingerprint): the arguments digest an approval binds
+  puts one fixed marker in place of every secret value.
 
-A switch of a pending fix is today's code kept here; once the fix lands on main, the switch
-still restores the old form and the "finds none with the fix" test is flipped to expected.
+A switch of a function that has since moved or changed shape keeps the old form here
+(``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
+and ``_old_daemon_due``), written against today's signatures, so it keeps restoring the old
+behaviour as the library moves on.
 """
 
 from __future__ import annotations

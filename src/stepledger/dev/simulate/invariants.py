@@ -23,7 +23,8 @@ made each, for which logical call) and what actors hold; nothing here changes th
 ``compensation_by_owner``
     A compensation runs only under a ``compensation_intended`` that the log took as the
     step's decision, written before the workflow ended and, when an agent wrote it, while
-    that agent's claim owned the workflow.
+    that agent's claim owned the workflow; an agent runs it (its own claim, or one an
+    earlier process began) only while its own claim owns the running workflow.
 ``approval_covers_call``
     A call that needs approval runs only as the call a person approved (secret values
     included: the person approved the call they were shown, card and all).
@@ -87,8 +88,8 @@ class Monitor:
         self.agents = agents
         """Names of agent actors (a settling agent's compensation is an owner's)."""
         self.event_ids: set[str] = set()
-        self.shown: dict[tuple[str, str, int], dict[str, object]] = {}
-        """The call a person was shown, by (workflow, step, request): what they approved."""
+        self.shown: dict[str, dict[str, object]] = {}
+        """The call a person approving a request is shown, by the request's event id."""
         self.found: list[Violation] = []
         self._effects = 0
         broker.on_append.append(self._on_record)
@@ -113,10 +114,11 @@ class Monitor:
         due_ms = intent.broker_ms + timeout // timedelta(milliseconds=1)
         if record.broker_ms < due_ms:
             early = due_ms - record.broker_ms
+            who = "agent" if record.writer in self.agents else "recovery daemon"
             self._add(
                 "no_early_decision",
                 event.workflow_id,
-                f"{record.writer} wrote {event.type} on {event.step_id} (attempt "
+                f"{who} {record.writer} wrote {event.type} on {event.step_id} (attempt "
                 f"{body.attempt}) {early}ms before its deadline by the broker's clock",
             )
 
@@ -224,24 +226,35 @@ class Monitor:
         if intent is None or intent.event is None:
             return
         step_id = intent.event.step_id
-        records = self.broker.workflow_records(workflow, whole=True)
         state = WorkflowState(workflow)
         claims: dict[str, tuple[int, str | None]] = {}
-        verdict = f"no compensation_intended of {effect.actor} for {step_id}"
-        for record in records:
+        verdict = f"no compensation_intended the log took for {step_id}"
+        for record in self.broker.workflow_records(workflow, whole=True):
             event = record.event
-            if event is None:
+            if event is None or event.event_id in state.seen:
                 continue
             ended = state.status.value != "running"
-            anomaly = state.apply(event)
+            refused = state.apply(event) is not None
             body = event.body
             if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
                 claims[record.writer] = (body.attempt, body.runner)
-            if record.writer != effect.actor or event.step_id != step_id:
+            if event.step_id != step_id or not isinstance(body, ev.CompensationIntended):
                 continue
-            if not isinstance(body, ev.CompensationIntended):
-                continue
-            verdict = _claim_verdict(state, record, anomaly is not None, ended, claims)
+            if refused and record.writer != effect.actor:
+                continue  # another's claim the log refused: it authorises nothing
+            verdict = _claim_verdict(state, record, refused, ended, claims)
+        if not verdict and effect.actor in self.agents:
+            # An agent carries a compensation through (its own, or one an earlier process
+            # began) only while its claim owns the workflow, as when it began one.
+            own = claims.get(effect.actor)
+            if state.status.value != "running":
+                verdict = f"{effect.actor} compensated after the workflow ended"
+            elif own != (state.attempt, state.runner):
+                held = "no claim" if own is None else f"attempt {own[0]}"
+                verdict = (
+                    f"{effect.actor} held {held}, the workflow was at attempt "
+                    f"{state.attempt} (runner {state.runner})"
+                )
         if verdict:
             self._add(
                 "compensation_by_owner", workflow, f"{effect.kind} of {effect.ref}: {verdict}"
@@ -250,16 +263,24 @@ class Monitor:
     def _check_approval(self, effect: sv.Effect, workflow: str, intent: Record) -> None:
         assert intent.event is not None
         step = intent.event.step_id or ""
+        state = WorkflowState(workflow)
+        requests: dict[int, str] = {}
+        """Request number -> the event id of the request the fold took."""
         granted = None
         for record in self.broker.workflow_records(workflow, whole=True):
-            body = None if record.event is None else record.event.body
-            ours = record.event is not None and record.event.step_id == step
-            if ours and isinstance(body, ev.ApprovalDecided) and body.granted:
+            event = record.event
+            if event is None or event.event_id in state.seen:
+                continue
+            taken = state.apply(event) is None and event.step_id == step
+            body = event.body
+            if taken and isinstance(body, ev.ApprovalRequested):
+                requests[body.request] = event.event_id
+            elif taken and isinstance(body, ev.ApprovalDecided) and body.granted:
                 granted = body.request
         if granted is None:
             self._add("approval_covers_call", workflow, f"{effect.ref} ran with no approval")
             return
-        shown = self.shown.get((workflow, step, granted))
+        shown = self.shown.get(requests.get(granted, ""))
         if shown is not None and shown != effect.arguments:
             self._add(
                 "approval_covers_call",

@@ -12,10 +12,11 @@ Fault kinds (each a scheduler choice, at a turn, on a target):
 ``freeze`` an actor for ``value`` ms (it misses every turn meanwhile; its clocks move on),
 ``kill`` it (it never runs again; a new process of the same kind starts ``value`` ms
 later: a resumed agent, a restarted daemon), ``skew`` its wall clock by ``value`` ms from
-the broker's, ``ack_lost`` / ``ack_refused`` / ``ack_late`` on its next append, ``call_after``
-/ ``call_before`` on its next tool call (effect made then a timeout; refused, no effect),
-``dup`` the newest record of partition ``value`` delivered again, ``foreign`` bytes from a
-foreign writer appended to a workflow's partition.
+the broker's (an agent's: from the fleet's, ``Plan.agent_skew_ms``), ``ack_lost`` /
+``ack_refused`` / ``ack_late`` on its next append, ``call_after`` / ``call_before`` on its
+next tool call (effect made then a timeout; refused, no effect), ``dup`` the newest record
+of a workflow's partition delivered again, ``foreign`` bytes from a foreign writer appended
+to a workflow's partition.
 """
 
 from __future__ import annotations
@@ -80,6 +81,10 @@ class Plan:
     """Turns with faults; then every fault ends and the run settles (see ``world``)."""
     defects: tuple[str, ...] = field(default=())
     """Old behaviours switched back on (test-only, :mod:`.defects`)."""
+    agent_skew_ms: int = 0
+    """Every agent process's wall clock minus the broker's (and the daemons'): a fleet of
+    hosts that agree with each other but not with the brokers.  A ``skew`` fault on an agent
+    is off from this."""
 
     def encode(self) -> str:
         """The plan as one line of JSON (replay it with ``--schedule``)."""
@@ -103,6 +108,7 @@ class Plan:
             faults=faults,
             turns=int(data.get("turns", 600)),
             defects=tuple(data.get("defects", ())),
+            agent_skew_ms=int(data.get("agent_skew_ms", 0)),
         )
 
     def without_actor(self, name: str) -> Plan:
@@ -121,13 +127,19 @@ class Profile:
     """What plans a seed may make: agent kinds, their options and fault kinds."""
 
     kinds: tuple[str, ...] = ("trip", "paynotify", "framework")
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...] = ("cancel", "reword", "approval", "swap_card")
     faults: tuple[str, ...] = FAULT_KINDS
+    fleet_skew_ms: int = 120_000
+    """The agents' common clock offset from the broker's (``Plan.agent_skew_ms``) stays
+    within this: recovery decides by its own clock whatever the agents' say."""
+    fleet_chance: float = 0.5
+    """How often a plan's agents are off the broker's clock at all."""
     max_skew_ms: int = 250
-    """Agents' clock skews drawn stay within this (both directions): two agents' clocks
-    then differ by less than the grace (0.5 s), which main needs today."""
+    """Each agent's own skew (from the fleet's) stays within this, both directions: two
+    agents' clocks then differ by no more than the grace (0.5 s), as a resuming agent that
+    settles a step itself needs (docs/guarantees.md, "Largest skew")."""
     skew_daemons: bool = False
-    """Whether the recovery daemon's own clock may be skewed too."""
+    """Whether the recovery daemon's own clock may be skewed (and step) too."""
     skew_sign: int = 0
     """0: agents' clocks off both ways; 1: only ahead of the broker's; -1: only behind."""
     second_runners: bool = True
@@ -137,21 +149,17 @@ class Profile:
     """Faults fire in the first turns, while the agents run."""
 
 
-#: Variants whose fixes are still pending on main (issue 42): a plan of the default profile
-#: never draws them.  Once a fix lands its variant moves into ``Profile``'s defaults (or
-#: the skew bounds grow), and CI explores it on every run.
+#: Variants that reach a defect still open on main (each a ``explore.KNOWN_OPEN`` entry): a
+#: plan of the default profile never draws them.  Once a fix lands its variant moves into
+#: ``Profile``'s defaults (or the skew bounds grow), and CI explores it on every run.
 PENDING = {
-    "cancel": "a runner that lost its claim compensates (fenced compensations)",
-    "reword": "a resumed model words a call differently (a step is the logical call)",
-    "approval": "a payment with a secret card needs approval (one fingerprint)",
-    "swap_card": "a resumed model pays with another card (one fingerprint)",
-    "large_skew": "agent clocks off by more than the grace (decisions by the broker's clock)",
-    "skew_daemons": "the recovery daemon's own clock skewed or stepped",
+    "large_skew": "agents' clocks off from each other by more than the grace: a resuming "
+    "agent settles a step by a deadline written on another clock",
+    "skew_daemons": "the recovery daemon's own clock stepped forward: its due times and its "
+    "lead over the broker were measured on the clock before the step",
 }
-#: Every variant, pending fixes included (``stepledger simulate --all``).
-FULL = Profile(
-    options=("cancel", "reword", "approval", "swap_card"), max_skew_ms=120_000, skew_daemons=True
-)
+#: Every variant, those of open defects included (``stepledger simulate --all``).
+FULL = Profile(max_skew_ms=120_000, skew_daemons=True)
 
 
 def generate(seed: int, profile: Profile | None = None) -> Plan:
@@ -169,6 +177,7 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
             later = tuple(o for o in options if o != "cancel")
             actors.append(ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(3, 80), later))
     actors += [ActorSpec(kind, kind) for kind in INFRA_KINDS]
+    fleet = _fleet(rng, profile)
     faults = [_fault(rng, profile, actors) for _ in range(rng.randint(0, 6))]
     if "skew" in profile.faults:
         # Some agents' clocks are off from their start (a host whose clock drifted).
@@ -177,7 +186,7 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
                 faults.append(Fault(0, "skew", agent.name, _skew(rng, profile)))
     faults.sort(key=lambda f: (f.at, f.kind, f.target))
     partitions = rng.randint(1, 3)
-    return Plan(seed, partitions, tuple(actors), tuple(faults), profile.turns)
+    return Plan(seed, partitions, tuple(actors), tuple(faults), profile.turns, (), fleet)
 
 
 #: An agent process crosses about this many boundaries in one workflow.
@@ -222,8 +231,14 @@ def _fault(rng: random.Random, profile: Profile, actors: list[ActorSpec]) -> Fau
     return Fault(at, kind, target)
 
 
-def _skew(rng: random.Random, profile: Profile) -> int:
-    bound = profile.max_skew_ms
+def _fleet(rng: random.Random, profile: Profile) -> int:
+    if rng.random() >= profile.fleet_chance:
+        return 0
+    return _skew(rng, profile, profile.fleet_skew_ms)
+
+
+def _skew(rng: random.Random, profile: Profile, bound: int | None = None) -> int:
+    bound = profile.max_skew_ms if bound is None else bound
     low = 0 if profile.skew_sign > 0 else -bound
     high = 0 if profile.skew_sign < 0 else bound
     return rng.randint(low, high)

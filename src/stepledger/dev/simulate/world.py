@@ -165,7 +165,7 @@ class World:
             if actor.kind == "recovery":
                 self.down.append([self.sched.now_ms, -1])
         elif kind == "skew":
-            actor.skew_ms = value
+            actor.skew_ms = value + (self.plan.agent_skew_ms if actor.kind in AGENT_KINDS else 0)
         elif kind.startswith("ack_"):
             self.acks.add(actor.name, kind.removeprefix("ack_"))
         elif kind.startswith("call_"):
@@ -210,7 +210,7 @@ class World:
         late = sorted((a for a in plan.actors if a.start > 0), key=lambda a: a.start)
         for spec in plan.actors:
             if spec.start <= 0:
-                self.spawn(spec)
+                self.spawn(spec, self._skew_of(spec))
         healed_at: int | None = None
         while sched.turns < 4 * plan.turns:
             turn = sched.turns
@@ -219,7 +219,8 @@ class World:
                     faults.remove(fault)
                     self.apply(fault)
                 while late and late[0].start <= turn:
-                    self.spawn(late.pop(0))
+                    spec = late.pop(0)
+                    self.spawn(spec, self._skew_of(spec))
                 if turn >= plan.turns:
                     healed_at = self._heal()
             self._spawn_due()
@@ -277,6 +278,10 @@ class World:
             return False
         return self.sched.now_ms - since >= SETTLE_MS
 
+    def _skew_of(self, spec: ActorSpec) -> int:
+        """A new process's clock: an agent's runs with the fleet's, a daemon's with the broker's."""
+        return self.plan.agent_skew_ms if spec.kind in AGENT_KINDS else 0
+
     def _next_spawn(self) -> int | None:
         return min((ms for ms, _ in self._spawns), default=None)
 
@@ -285,7 +290,8 @@ class World:
         for item in due:
             self._spawns.remove(item)
             before = self._current.get(item[1].name)
-            self.spawn(item[1], skew_ms=0 if before is None else before.skew_ms)
+            skew = self._skew_of(item[1]) if before is None else before.skew_ms
+            self.spawn(item[1], skew_ms=skew)
 
     def _checked(self, actor: Actor) -> bool:
         """Trace and check what the turn did; True once a violation was found."""
@@ -313,11 +319,11 @@ class World:
             return
         body = event.body
         if isinstance(body, ev.ApprovalRequested) and event.step_id is not None:
-            # The person approving sees the call the requesting agent was making.
+            # The person approving a request sees the call its agent was making.
             writer = self.sched.actors.get(record.writer)
             calling = None if writer is None else writer.notes.get("calling")
             if isinstance(calling, dict):
-                self.monitor.shown[(event.workflow_id, event.step_id, body.request)] = calling
+                self.monitor.shown[event.event_id] = calling
         dup = " (duplicate)" if record.duplicate else ""
         self._note(
             record.writer,

@@ -33,7 +33,7 @@ CASES = {
     # A runner paused between its intent and its call wakes after recovery decided the step.
     "frozen_runner": Case(
         "frozen_runner",
-        Profile(kinds=("trip", "framework"), faults=("freeze",), second_runners=False),
+        Profile(kinds=("trip", "framework"), faults=("freeze",), second_runners=0.0),
         "effect_under_open_intent",
         80,
     ),
@@ -48,7 +48,7 @@ CASES = {
             fleet_skew_ms=2_000,
             fleet_chance=1.0,
             skew_sign=-1,
-            second_runners=False,
+            second_runners=0.0,
         ),
         "no_early_decision",
         50,
@@ -62,18 +62,25 @@ CASES = {
             fleet_skew_ms=120_000,
             fleet_chance=1.0,
             skew_sign=1,
-            second_runners=False,
+            second_runners=0.0,
         ),
         "decided_within_bound",
         50,
     ),
-    # A runner paused past a takeover finds a step undone by recovery and unwinds the saga
-    # of a trip the new owner runs (or one it cancels itself after losing its claim).
+    # A runner paused after its last step, before it cancels the trip, wakes after a second
+    # runner took the workflow over (and finished it): it cancels the new owner's trip.
     "fenced_compensation": Case(
         "unfenced_compensation",
-        Profile(kinds=("trip",), options=("cancel",), faults=("freeze",)),
+        Profile(
+            kinds=("trip",),
+            options=("cancel",),
+            faults=("freeze",),
+            windows=("outcome",),
+            second_runners=1.0,
+            second_start=(40, 300),
+        ),
         "compensation_by_owner",
-        60,
+        30,
     ),
     # A resumed model words the charge's memo differently: a new step, a second charge.
     "reworded_model_call": Case(
@@ -88,6 +95,15 @@ CASES = {
         Profile(kinds=("framework",), options=("approval", "swap_card")),
         "approval_covers_call",
         40,
+    ),
+    # Another deployment's checkpointer writes into this log's checkpoint topic (0.3.0's
+    # shared default; its log has the same name and workflow ids): after retention deleted
+    # a partition's head, a reader completes a history from the other log's checkpoint.
+    "shared_checkpoint_topic": Case(
+        "unchecked_log_identity",
+        Profile(shared_checkpoints=1.0, faults=("retention", "kill")),
+        "log_isolation",
+        20,
     ),
 }
 

@@ -22,6 +22,9 @@ simulator must find a violation) and off (it must find none).
   by the digest of its arguments, as before steps were matched by occurrence.
 - ``fixed_secret_mark`` (issue 42, one fingerprint): the arguments digest an approval binds
   puts one fixed marker in place of every secret value.
+- ``unchecked_log_identity`` (issue 42, state bound to its log): the checkpoint view as it
+  was before: every record of the checkpoint topic read, whichever step log it names (or
+  none), and a checkpoint or progress the step log contradicts handed out.
 
 A switch of a function that has since moved or changed shape keeps the old form here
 (``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
@@ -54,6 +57,7 @@ SWITCHES: dict[str, str] = {
     "unfenced_compensation": "compensations without an ownership check (issue 42)",
     "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
     "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
+    "unchecked_log_identity": "checkpoint records not checked against the step log (issue 42)",
 }
 
 
@@ -242,6 +246,16 @@ def _old_redacted(
     return secrets.redact(arguments, secret_args, secrets.fixed_mark)
 
 
+def _unchecked_log_identity() -> list[tuple[Any, str, Any]]:
+    from stepledger.checkpoints.view import CheckpointView
+
+    return [
+        (CheckpointView, "_admit", lambda self, partition, headers: True),
+        (CheckpointView, "_vouched", lambda self, partition, covering: covering),
+        (CheckpointView, "_consistent", lambda self, partition, found, end: True),
+    ]
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -250,4 +264,5 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "unfenced_compensation": _unfenced_compensation,
     "worded_step": _worded_step,
     "fixed_secret_mark": _fixed_secret_mark,
+    "unchecked_log_identity": _unchecked_log_identity,
 }

@@ -31,7 +31,9 @@ made each, for which logical call) and what actors hold; nothing here changes th
 ``projection_is_fold``
     The projector's state of a workflow equals the fold of the log it has read.
 ``log_isolation``
-    A workflow handle holds only events its own log holds.
+    Nothing of one log is applied to another: a workflow handle, a history read (a tail
+    completed from a checkpoint after retention) and a checkpoint this log's checkpointer
+    writes hold only events of this log.
 ``no_crash``
     No actor dies of an exception outside stepledger's exception tree.
 """
@@ -45,6 +47,7 @@ from datetime import timedelta
 
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.simlog import Broker, Record
+from stepledger.dev.simulate.statetopic import MemRecord, checkpoint_events
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
@@ -290,17 +293,33 @@ class Monitor:
 
     # -- what actors hold ----------------------------------------------------------------
 
-    def check_handle(self, workflow: str, seen: Iterable[str]) -> None:
-        """``log_isolation``: an agent's handle holds only events of its own log."""
+    def check_handle(self, workflow: str, seen: Iterable[str], what: str = "its handle") -> None:
+        """``log_isolation``: what an actor holds of a workflow is of this log only."""
         foreign = [e for e in seen if e not in self.event_ids]
         if foreign:
-            self._add("log_isolation", workflow, f"{len(foreign)} event(s) of no record here")
+            detail = f"{what} holds {len(foreign)} event(s) of no record of this log"
+            self._add("log_isolation", workflow, detail)
 
-    def check_projection(self, workflow: str, projected: WorkflowState, through: int) -> None:
+    def check_history(self, workflow: str, events: list[ev.Event], reader: str) -> None:
+        """``log_isolation``: a history read (a tail completed from a checkpoint)."""
+        self.check_handle(workflow, (e.event_id for e in events), f"{reader}'s history read")
+
+    def check_checkpoint(self, partition: int, record: MemRecord) -> None:
+        """``log_isolation``: a checkpoint written for this log holds only its events."""
+        if record.writer.split(".")[0] != "checkpointer":
+            return  # the other deployment's writes are its own log's business
+        held = checkpoint_events(record, self.broker.codec)
+        if held is not None:
+            what = f"{record.writer}'s checkpoint of p{partition}"
+            self.check_handle(held[0], held[1], what)
+
+    def check_projection(
+        self, workflow: str, projected: WorkflowState, since: int, through: int
+    ) -> None:
         """``projection_is_fold``: the projector's state against a fresh fold of what it read."""
         state = WorkflowState(workflow)
         for record in self.broker.workflow_records(workflow, whole=True):
-            if record.offset < through and record.event is not None:
+            if since <= record.offset < through and record.event is not None:
                 state.apply(record.event)
         if summary(state) != summary(projected):
             self._add(

@@ -16,7 +16,9 @@ the broker's (an agent's: from the fleet's, ``Plan.agent_skew_ms``), ``ack_lost`
 ``ack_refused`` / ``ack_late`` on its next append, ``call_after`` / ``call_before`` on its
 next tool call (effect made then a timeout; refused, no effect), ``dup`` the newest record
 of a workflow's partition delivered again, ``foreign`` bytes from a foreign writer appended
-to a workflow's partition.
+to a workflow's partition, ``retention`` deleting the head of a workflow's partition (what
+every reader is past: the checkpointer's progress, the recovery daemon's checkpoint, the
+projector's position).
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 
 AGENT_KINDS = ("trip", "paynotify", "framework")
-INFRA_KINDS = ("recovery", "projector", "people")
+#: Where an agent's pause or crash may land (see ``Profile.windows``).
+WINDOWS = ("crossing", "intent", "outcome")
+INFRA_KINDS = ("recovery", "projector", "people", "checkpointer")
+#: Another deployment's checkpointer writing into this log's checkpoint topic.
+OTHER = "other"
 ACTOR_FAULTS = (
     "freeze",
     "kill",
@@ -37,7 +43,7 @@ ACTOR_FAULTS = (
     "call_after",
     "call_before",
 )
-LOG_FAULTS = ("dup", "foreign")
+LOG_FAULTS = ("dup", "foreign", "retention")
 FAULT_KINDS = ACTOR_FAULTS + LOG_FAULTS
 
 
@@ -62,8 +68,8 @@ class Fault:
 
     at: int
     """Aimed at an actor: at its ``at``-th boundary crossing, or (negative) right after its
-    ``-at``-th step intent (its current process's); at the log: at the run's ``at``-th
-    turn."""
+    ``-at``-th step intent (its current process's), or (``-AFTER_OUTCOME - n``) right after
+    its ``n``-th step outcome; at the log: at the run's ``at``-th turn."""
     kind: str
     target: str
     value: int = 0
@@ -142,8 +148,16 @@ class Profile:
     """Whether the recovery daemon's own clock may be skewed (and step) too."""
     skew_sign: int = 0
     """0: agents' clocks off both ways; 1: only ahead of the broker's; -1: only behind."""
-    second_runners: bool = True
-    """Whether a workflow may get a second runner while its first is alive."""
+    second_runners: float = 0.3
+    """How often a workflow gets a second runner while its first is alive."""
+    second_start: tuple[int, int] = (3, 80)
+    """The turns a second runner starts between."""
+    windows: tuple[str, ...] = WINDOWS
+    """Where an agent's pause or crash lands: at a ``crossing`` (any), right after an
+    ``intent`` (before its call), right after an ``outcome`` (before what follows)."""
+    shared_checkpoints: float = 0.3
+    """How often another deployment's checkpointer writes into this log's checkpoint topic
+    (0.3.0's shared default): its log has the same name and workflow ids, another identity."""
     turns: int = 600
     fault_turns: int = 250
     """Faults fire in the first turns, while the agents run."""
@@ -172,11 +186,15 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
         workflow = f"w{n + 1}"
         options = tuple(o for o in profile.options if _fits(kind, o) and rng.random() < 0.3)
         actors.append(ActorSpec(f"a{n + 1}", kind, workflow, 0, options))
-        if profile.second_runners and rng.random() < 0.3:
+        if rng.random() < profile.second_runners:
             # A second runner of the same workflow: it opens it while the first is alive.
             later = tuple(o for o in options if o != "cancel")
-            actors.append(ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(3, 80), later))
+            actors.append(
+                ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(*profile.second_start), later)
+            )
     actors += [ActorSpec(kind, kind) for kind in INFRA_KINDS]
+    if rng.random() < profile.shared_checkpoints:
+        actors.append(ActorSpec(OTHER, OTHER))
     fleet = _fleet(rng, profile)
     faults = [_fault(rng, profile, actors) for _ in range(rng.randint(0, 6))]
     if "skew" in profile.faults:
@@ -191,8 +209,10 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
 
 #: An agent process crosses about this many boundaries in one workflow.
 AGENT_CROSSINGS = 80
-#: An agent process appends up to this many intents in one workflow.
+#: An agent process appends up to this many intents (and outcomes) in one workflow.
 AGENT_INTENTS = 4
+#: A fault at ``-AFTER_OUTCOME - n`` fires right after the actor's n-th step outcome.
+AFTER_OUTCOME = 100
 #: Faults on a daemon fire within its first this many crossings.
 DAEMON_CROSSINGS = 300
 
@@ -220,8 +240,12 @@ def _fault(rng: random.Random, profile: Profile, actors: list[ActorSpec]) -> Fau
     at = rng.randint(0, AGENT_CROSSINGS if chosen.kind in AGENT_KINDS else DAEMON_CROSSINGS)
     if kind == "skew":
         at = rng.choice((0, at))
-    elif kind in ("freeze", "kill") and chosen.kind in AGENT_KINDS and rng.random() < 0.5:
-        at = -rng.randint(1, AGENT_INTENTS)  # between an intent and its call
+    elif kind in ("freeze", "kill") and chosen.kind in AGENT_KINDS:
+        window = _window(rng, profile)
+        if window != "crossing":
+            at = -rng.randint(1, AGENT_INTENTS)  # between an intent and its call
+        if window == "outcome":
+            at -= AFTER_OUTCOME  # between an outcome and what follows (a compensation)
     if kind == "freeze":
         return Fault(at, kind, target, rng.choice((300, 1000, 2500, 4000, 8000)))
     if kind == "kill":
@@ -229,6 +253,15 @@ def _fault(rng: random.Random, profile: Profile, actors: list[ActorSpec]) -> Fau
     if kind == "skew":
         return Fault(at, kind, target, _skew(rng, profile))
     return Fault(at, kind, target)
+
+
+#: How often a pause or crash of an agent lands in each window (of the profile's).
+_WINDOWS = {"crossing": 0.5, "intent": 0.35, "outcome": 0.15}
+
+
+def _window(rng: random.Random, profile: Profile) -> str:
+    choices = [w for w in _WINDOWS if w in profile.windows]
+    return rng.choices(choices, [_WINDOWS[w] for w in choices])[0]
 
 
 def _fleet(rng: random.Random, profile: Profile) -> int:

@@ -106,4 +106,3 @@ def test_a_resume_after_retention_reads_its_history_from_its_own_logs_checkpoint
     assert "p0 now starts at 3" in trace  # the intent and outcome of the capture are gone
     assert "workflow_resumed w1/- attempt 2" in trace  # ... yet the resume knew them
     assert trace.count("EFFECT capture") == 1 and outcome.ended["a1.2"] == "completed"
-

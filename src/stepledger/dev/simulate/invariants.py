@@ -23,8 +23,9 @@ made each, for which logical call) and what actors hold; nothing here changes th
 ``compensation_by_owner``
     A compensation runs only under a ``compensation_intended`` that the log took as the
     step's decision, written before the workflow ended and, when an agent wrote it, while
-    that agent's claim owned the workflow; an agent runs it (its own claim, or one an
-    earlier process began) only while its own claim owns the running workflow.
+    that agent's claim owned the workflow (whoever carries the decision out: the claim's
+    writer after a takeover it preceded, a resumed process, the daemon); never by a writer
+    whose own claim the log refused.
 ``approval_covers_call``
     A call that needs approval runs only as the call a person approved (secret values
     included: the person approved the call they were shown, card and all).
@@ -245,19 +246,9 @@ class Monitor:
                 continue
             if refused and record.writer != effect.actor:
                 continue  # another's claim the log refused: it authorises nothing
+            # A claim the log took is the owner's decision, whoever carries it out later (a
+            # resumed process, the daemon); one the log refused forbids its writer the undo.
             verdict = _claim_verdict(state, record, refused, ended, claims)
-        if not verdict and effect.actor in self.agents:
-            # An agent carries a compensation through (its own, or one an earlier process
-            # began) only while its claim owns the workflow, as when it began one.
-            own = claims.get(effect.actor)
-            if state.status.value != "running":
-                verdict = f"{effect.actor} compensated after the workflow ended"
-            elif own != (state.attempt, state.runner):
-                held = "no claim" if own is None else f"attempt {own[0]}"
-                verdict = (
-                    f"{effect.actor} held {held}, the workflow was at attempt "
-                    f"{state.attempt} (runner {state.runner})"
-                )
         if verdict:
             self._add(
                 "compensation_by_owner", workflow, f"{effect.kind} of {effect.ref}: {verdict}"

@@ -36,7 +36,8 @@ made each, for which logical call) and what actors hold; nothing here changes th
     completed from a checkpoint after retention) and a checkpoint this log's checkpointer
     writes hold only events of this log.
 ``no_crash``
-    No actor dies of an exception outside stepledger's exception tree.
+    No actor dies of an unexpected exception: an agent ends on stepledger's own errors as an
+    application would; a daemon, the checkpointer or a person's tool dying of any is one.
 """
 
 from __future__ import annotations

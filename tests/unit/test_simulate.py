@@ -88,3 +88,21 @@ def test_a_failing_schedule_replays_with_its_violation_and_only_from_the_test_en
     replayed = runner.invoke(with_defects(), ["--schedule", line])
     assert replayed.exit_code == 1
     assert found.violations[0].invariant in replayed.output
+
+
+#: One agent killed after its first outcome, its partition's head deleted while it is down,
+#: and another deployment's checkpoints (same step log name and workflow ids) in the topic.
+RETAINED = (
+    '{"seed":5,"partitions":1,"actors":[["a1","paynotify","w1",0,[]],'
+    '["checkpointer","checkpointer","",0,[]],["other","other","",0,[]]],'
+    '"faults":[[-101,"kill","a1",3000],[60,"retention","w1",0]],"turns":300,"defects":[]}'
+)
+
+
+def test_a_resume_after_retention_reads_its_history_from_its_own_logs_checkpoint() -> None:
+    outcome = world.run(plan.Plan.decode(RETAINED))
+    trace = "\n".join(outcome.trace)
+    assert not outcome.failed, outcome.violations
+    assert "p0 now starts at 3" in trace  # the intent and outcome of the capture are gone
+    assert "workflow_resumed w1/- attempt 2" in trace  # ... yet the resume knew them
+    assert trace.count("EFFECT capture") == 1 and outcome.ended["a1.2"] == "completed"

@@ -70,6 +70,8 @@ class Actor:
     """How many boundaries it crossed (faults aimed at it fire at one of them)."""
     intents: int = 0
     """How many step intents it appended (a fault may fire right after one of them)."""
+    outcomes: int = 0
+    """How many step outcomes it appended (a fault may fire right after one of them)."""
     notes: dict[str, object] = field(default_factory=dict)
     """What the actor's body wants the invariants to know (its workflow handle, ...)."""
     _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))

@@ -38,7 +38,7 @@ from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.dev.simulate import checkpointing
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.scheduler import Actor, Killed
-from stepledger.dev.simulate.simlog import LogClient
+from stepledger.dev.simulate.simlog import LogClient, SimReader
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, replay

@@ -64,13 +64,6 @@ def daemon_clock_steps(plan: Plan) -> bool:
 
 KNOWN_OPEN: tuple[Known, ...] = (
     Known(
-        "decided_within_bound",
-        "compensation_intended",
-        "a compensation an agent began is carried through only by that agent's next resume: "
-        "the recovery daemon tracks a step from its intent and dropped it once the agent "
-        "settled it (found by this simulator; being fixed)",
-    ),
-    Known(
         "compensation_by_owner",
         "the log refused recovery",
         "a recovery daemon restarted from a checkpoint taken after a workflow's latest claim, "

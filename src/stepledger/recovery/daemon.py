@@ -11,7 +11,11 @@ the partition, was paused, or raced a resuming agent runs no hook (see ``claims`
 compensation an agent began on a step the daemon no longer tracks (a saga unwinding a step
 that succeeded) reopens the step: past its deadline plus the grace, its workflow is read
 back on a worker and the step is tracked again if the log's fold leaves it compensating
-(``reopen``, ``histories``), and the compensation is carried through as any other.
+(``reopen``, ``histories``), and the compensation is carried through as any other.  The
+same read stands before any decision on a step of a workflow whose claims the daemon does
+not know (a partition taken over from a checkpoint taken after the workflow's latest claim,
+a claim forgotten to stay within the bound): a fenced-off runner's intent then looks live
+to the daemon's fold, never to the log's.
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the
@@ -427,6 +431,7 @@ class RecoveryDaemon:
             gap = self._gap(tp.topic, tp.partition, offset or 0)
             if gap is not None:
                 tp.offset = gap.log_start
+                self.tracker.skipped(tp.partition)  # the claims in the deleted head are unknown
             self.caught_up.discard(tp.partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late

@@ -211,6 +211,8 @@ def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:
         offset = daemon.tracker.load(number, checkpoint, daemon.clock())
         start = world.broker.partitions[number].start
         positions[number] = max(offset or 0, start)
+        if start > (offset or 0):
+            daemon.tracker.skipped(number)  # its head was deleted unread, as _on_assign says
         daemon.caught_up.discard(number)
     for late in daemon.tracker.late:
         daemon.pending_late[late.event.event_id] = late

@@ -64,15 +64,6 @@ def daemon_clock_steps(plan: Plan) -> bool:
 
 KNOWN_OPEN: tuple[Known, ...] = (
     Known(
-        "compensation_by_owner",
-        "the log refused recovery",
-        "a recovery daemon restarted from a checkpoint taken after a workflow's latest claim, "
-        "with none of its steps tracked then, no longer knows that claim: a fenced-off "
-        "runner's intent read after the restart is tracked as live and decided, and the "
-        "daemon's compensation claim the log refused is carried through from its own fold "
-        "(found by this simulator)",
-    ),
-    Known(
         "no_early_decision",
         "agent ",
         "a resuming agent settles a step by the intent's deadline as another process's clock "

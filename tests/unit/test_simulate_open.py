@@ -26,15 +26,6 @@ OPEN = {
         "no_early_decision",
         "a resuming agent",
     ),
-    # The daemon's clock steps 3 s forward after it read an intent: decided 954 ms early.
-    "daemon_clock_steps": (
-        '{"seed":5,"partitions":1,"actors":[["a1","paynotify","w1",0,[]],'
-        '["recovery","recovery","",0,[]]],'
-        '"faults":[[-1,"freeze","a1",4000],[10,"skew","recovery",3000]],"turns":200,'
-        '"defects":[]}',
-        "no_early_decision",
-        "forward step",
-    ),
 }
 
 

@@ -157,6 +157,7 @@ def test_a_held_intent_is_checkpointed_as_held_and_a_take_over_holds_it_again() 
     taken_at = NOW + timedelta(minutes=5)
     again.load(0, PartitionCheckpoint(3, lines), taken_at)
     assert not again.steps and (WF, "book") in again.reopenings.steps
+    assert again.open_count() == 1  # still an open intent, for the gauge and health file
     [key] = again.reopenings.due(taken_at + timedelta(seconds=BOOK.timeout_s) + GRACE, 10, {0})
     again.reopened(key, [STARTED, RESUMED, zombie])
     assert not again.steps

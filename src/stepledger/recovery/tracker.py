@@ -347,8 +347,9 @@ class Tracker(CheckpointDiff):
         return tracked
 
     def open_count(self) -> int:
-        """Steps with an intent or a compensation and no outcome."""
-        return sum(1 for t in self.steps.values() if t.status in ACTIONABLE)
+        """Steps with an intent or a compensation and no outcome (those held back until
+        their workflow is read included: a held step's own events leave it open)."""
+        return sum(1 for t in self.steps.values() if t.status in ACTIONABLE) + len(self.reopenings)
 
     def oldest_overdue_s(self, now: datetime) -> float:
         """Seconds the most overdue open step is past its deadline (0 when none is)."""

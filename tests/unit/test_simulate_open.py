@@ -26,27 +26,6 @@ OPEN = {
         "no_early_decision",
         "a resuming agent",
     ),
-    # The daemon's clock steps 3 s forward after it read an intent: decided 954 ms early.
-    "daemon_clock_steps": (
-        '{"seed":5,"partitions":1,"actors":[["a1","paynotify","w1",0,[]],'
-        '["recovery","recovery","",0,[]]],'
-        '"faults":[[-1,"freeze","a1",4000],[10,"skew","recovery",3000]],"turns":200,'
-        '"defects":[]}',
-        "no_early_decision",
-        "forward step",
-    ),
-    # A daemon restarted from a checkpoint taken after w1's second claim (none of w1's
-    # steps tracked then) tracks the first runner's fenced-off intent for 'book' as live,
-    # compensates it and cancels the booking of the trip the second runner completed.
-    "restarted_daemon_forgets_claim": (
-        '{"seed":152,"partitions":1,"actors":[["a1","trip","w1",0,[]],'
-        '["a1b","trip","w1",112,[]],["a2","trip","w2",0,[]],["a2b","trip","w2",100,[]],'
-        '["a3","trip","w3",0,[]],["recovery","recovery","",0,[]],'
-        '["projector","projector","",0,[]],["people","people","",0,[]]],'
-        '"faults":[[112,"kill","recovery",1000]],"turns":600,"defects":[],"agent_skew_ms":0}',
-        "compensation_by_owner",
-        "restarted from a checkpoint",
-    ),
 }
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.dev.simulate import checkpointing
 from stepledger.dev.simulate import services as sv
-from stepledger.dev.simulate.scheduler import Actor, Killed
+from stepledger.dev.simulate.scheduler import Actor, Killed, SimTimer
 from stepledger.dev.simulate.simlog import LogClient, SimReader
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
@@ -163,7 +163,8 @@ def recovery(world: World, actor: Actor) -> None:
         store=world.recovery_store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: sched.wall(actor),
-        reader=SimReader(broker, actor),  # reopened steps' workflows, read over the broker
+        reader=SimReader(broker, actor),  # held steps' workflows, read over the broker
+        timer=SimTimer(sched, actor),  # its due times run on simulated monotonic time
     )
     daemon.work = InlineWork()  # type: ignore[assignment]
     daemon.fence = Fence(options.session_timeout_s, 0.5, clock=lambda: sched.now_ms / 1000)
@@ -205,12 +206,14 @@ def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:
     topic = world.broker.topic
     numbers = set(range(len(world.broker.partitions)))
     for number in sorted(numbers):
-        # The loaded steps count as arrived at the take-over, on the daemon's clock (one
-        # clock: a checkpoint keeps no arrival times), as ``_on_assign`` does.
+        # The loaded steps count as arrived at the take-over, on the daemon's steady clock
+        # (one clock: a checkpoint keeps no arrival times), as ``_on_assign`` does.
         checkpoint = daemon.store.load(topic, number)
-        offset = daemon.tracker.load(number, checkpoint, daemon.clock())
+        offset = daemon.tracker.load(number, checkpoint, daemon.steady())
         start = world.broker.partitions[number].start
         positions[number] = max(offset or 0, start)
+        if start > (offset or 0):
+            daemon.tracker.skipped(number)  # its head was deleted unread, as _on_assign says
         daemon.caught_up.discard(number)
     for late in daemon.tracker.late:
         daemon.pending_late[late.event.event_id] = late

@@ -25,6 +25,11 @@ simulator must find a violation) and off (it must find none).
 - ``unchecked_log_identity`` (issue 42, state bound to its log): the checkpoint view as it
   was before: every record of the checkpoint topic read, whichever step log it names (or
   none), and a checkpoint or progress the step log contradicts handed out.
+- ``forgotten_claims`` (found by this simulator): the recovery tracker takes the claim it
+  keeps for a workflow as the latest, known or not, so a daemon restarted from a checkpoint
+  taken after a workflow's latest claim tracks a fenced-off runner's intent as live.
+- ``stepping_daemon_clock`` (found by this simulator): the recovery daemon's arrivals, lead
+  samples and due times on its wall clock, so a forward step of that clock decides early.
 
 A switch of a function that has since moved or changed shape keeps the old form here
 (``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
@@ -58,6 +63,8 @@ SWITCHES: dict[str, str] = {
     "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
     "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
     "unchecked_log_identity": "checkpoint records not checked against the step log (issue 42)",
+    "forgotten_claims": "recovery decides steps of workflows whose claims it does not know",
+    "stepping_daemon_clock": "the recovery daemon's due times on its wall clock",
 }
 
 
@@ -256,6 +263,21 @@ def _unchecked_log_identity() -> list[tuple[Any, str, Any]]:
     ]
 
 
+def _forgotten_claims() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery.tracker import Tracker
+
+    return [
+        (Tracker, "knows_claims", lambda self, workflow_id, partition: True),
+        (Tracker, "_unfenced", lambda self, state, event, partition: False),
+    ]
+
+
+def _stepping_daemon_clock() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery import daemon
+
+    return [(daemon, "SteadyClock", lambda wall, timer=None: wall)]
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -265,4 +287,6 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "worded_step": _worded_step,
     "fixed_secret_mark": _fixed_secret_mark,
     "unchecked_log_identity": _unchecked_log_identity,
+    "forgotten_claims": _forgotten_claims,
+    "stepping_daemon_clock": _stepping_daemon_clock,
 }

@@ -49,29 +49,7 @@ def agents_disagree(plan: Plan) -> bool:
     return bool(skews) and max(skews) - min(skews) > GRACE_S * 1000
 
 
-def daemon_clock_steps(plan: Plan) -> bool:
-    """True when a recovery daemon's clock steps forward by more than the grace mid-run."""
-    steps = sorted(
-        (f.at, f.value) for f in plan.faults if f.kind == "skew" and f.target == "recovery"
-    )
-    clock = 0
-    for at, value in steps:
-        if at > 0 and value - clock > GRACE_S * 1000:
-            return True
-        clock = value
-    return False
-
-
 KNOWN_OPEN: tuple[Known, ...] = (
-    Known(
-        "compensation_by_owner",
-        "the log refused recovery",
-        "a recovery daemon restarted from a checkpoint taken after a workflow's latest claim, "
-        "with none of its steps tracked then, no longer knows that claim: a fenced-off "
-        "runner's intent read after the restart is tracked as live and decided, and the "
-        "daemon's compensation claim the log refused is carried through from its own fold "
-        "(found by this simulator)",
-    ),
     Known(
         "no_early_decision",
         "agent ",
@@ -79,13 +57,6 @@ KNOWN_OPEN: tuple[Known, ...] = (
         "wrote it: agents' clocks off by more than the grace decide early (documented in "
         "docs/guarantees.md, 'Largest skew'; found by this simulator)",
         agents_disagree,
-    ),
-    Known(
-        "no_early_decision",
-        "recovery daemon ",
-        "the recovery daemon's due times and its lead over the broker are on its wall clock: "
-        "a forward step of that clock decides early (found by this simulator)",
-        daemon_clock_steps,
     ),
 )
 

@@ -84,6 +84,21 @@ class Actor:
         return self.state not in (ActorState.KILLED, ActorState.DONE)
 
 
+class SimTimer:
+    """An actor's monotonic clock and sleeps, in simulated time (the SDK's Timer)."""
+
+    def __init__(self, sched: Scheduler, actor: Actor) -> None:
+        self.sched, self.actor = sched, actor
+
+    def monotonic(self) -> float:
+        """Seconds of simulated time, read at a crossing."""
+        return self.sched.monotonic(self.actor)
+
+    def sleep(self, seconds: float) -> None:
+        """Let others run for ``seconds`` of simulated time."""
+        self.sched.sleep(self.actor, seconds)
+
+
 class Scheduler:
     """Hands the baton to one actor at a time; owns simulated time."""
 

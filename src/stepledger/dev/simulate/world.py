@@ -29,7 +29,7 @@ from stepledger.dev.simulate.plan import (
     Fault,
     Plan,
 )
-from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler
+from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler, SimTimer
 from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record
 from stepledger.domain import events as ev
 from stepledger.logid import LogIdentity
@@ -59,21 +59,6 @@ class Outcome:
     def failed(self) -> bool:
         """True when an invariant was broken."""
         return bool(self.violations)
-
-
-class SimTimer:
-    """An actor's monotonic clock and sleeps, in simulated time (the SDK's Timer)."""
-
-    def __init__(self, sched: Scheduler, actor: Actor) -> None:
-        self.sched, self.actor = sched, actor
-
-    def monotonic(self) -> float:
-        """Seconds of simulated time, read at a crossing."""
-        return self.sched.monotonic(self.actor)
-
-    def sleep(self, seconds: float) -> None:
-        """Let others run for ``seconds`` of simulated time."""
-        self.sched.sleep(self.actor, seconds)
 
 
 class World:

@@ -209,6 +209,6 @@ def test_a_crash_looping_workflow_is_dead_lettered_until_a_human_clears_it(
     assert "Traceback" not in again.stderr
 
     code, reports = stack.agent("loop")
-    assert code == 0 and reports[0]["status"] == "completed" and reports[0]["attempt"] == 4
+    assert code == 0 and reports[0]["status"] == "completed" and reports[0]["attempt"] == 5
     assert stack.effects("loop") == NEVER_CRASHED
     stack.env = env

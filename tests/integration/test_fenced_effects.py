@@ -15,11 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stepledger.config import Settings
 from stepledger.dev.examples.clients import BookingsClient, RunningService
 from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
+from stepledger.errors import WorkflowDeadLetteredError
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
@@ -42,9 +45,13 @@ TRIP = Path(__file__).with_name("agent_trip.py")
 
 
 def spawn_trip(
-    settings: Settings, running: dict[str, RunningService], src_env: dict[str, str], mode: str
+    settings: Settings,
+    running: dict[str, RunningService],
+    src_env: dict[str, str],
+    mode: str,
+    workflow: str | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
-    workflow = unique(f"wf-trip-{mode}")
+    workflow = workflow or unique(f"wf-trip-{mode}")
     env = {**src_env, "STEPLEDGER_TOOL_TIMEOUT_S": str(TIMEOUT_S)}
     env.update({URL_ENV[kind]: s.url for kind, s in running.items()})
     env["PYTHONPATH"] = f"{Path(__file__).resolve().parents[2]}{os.pathsep}{env['PYTHONPATH']}"
@@ -138,3 +145,39 @@ def test_a_frozen_runner_charges_nothing_for_a_trip_another_runner_compensated(
     assert effects(services, PAYMENTS) == charges
     assert state.status is RunStatus.COMPENSATED and "charge" not in state.steps
     assert [a.kind for a in state.anomalies] == ["zombie_intent"]
+
+
+def test_a_frozen_owner_cancels_nothing_once_a_resume_past_the_limit_dead_lettered_it(
+    make_settings: Factory, services: dict[str, RunningService], src_env: dict[str, str]
+) -> None:
+    # Found by the simulator: the dead letter was written with no claim, so the owner, alive
+    # and slow, went on unwinding its saga after the workflow ended.
+    settings = make_settings()
+    workflow = unique("wf-trip-limit")
+    ledger, _ = owner(settings, services)
+    with ledger:
+        ledger.workflow(workflow, name="trip", max_attempts=2)  # attempt 1 of 2
+    frozen, _ = spawn_trip(settings, services, src_env, "compensate", workflow)  # attempt 2
+    try:
+        assert read_line(frozen, 60) == "booked"
+        wait_for(lambda: stopped(frozen), 30, "the runner froze before its compensation")
+        ledger, _ = owner(settings, services)
+        with ledger, pytest.raises(WorkflowDeadLetteredError):
+            ledger.workflow(workflow)  # attempt 3 is past the limit
+        answer = woken(frozen)
+    finally:
+        if frozen.poll() is None:
+            frozen.kill()
+            frozen.wait(10)
+    assert answer.get("error") == "WorkflowTakenOverError", answer
+    events, state = logged(settings, workflow)
+    key = state.steps["book"].idempotency_key
+    assert effects(services, BOOKINGS, key) == 1
+    assert BookingsClient(services["bookings"].url).effect_count("cancel", key) == 0
+    assert state.status is RunStatus.DEAD_LETTERED and state.attempt == 3
+    assert [e.type for e in events][-3:] == [
+        "workflow_resumed",
+        "workflow_dead_lettered",
+        "compensation_intended",
+    ]
+    assert [a.kind for a in state.anomalies] == ["zombie_compensation"]

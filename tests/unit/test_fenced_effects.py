@@ -14,14 +14,19 @@ from typing import Any
 
 import pytest
 
+from stepledger.dev.simulate import defects
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain.enums import EffectClass, OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
-from stepledger.errors import ApprovalPendingError, WorkflowTakenOverError
-from stepledger.producer import approval
+from stepledger.errors import (
+    ApprovalPendingError,
+    WorkflowDeadLetteredError,
+    WorkflowTakenOverError,
+)
+from stepledger.producer import Workflow, approval, opening
 from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World
@@ -179,6 +184,47 @@ def test_a_zombies_approved_keyed_call_is_not_made() -> None:
     with pytest.raises(WorkflowTakenOverError):
         zombie.step("charge", charge, CARD)
     assert world.services.calls["charge"] == 0
+
+
+@pytest.mark.parametrize("switch", [(), ("unclaimed_dead_letter",)], ids=["fixed", "reverted"])
+def test_a_resume_past_the_limit_fences_the_live_owner_before_it_dead_letters(
+    switch: tuple[str, ...],
+) -> None:
+    # Found by the simulator (seed 281): a process past the limit dead-lettered the workflow
+    # while its owner was alive, and the owner's saga refunded a charge afterwards.
+    world = World()
+    services = world.services
+    world.ledger().workflow("wf", max_attempts=2)
+    owner = world.ledger().workflow("wf")  # attempt 2: alive, slow
+    owner.step("book", services.book, STAY)
+    with defects.switched(switch), pytest.raises(WorkflowDeadLetteredError):
+        world.ledger().workflow("wf")  # attempt 3 is past the limit
+    if switch:
+        assert owner.compensate("the trip was called off") == ["book"]
+        assert services.effects["cancel"] == 1, "the old behaviour: an effect after the end"
+        return
+    with pytest.raises(WorkflowTakenOverError):
+        owner.compensate("the trip was called off")
+    with pytest.raises(WorkflowTakenOverError):
+        owner.step("charge", services.charge, CARD)
+    assert services.effects["cancel"] == 0 and services.calls["charge"] == 0
+    state = replay("wf", world.log.workflow_events("wf"))
+    assert state.status is RunStatus.DEAD_LETTERED and state.attempt == 3
+    assert world.types("wf")[4:6] == ["workflow_resumed", "workflow_dead_lettered"]
+    assert sorted(a.kind for a in state.anomalies) == ["zombie_compensation", "zombie_intent"]
+
+
+def test_only_the_process_whose_claim_the_log_took_dead_letters_a_workflow() -> None:
+    world = World()
+    world.ledger().workflow("wf", max_attempts=1)
+    late = world.ledger()
+    stale = Workflow(late, "wf", late.reader.read("wf"))  # read before the other's claim
+    with pytest.raises(WorkflowDeadLetteredError):
+        world.ledger().workflow("wf")
+    with pytest.raises(WorkflowTakenOverError):
+        opening.end_past_limit(stale, 2)
+    assert world.types("wf").count("workflow_dead_lettered") == 1
+    assert [g.event.type for g in world.dead_letters.letters] == ["workflow_dead_lettered"]
 
 
 # -- the proof by offsets ------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
+from stepledger.dev.simulate import defects
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -221,6 +222,41 @@ def test_a_step_taken_over_from_a_checkpoint_is_due_its_timeout_after_the_take_o
     assert owner.tracker.due(due, 10, {0}) == [("wf", "s")]
     first.work.shutdown(wait=True)
     owner.work.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("switch", [(), ("refused_event_waits",)], ids=["fixed", "reverted"])
+def test_an_event_the_fold_refused_does_not_hold_a_compensation_back(
+    tmp_path: Path, switch: tuple[str, ...]
+) -> None:
+    # Found by the simulator (seed 120): the daemon's compensation claim, then the frozen
+    # runner's late "succeeded" outcome (a conflict the fold refuses) a second later.
+    clock, log = DaemonClock(), InMemoryEventLog()
+    intent = intended(0.0)
+    assert isinstance(intent.body, ev.StepIntended)
+    undo = ev.CompensationIntended(
+        idempotency_key=ids.compensation_key(intent.body.idempotency_key),
+        reason="in doubt",
+        source=Source.RECOVERY_COMPENSATE,
+        deadline=T0 + timedelta(seconds=2.5 + TIMEOUT_S),
+        attempt=1,
+    )
+    daemon_events = EventFactory("fleet", "recovery", lambda: clock.now)
+    late = writer(0.0).outcome("wf", "s", attempt=1, status=OutcomeStatus.SUCCEEDED)
+    events = [(intent, 0.0), (daemon_events.envelope("wf", "s", undo), 2.5), (late, 3.5)]
+    with defects.switched(switch):
+        daemon = _daemon(tmp_path, clock, log)
+        for offset, (event, at) in enumerate(events):
+            clock.now = T0 + timedelta(seconds=at)
+            daemon._handle(Consumed("log", 0, offset, None, Codec().encode(event)))
+        tracked = daemon.tracker.steps[("wf", "s")]
+        daemon.work.shutdown(wait=True)
+    state = replay("wf", [e for e, _ in events])
+    assert state.steps["s"].status is StepStatus.COMPENSATING
+    assert [a.kind for a in state.anomalies] == ["late_outcome"], state.anomalies
+    # The compensation's timeout and the grace run from its claim, not from the refused event.
+    claimed = T0 + timedelta(seconds=2.5 + TIMEOUT_S) + GRACE
+    refused = T0 + timedelta(seconds=3.5 + TIMEOUT_S) + GRACE
+    assert tracked.due == (refused if switch else claimed)
 
 
 # -- a resuming agent (real time) --------------------------------------------------------------

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from stepledger import tracing
 from stepledger.domain import events as ev
@@ -213,7 +213,7 @@ def go_on(workflow: Workflow, spec: WorkflowSpec) -> Workflow:
         return workflow  # finished: steps replay their results, nothing new runs
     attempt = state.attempt + 1
     if attempt > state.max_attempts:
-        dead_letter(workflow, attempt)
+        return end_past_limit(workflow, attempt)
     if state.read_only:
         # A read-only workflow is started over: the fold forgets its earlier steps.
         started = _started(workflow, spec, attempt, True, state.max_attempts)
@@ -240,10 +240,31 @@ def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
     fence.ensure_claimed(workflow.state, workflow.runner, workflow.epoch)
 
 
-def dead_letter(workflow: Workflow, attempt: int) -> None:
+def end_past_limit(workflow: Workflow, attempt: int) -> Workflow:
+    """Claim the attempt past the limit, then dead-letter the workflow under that claim.
+
+    The claim fences off a runner that may still be alive (a slow process, not a dead one):
+    whatever it writes after the claim (an intent, a compensation) decides nothing and it
+    calls nothing, so no effect follows the dead letter.  Only the process whose claim the
+    log took dead-letters the workflow: another's claim first raises
+    WorkflowTakenOverError, and a workflow that ended before the claim is left as it ended.
+    """
+    claim(workflow, attempt, f"resume_limit: attempt {attempt} is past the limit")
+    state = workflow.state
+    if state.status is RunStatus.DEAD_LETTERED:
+        raise dead_lettered_error(state, state.escalation_id or "?")
+    if state.status is not RunStatus.RUNNING:
+        return workflow  # finished before the claim: steps replay their results
+    dead_letter(workflow, attempt)
+
+
+def dead_letter(workflow: Workflow, attempt: int) -> NoReturn:
     """Record that the workflow passed its limit, publish a dead letter, and raise."""
     ledger, state = workflow.ledger, workflow.state
-    escalation = ids.escalation_id(workflow.workflow_id, None, "resume_limit", attempt)
+    # Named after the first attempt past the limit, not the one claimed: a process that
+    # dies between its claim and the dead letter leaves the next one the same escalation.
+    limit = state.max_attempts + 1
+    escalation = ids.escalation_id(workflow.workflow_id, None, "resume_limit", limit)
     reason = f"resume_limit: attempt {attempt} exceeds the limit of {state.max_attempts} attempts"
     body = ev.WorkflowDeadLettered(attempt=attempt, reason=reason, escalation_id=escalation)
     event = ledger.events.envelope(workflow.workflow_id, None, body, attempt)
@@ -258,7 +279,7 @@ def dead_lettered_error(state: WorkflowState, escalation: str) -> WorkflowDeadLe
     """The error a resume of a dead-lettered workflow raises, naming how to clear it."""
     wf = state.workflow_id
     return WorkflowDeadLetteredError(
-        f"workflow {wf!r} is dead-lettered after {state.attempt} attempts "
+        f"workflow {wf!r} is dead-lettered at attempt {state.attempt} "
         f"(escalation {escalation}); a human clears it with "
         f"`stepledger workflows clear {shell_arg(wf)} --by NAME`",
         escalation_id=escalation,

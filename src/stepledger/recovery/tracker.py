@@ -192,6 +192,7 @@ class Tracker(CheckpointDiff):
                 self._forget(key, tracked)
                 self._hold(key, partition, event, value, arrived)
                 return None
+        before = state.steps.get(event.step_id)
         anomaly = state.apply(event)
         step = state.steps.get(event.step_id)
         if step is None:
@@ -202,7 +203,8 @@ class Tracker(CheckpointDiff):
         values = (*tracked.values, stored(event, value))
         if folded is not None:
             folded.took(values, event)
-        tracked.arrived(event, arrived)
+        if self._moves_waits(before, step):
+            tracked.arrived(event, arrived)
         self._took(key, tracked, values, step)
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
@@ -233,6 +235,14 @@ class Tracker(CheckpointDiff):
         self._dirty.add(key)
         self.changed += 1
         self._schedule(key, tracked)
+
+    @staticmethod
+    def _moves_waits(before: StepState | None, after: StepState) -> bool:
+        """Whether an event begins a wait of its step: only one the fold took does, as only
+        it moves the step's ``last_at`` (the fold puts a changed copy).  A late outcome, a
+        zombie's intent or an anomaly it refused leaves the running wait (a compensation's
+        timeout, a back-off) where it was."""
+        return after is not before
 
     def knows_claims(self, workflow_id: str, partition: int) -> bool:
         """Whether the workflow's latest claim (or that it has none) is known here."""

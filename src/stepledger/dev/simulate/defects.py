@@ -30,6 +30,12 @@ simulator must find a violation) and off (it must find none).
   taken after a workflow's latest claim tracks a fenced-off runner's intent as live.
 - ``stepping_daemon_clock`` (found by this simulator): the recovery daemon's arrivals, lead
   samples and due times on its wall clock, so a forward step of that clock decides early.
+- ``refused_event_waits`` (found by this simulator): every event of a tracked step begins a
+  wait, those the fold refused too, so a runner's late outcome after the daemon's
+  compensation claim holds the compensation back a timeout more.
+- ``unclaimed_dead_letter`` (found by this simulator): a resume past the limit dead-letters
+  the workflow without claiming it first, so a runner still alive goes on making effects
+  (a refund) after the workflow ended.
 
 A switch of a function that has since moved or changed shape keeps the old form here
 (``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
@@ -65,6 +71,8 @@ SWITCHES: dict[str, str] = {
     "unchecked_log_identity": "checkpoint records not checked against the step log (issue 42)",
     "forgotten_claims": "recovery decides steps of workflows whose claims it does not know",
     "stepping_daemon_clock": "the recovery daemon's due times on its wall clock",
+    "refused_event_waits": "an event the fold refused restarts its step's wait",
+    "unclaimed_dead_letter": "a resume past the limit dead-letters without a claim",
 }
 
 
@@ -278,6 +286,18 @@ def _stepping_daemon_clock() -> list[tuple[Any, str, Any]]:
     return [(daemon, "SteadyClock", lambda wall, timer=None: wall)]
 
 
+def _refused_event_waits() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery.tracker import Tracker
+
+    return [(Tracker, "_moves_waits", staticmethod(lambda before, after: True))]
+
+
+def _unclaimed_dead_letter() -> list[tuple[Any, str, Any]]:
+    from stepledger.producer import opening
+
+    return [(opening, "end_past_limit", opening.dead_letter)]
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -289,4 +309,6 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "unchecked_log_identity": _unchecked_log_identity,
     "forgotten_claims": _forgotten_claims,
     "stepping_daemon_clock": _stepping_daemon_clock,
+    "refused_event_waits": _refused_event_waits,
+    "unclaimed_dead_letter": _unclaimed_dead_letter,
 }

@@ -14,8 +14,10 @@ made each, for which logical call) and what actors hold; nothing here changes th
     that intent as the step's open attempt: not fenced off by a newer claim, not decided by
     anyone else yet.
 ``no_early_decision``
-    Nobody but the agent decides an intent before its deadline by the broker's clock (the
-    intent's broker time plus the tool's timeout); a query that *found* the effect may.
+    Nobody but the agent decides an intent before its deadline as the agent measured it,
+    on the broker's clock (its budget began when it stamped the intent, before the
+    append: the recorded deadline taken to the broker's clock by the writer's skew then);
+    a query that *found* the effect may.
 ``decided_within_bound``
     Every intent is decided (an outcome, a compensation, an escalation) by its deadline by
     the broker's clock plus the grace and a margin (longer by any time the recovery daemon
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from stepledger.dev.simulate import services as sv
+from stepledger.dev.simulate.scheduler import EPOCH
 from stepledger.dev.simulate.simlog import Broker, Record
 from stepledger.dev.simulate.statetopic import MemRecord, checkpoint_events
 from stepledger.domain import events as ev
@@ -115,8 +118,7 @@ class Monitor:
             return  # the fold refused the decision (the step was decided): it decides nothing
         body = intent.event.body
         assert isinstance(body, ev.StepIntended)
-        timeout = body.deadline - intent.event.occurred_at
-        due_ms = intent.broker_ms + timeout // timedelta(milliseconds=1)
+        due_ms = self._deadline_ms(intent, body)
         if record.broker_ms < due_ms:
             early = due_ms - record.broker_ms
             who = "agent" if record.writer in self.agents else "recovery daemon"
@@ -126,6 +128,26 @@ class Monitor:
                 f"{who} {record.writer} wrote {event.type} on {event.step_id} (attempt "
                 f"{body.attempt}) {early}ms before its deadline by the broker's clock",
             )
+
+    def _deadline_ms(self, intent: Record, body: ev.StepIntended) -> int:
+        """When the intent's writer stopped calling, on the broker's clock.
+
+        Its budget began when it stamped the intent, before the append (a writer paused in
+        between appends late and calls nothing: past its deadline): the recorded deadline
+        taken to the broker's clock by the writer's skew when it stamped it.  The broker's
+        time of the append plus the timeout is later, and stands in when the stamp cannot
+        be placed (a writer not known here).
+        """
+        assert intent.event is not None
+        ms = timedelta(milliseconds=1)
+        timeout = (body.deadline - intent.event.occurred_at) // ms
+        writer = self.broker.sched.actors.get(intent.writer)
+        stamped = None
+        if writer is not None:
+            stamped = writer.on_broker_clock((intent.event.occurred_at - EPOCH) // ms)
+        if stamped is None or stamped > intent.broker_ms:
+            return intent.broker_ms + timeout
+        return stamped + timeout
 
     def _taken_intent(self, record: Record, event: ev.Event) -> Record | None:
         """The intent a decision the fold took decides (None: the fold refused it)."""

@@ -74,6 +74,9 @@ class Actor:
     """How many step outcomes it appended (a fault may fire right after one of them)."""
     notes: dict[str, object] = field(default_factory=dict)
     """What the actor's body wants the invariants to know (its workflow handle, ...)."""
+    skews: list[tuple[int, int]] = field(default_factory=list)
+    """Each time its skew was set (broker ms, skew ms), oldest first: what its wall clock
+    read at any moment, so a time it recorded can be put on the broker's clock."""
     _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     _thread: threading.Thread | None = None
     _killed: bool = False
@@ -82,6 +85,23 @@ class Actor:
     def live(self) -> bool:
         """True until it ended or was killed."""
         return self.state not in (ActorState.KILLED, ActorState.DONE)
+
+    def set_skew(self, now_ms: int, skew_ms: int) -> None:
+        """Set its wall clock ``skew_ms`` off the broker's from ``now_ms`` on."""
+        self.skew_ms = skew_ms
+        self.skews.append((now_ms, skew_ms))
+
+    def on_broker_clock(self, wall_ms: int) -> int | None:
+        """When (broker ms) its wall clock read ``wall_ms`` (ms since ``EPOCH``); None when
+        no skew it had fits (a reading it never made)."""
+        spans = self.skews or [(0, self.skew_ms)]
+        for i in range(len(spans) - 1, -1, -1):
+            since, skew = spans[i]
+            until = spans[i + 1][0] if i + 1 < len(spans) else None
+            at = wall_ms - skew
+            if at >= since and (until is None or at <= until):
+                return at
+        return None
 
 
 class SimTimer:

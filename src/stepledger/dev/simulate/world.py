@@ -86,6 +86,9 @@ class World:
         self.trace: list[str] = []
         self.down: list[list[int]] = []
         """Intervals (ms) when no recovery daemon ran: the liveness bound stretches by them."""
+        self.takeovers: list[int] = []
+        """When a restarted recovery daemon started (ms): it takes its partitions over from
+        its checkpoint, and the liveness bound allows one more timeout from there."""
         self._current: dict[str, Actor] = {}
         """The newest process of each planned actor (a killed one's successor)."""
         self._spawns: list[tuple[int, ActorSpec]] = []
@@ -105,13 +108,15 @@ class World:
         self._generations[spec.name] += 1
         n = self._generations[spec.name]
         name = spec.name if n == 1 else f"{spec.name}.{n}"
-        actor = self.sched.add(Actor(name, spec.kind, self._body(spec), skew_ms=skew_ms))
+        actor = self.sched.add(Actor(name, spec.kind, self._body(spec)))
+        actor.set_skew(self.sched.now_ms, skew_ms)
         self._current[spec.name] = actor
         if spec.kind in AGENT_KINDS:
             self.monitor.agents.add(name)
         self._note(name, f"starts ({spec.kind} {spec.workflow} {' '.join(spec.options)})".strip())
         if spec.kind == "recovery" and self.down and self.down[-1][1] < 0:
             self.down[-1][1] = self.sched.now_ms
+            self.takeovers.append(self.sched.now_ms)
         return actor
 
     def _body(self, spec: ActorSpec) -> Callable[[Actor], None]:
@@ -179,7 +184,8 @@ class World:
             if actor.kind == "recovery":
                 self.down.append([self.sched.now_ms, -1])
         elif kind == "skew":
-            actor.skew_ms = value + (self.plan.agent_skew_ms if actor.kind in AGENT_KINDS else 0)
+            fleet = self.plan.agent_skew_ms if actor.kind in AGENT_KINDS else 0
+            actor.set_skew(self.sched.now_ms, value + fleet)
         elif kind.startswith("ack_"):
             self.acks.add(actor.name, kind.removeprefix("ack_"))
         elif kind.startswith("call_"):
@@ -209,7 +215,8 @@ class World:
             # Liveness needs someone to decide: a plan without a recovery daemon has nobody.
             deciders = any(a.kind == "recovery" for a in self.plan.actors)
             if not self.monitor.found and deciders:
-                self.monitor.found.extend(liveness.check(self.broker, self.down, self.sched.now_ms))
+                found = liveness.check(self.broker, self.down, self.sched.now_ms, self.takeovers)
+                self.monitor.found.extend(found)
         finally:
             self.sched.close()
         ended = {a.name: a.ended for a in self.sched.actors.values()}

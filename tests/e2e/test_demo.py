@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from stepledger.dev.demo.effects import UNKNOWN, EffectCounts
+from stepledger.dev.demo.show import answer_notes
 
 DEMO = [sys.executable, "-m", "stepledger", "demo"]
 MARK = "STEPLEDGER_DEMO_TEST_MARK"
@@ -105,6 +106,9 @@ def test_demo_tells_the_whole_story_fast_and_leaves_nothing_running(
     assert re.search(
         r"stepledger escalations resolve esc-[0-9a-f]+ --not-happened --by YOUR_NAME", out
     )
+    # The command names the demo's own broker: the demo says it stops, and what keeps it.
+    notes = out[out.index("== 6.") : out.index("stepledger escalations resolve")]
+    assert "which stops when the demo ends" in notes and "--keep DIR" in notes
     assert re.search(r"stopped all \d+ processes the demo started; none left running", out)
 
 
@@ -194,3 +198,14 @@ def test_a_compensated_workflow_with_an_effect_left_standing_is_named() -> None:
     )
     statuses = {"trip-3": "compensated", "trip-5": "compensated"}
     assert counts.left_standing(statuses) == ["trip-3: charged 1, refunded 0"]
+
+
+def test_answer_commands_say_where_they_work() -> None:
+    # A plain demo's broker stops with it: the printed command would reach nothing.
+    plain = " ".join(answer_notes(local_broker=True, keep=False))
+    assert "stops when the demo ends" in plain and "--keep DIR" in plain
+    assert "--bootstrap" in plain
+    kept = " ".join(answer_notes(local_broker=True, keep=True))
+    assert "while the stack runs" in kept and "stops when" not in kept
+    yours = " ".join(answer_notes(local_broker=False, keep=False))
+    assert "your broker, after the demo too" in yours

@@ -230,12 +230,18 @@ def test_answer_a_case_in_the_browser_and_watch_it_leave_the_queue(
     body = case.content()
     assert "[redacted]" in body and h.CARD not in body and h.CARD.replace(" ", "") not in body
     assert "escalate: the tool can neither be looked up" in body
+    # An irreversible wire is offered no "happened and was undone".
+    assert case.locator("#answer-compensated").count() == 0
+    assert case.locator("#answer-not_happened").count() == 1
     _answer(case, "happened", "alice", "the bank statement shows wire w-1", '{"wire": "w-1"}')
     _shot(case, "inbox-case.png", tmp_path, full=True)
     case.click("#submit")
     case.wait_for_selector("#outcome")
     assert "the one that counted" in case.inner_text("#outcome")
     assert case.inner_text("#decided-by") == "alice"
+    # The page says what the answer causes and who acts next.
+    after = case.inner_text("#next")
+    assert "Nothing runs by itself" in after and "ledger.workflow('trip-lisbon')" in after
     (answer,) = stack.answers("trip-lisbon")
     assert isinstance(answer.body, ev.EscalationResolved)
     assert (answer.body.by, answer.body.verdict.value, answer.body.result_json) == (

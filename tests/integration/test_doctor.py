@@ -128,6 +128,10 @@ def test_doctor_names_each_unsafe_and_off_thing_and_exits_by_what_is_unsafe(
     assert by_check["lag"]["level"] == "off" and "lag 3" in by_check["lag"]["message"]
     assert report["unsafe"] == 0 and ("unsafe", "retention") not in _lines(report)
     assert ("off", "timestamps") not in _lines(report)
+    # What passed is said too: the step log's timestamps and retention, the topics.
+    ok = {(f["check"], f["subject"]) for f in report["passed"]}
+    assert {("timestamps", kept.topic), ("retention", kept.topic), ("topics", "cluster")} <= ok
+    assert "replication" in report["checked"]
 
 
 def test_on_three_brokers_low_replication_and_min_insync_are_unsafe(tmp_path: Path) -> None:

@@ -238,6 +238,8 @@ def test_an_answer_appends_the_clis_event_and_a_second_one_is_refused(inbox: Inb
     alice, bob = inbox.client(), inbox.client()
     page_alice = alice.get("/escalations/esc-old").text
     page_bob = bob.get("/escalations/esc-old").text
+    # An irreversible wire cannot have "happened and was undone".
+    assert 'id="answer-happened"' in page_alice and 'id="answer-compensated"' not in page_alice
     fields = {"answer": "happened", "result": '{"wire": "w-9"}', "by": "alice", "note": "bank"}
     done = alice.post("/escalations/esc-old", data=form(page_alice, **fields))
     assert done.status_code == 303, done.text
@@ -259,6 +261,10 @@ def test_an_answer_appends_the_clis_event_and_a_second_one_is_refused(inbox: Inb
     shown = alice.get(ROOT + done.headers["location"]).text
     assert "the one that counted" in shown and 'id="decided-by">alice<' in shown
     assert 'id="answer-form"' not in shown
+    # What the answer causes and who acts next: the workflow waits for its agent.
+    after = re.search(r'<p id="next">([^<]*)</p>', shown)
+    assert after is not None and "Nothing runs by itself" in after.group(1)
+    assert "goes on past it without calling send_wire again" in after.group(1)
     late = bob.post(
         "/escalations/esc-old",
         data=form(page_bob, answer="not_happened", by="bob", note="no trace"),

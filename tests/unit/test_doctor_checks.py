@@ -13,6 +13,7 @@ from stepledger.doctor.checks import (
     check,
     unsafe,
 )
+from stepledger.doctor.passed import CHECKS, passed
 
 SAFE = {
     "retention.ms": "-1",
@@ -104,3 +105,27 @@ def test_a_group_whose_members_read_another_step_log_is_shared() -> None:
     members = (Member("stepledger-projector/0.3.0", frozenset({"events", "orders"})),)
     group = GroupFacts("events.projector", members)
     assert ("off", "shared", "events.projector") in found(facts(groups={group.group_id: group}))
+
+
+def test_a_healthy_cluster_is_told_what_passed_not_just_that_nothing_was_found() -> None:
+    cluster = facts(groups={"g": GroupFacts("g", (Member("m", frozenset({"events"})),))})
+    ok = {(f.level, f.check) for f in passed(cluster, check(cluster, version="0.3.0"))}
+    assert {("ok", c) for c in ("topics", "replication", "retention", "timestamps")} <= ok
+    assert {("ok", "members"), ("ok", "versions"), ("ok", "read")} <= ok
+    assert ("info", "compaction") in ok  # no checkpoint topic: said, not passed
+    assert {c for _, c in ok} <= set(CHECKS)
+
+
+def test_a_failed_check_has_no_ok_line() -> None:
+    topics = {"events": TopicFacts("events", 6, 2, SAFE), "dlq": TopicFacts("dlq", 3, 3, SAFE)}
+    cluster = facts(topics=topics)
+    ok = {f.check for f in passed(cluster, check(cluster, version="0.3.0"))}
+    assert "replication" not in ok and "topics" in ok
+
+
+def test_one_broker_names_where_the_only_copy_lives() -> None:
+    dev = check(facts(brokers=1, cluster_id="tansu_cluster"), version="0.3.0")
+    line = next(f.message for f in dev if f.check == "replication")
+    assert "one disk" not in line and "Tansu" in line and "memory" in line
+    kafka = check(facts(brokers=1, cluster_id="MkU3OEVBNTcwNTJENDM2Qg"), version="0.3.0")
+    assert "broker's disk" in next(f.message for f in kafka if f.check == "replication")

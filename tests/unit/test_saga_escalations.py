@@ -20,7 +20,7 @@ from stepledger.errors import (
     WorkflowDeadLetteredError,
     WorkflowTakenOverError,
 )
-from stepledger.humanqueue.escalations import STEP_VERDICTS, WORKFLOW_VERDICTS, EscalationQueue
+from stepledger.humanqueue.escalations import FINAL_VERDICTS, WORKFLOW_VERDICTS, EscalationQueue
 from stepledger.producer import escalation
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World
@@ -91,7 +91,8 @@ def test_a_definite_failure_of_the_email_after_the_charge_goes_to_a_person() -> 
     assert len(abandoned) == 1 and isinstance(abandoned[0], ev.StepAbandoned)
     assert abandoned[0].source is Source.AGENT and "failed_after_pivot" in abandoned[0].reason
     [case] = EscalationQueue().extend(world.log.events).open()
-    assert case.step_id == "email" and case.options == STEP_VERDICTS
+    # Nothing undoes an email: "happened and was undone" is no answer for it.
+    assert case.step_id == "email" and case.options == FINAL_VERDICTS
     assert case.escalation_id == step.escalation_id and "failed_after_pivot" in case.reason
     # Asked again, in this run or the next, it runs no second time on its own.
     mail.refuse = False

@@ -11,6 +11,7 @@ from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
 from stepledger.doctor.checks import check, unsafe
 from stepledger.doctor.facts import gather
+from stepledger.doctor.passed import CHECKS, passed
 from stepledger.terminal import safe
 
 
@@ -34,7 +35,8 @@ def doctor_command(
     max_lag: int,
     as_json: bool,
 ) -> None:
-    """Say, one line each, what is unsafe or off in the cluster; exit 1 if anything is unsafe.
+    """Say, one line each, what is unsafe or off in the cluster and what passed; exit 1 if
+    anything is unsafe.
 
     Checks replication (factor 3, min.insync.replicas 2 on a multi-broker cluster), the step
     log's retention against checkpoints, its timestamp type, that a checkpoint topic is
@@ -46,15 +48,27 @@ def doctor_command(
         groups=groups or (settings.projector_group, settings.recovery_group),
     )
     findings = check(facts, version=stepledger_version(), max_lag=max_lag)
+    ok = passed(facts, findings)
     bad = unsafe(findings)
     if as_json:
         counts = {level: sum(f.level == level for f in findings) for level in ("unsafe", "off")}
-        report = {"brokers": facts.brokers, "findings": [f.to_json() for f in findings], **counts}
+        report = {
+            "brokers": facts.brokers,
+            "checked": list(CHECKS),
+            "findings": [f.to_json() for f in findings],
+            "passed": [f.to_json() for f in ok],
+            **counts,
+        }
         click.echo(json.dumps(report))
     else:
-        for f in findings:
+        click.echo(safe(f"checked {settings.topic} on {settings.bootstrap}: {', '.join(CHECKS)}"))
+        for f in [*findings, *ok]:
             click.echo(safe(f"{f.level.upper():6} {f.check:11} {f.subject}: {f.message}"))
-        click.echo("unsafe: see above" if bad else "nothing unsafe found")
+        tally = ", ".join(
+            f"{sum(f.level == level for f in findings)} {level}" for level in ("unsafe", "off")
+        )
+        verdict = "unsafe: see above" if bad else "nothing unsafe found"
+        click.echo(f"{verdict} ({tally}, {len(ok)} passed)")
     if bad:
         click.get_current_context().exit(1)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,9 @@ from stepledger.readers.query import (
 from stepledger.terminal import safe
 from stepledger.timeline import bars, timeline_svg
 
+TABLE_WIDTH = 200
+"""How wide a table is printed unless asked to be wide."""
+
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
@@ -44,6 +49,13 @@ def register(group: click.Group) -> None:
     default="table",
     show_default=True,
 )
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json (values unrounded).")
+@click.option("--csv", "as_csv", is_flag=True, help="Same as --format csv (values unrounded).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help=f"Print the table as wide as its longest values (default: cut to {TABLE_WIDTH} columns).",
+)
 @click.option(
     "--timeout",
     default=DEFAULT_TIMEOUT_S,
@@ -51,41 +63,86 @@ def register(group: click.Group) -> None:
     type=click.FloatRange(0, min_open=True),
     help="Stop the query after this many seconds.",
 )
-def query(sql: str | None, sql_file: Any, db_path: Path, output: str, timeout: float) -> None:
-    """Run read-only SQL on the freshest snapshot of the projection."""
+def query(
+    sql: str | None,
+    sql_file: Any,
+    db_path: Path,
+    output: str,
+    as_json: bool,
+    as_csv: bool,
+    wide: bool,
+    timeout: float,
+) -> None:
+    """Run read-only SQL on the freshest snapshot of the projection.
+
+    The table rounds floats and fits 200 columns (a line on stderr says when values were
+    cut); --wide, --json and --csv show every value whole.
+    """
 
     if (sql is None) == (sql_file is None):
         raise click.UsageError("give the SQL as an argument or with --file (not both)")
+    if as_json and as_csv:
+        raise click.UsageError("--json and --csv are two formats: give one")
+    output = "json" if as_json else "csv" if as_csv else output
     text = sql if sql is not None else sql_file.read()
     for result in run_query(readable_source(db_path), text, timeout=timeout):
-        _print_result(result, output)
+        _print_result(result, output, wide=wide)
 
 
-def _print_result(result: QueryResult, output: str) -> None:
+def _print_result(result: QueryResult, output: str, *, wide: bool) -> None:
 
     if output == "csv":
         click.echo(to_csv(result), nl=False)
     elif output == "json":
         click.echo(to_json(result))
     else:
-        print_table(result.columns, [[_cell(v) for v in row] for row in result.rows])
+        rows = [[display(v) for v in row] for row in result.rows]
+        natural = print_table(result.columns, rows, wide=wide)
+        if natural > TABLE_WIDTH and not wide:
+            # On stderr: the table on stdout stays what a pipe expects.
+            click.echo(
+                f"(the table is {natural} characters wide and was fit into {TABLE_WIDTH}: "
+                "long values are wrapped or cut, ending in …; --wide, --json or --csv shows "
+                "every value whole)",
+                err=True,
+            )
 
 
-def _cell(value: Any) -> str:
-
+def display(value: Any) -> str:
+    """A value as a person reads it in a table: floats rounded, None as empty."""
     shown = plain(value)
+    if isinstance(shown, float):
+        return _rounded(shown)
     return "" if shown is None else str(shown)
 
 
-def print_table(columns: list[str], rows: list[list[str]], title: str | None = None) -> None:
-    """Print rows as a table on the terminal (cells as plain text, never markup)."""
+def _rounded(value: float) -> str:
+    # Three decimals say what a person compares (seconds, rates); the exact value stays in
+    # --json and --csv. Tiny and huge values keep their magnitude instead of reading as 0.
+    if not math.isfinite(value) or value == 0:
+        return str(value)
+    if abs(value) >= 1e15 or abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def print_table(
+    columns: list[str], rows: list[list[str]], title: str | None = None, *, wide: bool = False
+) -> int:
+    """Print rows as a table on the terminal (cells as plain text, never markup).
+
+    Returns the table's natural width: one wider than :data:`TABLE_WIDTH` is printed
+    narrower (long values wrapped or cut) unless ``wide``, which prints it whole.
+    """
     # Text, not markup: a cell holding "[red]" or an escape sequence is shown as it is.
     table = Table(title=title, show_lines=False)
     for column in columns:
         table.add_column(Text(safe(column)))
     for row in rows:
         table.add_row(*(Text(safe(cell)) for cell in row))
-    Console(width=200).print(table)
+    natural = Console(width=1_000_000, file=io.StringIO()).measure(table).maximum
+    Console(width=max(natural, TABLE_WIDTH) if wide else TABLE_WIDTH).print(table)
+    return natural
 
 
 @click.command()

@@ -19,6 +19,7 @@ from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
+from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.kafka.consumer import GroupProtocol
@@ -307,9 +308,9 @@ def resolve_command(
         reader.close()
     ensure_counted(receipt)
     event_id = receipt.event.event_id
-    click.echo(
-        json.dumps({"escalation_id": escalation_id, "verdict": verdict, "event_id": event_id})
-    )
+    # What the answer causes and who acts next: the inbox's sentence, so both say the same.
+    shown = {"escalation_id": escalation_id, "verdict": verdict, "event_id": event_id}
+    click.echo(json.dumps({**shown, "next": what_next(receipt.case)}))
 
 
 @click.command("reconcile")

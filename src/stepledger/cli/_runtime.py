@@ -19,9 +19,10 @@ import click
 from stepledger.cli._approvals import approval_lines, approval_summary
 from stepledger.cli._common import with_settings
 from stepledger.cli._identity import BY_HELP, answerer
+from stepledger.cli._turns import step_line
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.domain.context import build_context, render
+from stepledger.domain.context import build_context
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
@@ -190,8 +191,19 @@ def clear_command(
 @_db_option
 @click.argument("workflow_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-def show_command(settings: Settings, db_path: Path | None, workflow_id: str, as_json: bool) -> None:
-    """Show a workflow as a resume sees it: status, attempt and its steps in order."""
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Print each step whole (a model turn's recorded response, long arguments).",
+)
+def show_command(
+    settings: Settings, db_path: Path | None, workflow_id: str, as_json: bool, full: bool
+) -> None:
+    """Show a workflow as a resume sees it: status, attempt and its steps in order.
+
+    A model turn is summarised (model, tool calls, a preview of its text) and any other
+    step cut to a line; --full prints what the log recorded.
+    """
     state = _state(settings, db_path, workflow_id)
     steps = build_context(state)
     if as_json:
@@ -216,7 +228,7 @@ def show_command(settings: Settings, db_path: Path | None, workflow_id: str, as_
     )
     for step in steps:
         # One line per step, escaped whole: a newline in a field cannot start another.
-        click.echo(safe(render([step])))
+        click.echo(safe(step_line(step, full=full)))
 
 
 def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:

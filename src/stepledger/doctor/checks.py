@@ -2,8 +2,9 @@
 
 Levels: ``unsafe`` (the guarantees do not hold: acknowledged events can be lost, history
 deleted with no checkpoint covering it), ``off`` (works, but not as the deadlines, the
-groups or this version expect) and ``info`` (what was measured, e.g. lag).  Only an unsafe
-finding makes ``stepledger doctor`` exit non-zero.
+groups or this version expect), ``info`` (what was measured, e.g. lag) and ``ok`` (a check
+that passed, and what it verified: :func:`passed`).  Only an unsafe finding makes
+``stepledger doctor`` exit non-zero.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Literal
 from stepledger import wire
 from stepledger.clientid import PREFIX
 
-Level = Literal["unsafe", "off", "info"]
+Level = Literal["unsafe", "off", "info", "ok"]
 
 #: The replication a multi-broker cluster needs so an acknowledged event survives a broker.
 MIN_REPLICATION = 3
@@ -26,6 +27,8 @@ MIN_INSYNC = 2
 EXPECTED_TIMESTAMP_TYPE = wire.STEP_LOG_TIMESTAMP_TYPE
 #: Members of a stepledger group name their role and version in their client id.
 CLIENT_PREFIX = PREFIX
+#: The cluster id a Tansu broker reports by default (the development broker).
+TANSU_CLUSTER = "tansu_cluster"
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class ClusterFacts:
     """Per state topic, how many of its newest records name each step log (``-``: none)."""
     recovery_state_topic: str = ""
     """The recovery changelog (``recover --state-in-kafka``)."""
+    cluster_id: str = ""
+    """The cluster's id as its metadata names it (Tansu's is ``tansu_cluster``)."""
 
 
 def check(facts: ClusterFacts, *, version: str, max_lag: int = 10_000) -> list[Finding]:
@@ -108,7 +113,7 @@ def check(facts: ClusterFacts, *, version: str, max_lag: int = 10_000) -> list[F
         *_groups(facts, version, max_lag),
         *(Finding("off", "read", "cluster", problem) for problem in facts.problems),
     ]
-    order = {"unsafe": 0, "off": 1, "info": 2}
+    order = {"unsafe": 0, "off": 1, "info": 2, "ok": 3}
     return sorted(found, key=lambda f: order[f.level])
 
 
@@ -137,8 +142,8 @@ def _replication(facts: ClusterFacts) -> list[Finding]:
                 "off",
                 "replication",
                 "cluster",
-                "one broker: every acknowledged event lives on one disk (fine for development; "
-                f"production wants {MIN_REPLICATION} brokers, min.insync.replicas={MIN_INSYNC})",
+                f"{_one_copy(facts)} (fine for development; production wants "
+                f"{MIN_REPLICATION} brokers, min.insync.replicas={MIN_INSYNC})",
             )
         ]
     found = []
@@ -165,6 +170,20 @@ def _replication(facts: ClusterFacts) -> list[Finding]:
                 )
             )
     return found
+
+
+def _one_copy(facts: ClusterFacts) -> str:
+    """Where a one-broker cluster keeps the only copy of an acknowledged event."""
+    if facts.cluster_id.startswith(TANSU_CLUSTER):
+        return (
+            "one Tansu broker (the development broker, `stepledger broker`): every "
+            "acknowledged event has one copy, in the broker's memory unless it was started "
+            "with S3 storage; it is lost when the broker stops"
+        )
+    return (
+        "one broker: every acknowledged event has one copy, on that broker's disk "
+        "(acknowledged from its page cache, before an fsync)"
+    )
 
 
 def _retention(facts: ClusterFacts) -> list[Finding]:

@@ -57,6 +57,7 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         identity=identity,
         state_origins=origins,
         recovery_state_topic=settings.recovery_state_topic,
+        cluster_id=meta.cluster_id or "",
     )
 
 

@@ -20,7 +20,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
-from stepledger.humanqueue.escalations import STANDING_VERDICTS, STEP_VERDICTS, WORKFLOW_VERDICTS
+from stepledger.humanqueue.escalations import STANDING_VERDICTS, WORKFLOW_VERDICTS, step_options
 from stepledger.humanqueue.shown import Redactor, ShownCall, shown_call
 
 
@@ -237,7 +237,8 @@ def escalation_case(
         return _case(CaseKind.WORKFLOW, escalation_id, state, trace, is_open, options)
     step = state.steps.get(trace.step_id)
     is_open = step is not None and step.escalation_open and step.escalation_id == escalation_id
-    return _case(CaseKind.STEP, escalation_id, state, trace, is_open, STEP_VERDICTS, redactor)
+    verdicts = step_options(step)
+    return _case(CaseKind.STEP, escalation_id, state, trace, is_open, verdicts, redactor)
 
 
 def approval_case(

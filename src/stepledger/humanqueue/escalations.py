@@ -20,7 +20,7 @@ from typing import Any
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.domain.enums import Verdict
+from stepledger.domain.enums import EffectClass, Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, WorkflowState
@@ -29,6 +29,8 @@ from stepledger.kafka.consumer import read_topic
 from stepledger.log import EventLog
 
 STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)
+#: A step whose effect nothing undoes (an email): "happened and was undone" is no answer.
+FINAL_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED)
 WORKFLOW_VERDICTS = (Verdict.CLEARED,)
 #: Effects a compensation left standing: a human took the forward actions, or accepts them.
 STANDING_VERDICTS = (Verdict.COMPENSATED, Verdict.CLEARED)
@@ -93,6 +95,19 @@ class _StepNotes:
     evidence: Any = None
     probes: list[dict[str, Any]] = field(default_factory=list)
     anomalies: list[dict[str, Any]] = field(default_factory=list)
+
+
+def step_options(step: StepState | None) -> tuple[Verdict, ...]:
+    """The verdicts an in-doubt step's escalation takes, from its tool's declared effect.
+
+    ``compensated`` only for an effect that can be undone (the tool declared a compensation,
+    or the compensatable effect class), or one whose intent declared nothing (written before
+    effect classes were recorded).  The one rule of the inbox's buttons and of ``escalations
+    resolve``: both go through :func:`answer`, which refuses any other verdict.
+    """
+    if step is None or step.effect is None or step.undoable:
+        return STEP_VERDICTS
+    return STEP_VERDICTS if step.effect is EffectClass.COMPENSATABLE else FINAL_VERDICTS
 
 
 class EscalationQueue:
@@ -197,6 +212,7 @@ class EscalationQueue:
             evidence=notes.evidence,
             probes=tuple(notes.probes),
             anomalies=tuple(notes.anomalies),
+            options=step_options(step),
         )
 
 
@@ -244,8 +260,11 @@ def answer(
     """
     if verdict not in escalation.options:
         allowed = ", ".join(v.value for v in escalation.options)
+        why = ""
+        if verdict is Verdict.COMPENSATED and escalation.step_id is not None:
+            why = f" ({escalation.tool} declares no way to undo its effect)"
         raise LedgerStateError(
-            f"escalation {escalation.escalation_id} takes {allowed}, not {verdict.value}",
+            f"escalation {escalation.escalation_id} takes {allowed}, not {verdict.value}{why}",
             workflow_id=escalation.workflow_id,
             step_id=escalation.step_id,
         )

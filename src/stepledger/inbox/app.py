@@ -40,6 +40,7 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.humanqueue import queue as q
+from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import Answerer, Receipt, answer_kind, parse_result
 from stepledger.humanqueue.cases import Answer, Case, CaseKind
 from stepledger.inbox.auth import (
@@ -241,6 +242,7 @@ class _Pages:
         answered = request.query_params.get("answered")
         context = {
             "case": case,
+            "next": what_next(case),
             "csrf_field": CSRF_FIELD,
             "answered": answered,
             "name": request.cookies.get(NAME_COOKIE, ""),

@@ -27,6 +27,7 @@ The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -42,6 +43,10 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver
 
 _MAX_ROUNDS = 1000
+#: A wait at least this long is said (once per step settled): a person watches the agent.
+SAY_WAIT_S = 1.0
+
+logger = logging.getLogger(__name__)
 
 
 def settle_known(workflow: WorkflowHandle) -> None:
@@ -73,6 +78,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     limit = ledger.timer.monotonic() + options.resolve_timeout_s
     arrivals = Arrivals(ledger.clock)
     _settle_if_found(workflow, resolver, step_id, tool, arrivals)
+    said = False
     for _ in range(_MAX_ROUNDS):
         step = workflow.state.steps[step_id]
         if step.status not in rs.ACTIONABLE:
@@ -83,6 +89,8 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
         if action.kind is rs.ActionKind.NONE:
             break
         if action.kind is rs.ActionKind.WAIT:
+            if not said:
+                said = _say_wait(workflow, step, tool, action, shadow.steps[step_id].policy, limit)
             if not _wait_until_due(ledger, action, limit):
                 break
             if action.due_at is not None and ledger.clock() >= action.due_at:
@@ -97,6 +105,53 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     return _settled_or_raise(
         workflow, step_id, f" is still in doubt after {options.resolve_timeout_s:g}s"
     )
+
+
+def _say_wait(
+    workflow: WorkflowHandle,
+    step: StepState,
+    tool: Tool,
+    action: rs.Action,
+    policy: ResolutionPolicy | None,
+    limit: float,
+) -> bool:
+    """Say once what a resume waits for, how long and why (a person sees an agent stall).
+
+    A WARNING, so a program that configured no logging still prints it on stderr (Python's
+    last-resort handler): the example agents and a first script show it as they are.
+    """
+    if action.due_at is None:
+        return False
+    ledger = workflow.ledger
+    seconds = (action.due_at - ledger.clock()).total_seconds()
+    if seconds < SAY_WAIT_S or seconds > limit - ledger.timer.monotonic():
+        return False  # too short to notice, or past the limit: StepInDoubtError says it
+    why = (
+        "the tool has no query hook, so nothing can show sooner whether the call took effect"
+        if tool.query is None
+        else "its query hook did not find the effect, which proves nothing before the deadline"
+    )
+    decides = policy.value if policy is not None else tool.resolution.value
+    logger.warning(
+        "workflow %s step %s (%s) is in doubt after an earlier run: waiting %.1f s, until its "
+        "deadline plus %.1f s of grace, before its %s policy decides it; %s, and the earlier "
+        "run may still be inside the call until then (ResumeOptions.wait_for_recovery leaves "
+        "the decision to the recovery daemon)",
+        workflow.workflow_id,
+        step.step_id,
+        tool.name,
+        seconds,
+        ledger.options.grace_s,
+        decides,
+        why,
+        extra={
+            "workflow_id": workflow.workflow_id,
+            "step_id": step.step_id,
+            "tool": tool.name,
+            "wait_s": round(seconds, 3),
+        },
+    )
+    return True
 
 
 def _settle_if_found(

@@ -22,7 +22,13 @@ the grace by the broker's clock.  The price without broker timestamps is that an
 read late (a daemon catching up) waits its timeout again from the read.
 
 The skew of each producer's clock against the daemon's (``occurred_at`` minus the arrival)
-is measured on the way and exported; one line is logged per producer past a bound.
+is measured on the way and exported; one line is logged per producer past a bound.  Only a
+sure estimate counts: a producer ahead (reading late only makes a clock look behind), or
+any record read promptly, while its partition was caught up.  A record read while catching
+up (after a restart, a backlog) arrived late by however long it waited, and a broker-stamped
+one is no better then, since every lead sample of the catch-up is late by as much: counting
+it exported a producer minutes "behind" right after every restart.  Until a sure estimate
+exists the skew is unknown (``None``, a NaN gauge), not zero.
 
 "The daemon's clock" here is one that never steps (:class:`SteadyClock`): its wall clock
 when first read, then moved on by its monotonic clock only.  Arrivals, the lead samples and
@@ -78,7 +84,7 @@ class DeadlineClock:
 
     bound_s: float = SKEW_BOUND_S
     skew: dict[str, float] = field(default_factory=dict)
-    """Each producer's clock minus this daemon's (seconds, the latest estimate)."""
+    """Each producer's clock minus this daemon's (seconds, the latest sure estimate)."""
     warned: set[str] = field(default_factory=set)
     _least: deque[tuple[int, float]] = field(default_factory=deque)
     """Of the last ``SAMPLES`` ``read time - broker time`` samples (seconds, from
@@ -112,19 +118,22 @@ class DeadlineClock:
         broker = datetime.fromtimestamp(millis / 1000, UTC)
         return min(now, broker + timedelta(seconds=lead)), True
 
-    def largest(self) -> float:
-        """The producer skew of largest size (signed, seconds; 0 when none is known)."""
-        return max(self.skew.values(), key=abs, default=0.0)
+    def largest(self) -> float | None:
+        """The producer skew of largest size (signed, seconds; None until one is sure)."""
+        return max(self.skew.values(), key=abs, default=None)
 
-    def measure(self, event: ev.Event, appended: datetime, stamped: bool) -> None:
-        """Estimate the clock of the intent's producer against this daemon's (one line past
-        the bound, once per producer)."""
+    def measure(self, event: ev.Event, appended: datetime, prompt: bool) -> None:
+        """Estimate the clock of the intent's producer against this daemon's from a record
+        read ``prompt``-ly (its partition caught up) or not (one line past the bound, once
+        per producer; an estimate that is not sure is dropped)."""
         producer = event.producer_id
         skew = (event.occurred_at - appended).total_seconds()
+        # A late read looks like a producer behind, broker time or not: only a lead, or a
+        # record read as it came, is sure.
+        if not (prompt or skew > 0):
+            return
         self.skew[producer] = skew
-        # Without broker time a late read looks like a producer behind: only a lead is sure.
-        sure = stamped or skew > 0
-        if sure and abs(skew) > self.bound_s and producer not in self.warned:
+        if abs(skew) > self.bound_s and producer not in self.warned:
             self.warned.add(producer)
             logger.warning(
                 "producer %s: clock %+.1fs off this daemon's; deadlines are re-anchored on "

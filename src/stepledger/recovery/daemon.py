@@ -393,10 +393,13 @@ class RecoveryDaemon:
         self.deadlines.observe(timestamp, now)
         if event.step_id is None:
             return None
-        appended, stamped = self.deadlines.appended(timestamp, now)
+        appended, _ = self.deadlines.appended(timestamp, now)
         if isinstance(event.body, ev.StepIntended):
-            self.deadlines.measure(event, appended, stamped)
-            self.metrics.clock_skew.set(self.deadlines.largest())
+            # Read while its partition was caught up: at once, not from a backlog.
+            self.deadlines.measure(event, appended, msg.partition in self.caught_up)
+            largest = self.deadlines.largest()
+            if largest is not None:
+                self.metrics.clock_skew.set(largest)
         return appended
 
     def _due(self, step: StepState, arrival: rs.Arrival | None) -> datetime | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from stepledger.domain import events as ev
@@ -29,9 +31,12 @@ class RecoveryMetrics:
         self.clock_skew = Gauge(
             "stepledger_recovery_clock_skew_seconds",
             "The largest producer clock skew against this daemon's (signed; deadlines are "
-            "re-anchored on this daemon's clock).",
+            "re-anchored on this daemon's clock; NaN until an intent was read as it came).",
             registry=r,
         )
+        # Unknown is not zero: a skew alert must neither fire nor read "in sync" before the
+        # daemon read an intent the moment it was appended.
+        self.clock_skew.set(math.nan)
         self.tracked_steps = Gauge(
             "stepledger_recovery_tracked_steps", "Steps held in memory.", registry=r
         )

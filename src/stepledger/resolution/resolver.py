@@ -289,8 +289,10 @@ class Resolver:
             return run.result()
         if not isinstance(answer, Found):
             return run.result()
-        self._tried(run, ResolutionPolicy.QUERY, answer)
-        self._answered(run, answer, before_due=True)
+        # The same decision span as a due resolution: settling by a found effect is a decision.
+        with tracing.decision_span(state.workflow_id, step_id, action.kind.value):
+            self._tried(run, ResolutionPolicy.QUERY, answer)
+            self._answered(run, answer, before_due=True)
         resolution = run.result()
         if self.observer is not None:
             self.observer(resolution, tool)

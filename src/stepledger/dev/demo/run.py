@@ -274,6 +274,9 @@ def _escalations(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
     if not result.escalations:
         out.say("no open escalations")
     connect = f" --bootstrap {stack.settings.bootstrap} --topic {stack.settings.topic}"
+    if result.escalations:
+        for line in show.answer_notes(local_broker=stack.broker is not None, keep=result.keep):
+            out.say(line)
     for item in result.escalations:
         flag = "--happened"
         if item.tool == EMAIL:
@@ -285,11 +288,6 @@ def _escalations(stack: LocalStack, out: _Narrator, result: DemoResult) -> None:
             )
         for line in show.escalation_lines(item, flag, connect):
             out.say(line)
-    if result.escalations and not result.keep:
-        out.say("to answer in the browser instead: `stepledger demo --keep DIR` keeps the stack")
-        out.say("running and prints the inbox's URL (`stepledger inbox` on your own projection)")
-    elif stack.broker is not None and result.escalations:
-        out.say("(the local broker stops with the demo; use --bootstrap to keep the log)")
 
 
 def _cleanup_line(stack: LocalStack, out: _Narrator, result: DemoResult, keep: Path | None) -> None:

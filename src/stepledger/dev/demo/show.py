@@ -115,6 +115,24 @@ def escalation_lines(item: OpenEscalation, answer_flag: str, connect: str) -> li
     ]
 
 
+def answer_notes(*, local_broker: bool, keep: bool) -> list[str]:
+    """Where the printed answer commands work: a local broker stops with the demo."""
+    if keep:
+        where = "the demo's own broker" if local_broker else "your broker"
+        return [f"the commands below answer on {where} while the stack runs (until Ctrl-C)"]
+    if local_broker:
+        return [
+            "the commands below need the demo's broker, which stops when the demo ends: to",
+            "answer them, run `stepledger demo --keep DIR` (the stack keeps running and the",
+            "inbox serves the cases) or `stepledger demo --bootstrap HOST:PORT` on a broker",
+            "you keep",
+        ]
+    return [
+        "the commands below answer on your broker, after the demo too; `stepledger demo "
+        "--keep DIR` also serves them in the inbox",
+    ]
+
+
 def _cell(value: Any) -> str:
     shown = plain(value)
     return "" if shown is None else str(shown)

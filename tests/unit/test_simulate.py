@@ -136,11 +136,11 @@ FIXED = {
     # refund the charge (recovery cancelled the booking). Switched off (no claim before the
     # dead letter): the refund is made after the workflow ended.
     "dead_letter_while_owner_lives": (
-        '{"seed":281,"partitions":3,"actors":[["a1","trip","w1",0,[]],'
+        '{"seed":285,"partitions":3,"actors":[["a1","trip","w1",0,[]],'
         '["a1b","trip","w1",68,[]],["recovery","recovery","",0,[]],'
         '["projector","projector","",0,[]],["people","people","",0,[]],'
         '["other","other","",0,[]]],"faults":[[-101,"kill","a1b",3000],[-2,"kill","a1",3000],'
-        '[-1,"kill","a1b",1000],[6,"kill","a1",3000]],"turns":600,"defects":[],'
+        '[-1,"kill","a1b",1000],[7,"kill","a1",3000]],"turns":600,"defects":[],'
         '"agent_skew_ms":0}',
         "unclaimed_dead_letter",
         "compensation_by_owner",

@@ -1,11 +1,10 @@
-"""What every daemon shares: JSON logs, a Prometheus endpoint on loopback, graceful signals."""
+"""What every daemon shares: JSON logs and graceful signals (its probes: stepledger.health)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -13,8 +12,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
-
-from prometheus_client import CollectorRegistry, start_http_server
 
 from stepledger.terminal import safe
 
@@ -56,17 +53,6 @@ def configure_logging(*, json_logs: bool, level: str = "INFO") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
-
-
-def serve_metrics(registry: CollectorRegistry, port: int | None) -> None:
-    """Serve the registry's metrics on 127.0.0.1:PORT (nothing when port is None).
-
-    ``STEPLEDGER_METRICS_HOST`` overrides the address, for containers whose published port
-    is itself bound to the host's loopback (see docker-compose.yml).
-    """
-    if port is not None:
-        host = os.environ.get("STEPLEDGER_METRICS_HOST", "127.0.0.1")
-        start_http_server(port, addr=host, registry=registry)
 
 
 @contextlib.contextmanager

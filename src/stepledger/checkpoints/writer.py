@@ -43,6 +43,7 @@ from stepledger.domain.state import replay
 from stepledger.domain.steps import ENDED
 from stepledger.errors import CodecError, StepLedgerError
 from stepledger.gaps import LogStart, report_gap
+from stepledger.health import Health
 from stepledger.kafka import DurableProducer, Position, topic_partitions
 from stepledger.kafka.client import Consumer, Message, TopicPartition
 from stepledger.kafka.consumer import assigned_consumer, partition_end
@@ -209,19 +210,34 @@ class Checkpointer:
                     self._take(msg)
         self.round()
 
-    def run(self, stop: _Stop) -> None:
-        """Follow the log until ``stop.requested``, writing a round every ``every_s``."""
+    def run(self, stop: _Stop, health: Health | None = None) -> None:
+        """Follow the log until ``stop.requested``, writing a round every ``every_s``;
+        ``health`` hears each turn and, after each round, whether it is ready."""
         self.restore()
         last = time.monotonic()
         with self._consumer() as consumer:
             while not stop.requested:
+                if health is not None:
+                    health.beat()
                 for msg in consumer.consume(_BATCH, _POLL_S):
                     if not partition_end(msg):
                         self._take(msg)
                 if time.monotonic() - last >= self.options.every_s:
                     self.round()
                     last = time.monotonic()
+                    if health is not None:
+                        health.report(self.unready())
         self.round()
+
+    def unready(self) -> str | None:
+        """Why the checkpointer is not ready: a partition with workflows but no directory root
+        written yet (its readers would scan it), or one whose records were deleted unread."""
+        for number, part in sorted(self._parts.items()):
+            if part.broken:
+                return f"step-log partition {number} lost records before they were checkpointed"
+            if part.directory.root < 0 and (part.workflows or part.directory.offsets):
+                return f"no checkpoint directory written yet for step-log partition {number}"
+        return None
 
     def round(self) -> None:
         """Checkpoint every workflow with new records, then each partition's directory and

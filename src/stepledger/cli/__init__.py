@@ -2,7 +2,8 @@
 
 An area's module is imported only when one of its commands runs (or help lists it), so a
 bare SDK install (no ``[projector]``, ``[inbox]`` or ``[local]`` extra) still has a working
-``stepledger`` command: a command whose extra is missing says which one in one line.
+``stepledger`` command: a command whose extra is missing says which one in one line, whether
+the missing library is found when its module is imported or later, when the command runs.
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ import click
 
 from stepledger.cli._common import run_guarded
 
-#: Each area's module, the extra it needs, and the commands its ``register`` adds.
+#: What a command needs that a bare install lacks, when that is not an extra: the code ships
+#: with a checkout of the repository only (``pip install -e '.[local]'`` there).
+CHECKOUT = "checkout"
+
+#: Each area's module, what it needs (an extra, ``""`` for nothing, or CHECKOUT) and the
+#: commands its ``register`` adds. The one place that says which command needs what.
 AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "stepledger.cli._ledger": ("", ("broker", "init", "append", "tail")),
+    "stepledger.cli._ledger": ("", ("init", "append", "tail")),
+    "stepledger.cli._broker": ("local", ("broker",)),
     "stepledger.cli._projector": ("projector", ("project", "rebuild")),
     "stepledger.cli._query": ("projector", ("query", "status")),
     "stepledger.cli._dlq": ("projector", ("dlq",)),
@@ -52,7 +59,23 @@ class LazyGroup(click.Group):
         try:
             return area_commands(module)[cmd_name]
         except ModuleNotFoundError as exc:
-            return _needs_extra(cmd_name, AREAS[module][0], (exc.name or "?").split(".")[0])
+            return _needs_extra(cmd_name, AREAS[module][0], _top(exc))
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a library it imports as it runs, missing, is one line too."""
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            # A module of stepledger itself missing is a broken install, not a missing extra.
+            module = _area_of(ctx.invoked_subcommand or "")
+            if module is None or _top(exc) in ("stepledger", "?"):
+                raise
+            name = ctx.invoked_subcommand or "?"
+            raise click.ClickException(needs_message(name, AREAS[module][0], _top(exc))) from None
+
+
+def _top(exc: ModuleNotFoundError) -> str:
+    return (exc.name or "?").split(".")[0]
 
 
 def area_commands(module: str) -> dict[str, click.Command]:
@@ -63,9 +86,17 @@ def area_commands(module: str) -> dict[str, click.Command]:
     return dict(collected.commands)
 
 
-def _needs_extra(name: str, extra: str, missing: str) -> click.Command:
-    install = f"pip install 'stepledger[{extra}]'" if extra else "pip install stepledger"
-    message = f"`stepledger {name}` needs {missing!r}, which is not installed: {install}"
+def needs_message(name: str, needs: str, missing: str) -> str:
+    """The one line for a command whose library is missing: what to install, or where it runs."""
+    if needs == CHECKOUT:
+        install = "it runs from a checkout of the repository (pip install -e '.[local]' there)"
+    else:
+        install = f"pip install 'stepledger[{needs}]'" if needs else "pip install stepledger"
+    return f"`stepledger {name}` needs {missing!r}, which is not installed: {install}"
+
+
+def _needs_extra(name: str, needs: str, missing: str) -> click.Command:
+    message = needs_message(name, needs, missing)
 
     @click.command(name, context_settings={"ignore_unknown_options": True}, help=message)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)

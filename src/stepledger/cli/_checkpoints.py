@@ -27,6 +27,11 @@ from stepledger.config import Settings
     help="Seconds between rounds (every changed workflow and the progress).",
 )
 @click.option("--once", is_flag=True, help="Catch up to the log's end, write a round and exit.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    help="Serve /healthz and /readyz on 127.0.0.1:PORT (ready: a directory for each partition).",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--log-level", default="INFO", show_default=True)
 def checkpoint_command(
@@ -35,11 +40,13 @@ def checkpoint_command(
     every_events: int,
     every_s: float,
     once: bool,
+    metrics_port: int | None,
     log_format: str,
     log_level: str,
 ) -> None:
     """Fold the step log into per-workflow checkpoints (needs `stepledger init --checkpoints`)."""
     from stepledger.checkpoints.writer import Checkpointer, CheckpointOptions
+    from stepledger.health import Health, serve_probes
     from stepledger.kafka import topic_partitions
     from stepledger.ops import Shutdown, configure_logging
 
@@ -50,6 +57,8 @@ def checkpoint_command(
         raise click.BadParameter(
             "a comma-separated list of partition numbers", param_hint="--partitions"
         ) from None
+    health = Health("the checkpointer")
+    serve_probes(None if once else metrics_port, health)
     topic_partitions(settings, settings.checkpoint_topic)  # one line if init made none
     options = CheckpointOptions(every_events=every_events, every_s=every_s)
     checkpointer = Checkpointer(settings, owned, options)
@@ -57,7 +66,7 @@ def checkpoint_command(
         if once:
             checkpointer.catch_up()
         else:
-            checkpointer.run(Shutdown().install())
+            checkpointer.run(Shutdown().install(), health)
     finally:
         checkpointer.close()
     click.echo(f"checkpointer stopped: {checkpointer.written} checkpoints written")

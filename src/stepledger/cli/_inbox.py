@@ -29,6 +29,11 @@ TOKEN_ON_COMMAND_LINE = (
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, help="Port (0: a free one).")
 @click.option(
+    "--metrics-port",
+    type=int,
+    help="Serve /healthz and /readyz on 127.0.0.1:PORT (ready: the queue can be read).",
+)
+@click.option(
     "--token",
     envvar="STEPLEDGER_INBOX_TOKEN",
     help="Refused here: set STEPLEDGER_INBOX_TOKEN (at least 16 characters) or --token-file.",
@@ -71,6 +76,7 @@ def inbox_command(
     db_path: Path,
     host: str,
     port: int,
+    metrics_port: int | None,
     token: str | None,
     token_file: Path | None,
     users_path: Path | None,
@@ -102,6 +108,7 @@ def inbox_command(
         users=users_path,
         proxy_header=proxy_user_header,
         session_ttl_s=session_hours * 3600,
+        metrics_port=metrics_port,
     )
 
     def announce(url: str) -> None:

@@ -1,11 +1,9 @@
-"""CLI commands for the log itself: broker, init, append, tail."""
+"""CLI commands for the log itself: init, append, tail."""
 
 from __future__ import annotations
 
 import logging
-import socket
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, Any
 
 import click
 
@@ -13,7 +11,7 @@ from stepledger.cli._common import with_settings
 from stepledger.config import Settings
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError, CodecError, ConfigError
+from stepledger.errors import CodecError, ConfigError
 from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
@@ -27,80 +25,6 @@ from stepledger.topics import (
     step_log_config,
     topic_exists,
 )
-
-if TYPE_CHECKING:
-    from stepledger.dev.apache_kafka import KafkaBroker
-    from stepledger.dev.broker import LocalBroker
-
-Engine = Literal["tansu", "kafka"]
-
-
-@click.command()
-@click.option(
-    "--engine",
-    type=click.Choice(["tansu", "kafka"]),
-    default="tansu",
-    show_default=True,
-    help="tansu: the bundled broker; kafka: Apache Kafka (KRaft; needs Java 17+, and Maven "
-    "the first time to fetch its jars).",
-)
-@click.option("--port", type=int, default=9092, show_default=True, help="Loopback port (0: any).")
-@click.option(
-    "--nodes",
-    type=click.IntRange(1, 9),
-    default=1,
-    show_default=True,
-    help="Kafka only: combined broker+controller nodes (3: a 3-voter quorum).",
-)
-@click.option(
-    "--log-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Kafka only: keep the nodes' logs here (default: removed at exit).",
-)
-@click.option("--partitions", type=int, default=3, show_default=True, help="For created topics.")
-@with_settings
-def broker(
-    settings: Settings,
-    engine: Engine,
-    port: int,
-    nodes: int,
-    log_dir: Path | None,
-    partitions: int,
-) -> None:
-    """Run a development broker on 127.0.0.1 until Ctrl-C or SIGTERM."""
-    from stepledger.ops import Shutdown
-
-    if engine == "tansu" and (nodes != 1 or log_dir is not None):
-        raise click.UsageError("--nodes and --log-dir need --engine kafka")
-    if port and not _port_free(port):
-        raise click.ClickException(f"port {port} on 127.0.0.1 is already in use")
-    shutdown = Shutdown().install()
-    with _dev_broker(engine, port, nodes, log_dir) as local:
-        topics = settings.model_copy(update={"bootstrap": local.bootstrap})
-        ensure_topics(
-            topics,
-            [settings.topic, settings.dlq_topic],
-            partitions=partitions,
-            configs={settings.topic: step_log_config()},
-        )
-        click.echo(f"broker listening on {local.bootstrap}")
-        click.echo(f"export STEPLEDGER_BOOTSTRAP={local.bootstrap}")
-        while not shutdown.wait(0.5):
-            if not local.running:
-                raise BrokerError("the broker process exited")
-    click.echo("broker stopped")
-
-
-def _dev_broker(
-    engine: Engine, port: int, nodes: int, log_dir: Path | None
-) -> LocalBroker | KafkaBroker:
-    from stepledger.dev.apache_kafka import KafkaBroker
-    from stepledger.dev.broker import LocalBroker
-
-    if engine == "kafka":
-        return KafkaBroker(nodes=nodes, port=port, log_dir=log_dir)
-    return LocalBroker(port=port)
 
 
 @click.command()
@@ -314,18 +238,7 @@ def _human(event: Event) -> str:
     return safe(f"{when} {event.workflow_id}{step} {event.type} {summary}")
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        # As a listener binds: connections left in TIME_WAIT do not make the port busy.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def register(group: click.Group) -> None:
     """Add this area's commands to the group."""
-    for command in (broker, init, append, tail):
+    for command in (init, append, tail):
         group.add_command(command)

@@ -17,7 +17,8 @@ from rich.progress import (
 
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
-from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.health import serve_probes
+from stepledger.ops import Shutdown, configure_logging
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
@@ -109,7 +110,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
-    help="Serve Prometheus metrics on 127.0.0.1:PORT.",
+    help="Serve Prometheus metrics, /healthz and /readyz on 127.0.0.1:PORT.",
 )
 @click.option(
     "--log-format",
@@ -137,7 +138,7 @@ def project(settings: Settings, **opts: Any) -> None:
         group_protocol=opts["group_protocol"],
     )
     metrics = ProjectorMetrics()
-    serve_metrics(metrics.registry, opts["metrics_port"])
+    serve_probes(opts["metrics_port"], metrics.health, metrics.registry)
     run_projector(settings, options, shutdown=Shutdown().install(), metrics=metrics)
 
 

@@ -19,12 +19,13 @@ from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
+from stepledger.health import serve_probes
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.kafka.consumer import GroupProtocol
 from stepledger.log import KafkaEventLog, codec_for
-from stepledger.ops import Shutdown, configure_logging, serve_metrics
+from stepledger.ops import Shutdown, configure_logging
 from stepledger.readers.workflows import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
@@ -126,7 +127,11 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="Consumer-group session timeout: how soon a dead daemon's partitions move.",
 )
 @group_options
-@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    help="Serve Prometheus metrics, /healthz and /readyz on 127.0.0.1:PORT.",
+)
 @click.option(
     "--log-format", type=click.Choice(["json", "text"]), default="json", show_default=True
 )
@@ -169,7 +174,7 @@ def recover_command(
     if state_in_kafka:
         _ensure_state_topic(settings)
     metrics = RecoveryMetrics()
-    serve_metrics(metrics.registry, metrics_port)
+    serve_probes(metrics_port, metrics.health, metrics.registry)
     daemon = RecoveryDaemon(
         settings, tools, options, metrics=metrics, shutdown=Shutdown().install()
     )

@@ -12,7 +12,8 @@ from typing import Any
 
 from stepledger.config import Settings
 from stepledger.domain.factory import EventFactory
-from stepledger.errors import ConfigError
+from stepledger.errors import ConfigError, StepLedgerError
+from stepledger.health import Health, serve_probes
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
@@ -48,6 +49,8 @@ class ServeOptions:
     """A header naming the user, set by a reverse proxy the operator trusts."""
     session_ttl_s: float = SESSION_TTL_S
     """How long a browser session lives."""
+    metrics_port: int | None = None
+    """Where /healthz and /readyz are served (ready: the queue can be read); None: nowhere."""
 
 
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
@@ -117,6 +120,13 @@ def serve(
     if options.proxy_header is not None and token is None:
         raise ConfigError("behind a proxy the inbox needs its token (the proxy sends it)")
     sock = bind(options.host, options.port)
+    # Starting until the queue is read: bound now, so a busy port fails before anything else.
+    health = Health("the inbox")
+    try:
+        probes = serve_probes(options.metrics_port, health)
+    except ConfigError:
+        sock.close()
+        raise
     port = int(sock.getsockname()[1])
     hosts = ("127.0.0.1", "localhost", "[::1]", options.host, f"[{options.host}]")
     config = InboxConfig(
@@ -139,6 +149,7 @@ def serve(
             "holds the token can answer cases",
             options.host,
         )
+    health.check = _readable(app)
     announce(f"http://{shown}:{port}/?token={token or 'YOUR_TOKEN'}")
     server = uvicorn.Server(
         uvicorn.Config(
@@ -149,5 +160,21 @@ def serve(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        if probes is not None:
+            probes.shutdown()
         app.state.pages.source.close()
         answerer.log.close()
+
+
+def _readable(app: Any) -> Callable[[], str | None]:
+    """The inbox's readiness: a page of its queue can be read (the projector's snapshot)."""
+    from stepledger.humanqueue.queue import QueueFilter
+
+    def check() -> str | None:
+        try:
+            app.state.pages.source.page(QueueFilter())
+        except StepLedgerError as exc:
+            return f"the inbox cannot read its queue: {exc.message}"
+        return None
+
+    return check

@@ -22,6 +22,7 @@ from stepledger.config import Settings
 from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
 from stepledger.gaps import Gap, LogStart
+from stepledger.health import partitions_unready
 from stepledger.kafka import ensure_topics, reachable_partitions
 from stepledger.kafka.client import OFFSET_BEGINNING
 from stepledger.kafka.client import TopicPartition as KafkaPartition
@@ -139,6 +140,8 @@ class _Loop:
     """Held partitions whose shard is taken, still paused until their seek is accepted."""
     last_held_try: float = -math.inf
     held_retry_s: float = HELD_FIRST_RETRY_S
+    joined: bool = False
+    """An assignment (even an empty one) arrived: the member is in its group."""
 
     @property
     def state(self) -> Shards:
@@ -274,6 +277,7 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaParti
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
     kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
     loop.assigned = kept + list(partitions)
+    loop.joined = True
     for where in keys:
         loop.unplaced.pop(where, None)
         loop.read.pop(where, None)  # reading starts again where the store says
@@ -426,6 +430,7 @@ def _forget(loop: _Loop, gone: list[Where]) -> None:
 
 
 def _step(loop: _Loop) -> None:
+    loop.metrics.health.beat()
     polled = loop.consumer.poll(loop.options.batch_size, loop.options.batch_timeout_s)
     _watch_broker(loop, polled.answered)
     records = polled.records
@@ -578,9 +583,20 @@ def _publish_all(loop: _Loop) -> None:
 
 def _refresh_lag(loop: _Loop) -> None:
     committed = _committed_offsets(loop)
+    behind: dict[str, int | None] = {}
     for tp in loop.assigned:
         high = loop.consumer.high_watermark(tp)
+        where = f"{tp.topic}[{tp.partition}]"
+        behind[where] = None
         if high is None:
             continue
         lag = max(0, high - committed.get((tp.topic, tp.partition), 0))
+        behind[where] = lag
         loop.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+    # Ready (/readyz) once in the group, every partition placed and read near its end.
+    held = len(loop.state.held()) + len(loop.unplaced)
+    up = loop.watch is None or loop.watch.up
+    unready = partitions_unready(
+        "the projector", joined=loop.joined, behind=behind, held=held, broker_up=up
+    )
+    loop.metrics.health.report(unready)

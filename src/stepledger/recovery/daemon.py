@@ -47,6 +47,7 @@ from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState, replay
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
+from stepledger.health import partitions_unready
 from stepledger.kafka import reachable_partitions
 from stepledger.kafka.client import OFFSET_BEGINNING, TopicPartition
 from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
@@ -148,6 +149,8 @@ class RecoveryDaemon:
         self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s), grace=grace)
         self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
+        self.joined = False
+        """An assignment (even an empty one) arrived: the member is in its group."""
         self.events_read = 0
         self.caught_up: set[int] = set()
         """Partitions whose end was reached once, with every record before it tracked."""
@@ -203,6 +206,7 @@ class RecoveryDaemon:
 
     def tick(self, consumer: GroupConsumer) -> None:
         """One turn: read a batch, collect finished work, checkpoint, dispatch due work."""
+        self.metrics.health.beat()
         wait = self._wait_time()
         polled: Polled = consumer.poll(self.options.batch_size, wait)
         self.fence.polled()
@@ -455,6 +459,7 @@ class RecoveryDaemon:
             )
         self.tracker.unloadable.clear()
         self.assigned |= {tp.partition for tp in partitions}
+        self.joined = True
         self.fence.assigned({tp.partition for tp in partitions})
         self.metrics.partitions.set(len(self.assigned))
         logger.info(
@@ -522,6 +527,14 @@ class RecoveryDaemon:
         self.metrics.tracked_steps.set(len(self.tracker.steps))
         self.metrics.escalated_steps.set(self.tracker.escalated_count())
         self.metrics.last_loop.set_to_current_time()
+        # Ready (/readyz) once in the group and every partition read to its end once.
+        topic = self.settings.topic
+        behind = {f"{topic}[{p}]": 0 if p in self.caught_up else None for p in self.assigned}
+        self.metrics.health.report(
+            partitions_unready(
+                "recovery", joined=self.joined, behind=behind, broker_up=self.watch.up
+            )
+        )
         write_health(
             self.options.health_file,
             {

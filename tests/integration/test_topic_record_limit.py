@@ -28,7 +28,7 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import RecordTooLargeError, ResultTypeError
 from stepledger.kafka import DurableProducer, ensure_topics
 from stepledger.kafka.client import KafkaError, KafkaException
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions

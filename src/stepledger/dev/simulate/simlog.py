@@ -30,7 +30,7 @@ from stepledger.dev.simulate.scheduler import EPOCH, Actor, Scheduler
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, DurabilityError
 from stepledger.kafka import Position
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import Acknowledgement, event_headers
 from stepledger.readers.workflows import Until
 

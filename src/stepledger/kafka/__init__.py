@@ -10,6 +10,7 @@ imports confluent-kafka.
 - :mod:`~stepledger.kafka.records`: what both hand over: the library's own record
   (:class:`~stepledger.kafka.records.Consumed`), a partition (``Where``), a poll's answer;
 - :mod:`~stepledger.kafka.broker`: topics and partitions, a broker awaited at start;
+  :mod:`~stepledger.kafka.describe`: what the cluster says of its brokers, configs, groups;
 - :mod:`~stepledger.kafka.watch`: one line per broker outage and recovery;
 - :mod:`~stepledger.kafka.partitioner`: which partition a key lands on, as librdkafka says.
 
@@ -33,7 +34,6 @@ from stepledger.kafka.producer import (
     Headers,
     Position,
     durable_config,
-    position_of,
 )
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
     "durable_config",
     "ensure_topics",
     "listed_topics",
-    "position_of",
     "reachable_partitions",
     "topic_id",
     "topic_partitions",

@@ -194,6 +194,9 @@ class LogClient:
         """Not used by the simulation (its actors are synchronous)."""
         return self.append(event)
 
+    def connect(self) -> None:
+        """Nothing to connect: the simulated broker is in the process."""
+
     def send(self, event: Event) -> Acknowledgement:
         """Append now; the wait returned gives the acknowledgement or its fault."""
         sched = self.broker.sched

@@ -226,6 +226,7 @@ class PartitionReader:
         starts: Mapping[Where, int],
         *,
         within: float,
+        through: Mapping[Where, int] | None = None,
         limit: int = BATCH,
         wait_s: float = POLL_S,
         prompt: bool = False,
@@ -235,11 +236,16 @@ class PartitionReader:
 
         Once a partition reported its end it stays done: records written after the read
         began are newer than the read, and chasing them under a steady stream of writes
-        (many agents, a slow broker) never ends.
+        (many agents, a slow broker) never ends.  A partition given an offset in
+        ``through`` (one of its records the caller knows was written, e.g. its own) is done
+        once that record was handed over, without waiting for an end: every record
+        acknowledged before it lies below it.
         """
         self.assign(starts)
         deadline = time.monotonic() + within
         ended: dict[Where, int] = {}
+        """Each partition done, with the first offset not handed over."""
+        bounds = dict(through or {})
         while len(ended) < len(starts):
             if time.monotonic() > deadline:
                 left = ", ".join(f"{t}[{p}]" for t, p in starts if (t, p) not in ended)
@@ -247,11 +253,14 @@ class PartitionReader:
             batch = self.poll(limit, wait_s, prompt=prompt)
             for where, end in batch.at_end.items():
                 ended.setdefault(where, end)
+            if bounds:
+                for record in batch.records:
+                    bound = bounds.get((record.topic, record.partition))
+                    if bound is not None and record.offset >= bound:
+                        ended.setdefault((record.topic, record.partition), bound + 1)
             records = batch.records
             if ended:
-                records = [
-                    r for r in records if r.offset < ended.get((r.topic, r.partition), r.offset + 1)
-                ]
+                records = [r for r in records if r.offset < ended.get(r.where, r.offset + 1)]
             if records:
                 yield records
 

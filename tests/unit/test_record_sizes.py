@@ -97,7 +97,7 @@ def test_a_refused_describe_is_one_line_and_read_once(
 
 
 def test_an_outcome_the_topic_refuses_is_recorded_as_its_digest_not_left_in_doubt() -> None:
-    world, calls = World(), []
+    world, calls = World(), list[str]()
     world.log = SmallTopic()
     tool = big(calls)
     with pytest.raises(ResultTypeError, match="larger than a record may hold"):
@@ -111,7 +111,7 @@ def test_an_outcome_the_topic_refuses_is_recorded_as_its_digest_not_left_in_doub
 
 
 def test_an_async_outcome_the_topic_refuses_is_recorded_as_its_digest() -> None:
-    world, calls = World(), []
+    world, calls = World(), list[str]()
     world.log = SmallTopic()
     wf = world.ledger().workflow("wf")
     with pytest.raises(ResultTypeError):

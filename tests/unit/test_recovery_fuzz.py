@@ -21,6 +21,7 @@ from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
+from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import SqliteCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -64,14 +65,16 @@ def fuzz_tools(seed: int) -> ToolRegistry:
 def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
     options = DaemonOptions(state_dir=tmp_path, workers=2, claim_timeout_s=0.01, grace_s=0.0)
     settings = Settings(bootstrap="127.0.0.1:9", topic="fuzz")
+    log = InMemoryEventLog()
     daemon = RecoveryDaemon(
         settings,
         fuzz_tools(seed),
         options,
-        log=InMemoryEventLog(),
+        log=log,
         store=SqliteCheckpointStore(tmp_path / "recovery.sqlite", options.group),
         dead_letters=MemoryEventLetters(),
         clock=lambda: LATE,
+        reader=InMemoryWorkflowReader(log),  # reopened steps are read back with no broker
     )
     daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
     return daemon

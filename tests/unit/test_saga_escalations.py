@@ -61,9 +61,14 @@ def answer(
 
 
 def test_pay_then_notify_charges_once_and_sends_the_receipt_once() -> None:
-    world, mail, charges = World(), Mail(), []
+    world, mail, charges = World(), Mail(), list[str]()
     wf = world.ledger().workflow("order", plan=[("charge", PAY), ("email", EMAIL)])
-    wf.step("charge", PAY, {"amount": 5}, lambda a, k: charges.append(k) or "paid")
+
+    def charge(arguments: dict[str, object], key: str) -> str:
+        charges.append(key)
+        return "paid"
+
+    wf.step("charge", PAY, {"amount": 5}, charge)
     assert wf.step("email", EMAIL, {"to": "ana"}, mail) == "sent 1"
     wf.finish()
     assert wf.state.steps["email"].after_pivot and len(charges) == 1 and mail.sent == ["ana"]

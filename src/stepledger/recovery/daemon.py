@@ -7,7 +7,11 @@ reach the daemon's state only when they are read back from the log, and the step
 judged again before then, so a decision is never taken twice from a stale state.  A
 compensation (the one decision whose hook has an effect) is carried out only after the loop
 read its claim back and the fold took it as the step's first decision: a daemon that lost
-the partition, was paused, or raced a resuming agent runs no hook (see ``claims``).
+the partition, was paused, or raced a resuming agent runs no hook (see ``claims``).  A
+compensation an agent began on a step the daemon no longer tracks (a saga unwinding a step
+that succeeded) reopens the step: past its deadline plus the grace, its workflow is read
+back on a worker and the step is tracked again if the log's fold leaves it compensating
+(``reopen``, ``histories``), and the compensation is carried through as any other.
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the
@@ -46,6 +50,7 @@ from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.logid import resolve
 from stepledger.ops import Shutdown
+from stepledger.readers.workflows import KafkaPartitionReader, WorkflowReader
 from stepledger.recovery.checkpoint import (
     CheckpointStore,
     PartitionedCheckpointStore,
@@ -57,6 +62,7 @@ from stepledger.recovery.echoes import Echoes
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.groups import warn_other_groups
 from stepledger.recovery.health import write_health
+from stepledger.recovery.histories import HistoryReads
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
@@ -92,6 +98,7 @@ class RecoveryDaemon:
         codec: Codec | None = None,
         clock: Clock = utc_now,
         shutdown: Shutdown | None = None,
+        reader: WorkflowReader | None = None,
     ) -> None:
         options = options.for_settings(settings)
         self.settings, self.tools, self.options, self.clock = settings, tools, options, clock
@@ -126,7 +133,7 @@ class RecoveryDaemon:
             pipeline=True,
             record_limit=oversize.record_limit(max_message_bytes(settings)),
         )
-        self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s))
+        self.tracker = Tracker(self._due, retain=timedelta(seconds=options.retain_s), grace=grace)
         self.deadlines = DeadlineClock()
         self.assigned: set[int] = set()
         self.events_read = 0
@@ -134,6 +141,13 @@ class RecoveryDaemon:
         """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
         self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
+        # Reopened steps' workflows are read through the SDK's reader (no client made yet).
+        self.histories = HistoryReads(
+            self.tracker,
+            reader or KafkaPartitionReader(settings, self.codec),
+            clock,
+            on_given_up=self.metrics.poison.inc,
+        )
         self.echoes = Echoes(settings.topic)
         # Never yet: -inf, not 0.0, so the first turn acts on a host up for less than an interval
         # (the monotonic clock counts from boot).
@@ -258,6 +272,7 @@ class RecoveryDaemon:
 
     def _dispatch(self) -> None:
         self._dispatch_late()
+        self.histories.dispatch(self.work, self.caught_up)
         free = self.work.free
         if free <= 0:
             return
@@ -523,6 +538,7 @@ class RecoveryDaemon:
             consumer.close()
             self.work.shutdown()
             self.log.close()
+            self.histories.close()
             if isinstance(self.dead_letters, KafkaEventLetters):
                 self.dead_letters.close()
             self.store.close()

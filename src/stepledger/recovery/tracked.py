@@ -29,6 +29,8 @@ from stepledger.recovery.checkpoint import StepKey
 
 #: A tracked step's events in log order, as Avro values (see :func:`stored`).
 Values = tuple[bytes, ...]
+#: Anomaly kinds of an outcome that arrived after the step was decided.
+LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 #: How many steps handed to a worker (or changed) lately keep their events decoded: a bound
 #: well above the resolutions in flight, which are dropped once checkpointed and read back.
 FOLDS_KEPT = 4096
@@ -59,6 +61,14 @@ def json_lines(values: Iterable[bytes]) -> list[str]:
     from the values (``Codec.to_json``: no models built)."""
     to_json = own_codec().to_json
     return [to_json(value) for value in values]
+
+
+@dataclass(frozen=True)
+class LateOutcome:
+    """An outcome the fold refused because the step was already decided: to be judged."""
+
+    key: StepKey
+    event: ev.Event
 
 
 @dataclass(slots=True, eq=False)

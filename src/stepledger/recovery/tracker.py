@@ -3,7 +3,9 @@
 A step is tracked from its intent (read-only intents are skipped) while it is open (an
 intent or a compensation with no outcome), while it waits in the human queue, and for a
 retention window after recovery or a human decided it (so a late outcome from a slow agent
-can still be judged).  A step an agent settled itself is dropped at once.  Each tracked
+can still be judged).  A step an agent settled itself is dropped at once; an event that
+may make such a step actionable again (a saga's compensation of it) reopens it, and it is
+tracked again once its workflow, read back, says it is (``recovery.reopen``).  Each tracked
 step holds its own events (as Avro values, see ``recovery.tracked``), folded again in log
 order whenever one more arrives, as every other reader folds them.  No I/O here: the daemon
 feeds events in and takes checkpoint batches out.
@@ -13,8 +15,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
@@ -28,9 +29,12 @@ from stepledger.recovery.checkpoint import (
     StepKey,
     decode_events,
 )
+from stepledger.recovery.reopen import Reopenings, reopens
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
+    LATE_OUTCOME_KINDS,
     FoldCache,
+    LateOutcome,
     Tracked,
     Values,
     json_lines,
@@ -39,19 +43,9 @@ from stepledger.recovery.tracked import (
 
 #: When a step falls due on the daemon's clock, given when its events reached the daemon.
 DueFn = Callable[[StepState, Arrival | None], datetime | None]
-#: Anomaly kinds of an outcome that arrived after the step was decided.
-LATE_OUTCOME_KINDS = frozenset({"late_outcome", "second_outcome", "stale_outcome"})
 _CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
 
 __all__ = ["LATE_OUTCOME_KINDS", "LateOutcome", "StepKey", "Tracked", "Tracker"]
-
-
-@dataclass(frozen=True)
-class LateOutcome:
-    """An outcome the fold refused because the step was already decided: to be judged."""
-
-    key: StepKey
-    event: ev.Event
 
 
 class Tracker:
@@ -62,9 +56,12 @@ class Tracker:
         due: DueFn,
         *,
         retain: timedelta = timedelta(hours=24),
+        grace: timedelta = timedelta(0),
     ) -> None:
         self._due_of = due
         self.retain = retain
+        self.reopenings = Reopenings(grace)
+        """Steps let go of that an event reopened: read back at their deadline plus ``grace``."""
         self.steps: dict[StepKey, Tracked] = {}
         self.positions: dict[int, int] = {}
         self._heap: list[tuple[datetime, StepKey]] = []
@@ -125,7 +122,7 @@ class Tracker:
                 # The claims a tracked step was folded with survive a restart.
                 self._claims.remember(event, value)
         step = state.steps.get(key[1])
-        if step is None:
+        if self.reopenings.restore(partition, key, events, values, now) or step is None:
             return
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
         tracked.took(step, self._due_of(step, tracked.arrival))
@@ -143,6 +140,7 @@ class Tracker:
             self._dirty.discard(key)
             self._check.discard(key)
         self._removed = {r for r in self._removed if r[0] != partition}
+        self.reopenings.drop_partition(partition)
         self.positions.pop(partition, None)
         self._moved.discard(partition)
 
@@ -178,6 +176,10 @@ class Tracker:
         folded = None
         if tracked is None:
             body = event.body
+            if key in self.reopenings.steps or reopens(event):
+                self.reopenings.take(key, partition, event, stored(event, value), arrived)
+                self.changed += 1
+                return None
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
@@ -202,6 +204,15 @@ class Tracker:
             return LateOutcome(key, event)
         return None
 
+    def reopened(self, key: StepKey, history: Sequence[ev.Event]) -> WorkflowState | None:
+        """A reopened step's workflow, read back: tracked again if it leaves the step
+        actionable.  The fold it was judged by; None when the reopening ended meanwhile."""
+        judged = self.reopenings.judge(key, history)
+        if judged is not None and judged.step is not None and judged.actionable:
+            tracked = Tracked(judged.partition, arrival=judged.arrival)
+            self._took(key, tracked, judged.values, judged.step)
+        return None if judged is None else judged.state
+
     def _took(
         self,
         key: StepKey,
@@ -221,6 +232,7 @@ class Tracker:
         wf, claim = event.workflow_id, stored(event, value)
         if not self._claims.remember(event, claim):
             return
+        self.reopenings.claimed(wf, claim)
         if isinstance(event.body, ev.WorkflowResumed):
             for key, tracked in self:
                 if key[0] != wf:
@@ -292,7 +304,8 @@ class Tracker:
 
     def next_due(self) -> datetime | None:
         """The earliest time something may fall due (a lower bound: entries may be stale)."""
-        return self._heap[0][0] if self._heap else None
+        first = (self._heap[0][0] if self._heap else None, self.reopenings.next_due())
+        return min((when for when in first if when is not None), default=None)
 
     def events_of(self, key: StepKey) -> tuple[ev.Event, ...]:
         """A tracked step's events, decoded (kept decoded a while: it is about to change)."""
@@ -368,6 +381,8 @@ class Tracker:
         batch.deletes = {r for r in self._removed if writable(r[0])}
         self._dirty = held
         self._removed -= batch.deletes
+        self.reopenings.batch(batch.upserts, batch.deletes, writable)
+        batch.deletes -= batch.upserts.keys()  # a reopened step tracked again: replaced
         self._moved -= moved
         return batch
 

@@ -7,7 +7,10 @@ their way to the broker (:meth:`~stepledger.resolution.resolver.Resolver.begin`)
 to one settling thread that waits for their acknowledgements in order, so the worker goes
 on to the next step instead of waiting a round trip per step; the finished future is
 queued for the loop, which collects what finished without scanning what still runs.  Work
-queued for a partition that moves away is cancelled; running work meets the fence.
+queued for a partition that moves away is cancelled; running work meets the fence.  A read
+(a reopened step's workflow read back, see ``recovery.reopen``) runs on the same workers
+and is collected the same way, by the handler it was submitted with; it appends nothing,
+so it needs no fence.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from stepledger.recovery.fence import Fence
 from stepledger.recovery.tracker import StepKey, Tracked
 from stepledger.resolution.resolver import Resolution, Settle
 
-#: What the loop does with one finished (or cancelled) resolution of a step.
-OnFinished = Callable[[StepKey, "Future[Resolution]"], None]
+#: What the loop does with one finished (or cancelled) resolution of a step (or read).
+OnFinished = Callable[[StepKey, "Future[Any]"], None]
 #: What a worker runs: a resolution, or one still waiting for its acknowledgements.
 Work = Callable[..., Resolution | Settle]
 
@@ -37,8 +40,10 @@ class WorkPool:
         self.fence = fence
         self.capacity = max(1, workers) * max(1, queue_per_worker)
         self._pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="resolve")
-        self.inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
-        self._done: queue.SimpleQueue[Future[Resolution]] = queue.SimpleQueue()
+        self.inflight: dict[Future[Any], tuple[StepKey, int]] = {}
+        self._handlers: dict[Future[Any], OnFinished] = {}
+        """The handler of each read in flight (resolutions go to ``collect``'s)."""
+        self._done: queue.SimpleQueue[Future[Any]] = queue.SimpleQueue()
         self._settling: queue.SimpleQueue[tuple[Future[Resolution], Settle] | None] = (
             queue.SimpleQueue()
         )
@@ -61,6 +66,25 @@ class WorkPool:
         self.inflight[future] = (key, tracked.partition)
         future.add_done_callback(self._done.put)
         self._pool.submit(self._fenced, future, tracked.partition, fn, key[0], *args)
+
+    def read(
+        self, key: StepKey, partition: int, finished: OnFinished, fn: Callable[..., Any], *args: Any
+    ) -> None:
+        """Run ``fn(*args)`` on a worker; the loop hands its future to ``finished``."""
+        future: Future[Any] = Future()
+        self.inflight[future] = (key, partition)
+        self._handlers[future] = finished
+        future.add_done_callback(self._done.put)
+        self._pool.submit(self._read, future, fn, *args)
+
+    @staticmethod
+    def _read(future: Future[Any], fn: Callable[..., Any], *args: Any) -> None:
+        if not future.set_running_or_notify_cancel():
+            return  # cancelled while queued: its partition moved away
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:
+            future.set_exception(exc)
 
     def _fenced(self, future: Future[Resolution], partition: int, fn: Work, *args: Any) -> None:
         # On the worker: every append this resolution makes is checked against ownership.
@@ -114,9 +138,9 @@ class WorkPool:
             with contextlib.suppress(queue.Empty):
                 self._finish(self._done.get(timeout=min(0.05, remaining)), finished)
 
-    def _finish(self, future: Future[Resolution], finished: OnFinished) -> None:
+    def _finish(self, future: Future[Any], finished: OnFinished) -> None:
         key, _ = self.inflight.pop(future)
-        finished(key, future)
+        self._handlers.pop(future, finished)(key, future)
 
     def cancel(self, partitions: set[int]) -> None:
         """Cancel the work not started yet for these partitions (running work meets the fence)."""

@@ -91,6 +91,7 @@ class InlineWork:
     def __init__(self) -> None:
         self.inflight: dict[Future[Resolution], tuple[StepKey, int]] = {}
         self._done: list[tuple[StepKey, Future[Resolution]]] = []
+        self._reads: list[tuple[StepKey, Future[Any], Callable[[StepKey, Future[Any]], None]]] = []
         self.free = 8
 
     def on(self, partitions: set[int]) -> bool:
@@ -110,11 +111,32 @@ class InlineWork:
             future.set_exception(exc)
         self._done.append((key, future))
 
+    def read(
+        self,
+        key: StepKey,
+        partition: int,
+        finished: Callable[[StepKey, Future[Any]], None],
+        fn: Callable[..., Any],
+        *args: Any,
+    ) -> None:
+        """Run a read (a reopened step's workflow) now; ``finished`` takes it at collect."""
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args))
+        except Killed:
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+        self._reads.append((key, future, finished))
+
     def collect(self, finished: Callable[[StepKey, Future[Resolution]], None], **_: Any) -> None:
-        """Hand every finished resolution to the daemon."""
+        """Hand every finished resolution (and read) to the daemon."""
         done, self._done = self._done, []
         for key, future in done:
             finished(key, future)
+        reads, self._reads = self._reads, []
+        for key, read, handler in reads:
+            handler(key, read)
 
     def cancel(self, partitions: set[int]) -> None:
         """Nothing is queued."""
@@ -138,6 +160,7 @@ def recovery(world: World, actor: Actor) -> None:
         store=world.recovery_store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: sched.wall(actor),
+        reader=SimReader(broker, actor),  # reopened steps' workflows, read over the broker
     )
     daemon.work = InlineWork()  # type: ignore[assignment]
     daemon.fence = Fence(options.session_timeout_s, 0.5, clock=lambda: sched.now_ms / 1000)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import cast
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, Message
 
@@ -32,28 +32,107 @@ END: int = OFFSET_END
 _OUT_OF_RANGE = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
 
 
-class Consumed(NamedTuple):
+class Consumed:
     """One record as it was read, not decoded: where it sits, its bytes, headers and stamp.
 
     The library's own record type: whatever reads a topic above this package (the
     projector's engine, the recovery daemon, the readers, a rebuild) is handed these,
-    never the client's messages.  A tuple: immutable, and made from a message in a third
-    of a frozen dataclass's time, on every record a daemon or a reader takes.
+    never the client's messages.  Nothing changes one once read.  A record the client
+    handed over reads its headers and stamp from the client's message when first asked
+    for: the client builds a message's headers anew on every call, at more than the cost of
+    the rest of the record, and most readers never look (a scan for one workflow, the
+    projector but for a dead letter).
     """
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = []  # noqa: RUF012 - never mutated: a record is read-only
-    timestamp: tuple[int, int] = (0, -1)
-    """The client's ``(type, milliseconds)``: type 2 is the broker's LogAppendTime."""
+    __slots__ = (
+        "_headers",
+        "_message",
+        "_timestamp",
+        "key",
+        "offset",
+        "partition",
+        "topic",
+        "value",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        timestamp: tuple[int, int] = (0, -1),
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self._headers: Headers | None = [] if headers is None else headers
+        self._timestamp: tuple[int, int] | None = timestamp
+        self._message: Message | None = None
+
+    @property
+    def headers(self) -> Headers:
+        """The headers as they were produced (a header without a value stays None)."""
+        headers = self._headers
+        if headers is None:
+            assert self._message is not None
+            # The client hands a consumed message's headers as (str, bytes | None) pairs
+            # (its documented type), taken as they are: rebuilding each pair doubled the cost.
+            headers = self._headers = cast(Headers, self._message.headers() or [])
+        return headers
+
+    @property
+    def timestamp(self) -> tuple[int, int]:
+        """The client's ``(type, milliseconds)``: type 2 is the broker's LogAppendTime."""
+        stamp = self._timestamp
+        if stamp is None:
+            assert self._message is not None
+            stamp = self._timestamp = self._message.timestamp()
+        return stamp
 
     @property
     def where(self) -> Where:
         """The record's partition."""
         return (self.topic, self.partition)
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.topic, self.partition, self.offset, self.key, self.value, self.headers)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Consumed):
+            return NotImplemented
+        same = self._fields() == other._fields()
+        return same and self.timestamp == other.timestamp
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Consumed({self.topic!r}, {self.partition}, {self.offset}, {self.key!r}, "
+            f"{self.value!r}, {self.headers!r}, {self.timestamp!r})"
+        )
+
+
+_new = object.__new__
+
+
+def _consumed(msg: Message) -> Consumed:
+    """The library's record of a message the client returned (with no error); its headers
+    and stamp are read from the message when first asked for."""
+    record = _new(Consumed)
+    # A message without an error always has these (the stubs allow None for error events).
+    record.topic = msg.topic()  # type: ignore[assignment]
+    record.partition = msg.partition()  # type: ignore[assignment]
+    record.offset = msg.offset()  # type: ignore[assignment]
+    record.key = msg.key()
+    record.value = msg.value()
+    record._headers = record._timestamp = None
+    record._message = msg
+    return record
 
 
 @dataclass
@@ -85,8 +164,6 @@ class Polled:
 #: What a consumer error means to its reader: the error to stop with, or None (retried).
 Failure = Callable[[KafkaError], "BrokerError | None"]
 
-_new = tuple.__new__
-
 
 def polled(messages: list[Message], failure: Failure) -> Polled:
     """Sort a batch of client messages into the library's records, ends and errors.
@@ -100,21 +177,7 @@ def polled(messages: list[Message], failure: Failure) -> Polled:
     for msg in messages:
         err = msg.error()
         if err is None:
-            # The tuple is made directly: NamedTuple's generated constructor costs 2x.
-            records.append(
-                _new(
-                    Consumed,
-                    (
-                        msg.topic(),
-                        msg.partition(),
-                        msg.offset(),
-                        msg.key(),
-                        msg.value(),
-                        cast(Headers, msg.headers() or []),
-                        msg.timestamp(),
-                    ),
-                )
-            )
+            records.append(_consumed(msg))
             continue
         code = err.code()
         where = (str(msg.topic()), int(msg.partition() or 0))

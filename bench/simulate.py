@@ -2,7 +2,7 @@
 
 ``python -m bench.simulate [--seeds 3000] [--first 1] [--all]`` runs the seeds of the
 default profile (what main must pass; CI runs the first 250 of them on every push) and,
-with ``--all``, of the full profile too (variants whose fixes are pending on main), shrinks
+with ``--all``, of the full profile too (variants that reach defects still open), shrinks
 every new failure and prints one line per failure plus the rate.  No broker: everything is
 one process (``stepledger simulate``).  Slow tier: not part of ``python -m bench``'s default
 set (``python -m bench --only simulate`` runs its quick form).  Exit status 1 on a new

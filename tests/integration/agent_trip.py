@@ -1,12 +1,13 @@
 """A trip runner that books a hotel, then stops itself (SIGSTOP) right before its next effect.
 
-``python agent_trip.py BOOTSTRAP TOPIC WORKFLOW compensate|charge`` with the services' URLs
-in ``STEPLEDGER_*_URL`` and the tool timeout in ``STEPLEDGER_TOOL_TIMEOUT_S``.  It opens the
-workflow, books the hotel (keyed, undoable), prints ``booked`` and stops itself, as a GC
+``python agent_trip.py BOOTSTRAP TOPIC WORKFLOW compensate|charge|book`` with the services'
+URLs in ``STEPLEDGER_*_URL`` and the tool timeout in ``STEPLEDGER_TOOL_TIMEOUT_S``.  It opens
+the workflow, books the hotel (keyed, undoable), prints ``booked`` and stops itself, as a GC
 pause or a VM migration would; once the test sends SIGCONT it either unwinds the saga
-(``compensate``: cancels the booking) or charges the card (``charge``: a keyed call).  The
-last line printed is JSON: ``{"result": ...}`` or ``{"error": CLASS, "message": TEXT}``
-(exit code 3).
+(``compensate``: cancels the booking) or charges the card (``charge``: a keyed call).  With
+``book`` it stops right after opening the workflow (prints ``opened``) and books once it is
+continued.  The last line printed is JSON: ``{"result": ...}`` or ``{"error": CLASS,
+"message": TEXT}`` (exit code 3).
 """
 
 from __future__ import annotations
@@ -33,12 +34,17 @@ def main(argv: list[str]) -> int:
     options = ResumeOptions(grace_s=0.3, resolve_timeout_s=30.0)
     with Ledger(settings, tools=tools, options=options) as ledger:
         wf = ledger.workflow(workflow_id, name="trip")
-        wf.step("book", tools.require(BOOKINGS), BOOKING)
-        print("booked", flush=True)
+        if mode == "book":
+            print("opened", flush=True)
+        else:
+            wf.step("book", tools.require(BOOKINGS), BOOKING)
+            print("booked", flush=True)
         os.kill(os.getpid(), signal.SIGSTOP)
         try:
             if mode == "compensate":
                 result: Any = wf.compensate("the trip was called off")
+            elif mode == "book":
+                result = wf.step("book", tools.require(BOOKINGS), BOOKING)
             else:
                 result = wf.step("charge", tools.require(PAYMENTS), CHARGE)
         except StepLedgerError as exc:

@@ -204,7 +204,11 @@ def test_a_step_taken_over_from_a_checkpoint_is_due_its_timeout_after_the_take_o
     first_clock = DaemonClock()
     first = _daemon(tmp_path, first_clock, log)
     first.store = store
-    first._handle(Consumed("log", 0, 0, None, Codec().encode(intended(120.0))))
+    opened = writer(120.0).workflow_started(
+        "wf", name="", attempt=1, read_only=False, max_attempts=3
+    )
+    for offset, event in enumerate([opened, intended(120.0)]):
+        first._handle(Consumed("log", 0, offset, None, Codec().encode(event)))
     first.checkpoint()
     clock = DaemonClock()
     clock.now = T0 + timedelta(minutes=1)  # before the deadline the fast agent recorded

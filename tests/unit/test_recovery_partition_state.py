@@ -137,13 +137,16 @@ def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_ove
 ) -> None:
     # A schema-valid deadline of 9999-12-31 re-anchored at a take-over (now + its timeout)
     # overflowed datetime inside the assignment callback and stopped the daemon.
-    event = factory().intent("wf-far", "pay", pay_tool(), {"n": 1}, sequence=0)
+    events = factory()
+    opened = events.workflow_started("wf-far", name="", attempt=1, read_only=False, max_attempts=3)
+    event = events.intent("wf-far", "pay", pay_tool(), {"n": 1}, sequence=0)
     far = event.body.model_copy(update={"deadline": LATEST.replace(microsecond=999000)})
     value = Codec().encode(event.model_copy(update={"body": far}))
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store)
     first._on_assign([("log", 0)])
-    first._handle(_record(value, 0, 0))
+    first._handle(_record(Codec().encode(opened), 0, 0))
+    first._handle(_record(value, 0, 1))
     first.checkpoint()
     owner = _daemon(tmp_path, store)
     owner._on_assign([("log", 0)])  # raised OverflowError before

@@ -101,19 +101,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Checkpoint
     made.close()
 
 
+def started(wf: str) -> ev.Event:
+    return F.workflow_started(wf, name="", attempt=1, read_only=False, max_attempts=3, runner="A")
+
+
 def test_checkpoint_round_trip_restores_positions_and_open_steps(store: CheckpointStore) -> None:
     tracker = Tracker(due)
-    feed(tracker, [intent("a"), intent("b"), outcome("a", OutcomeStatus.SUCCEEDED)])
+    opened = [started("a"), started("b")]
+    feed(tracker, [*opened, intent("a"), intent("b"), outcome("a", OutcomeStatus.SUCCEEDED)])
     store.save("topic", tracker.take_batch(LATER))
     assert store.load("topic", 1) is None
     restored = Tracker(due)
-    assert restored.load(0, store.load("topic", 0)) == 3
+    assert restored.load(0, store.load("topic", 0)) == 5
     assert set(restored.steps) == {("b", "s")}
     assert restored.steps[("b", "s")].step.status is StepStatus.INTENDED
     feed(restored, [outcome("b", OutcomeStatus.FAILED)])
     store.save("topic", restored.take_batch(LATER))
     again = store.load("topic", 0)
-    assert again is not None and again.next_offset == 4 and again.steps == {}
+    assert again is not None and again.next_offset == 6 and again.steps == {}
 
 
 def test_sqlite_checkpoints_are_kept_per_group(tmp_path: Path) -> None:

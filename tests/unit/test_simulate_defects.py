@@ -2,21 +2,19 @@
 reverted (a test-only switch puts the old behaviour back), within a stated number of seeds,
 and finds none with the fix.
 
-Cases marked pending are defects still on main while issue 42's fixes land: their "none
-with the fix" test is an expected failure naming the fix it waits for (the lead flips it at
-the merge, and moves the variant out of ``plan.PENDING``).  The shared checkpoint topic has
-no case yet: the simulator has no checkpointer nor retention (see docs/guarantees.md).
+A defect found with its switch on is checked to be the switch's doing: the same schedule
+with the switch off breaks nothing.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
-from stepledger.dev.simulate import explore
+from stepledger.dev.simulate import explore, world
 from stepledger.dev.simulate.plan import Profile
 
 
@@ -28,7 +26,6 @@ class Case:
     profile: Profile
     invariant: str
     within: int
-    pending: str = ""
 
 
 _PAUSES = ("freeze", "call_after")
@@ -36,46 +33,54 @@ CASES = {
     # A runner paused between its intent and its call wakes after recovery decided the step.
     "frozen_runner": Case(
         "frozen_runner",
-        Profile(kinds=("trip", "framework"), faults=("freeze",), second_runners=False),
+        Profile(kinds=("trip", "framework"), faults=("freeze",), second_runners=0.0),
         "effect_under_open_intent",
         80,
     ),
     # A second runner resumes the workflow while the first is alive: both call.
     "two_live_runners": Case("two_live_runners", Profile(), "effect_under_open_intent", 20),
-    # An agent clock behind the broker's: its deadline passes early on anyone's clock.
+    # Agents' clocks behind the broker's: an intent's deadline passes early on the daemon's.
     "agent_clock_behind": Case(
         "agent_clock_deadline",
         Profile(
             kinds=("trip", "framework"),
             faults=("skew", *_PAUSES),
-            max_skew_ms=2_000,
+            fleet_skew_ms=2_000,
+            fleet_chance=1.0,
             skew_sign=-1,
-            second_runners=False,
+            second_runners=0.0,
         ),
         "no_early_decision",
         50,
     ),
-    # An agent clock ahead of the broker's: recovery waits for its deadline, far too long.
+    # Agents' clocks ahead of the broker's: recovery waits for their deadline, far too long.
     "agent_clock_ahead": Case(
         "agent_clock_ahead",
         Profile(
             kinds=("trip", "framework"),
             faults=("skew", *_PAUSES),
-            max_skew_ms=120_000,
+            fleet_skew_ms=120_000,
+            fleet_chance=1.0,
             skew_sign=1,
-            second_runners=False,
+            second_runners=0.0,
         ),
         "decided_within_bound",
-        100,
-        "issue 42: every step decided within its deadline plus the grace by the broker's clock",
+        50,
     ),
-    # A runner that lost its claim unwinds the saga of a trip the new owner completed.
+    # A runner paused after its last step, before it cancels the trip, wakes after a second
+    # runner took the workflow over (and finished it): it cancels the new owner's trip.
     "fenced_compensation": Case(
         "unfenced_compensation",
-        Profile(kinds=("trip",), options=("cancel",)),
+        Profile(
+            kinds=("trip",),
+            options=("cancel",),
+            faults=("freeze",),
+            windows=("outcome",),
+            second_runners=1.0,
+            second_start=(40, 300),
+        ),
         "compensation_by_owner",
-        50,
-        "issue 42: every effect fenced the same way, compensations included",
+        30,
     ),
     # A resumed model words the charge's memo differently: a new step, a second charge.
     "reworded_model_call": Case(
@@ -83,7 +88,6 @@ CASES = {
         Profile(kinds=("framework",), options=("reword",), faults=("freeze", "kill", "call_after")),
         "effect_once",
         40,
-        "issue 42: a step is the logical call, matched by occurrence",
     ),
     # A person approves a payment on card A; the resumed model pays with card B.
     "secret_approval": Case(
@@ -91,7 +95,15 @@ CASES = {
         Profile(kinds=("framework",), options=("approval", "swap_card")),
         "approval_covers_call",
         40,
-        "issue 42: one fingerprint binds an approval to its call, secrets as keyed HMACs",
+    ),
+    # Another deployment's checkpointer writes into this log's checkpoint topic (0.3.0's
+    # shared default; its log has the same name and workflow ids): after retention deleted
+    # a partition's head, a reader completes a history from the other log's checkpoint.
+    "shared_checkpoint_topic": Case(
+        "unchecked_log_identity",
+        Profile(shared_checkpoints=1.0, faults=("retention", "kill")),
+        "log_isolation",
+        20,
     ),
 }
 
@@ -111,15 +123,11 @@ def test_the_defect_is_found_when_its_fix_is_reverted(name: str) -> None:
     )
     assert found is not None, f"{name}: no {case.invariant} within {case.within} seeds"
     print(f"{name}: found at seed {found.plan.seed}: {found.violations[0].line()}")
+    fixed = world.run(replace(found.plan, defects=()))
+    assert not fixed.failed, f"{name}: seed {found.plan.seed} fails with the fix too"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=c.pending, strict=False)) if c.pending else n
-        for n, c in sorted(CASES.items())
-    ],
-)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_none_is_found_with_the_fix(name: str) -> None:
     case = CASES[name]
     report = explore.explore(1, case.within, case.profile, shrinking=False)

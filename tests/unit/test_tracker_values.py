@@ -128,11 +128,14 @@ def _daemon(
 def test_a_step_taken_over_in_doubt_falls_due_a_timeout_after_the_take_over(
     tmp_path: Path,
 ) -> None:
-    intent = factory().intent("wf", "s", PAY, ARGS, sequence=0)  # deadline T0 + 60 s
+    events = factory()
+    started = events.workflow_started("wf", name="", attempt=1, read_only=False, max_attempts=3)
+    intent = events.intent("wf", "s", PAY, ARGS, sequence=0)  # deadline T0 + 60 s
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store, T0)
     first._on_assign([("log", 0)])
-    first._handle(Consumed("log", 0, 0, None, Codec().encode(intent)))
+    for offset, event in enumerate([started, intent]):
+        first._handle(Consumed("log", 0, offset, None, Codec().encode(event)))
     first.checkpoint()
     taken_at = datetime(2026, 6, 1, tzinfo=UTC)
     owner = _daemon(tmp_path, store, taken_at)

@@ -23,16 +23,25 @@ read late (a daemon catching up) waits its timeout again from the read.
 
 The skew of each producer's clock against the daemon's (``occurred_at`` minus the arrival)
 is measured on the way and exported; one line is logged per producer past a bound.
+
+"The daemon's clock" here is one that never steps (:class:`SteadyClock`): its wall clock
+when first read, then moved on by its monotonic clock only.  Arrivals, the lead samples and
+every comparison with a due time run on it, so a wall clock stepped forward (an NTP
+correction, a VM resumed) neither anchors deadlines early nor makes due times pass at
+once; the wall clock stays for the timestamps the daemon writes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from stepledger.domain import events as ev
+from stepledger.domain.factory import Clock
+from stepledger.timer import SYSTEM_TIMER, Timer
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +51,25 @@ LOG_APPEND_TIME = 2
 SAMPLES = 512
 #: A producer whose clock is off by more than this is named in one log line.
 SKEW_BOUND_S = 5.0
+
+
+class SteadyClock:
+    """A wall clock that never steps: the wall time when first read, then only the time a
+    monotonic clock (a :class:`~stepledger.timer.Timer`) measured since."""
+
+    def __init__(self, wall: Clock, timer: Timer = SYSTEM_TIMER) -> None:
+        self.wall, self.timer = wall, timer
+        self._anchor: tuple[datetime, float] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        """Now, on this clock (read from the daemon's loop and its workers alike)."""
+        moment = self.timer.monotonic()
+        with self._lock:
+            if self._anchor is None:
+                self._anchor = (self.wall(), moment)
+            wall, start = self._anchor
+        return wall + timedelta(seconds=moment - start)
 
 
 @dataclass

@@ -11,7 +11,11 @@ the partition, was paused, or raced a resuming agent runs no hook (see ``claims`
 compensation an agent began on a step the daemon no longer tracks (a saga unwinding a step
 that succeeded) reopens the step: past its deadline plus the grace, its workflow is read
 back on a worker and the step is tracked again if the log's fold leaves it compensating
-(``reopen``, ``histories``), and the compensation is carried through as any other.
+(``reopen``, ``histories``), and the compensation is carried through as any other.  The
+same read stands before any decision on a step of a workflow whose claims the daemon does
+not know (a partition taken over from a checkpoint taken after the workflow's latest claim,
+a claim forgotten to stay within the bound): a fenced-off runner's intent then looks live
+to the daemon's fold, never to the log's.
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the
@@ -57,7 +61,7 @@ from stepledger.recovery.checkpoint import (
     SqliteCheckpointStore,
 )
 from stepledger.recovery.claims import ClaimBoard
-from stepledger.recovery.clock import DeadlineClock
+from stepledger.recovery.clock import DeadlineClock, SteadyClock
 from stepledger.recovery.echoes import Echoes
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.groups import warn_other_groups
@@ -69,6 +73,7 @@ from stepledger.recovery.tracker import LateOutcome, StepKey, Tracker
 from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver, Settle
+from stepledger.timer import SYSTEM_TIMER, Timer
 from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
@@ -99,9 +104,15 @@ class RecoveryDaemon:
         clock: Clock = utc_now,
         shutdown: Shutdown | None = None,
         reader: WorkflowReader | None = None,
+        timer: Timer | None = None,
     ) -> None:
         options = options.for_settings(settings)
         self.settings, self.tools, self.options, self.clock = settings, tools, options, clock
+        # Arrivals and due times run on a clock that never steps (recovery.clock); the wall
+        # clock stays for the timestamps written.  A wall clock given without a timer (a
+        # test moving time by hand) is taken as that clock itself.
+        steady_given = timer is not None or clock is utc_now
+        self.steady: Clock = SteadyClock(clock, timer or SYSTEM_TIMER) if steady_given else clock
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +137,7 @@ class RecoveryDaemon:
             tools,
             dead_letters=self.dead_letters,
             clock=clock,
+            steady=self.steady,
             grace=grace,
             retry_base_s=options.retry_base_s,
             observer=self.metrics.observe,
@@ -145,7 +157,7 @@ class RecoveryDaemon:
         self.histories = HistoryReads(
             self.tracker,
             reader or KafkaPartitionReader(settings, self.codec),
-            clock,
+            self.steady,
             on_given_up=self.metrics.poison.inc,
         )
         self.echoes = Echoes(settings.topic)
@@ -224,7 +236,7 @@ class RecoveryDaemon:
         wait = self.options.poll_timeout_s
         upcoming = self.tracker.next_due()
         if upcoming is not None:
-            wait = min(wait, max(0.001, (upcoming - self.clock()).total_seconds()))
+            wait = min(wait, max(0.001, (upcoming - self.steady()).total_seconds()))
         return wait
 
     def _handle(self, msg: Consumed) -> None:
@@ -276,7 +288,7 @@ class RecoveryDaemon:
         free = self.work.free
         if free <= 0:
             return
-        for key in self.tracker.due(self.clock(), free, self.caught_up):
+        for key in self.tracker.due(self.steady(), free, self.caught_up):
             tracked = self.tracker.steps[key]
             events = self.tracker.events_of(key)
             self.work.submit(key, tracked, self._attempt, events, key[1], tracked.arrival)
@@ -325,7 +337,7 @@ class RecoveryDaemon:
         self.work.collect(self._finished, wait=wait)
 
     def _finished(self, key: StepKey, future: Future[Resolution]) -> None:
-        now = self.clock()
+        now = self.steady()
         if future.cancelled():
             return  # queued work for a partition that moved away
         try:
@@ -375,9 +387,9 @@ class RecoveryDaemon:
         )
 
     def _arrived(self, event: ev.Event, msg: Consumed) -> datetime | None:
-        """When a step's event was appended, on this daemon's clock (one clock, never earlier
-        than it was); None for an event of no step."""
-        now, timestamp = self.clock(), msg.timestamp
+        """When a step's event was appended, on this daemon's steady clock (one clock, never
+        earlier than it was); None for an event of no step."""
+        now, timestamp = self.steady(), msg.timestamp
         self.deadlines.observe(timestamp, now)
         if event.step_id is None:
             return None
@@ -416,7 +428,7 @@ class RecoveryDaemon:
         starts: dict[Where, int] = {}
         for topic, partition in partitions:
             checkpoint = self.store.load(topic, partition)
-            offset = self.tracker.load(partition, checkpoint, self.clock())
+            offset = self.tracker.load(partition, checkpoint, self.steady())
             if offset is None:
                 logger.warning(
                     "no checkpoint for %s[%d]: replaying the partition from offset 0",
@@ -428,6 +440,7 @@ class RecoveryDaemon:
             gap = self._gap(topic, partition, offset or 0)
             if gap is not None:
                 starts[(topic, partition)] = gap.log_start
+                self.tracker.skipped(partition)  # the claims in the deleted head are unknown
             self.caught_up.discard(partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
@@ -504,7 +517,7 @@ class RecoveryDaemon:
         self._last_health = time.monotonic()
         open_count = self.tracker.open_count()
         self.metrics.open_intents.set(open_count)
-        self.metrics.oldest_overdue.set(self.tracker.oldest_overdue_s(self.clock()))
+        self.metrics.oldest_overdue.set(self.tracker.oldest_overdue_s(self.steady()))
         self.metrics.tracked_steps.set(len(self.tracker.steps))
         self.metrics.escalated_steps.set(self.tracker.escalated_count())
         self.metrics.last_loop.set_to_current_time()

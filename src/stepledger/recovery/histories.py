@@ -1,7 +1,8 @@
-"""Reopened steps' workflows, read on the daemon's workers; the tracker judges what was read.
+"""Held steps' workflows, read on the daemon's workers; the tracker judges what was read.
 
-A step the tracker let go of that a compensation's intent reopened (``recovery.reopen``)
-is read back once that compensation is past its own deadline plus the grace.  The read
+A step the tracker holds back (``recovery.reopen``: let go of, then reopened by a
+compensation's intent; or an intent of a workflow whose claims the daemon does not know) is
+read back once it is past its own deadline plus the grace.  The read
 goes through the daemon's workflow reader (by default the SDK's own: the workflow's
 partition from its first record on, completed from checkpoints where the log's head
 expired) on one of the daemon's workers, never on the loop, which only hands due reads out
@@ -90,10 +91,10 @@ class HistoryReads:
             "status": None if step is None else step.status.value,
         }
         if key in self.tracker.steps:
-            logger.info("tracked again: a compensation left in doubt", extra=where)
+            logger.info("tracked after its workflow was read: the step is in doubt", extra=where)
             return
         where["anomalies"] = [a.kind for a in state.anomalies if a.step_id == key[1]]
-        logger.info("not tracked again: the step is not actionable", extra=where)
+        logger.info("not tracked: the log's fold leaves the step nothing to decide", extra=where)
 
     def _failed(self, key: StepKey, exc: Exception) -> None:
         reopening = self.tracker.reopenings.get(key)
@@ -110,8 +111,8 @@ class HistoryReads:
         self.tracker.reopenings.pop(key)
         self.on_given_up()
         logger.error(
-            "a compensation left in doubt is not carried through: its workflow could not be "
-            "read; resume the workflow or answer it by hand",
+            "a step left in doubt is not decided: its workflow could not be read; resume the "
+            "workflow or answer it by hand",
             extra=where,
         )
 

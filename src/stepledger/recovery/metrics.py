@@ -19,7 +19,7 @@ class RecoveryMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.open_intents = Gauge(
-            "stepledger_recovery_open_intents", "Tracked steps with no outcome yet.", registry=r
+            "stepledger_recovery_open_intents", "Steps in doubt the daemon holds.", registry=r
         )
         self.oldest_overdue = Gauge(
             "stepledger_recovery_oldest_overdue_intent_seconds",

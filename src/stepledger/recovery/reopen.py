@@ -1,4 +1,4 @@
-"""Steps the tracker let go of that an event may make actionable again: reopened, then read.
+"""Steps the tracker holds back until their workflow is read: reopened, then judged by a read.
 
 The tracker drops a step once its agent settled it (an outcome recorded by the agent), so
 it never holds a workflow's whole history.  A saga's unwinding may later record
@@ -11,19 +11,27 @@ verdict settles a step (``happened``, ``not_happened``, ``compensated``), an app
 decision leaves it approved or denied (the intent that follows it starts tracking as every
 intent does), and an abandonment waits for a person.
 
+The same holds a step whose workflow's claims the tracker does not know (a partition taken
+over from a checkpoint, a head deleted, a claim forgotten to stay within its bound): its
+intent (or any event the log's fold judges against the claims, :data:`FENCED`) is held here
+instead of being tracked, since a zombie's intent, fenced off by a claim the tracker never
+read, would look live.  One mechanism for both: what the tracker lacks is in the log.
+
 A reopened step is not tracked at once: its intent (arguments, key, tool), its result
 and its workflow's claims are not in what the daemon read since.  It keeps the events read
-since it reopened (its own and its workflow's claims) and falls due at its compensation's
-own deadline plus the grace, by one clock: the compensation's timeout (its recorded
+since it reopened (its own and its workflow's claims) and falls due at its own deadline plus
+the grace, by one clock: the timeout of its latest intent or compensation (the recorded
 ``deadline`` less its ``occurred_at``) after it reached the daemon (``recovery.clock``), as
-a tracked compensating step falls due.  Most never do: the agent records the compensation's outcome
-first, which ends the reopening without a read.  A due one has its workflow read back
-through the daemon's workflow reader (off the loop); the fold of what was read plus what
-arrived since (:func:`history_of`) says whether the step is actionable, and only then is
-it tracked (a zombie's compensation intent, fenced off by a newer claim, leaves the step
-settled: it is not).  A reopening is checkpointed like a tracked step (its events as
-lines, the reopening event first, which tells it apart on load), so a restart or a moved
-partition loses none.  No I/O here.
+a tracked step falls due.  Most never do: the agent records the outcome first, which ends
+the reopening without a read (:func:`ends`, or a fold of what it holds that leaves the step
+settled).  A due one has its workflow read back through the daemon's workflow reader (off
+the loop); the fold of what was read plus what arrived since (:func:`history_of`) says
+whether the step is actionable, and only then is it tracked (a zombie's intent or
+compensation, fenced off by a newer claim, leaves the step settled: it is not); the read
+also teaches the tracker the workflow's claims (:func:`claims_read`).  A reopening is
+checkpointed like a tracked step (its events as lines, which tell it apart on load: the
+reopening event first, or no claim of the workflow before its first step event), so a
+restart or a moved partition loses none.  No I/O here.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ from stepledger.recovery.tracked import Values, decoded, json_lines, stored
 
 #: A workflow's claims: the events besides its own that a tracked step is folded with.
 CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
+#: Step events the log's fold judges against the workflow's claims (a zombie's decides nothing).
+FENCED = (ev.StepIntended, ev.CompensationIntended)
 
 
 def reopens(event: ev.Event) -> bool:
@@ -52,6 +62,21 @@ def reopens(event: ev.Event) -> bool:
 def ends(event: ev.Event) -> bool:
     """Whether an event read after a reopening ends it unread (the compensation ended)."""
     return type(event.body) is ev.CompensationOutcome
+
+
+def settled(step_id: str, events: Sequence[ev.Event]) -> bool:
+    """Whether the fold of a held step's events leaves it settled (its intent among them).
+
+    Knowing the workflow's claims only fences events off (a zombie's intent or compensation),
+    and the writer of an outcome read its own intent back first: a step that these events
+    settle is settled in the log too, so its reopening ends unread.
+    """
+    step = _step(step_id, events)
+    return step is not None and step.status not in ACTIONABLE
+
+
+def _step(step_id: str, events: Sequence[ev.Event]) -> StepState | None:
+    return replay(events[0].workflow_id, list(events)).steps.get(step_id) if events else None
 
 
 def history_of(
@@ -68,11 +93,27 @@ def history_of(
     return kept + [e for e in since if e.event_id not in seen]
 
 
+def claims_read(history: Sequence[ev.Event], since: Sequence[ev.Event]) -> list[ev.Event] | None:
+    """The workflow's claims up to what the daemon has read, in log order: those the read
+    found before the reopening event, then those read since (None: the read lacks it).
+
+    Claims the read found after the reopening event and the loop has not read yet are left
+    out: the tracker takes them in when it reads them, in their place in the log.
+    """
+    first = since[0].event_id if since else None
+    index = next((i for i, e in enumerate(history) if e.event_id == first), None)
+    if index is None:
+        return None
+    found = [e for e in [*history[:index], *since] if isinstance(e.body, CLAIMS)]
+    return list({e.event_id: e for e in found}.values())
+
+
 def read_at(event: ev.Event, arrived: datetime | None, grace: timedelta) -> datetime | None:
-    """When a compensation's intent falls due: its timeout after it reached the daemon, plus
-    the grace (by its recorded deadline when its arrival is not known); None for others."""
+    """When an intent or a compensation's intent falls due: its timeout after it reached the
+    daemon, plus the grace (by its recorded deadline when its arrival is not known); None
+    for others."""
     body = event.body
-    if not isinstance(body, ev.CompensationIntended):
+    if not isinstance(body, FENCED):
         return None
     if arrived is None:
         return later(body.deadline, grace)
@@ -89,7 +130,10 @@ class Judged:
     values: Values
     """Those events, as a tracked step keeps them."""
     arrival: Arrival | None
-    """When its last event reached the daemon (its intent's arrival is not known)."""
+    """When its latest intent and its last event reached the daemon (an intent read before
+    the reopening: not known)."""
+    claims: tuple[tuple[ev.Event, bytes], ...] | None = None
+    """The workflow's claims up to what the daemon read, with their values (None: unknown)."""
 
     @property
     def step(self) -> StepState | None:
@@ -114,6 +158,8 @@ class Reopening:
     """The events read since it reopened (that one first), as stored values."""
     arrived: datetime | None = None
     """When its last event reached the daemon, on the daemon's clock (None: not known)."""
+    intent: datetime | None = None
+    """When the latest intent among them reached the daemon (None: none, or not known)."""
     busy: bool = False
     """Its workflow is being read back."""
     failures: int = 0
@@ -150,15 +196,20 @@ class Reopenings:
         ``arrived``: when it reached the daemon, on the daemon's clock (None: not known).
         """
         due = read_at(event, arrived, self.grace)
+        intent = arrived if isinstance(event.body, ev.StepIntended) else None
         reopening = self.steps.get(key)
         if reopening is None:
-            assert due is not None  # only a compensation's intent reopens (see reopens)
-            self._put(key, Reopening(partition, due, (value,), arrived))
+            assert due is not None  # only an intent or a compensation's opens (see FENCED)
+            self._put(key, Reopening(partition, due, (value,), arrived, intent))
             return
         if ends(event):
             self.pop(key)
             return
         reopening.values, reopening.arrived = (*reopening.values, value), arrived
+        reopening.intent = intent or reopening.intent
+        if event.step_id is not None and settled(key[1], decoded(reopening.values)):
+            self.pop(key)
+            return
         self._dirty.add(key)
         if due is not None and due > reopening.due:
             reopening.due = due
@@ -175,15 +226,23 @@ class Reopenings:
         """Take a checkpointed reopening back (False: the entry is a tracked step's).
 
         A reopening's first step event is the one that reopened it; a tracked step's is
-        its intent (or the approval asked for it).  A checkpoint keeps no arrivals: its
-        events count as arrived ``now`` (the take-over), so it is read no earlier (None:
-        by the recorded deadlines).
+        its intent (or the approval asked for it), after its workflow's claims.  An entry
+        with no claim before its first step event does not say the workflow's claims: if
+        its step is actionable it is held as well, and read back before it is decided.  A
+        checkpoint keeps no arrivals: its events count as arrived ``now`` (the take-over),
+        so it is read no earlier (None: by the recorded deadlines).
         """
-        first = next((e for e in events if e.step_id is not None), None)
-        if first is None or not reopens(first):
+        index = next((i for i, e in enumerate(events) if e.step_id is not None), None)
+        if index is None:
             return False
+        unclaimed = not any(isinstance(e.body, CLAIMS) for e in events[:index])
+        step = _step(key[1], events)
+        held = unclaimed and step is not None and step.status in ACTIONABLE
         dues = [when for e in events if (when := read_at(e, now, self.grace)) is not None]
-        self._put(key, Reopening(partition, max(dues), values, now), dirty=False)
+        if not dues or not (reopens(events[index]) or held):
+            return False
+        intent = now if any(isinstance(e.body, ev.StepIntended) for e in events) else None
+        self._put(key, Reopening(partition, max(dues), values, now, intent), dirty=False)
         return True
 
     def judge(self, key: StepKey, history: Sequence[ev.Event]) -> Judged | None:
@@ -196,10 +255,15 @@ class Reopenings:
         if reopening is None or not reopening.busy:
             return None
         self.pop(key)
-        events = history_of(key[1], history, decoded(reopening.values))
+        since = decoded(reopening.values)
+        events = history_of(key[1], history, since)
         values = tuple(stored(event) for event in events)
-        arrival = None if reopening.arrived is None else Arrival(None, reopening.arrived)
-        return Judged(reopening.partition, replay(key[0], events), values, arrival)
+        arrival = None
+        if reopening.arrived is not None:
+            arrival = Arrival(reopening.intent, reopening.arrived)
+        claims = claims_read(history, since)
+        known = None if claims is None else tuple((e, stored(e)) for e in claims)
+        return Judged(reopening.partition, replay(key[0], events), values, arrival, known)
 
     def claimed(self, workflow_id: str, value: bytes) -> None:
         """A claim of the workflow: kept by each of its reopened steps."""

@@ -19,36 +19,31 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
-from stepledger.domain.enums import EffectClass, Source
+from stepledger.domain.enums import EffectClass
 from stepledger.domain.resolution import ACTIONABLE, Arrival
 from stepledger.domain.state import StepState, WorkflowState, replay
-from stepledger.domain.times import later
-from stepledger.recovery.checkpoint import (
-    CheckpointBatch,
-    PartitionCheckpoint,
-    StepKey,
-    decode_events,
-)
-from stepledger.recovery.reopen import Reopenings, reopens
+from stepledger.recovery.checkpoint import PartitionCheckpoint, StepKey, decode_events
+from stepledger.recovery.diff import CheckpointDiff
+from stepledger.recovery.reopen import FENCED, Reopenings, reopens
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
     LATE_OUTCOME_KINDS,
-    FoldCache,
     LateOutcome,
     Tracked,
     Values,
-    json_lines,
     stored,
 )
 
 #: When a step falls due on the daemon's clock, given when its events reached the daemon.
 DueFn = Callable[[StepState, Arrival | None], datetime | None]
 _CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
+#: When an event reached the daemon, on its clock (None: not known).
+Arrived = datetime | None
 
 __all__ = ["LATE_OUTCOME_KINDS", "LateOutcome", "StepKey", "Tracked", "Tracker"]
 
 
-class Tracker:
+class Tracker(CheckpointDiff):
     """Tracked steps by (workflow, step), with a due-time heap and a checkpoint diff."""
 
     def __init__(
@@ -58,27 +53,19 @@ class Tracker:
         retain: timedelta = timedelta(hours=24),
         grace: timedelta = timedelta(0),
     ) -> None:
+        super().__init__(retain)
         self._due_of = due
-        self.retain = retain
         self.reopenings = Reopenings(grace)
-        """Steps let go of that an event reopened: read back at their deadline plus ``grace``."""
+        """Steps held back (reopened, or of unknown claims): read back at their deadline plus
+        ``grace``."""
         self.steps: dict[StepKey, Tracked] = {}
         self.positions: dict[int, int] = {}
         self._heap: list[tuple[datetime, StepKey]] = []
-        self._dirty: set[StepKey] = set()
-        """Steps whose events changed since the last batch: written by the next one."""
-        self.changed = 0
-        """Changes to tracked steps since the last batch (its lines are made at the next)."""
-        self._check: set[StepKey] = set()
-        """Steps a resolution released: the next batch checks whether they are still kept."""
-        self._removed: set[tuple[int, str, str]] = set()
-        self._moved: set[int] = set()
         self.unloadable: list[tuple[StepKey, str]] = []
         """Checkpoint entries that could not be loaded (skipped), for the daemon to report."""
         self.late: list[LateOutcome] = []
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
         self._claims = LatestClaims()
-        self._folds = FoldCache()
 
     # -- partitions --------------------------------------------------------------------
 
@@ -101,6 +88,8 @@ class Tracker:
             self.positions[partition] = 0
             self._moved.add(partition)
             return None
+        if checkpoint.next_offset > 0:
+            self._claims.taken_over(partition)
         for key, lines in checkpoint.steps.items():
             try:
                 self._load_step(partition, key, decode_events(lines), now)
@@ -117,12 +106,14 @@ class Tracker:
     ) -> None:
         state = replay(key[0], events)
         values = tuple(stored(event) for event in events)
+        held = self.reopenings.restore(partition, key, events, values, now)
         for event, value in zip(events, values, strict=True):
             if isinstance(event.body, _CLAIMS):
-                # The claims a tracked step was folded with survive a restart.
-                self._claims.remember(event, value)
+                # The claims a tracked step was folded with survive a restart, and were its
+                # workflow's all along; a reopening's are only those read since it reopened.
+                self._claims.remember(event, value, partition=partition, known=not held)
         step = state.steps.get(key[1])
-        if self.reopenings.restore(partition, key, events, values, now) or step is None:
+        if held or step is None:
             return
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
         tracked.took(step, self._due_of(step, tracked.arrival))
@@ -141,8 +132,13 @@ class Tracker:
             self._check.discard(key)
         self._removed = {r for r in self._removed if r[0] != partition}
         self.reopenings.drop_partition(partition)
+        self._claims.drop_partition(partition)  # its next owner may read newer claims
         self.positions.pop(partition, None)
         self._moved.discard(partition)
+
+    def skipped(self, partition: int) -> None:
+        """Records before the partition's position were never read here (a deleted head)."""
+        self._claims.taken_over(partition)
 
     def partitions(self) -> set[int]:
         """The partitions whose positions are known."""
@@ -169,7 +165,7 @@ class Tracker:
         self._moved.add(partition)
         if event.step_id is None:
             if isinstance(event.body, _CLAIMS):
-                self._claimed(event, value)
+                self._claimed(event, value, partition)
             return None
         key = (event.workflow_id, event.step_id)
         tracked = self.steps.get(key)
@@ -177,16 +173,24 @@ class Tracker:
         if tracked is None:
             body = event.body
             if key in self.reopenings.steps or reopens(event):
-                self.reopenings.take(key, partition, event, stored(event, value), arrived)
-                self.changed += 1
+                self._hold(key, partition, event, value, arrived)
                 return None
             if not isinstance(body, ev.StepIntended) or body.effect is EffectClass.READ_ONLY:
+                return None
+            if not self.knows_claims(event.workflow_id, partition):
+                self._hold(key, partition, event, value, arrived)
                 return None
             tracked, state = self._new_tracked(partition, event.workflow_id)
         else:
             folded = self._folds.take(key, tracked.values, self._decoder(key[0]))
             state = folded.fold(event.workflow_id)
             if event.event_id in state.seen:
+                return None
+            if self._unfenced(state, event, partition):
+                # Its fold holds no claim (a checkpoint entry that carried none) and its
+                # workflow's are not known: the log's fold, read back, judges this event.
+                self._forget(key, tracked)
+                self._hold(key, partition, event, value, arrived)
                 return None
         anomaly = state.apply(event)
         step = state.steps.get(event.step_id)
@@ -208,6 +212,9 @@ class Tracker:
         """A reopened step's workflow, read back: tracked again if it leaves the step
         actionable.  The fold it was judged by; None when the reopening ended meanwhile."""
         judged = self.reopenings.judge(key, history)
+        if judged is not None and judged.claims is not None:
+            # What was read says the workflow's claims: its next intents are tracked at once.
+            self._claims.learn(key[0], judged.claims, judged.partition)
         if judged is not None and judged.step is not None and judged.actionable:
             tracked = Tracked(judged.partition, arrival=judged.arrival)
             self._took(key, tracked, judged.values, judged.step)
@@ -227,10 +234,27 @@ class Tracker:
         self.changed += 1
         self._schedule(key, tracked)
 
-    def _claimed(self, event: ev.Event, value: bytes | None) -> None:
+    def knows_claims(self, workflow_id: str, partition: int) -> bool:
+        """Whether the workflow's latest claim (or that it has none) is known here."""
+        return self._claims.known(workflow_id, partition)
+
+    def _unfenced(self, state: WorkflowState, event: ev.Event, partition: int) -> bool:
+        """An event the fold judges against claims, for a tracked step folded with none,
+        of a workflow whose claims are not known."""
+        fenced = isinstance(event.body, FENCED) and state.attempt == 0
+        return fenced and not self._claims.known(event.workflow_id, partition)
+
+    def _hold(
+        self, key: StepKey, partition: int, event: ev.Event, value: bytes | None, at: Arrived
+    ) -> None:
+        """Keep a step's event in its reopening: judged once its workflow is read back."""
+        self.reopenings.take(key, partition, event, stored(event, value), at)
+        self.changed += 1
+
+    def _claimed(self, event: ev.Event, value: bytes | None, partition: int) -> None:
         """Remember a workflow's claim; a resume also reaches the steps already tracked."""
         wf, claim = event.workflow_id, stored(event, value)
-        if not self._claims.remember(event, claim):
+        if not self._claims.remember(event, claim, partition=partition):
             return
         self.reopenings.claimed(wf, claim)
         if isinstance(event.body, ev.WorkflowResumed):
@@ -323,8 +347,9 @@ class Tracker:
         return tracked
 
     def open_count(self) -> int:
-        """Steps with an intent or a compensation and no outcome."""
-        return sum(1 for t in self.steps.values() if t.status in ACTIONABLE)
+        """Steps with an intent or a compensation and no outcome (those held back until
+        their workflow is read included: a held step's own events leave it open)."""
+        return sum(1 for t in self.steps.values() if t.status in ACTIONABLE) + len(self.reopenings)
 
     def oldest_overdue_s(self, now: datetime) -> float:
         """Seconds the most overdue open step is past its deadline (0 when none is)."""
@@ -342,67 +367,6 @@ class Tracker:
     def __iter__(self) -> Iterator[tuple[StepKey, Tracked]]:
         return iter(list(self.steps.items()))
 
-    # -- checkpoints -------------------------------------------------------------------
-
-    def take_batch(
-        self,
-        now: datetime,
-        *,
-        sweep: bool = False,
-        writable: Callable[[int], bool] = lambda partition: True,
-    ) -> CheckpointBatch:
-        """Drop what needs no tracking and return everything changed since the last batch.
-
-        Changed steps are checked every time; ``sweep`` also expires retained decisions.
-        Changes of a partition that is not ``writable`` (its ownership in doubt) stay
-        pending: written by a later batch once it is, or dropped with the partition.
-        """
-        checked = list(self.steps) if sweep else [*self._dirty, *self._check]
-        self._check = set()
-        self.changed = 0
-        for key in checked:
-            tracked = self.steps.get(key)
-            if tracked is not None and not tracked.busy and not self._keep(tracked, now):
-                del self.steps[key]
-                self._folds.drop(key)
-                self._dirty.discard(key)
-                self._removed.add((tracked.partition, *key))
-        moved = {p for p in self._moved if writable(p)}
-        batch = CheckpointBatch(positions={p: self.positions[p] for p in moved})
-        held: set[StepKey] = set()
-        for key in self._dirty:
-            tracked = self.steps.get(key)
-            if tracked is None:
-                continue
-            if writable(tracked.partition):
-                batch.upserts[(tracked.partition, *key)] = self._lines(key, tracked)
-            else:
-                held.add(key)
-        batch.deletes = {r for r in self._removed if writable(r[0])}
-        self._dirty = held
-        self._removed -= batch.deletes
-        self.reopenings.batch(batch.upserts, batch.deletes, writable)
-        batch.deletes -= batch.upserts.keys()  # a reopened step tracked again: replaced
-        self._moved -= moved
-        return batch
-
-    def _lines(self, key: StepKey, tracked: Tracked) -> list[str]:
-        folded = self._folds.get(key, tracked.values)
-        if folded is not None and not tracked.busy and not self._echo_pending(tracked):
-            self._folds.drop(key)  # written, and no resolution of it under way: done
-        if folded is not None:
-            return [event.model_dump_json() for event in folded.events]
-        return json_lines(tracked.values)
-
-    def _keep(self, tracked: Tracked, now: datetime) -> bool:
-        if tracked.status in ACTIONABLE or tracked.escalated:
-            return True
-        by = tracked.resolved_by
-        if by is None or by is Source.AGENT or tracked.resolved_at is None:
-            return False
-        # Decided by recovery or a human: a slow agent's outcome may still come.
-        return now < later(tracked.resolved_at, self.retain)
-
     def _when(self, tracked: Tracked) -> datetime | None:
         due = tracked.due
         if due is not None and tracked.not_before is not None:
@@ -413,6 +377,3 @@ class Tracker:
         when = self._when(tracked)
         if when is not None:
             heapq.heappush(self._heap, (when, key))
-
-    def _echo_pending(self, tracked: Tracked) -> bool:
-        return self.positions.get(tracked.partition, 0) <= tracked.echo_offset

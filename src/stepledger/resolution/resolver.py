@@ -146,6 +146,7 @@ class Resolver:
         *,
         dead_letters: EventLetterSink | None = None,
         clock: Clock = utc_now,
+        steady: Clock | None = None,
         grace: timedelta = timedelta(0),
         retry_base_s: float = 0.25,
         observer: ResolutionObserver | None = None,
@@ -162,6 +163,9 @@ class Resolver:
         self.tools = tools
         self.dead_letters = dead_letters
         self.clock = clock
+        """The wall clock of the timestamps this resolver writes."""
+        self.steady = steady or clock
+        """The clock a step's waits are measured on (its arrival's); by default ``clock``."""
         self.grace = grace
         self.retry_base_s = retry_base_s
         self.observer = observer
@@ -187,12 +191,12 @@ class Resolver:
     ) -> rs.Action:
         """The action a resolution of this step would take now (nothing is done).
 
-        ``arrival`` says when the step's events reached this process, on ``clock``: the
+        ``arrival`` says when the step's events reached this process, on ``steady``: the
         step's waits are then measured from there (one clock, see domain.resolution).
         """
         step = _step(state, step_id)
         tool = self.tools.get(step.tool)
-        now = self.clock()
+        now = self.steady()
         return rs.decide(
             step,
             tool,
@@ -266,7 +270,7 @@ class Resolver:
         """
         step = _step(state, step_id)
         tool = self.tools.get(step.tool)
-        now = self.clock()
+        now = self.steady()
         action = rs.query_before_due(
             step, tool, now=now, grace=self.grace, retry_base_s=self.retry_base_s, arrival=arrival
         )

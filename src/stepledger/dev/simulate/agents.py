@@ -20,7 +20,11 @@ restarts a job; a bounded number of times.
 
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.plan import ActorSpec
@@ -33,7 +37,7 @@ from stepledger.errors import (
     WorkflowTakenOverError,
 )
 from stepledger.integrations._core import AgentSteps, ToolFailure
-from stepledger.producer import Ledger, Workflow
+from stepledger.producer import Ledger, Workflow, fence
 
 #: How many times a process opens its workflow again after a run that ended waiting.
 ROUNDS = 5
@@ -147,3 +151,21 @@ def framework(actor: Actor, spec: ActorSpec, ledger: Ledger) -> str:
 
 
 SHAPES = {"trip": trip, "paynotify": paynotify, "framework": framework}
+
+
+@contextlib.contextmanager
+def runner_names(sched: Scheduler) -> Iterator[None]:
+    """Runner identities named after their process, so a replay writes the same events.
+
+    ``fence.new_runner`` is random (uuid4) by design; here each workflow handle's runner is
+    ``<actor>~<n>``, and the event ids derived from it are the same in every replay.
+    """
+    made: Counter[str] = Counter()
+
+    def new_runner() -> str:
+        who = "-" if sched.current is None else sched.current.name
+        made[who] += 1
+        return f"{who}~{made[who]}"
+
+    with mock.patch.object(fence, "new_runner", new_runner):
+        yield

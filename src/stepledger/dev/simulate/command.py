@@ -31,7 +31,7 @@ import click
     "--all",
     "everything",
     is_flag=True,
-    help="Also draw the variants whose fixes are pending on main (see plan.PENDING).",
+    help="Also draw the variants that reach defects still open on main (see plan.PENDING).",
 )
 @click.option("--no-shrink", is_flag=True, help="Report failures as found, unshrunk.")
 @click.option("--trace", "full_trace", is_flag=True, help="Print a replay's whole trace.")

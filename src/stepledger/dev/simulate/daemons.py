@@ -3,7 +3,8 @@
 **Recovery** is the real :class:`~stepledger.recovery.daemon.RecoveryDaemon` with its
 consumer, thread pool and hook threads replaced: the actor reads the partitions itself (one
 record per crossing, as a poll hands them over) and feeds them to the daemon's own
-``_handle`` (tracker fold, deadline anchoring on the broker's timestamps, late outcomes),
+``_handle`` (tracker fold, each event's arrival on the daemon's clock from the broker's
+timestamps, late outcomes),
 checkpoints through its own ``checkpoint`` into a store that outlives the process, and
 dispatches through its own ``_dispatch``: the tracker's due-time rule picks the steps and
 the Resolver decides them.  A resolution runs on the actor's turn (:class:`InlineWork`),
@@ -13,7 +14,8 @@ ownership fence measures time on the simulated clock.
 
 **The projector** folds every record it reads through the projector's own
 :class:`~stepledger.projector.fold.BatchFold` into per-workflow projections and builds the
-batch's rows; a killed projector rebuilds from the start of the log.
+batch's rows; a killed projector rebuilds from the start of the log (after retention, from
+the records still held: the projector's restore of a gap from checkpoints is not simulated).
 
 **People** look at the human queue every few hundred milliseconds: an open escalation is
 answered by checking the service (happened or not), a pending approval is granted; both
@@ -33,8 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stepledger.deadletters.events import MemoryEventLetters
+from stepledger.dev.simulate import checkpointing
 from stepledger.dev.simulate import services as sv
-from stepledger.dev.simulate.scheduler import Actor, Killed
+from stepledger.dev.simulate.scheduler import Actor, Killed, SimTimer
 from stepledger.dev.simulate.simlog import LogClient, SimReader
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
@@ -160,14 +163,15 @@ def recovery(world: World, actor: Actor) -> None:
         store=world.recovery_store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: sched.wall(actor),
-        reader=SimReader(broker, actor),  # reopened steps' workflows, read over the broker
+        reader=SimReader(broker, actor),  # held steps' workflows, read over the broker
+        timer=SimTimer(sched, actor),  # its due times run on simulated monotonic time
     )
     daemon.work = InlineWork()  # type: ignore[assignment]
     daemon.fence = Fence(options.session_timeout_s, 0.5, clock=lambda: sched.now_ms / 1000)
     resolver = daemon.resolver
     resolver.log = FencedLog(daemon.log, daemon.fence)
     resolver.hooks = InlineHooks()
-    resolver.confirm = reader_check(SimReader(broker, actor).read)
+    resolver.confirm = reader_check(checkpointing.reader(world, actor).read)
     resolver.claimant = actor.name
     world.daemon = daemon
     positions = _assign(daemon, world)
@@ -202,11 +206,15 @@ def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:
     topic = world.broker.topic
     numbers = set(range(len(world.broker.partitions)))
     for number in sorted(numbers):
-        offset = daemon.tracker.load(number, daemon.store.load(topic, number))
+        # The loaded steps count as arrived at the take-over, on the daemon's steady clock
+        # (one clock: a checkpoint keeps no arrival times), as ``_on_assign`` does.
+        checkpoint = daemon.store.load(topic, number)
+        offset = daemon.tracker.load(number, checkpoint, daemon.steady())
         start = world.broker.partitions[number].start
         positions[number] = max(offset or 0, start)
+        if start > (offset or 0):
+            daemon.tracker.skipped(number)  # its head was deleted unread, as _on_assign says
         daemon.caught_up.discard(number)
-    daemon._anchor_loaded()
     for late in daemon.tracker.late:
         daemon.pending_late[late.event.event_id] = late
     daemon.tracker.late.clear()
@@ -237,6 +245,8 @@ def projector(world: World, actor: Actor) -> None:
     sched, broker, monitor = world.sched, world.broker, world.monitor
     projections: dict[str, WorkflowProjection] = {}
     positions = [p.start for p in broker.partitions]
+    since = list(positions)  # a projector started after retention folds the tail only
+    world.projected[:] = positions
     while True:
         read = False
         for number, part in enumerate(broker.partitions):
@@ -245,7 +255,7 @@ def projector(world: World, actor: Actor) -> None:
                 continue
             sched.point(actor)
             record = part.records[at]
-            positions[number] = at + 1
+            positions[number] = world.projected[number] = at + 1
             read = True
             event = broker.decode(record)
             if event is None:
@@ -256,7 +266,7 @@ def projector(world: World, actor: Actor) -> None:
             batch = BatchFold()
             batch.add(projection, event, (record.topic, number, at), record.value)
             batch.tables()
-            monitor.check_projection(event.workflow_id, projection.state, at + 1)
+            monitor.check_projection(event.workflow_id, projection.state, since[number], at + 1)
         if not read:
             sched.sleep(actor, IDLE_S)
 
@@ -264,7 +274,7 @@ def projector(world: World, actor: Actor) -> None:
 def people(world: World, actor: Actor) -> None:
     """Answer open escalations by checking the services; grant pending approvals."""
     sched, broker = world.sched, world.broker
-    reader = SimReader(broker, actor)
+    reader = checkpointing.reader(world, actor)
     factory = EventFactory("sim", actor.name, lambda: sched.wall(actor))
     answerer = Answerer(LogClient(broker, actor, world.acks), factory, reader)
     while True:

@@ -9,20 +9,32 @@ simulator must find a violation) and off (it must find none).
   runner paused between its intent and its call calls after recovery decided the step.
 - ``two_live_runners`` (issue 20): no read-back of the intent before a call that is not safe
   to repeat and no check of the claim at open, so two live runners both call.
-- ``agent_clock_deadline`` (one clock for deadlines): recovery goes by the deadline the
-  intent records on the agent's clock only, not re-anchored on the broker's time.
-- ``agent_clock_ahead`` (issue 42, pending): a step falls due at the deadline its intent
-  records on the agent's clock (re-anchored only ever later), so an agent clock running
-  ahead delays every decision by as much.
-- ``unfenced_compensation`` (issue 42, pending): ``wf.compensate()`` as it was before
-  compensations were fenced: no ownership check, the claim names no runner.
-- ``worded_step`` (issue 42, pending): a framework call matched to a step by the digest of
-  its arguments, as before steps were matched by occurrence.
-- ``fixed_secret_mark`` (issue 42, pending): the arguments digest an approval binds puts one
-  fixed marker in place of every secret value.
+- ``agent_clock_deadline`` (one clock for deadlines): every wait of a step runs from the
+  times its events record on their writers' clocks (``resolution.due_at`` without an
+  arrival), so a daemon decides early on an agent whose clock runs behind.
+- ``agent_clock_ahead`` (issue 42, one clock for due times): the recovery daemon's due time
+  is the later of the recorded deadline and the one re-anchored on its clock, and the
+  resolver and a resuming agent judge by recorded times, so an agent clock running ahead
+  delays every decision by as much.
+- ``unfenced_compensation`` (issue 42, fenced compensations): ``wf.compensate()`` as it was
+  before compensations were fenced: no ownership check, the claim names no runner.
+- ``worded_step`` (issue 42, a step is the logical call): a framework call matched to a step
+  by the digest of its arguments, as before steps were matched by occurrence.
+- ``fixed_secret_mark`` (issue 42, one fingerprint): the arguments digest an approval binds
+  puts one fixed marker in place of every secret value.
+- ``unchecked_log_identity`` (issue 42, state bound to its log): the checkpoint view as it
+  was before: every record of the checkpoint topic read, whichever step log it names (or
+  none), and a checkpoint or progress the step log contradicts handed out.
+- ``forgotten_claims`` (found by this simulator): the recovery tracker takes the claim it
+  keeps for a workflow as the latest, known or not, so a daemon restarted from a checkpoint
+  taken after a workflow's latest claim tracks a fenced-off runner's intent as live.
+- ``stepping_daemon_clock`` (found by this simulator): the recovery daemon's arrivals, lead
+  samples and due times on its wall clock, so a forward step of that clock decides early.
 
-A switch of a pending fix is today's code kept here; once the fix lands on main, the switch
-still restores the old form and the "finds none with the fix" test is flipped to expected.
+A switch of a function that has since moved or changed shape keeps the old form here
+(``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
+and ``_old_daemon_due``), written against today's signatures, so it keeps restoring the old
+behaviour as the library moves on.
 """
 
 from __future__ import annotations
@@ -33,10 +45,13 @@ from typing import Any
 from unittest import mock
 
 from stepledger.domain import fingerprint, secrets
+from stepledger.domain.resolution import due_at as _FIXED_DUE_AT
 from stepledger.domain.tools import Tool
 from stepledger.integrations._core import AgentSteps, _auto_id
 from stepledger.producer import compensation, fence
 from stepledger.recovery.daemon import RecoveryDaemon
+
+_FIXED_ATTEMPT = RecoveryDaemon._attempt
 
 #: Every switch: what it puts back.
 SWITCHES: dict[str, str] = {
@@ -47,6 +62,9 @@ SWITCHES: dict[str, str] = {
     "unfenced_compensation": "compensations without an ownership check (issue 42)",
     "worded_step": "framework calls matched to steps by their arguments' digest (issue 42)",
     "fixed_secret_mark": "one fixed marker for every secret in an approval's digest (issue 42)",
+    "unchecked_log_identity": "checkpoint records not checked against the step log (issue 42)",
+    "forgotten_claims": "recovery decides steps of workflows whose claims it does not know",
+    "stepping_daemon_clock": "the recovery daemon's due times on its wall clock",
 }
 
 
@@ -79,58 +97,61 @@ def _two_live_runners() -> list[tuple[Any, str, Any]]:
 
 
 def _agent_clock_deadline() -> list[tuple[Any, str, Any]]:
-    return [(RecoveryDaemon, "_anchor", _nothing), (RecoveryDaemon, "_anchor_loaded", _nothing)]
+    from stepledger.domain import resolution
+
+    return [(resolution, "due_at", _old_due_at)]
+
+
+def _old_due_at(
+    step: Any, tool: Any, *, grace: Any, retry_base_s: float = 0.25, arrival: Any = None
+) -> Any:
+    """``resolution.due_at`` before one clock: every wait runs from the recorded times (the
+    writer's clock), whoever decides and whenever the events reached it."""
+    return _FIXED_DUE_AT(step, tool, grace=grace, retry_base_s=retry_base_s)
 
 
 def _agent_clock_ahead() -> list[tuple[Any, str, Any]]:
-    from stepledger.domain import resolution
-    from stepledger.recovery.tracker import Tracker
+    from stepledger.producer.settling import Arrivals
 
     return [
-        (resolution, "due_at", _old_due_at),
         (RecoveryDaemon, "_due", _old_daemon_due),
-        (Tracker, "_when", _old_when),
+        (RecoveryDaemon, "_attempt", _old_attempt),
+        (Arrivals, "of", _old_arrivals_of),
     ]
 
 
-def _old_due_at(step: Any, tool: Any, *, grace: Any, retry_base_s: float = 0.25) -> Any:
-    """``resolution.due_at`` as it was: the recorded deadline (the agent's clock) + grace."""
+def _old_daemon_due(self: RecoveryDaemon, step: Any, arrival: Any) -> Any:
+    """``RecoveryDaemon._due`` with the re-anchoring it had before one clock: the later of
+    the recorded deadline plus grace and the deadline re-anchored on the daemon's clock (so
+    an agent clock running ahead holds the step back by as much)."""
     from stepledger.domain import resolution as rs
     from stepledger.domain.state import StepStatus
-    from stepledger.domain.times import later, seconds
+    from stepledger.domain.times import later
 
-    if step.status not in rs.ACTIONABLE:
-        return None
-    if step.status is StepStatus.COMPENSATING:
-        timeout = seconds(tool.timeout_s if tool is not None else 0.0)
-        base = (step.last_at or step.intended_at or step.first_at) or step.deadline
-        start = None if base is None else later(later(base, timeout), grace)
-    else:
-        start = None if step.deadline is None else later(step.deadline, grace)
-    if start is None:
-        return None
-    if step.recovery_attempts > 0 and step.last_at is not None:
-        delay = rs.retry_delay(step.recovery_attempts, tool, retry_base_s)
-        start = max(start, later(step.last_at, delay))
-    return start
-
-
-def _old_daemon_due(self: RecoveryDaemon, step: Any) -> Any:
-    return _old_due_at(
+    recorded = _FIXED_DUE_AT(
         step,
         self.tools.get(step.tool),
         grace=self.resolver.grace,
         retry_base_s=self.options.retry_base_s,
     )
+    if recorded is None or arrival is None or step.status is not StepStatus.INTENDED:
+        return recorded
+    anchored = rs.deadline_on(step, arrival)
+    return recorded if anchored is None else max(recorded, later(anchored, self.resolver.grace))
 
 
-def _old_when(self: Any, tracked: Any) -> Any:
-    due = tracked.due
-    if due is not None and tracked.not_before is not None:
-        due = max(due, tracked.not_before)
-    if due is not None and tracked.anchor is not None and tracked.in_doubt:
-        due = max(due, tracked.anchor)
-    return due
+def _old_attempt(
+    self: RecoveryDaemon, workflow_id: str, events: Any, step_id: str, arrival: Any
+) -> Any:
+    """``RecoveryDaemon._attempt`` before one clock: the resolver judged by recorded times."""
+    return _FIXED_ATTEMPT(self, workflow_id, events, step_id, None)
+
+
+def _old_arrivals_of(self: Any, step: Any) -> Any:
+    """``settling.Arrivals.of`` before one clock: a resuming agent knew no arrival."""
+    from stepledger.domain.resolution import Arrival
+
+    return Arrival()
 
 
 def _unfenced_compensation() -> list[tuple[Any, str, Any]]:
@@ -232,6 +253,31 @@ def _old_redacted(
     return secrets.redact(arguments, secret_args, secrets.fixed_mark)
 
 
+def _unchecked_log_identity() -> list[tuple[Any, str, Any]]:
+    from stepledger.checkpoints.view import CheckpointView
+
+    return [
+        (CheckpointView, "_admit", lambda self, partition, headers: True),
+        (CheckpointView, "_vouched", lambda self, partition, covering: covering),
+        (CheckpointView, "_consistent", lambda self, partition, found, end: True),
+    ]
+
+
+def _forgotten_claims() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery.tracker import Tracker
+
+    return [
+        (Tracker, "knows_claims", lambda self, workflow_id, partition: True),
+        (Tracker, "_unfenced", lambda self, state, event, partition: False),
+    ]
+
+
+def _stepping_daemon_clock() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery import daemon
+
+    return [(daemon, "SteadyClock", lambda wall, timer=None: wall)]
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -240,4 +286,7 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "unfenced_compensation": _unfenced_compensation,
     "worded_step": _worded_step,
     "fixed_secret_mark": _fixed_secret_mark,
+    "unchecked_log_identity": _unchecked_log_identity,
+    "forgotten_claims": _forgotten_claims,
+    "stepping_daemon_clock": _stepping_daemon_clock,
 }

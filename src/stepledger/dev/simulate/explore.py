@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from stepledger.dev.simulate.daemons import GRACE_S
 from stepledger.dev.simulate.invariants import Violation
-from stepledger.dev.simulate.plan import Plan, Profile, generate
+from stepledger.dev.simulate.plan import AGENT_KINDS, Plan, Profile, generate
 from stepledger.dev.simulate.shrink import Shrunk, shrink
 from stepledger.dev.simulate.world import Outcome, run
 
@@ -26,32 +27,43 @@ class Known:
     detail: str
     """A piece of the violation's detail that tells it apart (empty: any of the invariant)."""
     reason: str
+    needs: Callable[[Plan], bool] | None = None
+    """What a plan must hold to reach this defect (None: nothing): the same invariant
+    broken by a plan without it is no known defect."""
 
-    def matches(self, violation: Violation) -> bool:
+    def matches(self, violation: Violation, plan: Plan) -> bool:
         """True when the violation is this defect."""
-        return violation.invariant == self.invariant and self.detail in violation.detail
+        if violation.invariant != self.invariant or self.detail not in violation.detail:
+            return False
+        return self.needs is None or self.needs(plan)
+
+
+def agents_disagree(plan: Plan) -> bool:
+    """True when two agents' clocks may differ by more than the grace."""
+    skews: set[int] = set()
+    for agent in (a.name for a in plan.actors if a.kind in AGENT_KINDS):
+        own = [(f.at, f.value) for f in plan.faults if f.kind == "skew" and f.target == agent]
+        starts = [value for at, value in own if at == 0]
+        # Off the fleet's clock by its start skew (none: 0), then by each step mid-run.
+        skews |= {starts[-1] if starts else 0} | {value for at, value in own if at != 0}
+    return bool(skews) and max(skews) - min(skews) > GRACE_S * 1000
 
 
 KNOWN_OPEN: tuple[Known, ...] = (
     Known(
-        "compensation_by_owner",
-        "",
-        "issue 42 (pending): a runner that lost its claim still compensates "
-        "(StepCompensatedError on a zombie, or its own saga unwinding)",
-    ),
-    Known(
-        "decided_within_bound",
-        "compensation_intended",
-        "a compensation an agent began is carried through only by that agent's next resume: "
-        "the recovery daemon tracks a step from its intent and dropped it once the agent "
-        "settled it (found by this simulator)",
+        "no_early_decision",
+        "agent ",
+        "a resuming agent settles a step by the intent's deadline as another process's clock "
+        "wrote it: agents' clocks off by more than the grace decide early (documented in "
+        "docs/guarantees.md, 'Largest skew'; found by this simulator)",
+        agents_disagree,
     ),
 )
 
 
-def known(violation: Violation) -> Known | None:
-    """The known open defect this violation is, if any."""
-    return next((k for k in KNOWN_OPEN if k.matches(violation)), None)
+def known(violation: Violation, plan: Plan) -> Known | None:
+    """The known open defect this violation (of a run of ``plan``) is, if any."""
+    return next((k for k in KNOWN_OPEN if k.matches(violation, plan)), None)
 
 
 @dataclass
@@ -102,7 +114,7 @@ def explore(
         report.seeds += 1
         if not outcome.failed:
             continue
-        failure = Failure(seed, outcome, known=known(outcome.violations[0]))
+        failure = Failure(seed, outcome, known=known(outcome.violations[0], outcome.plan))
         if shrinking and failure.known is None:
             failure.shrunk = shrink(outcome)
         report.failures.append(failure)

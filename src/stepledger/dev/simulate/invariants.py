@@ -23,16 +23,21 @@ made each, for which logical call) and what actors hold; nothing here changes th
 ``compensation_by_owner``
     A compensation runs only under a ``compensation_intended`` that the log took as the
     step's decision, written before the workflow ended and, when an agent wrote it, while
-    that agent's claim owned the workflow.
+    that agent's claim owned the workflow (whoever carries the decision out: the claim's
+    writer after a takeover it preceded, a resumed process, the daemon); never by a writer
+    whose own claim the log refused.
 ``approval_covers_call``
     A call that needs approval runs only as the call a person approved (secret values
     included: the person approved the call they were shown, card and all).
 ``projection_is_fold``
     The projector's state of a workflow equals the fold of the log it has read.
 ``log_isolation``
-    A workflow handle holds only events its own log holds.
+    Nothing of one log is applied to another: a workflow handle, a history read (a tail
+    completed from a checkpoint after retention) and a checkpoint this log's checkpointer
+    writes hold only events of this log.
 ``no_crash``
-    No actor dies of an exception outside stepledger's exception tree.
+    No actor dies of an unexpected exception: an agent ends on stepledger's own errors as an
+    application would; a daemon, the checkpointer or a person's tool dying of any is one.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from datetime import timedelta
 
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.simlog import Broker, Record
+from stepledger.dev.simulate.statetopic import MemRecord, checkpoint_events
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import StepStatus, WorkflowState
@@ -87,8 +93,8 @@ class Monitor:
         self.agents = agents
         """Names of agent actors (a settling agent's compensation is an owner's)."""
         self.event_ids: set[str] = set()
-        self.shown: dict[tuple[str, str, int], dict[str, object]] = {}
-        """The call a person was shown, by (workflow, step, request): what they approved."""
+        self.shown: dict[str, dict[str, object]] = {}
+        """The call a person approving a request is shown, by the request's event id."""
         self.found: list[Violation] = []
         self._effects = 0
         broker.on_append.append(self._on_record)
@@ -113,10 +119,11 @@ class Monitor:
         due_ms = intent.broker_ms + timeout // timedelta(milliseconds=1)
         if record.broker_ms < due_ms:
             early = due_ms - record.broker_ms
+            who = "agent" if record.writer in self.agents else "recovery daemon"
             self._add(
                 "no_early_decision",
                 event.workflow_id,
-                f"{record.writer} wrote {event.type} on {event.step_id} (attempt "
+                f"{who} {record.writer} wrote {event.type} on {event.step_id} (attempt "
                 f"{body.attempt}) {early}ms before its deadline by the broker's clock",
             )
 
@@ -224,24 +231,25 @@ class Monitor:
         if intent is None or intent.event is None:
             return
         step_id = intent.event.step_id
-        records = self.broker.workflow_records(workflow, whole=True)
         state = WorkflowState(workflow)
         claims: dict[str, tuple[int, str | None]] = {}
-        verdict = f"no compensation_intended of {effect.actor} for {step_id}"
-        for record in records:
+        verdict = f"no compensation_intended the log took for {step_id}"
+        for record in self.broker.workflow_records(workflow, whole=True):
             event = record.event
-            if event is None:
+            if event is None or event.event_id in state.seen:
                 continue
             ended = state.status.value != "running"
-            anomaly = state.apply(event)
+            refused = state.apply(event) is not None
             body = event.body
             if isinstance(body, ev.WorkflowStarted | ev.WorkflowResumed):
                 claims[record.writer] = (body.attempt, body.runner)
-            if record.writer != effect.actor or event.step_id != step_id:
+            if event.step_id != step_id or not isinstance(body, ev.CompensationIntended):
                 continue
-            if not isinstance(body, ev.CompensationIntended):
-                continue
-            verdict = _claim_verdict(state, record, anomaly is not None, ended, claims)
+            if refused and record.writer != effect.actor:
+                continue  # another's claim the log refused: it authorises nothing
+            # A claim the log took is the owner's decision, whoever carries it out later (a
+            # resumed process, the daemon); one the log refused forbids its writer the undo.
+            verdict = _claim_verdict(state, record, refused, ended, claims)
         if verdict:
             self._add(
                 "compensation_by_owner", workflow, f"{effect.kind} of {effect.ref}: {verdict}"
@@ -250,16 +258,24 @@ class Monitor:
     def _check_approval(self, effect: sv.Effect, workflow: str, intent: Record) -> None:
         assert intent.event is not None
         step = intent.event.step_id or ""
+        state = WorkflowState(workflow)
+        requests: dict[int, str] = {}
+        """Request number -> the event id of the request the fold took."""
         granted = None
         for record in self.broker.workflow_records(workflow, whole=True):
-            body = None if record.event is None else record.event.body
-            ours = record.event is not None and record.event.step_id == step
-            if ours and isinstance(body, ev.ApprovalDecided) and body.granted:
+            event = record.event
+            if event is None or event.event_id in state.seen:
+                continue
+            taken = state.apply(event) is None and event.step_id == step
+            body = event.body
+            if taken and isinstance(body, ev.ApprovalRequested):
+                requests[body.request] = event.event_id
+            elif taken and isinstance(body, ev.ApprovalDecided) and body.granted:
                 granted = body.request
         if granted is None:
             self._add("approval_covers_call", workflow, f"{effect.ref} ran with no approval")
             return
-        shown = self.shown.get((workflow, step, granted))
+        shown = self.shown.get(requests.get(granted, ""))
         if shown is not None and shown != effect.arguments:
             self._add(
                 "approval_covers_call",
@@ -269,17 +285,33 @@ class Monitor:
 
     # -- what actors hold ----------------------------------------------------------------
 
-    def check_handle(self, workflow: str, seen: Iterable[str]) -> None:
-        """``log_isolation``: an agent's handle holds only events of its own log."""
+    def check_handle(self, workflow: str, seen: Iterable[str], what: str = "its handle") -> None:
+        """``log_isolation``: what an actor holds of a workflow is of this log only."""
         foreign = [e for e in seen if e not in self.event_ids]
         if foreign:
-            self._add("log_isolation", workflow, f"{len(foreign)} event(s) of no record here")
+            detail = f"{what} holds {len(foreign)} event(s) of no record of this log"
+            self._add("log_isolation", workflow, detail)
 
-    def check_projection(self, workflow: str, projected: WorkflowState, through: int) -> None:
+    def check_history(self, workflow: str, events: list[ev.Event], reader: str) -> None:
+        """``log_isolation``: a history read (a tail completed from a checkpoint)."""
+        self.check_handle(workflow, (e.event_id for e in events), f"{reader}'s history read")
+
+    def check_checkpoint(self, partition: int, record: MemRecord) -> None:
+        """``log_isolation``: a checkpoint written for this log holds only its events."""
+        if record.writer.split(".")[0] != "checkpointer":
+            return  # the other deployment's writes are its own log's business
+        held = checkpoint_events(record, self.broker.codec)
+        if held is not None:
+            what = f"{record.writer}'s checkpoint of p{partition}"
+            self.check_handle(held[0], held[1], what)
+
+    def check_projection(
+        self, workflow: str, projected: WorkflowState, since: int, through: int
+    ) -> None:
         """``projection_is_fold``: the projector's state against a fresh fold of what it read."""
         state = WorkflowState(workflow)
         for record in self.broker.workflow_records(workflow, whole=True):
-            if record.offset < through and record.event is not None:
+            if since <= record.offset < through and record.event is not None:
                 state.apply(record.event)
         if summary(state) != summary(projected):
             self._add(

@@ -12,10 +12,13 @@ Fault kinds (each a scheduler choice, at a turn, on a target):
 ``freeze`` an actor for ``value`` ms (it misses every turn meanwhile; its clocks move on),
 ``kill`` it (it never runs again; a new process of the same kind starts ``value`` ms
 later: a resumed agent, a restarted daemon), ``skew`` its wall clock by ``value`` ms from
-the broker's, ``ack_lost`` / ``ack_refused`` / ``ack_late`` on its next append, ``call_after``
-/ ``call_before`` on its next tool call (effect made then a timeout; refused, no effect),
-``dup`` the newest record of partition ``value`` delivered again, ``foreign`` bytes from a
-foreign writer appended to a workflow's partition.
+the broker's (an agent's: from the fleet's, ``Plan.agent_skew_ms``), ``ack_lost`` /
+``ack_refused`` / ``ack_late`` on its next append, ``call_after`` / ``call_before`` on its
+next tool call (effect made then a timeout; refused, no effect), ``dup`` the newest record
+of a workflow's partition delivered again, ``foreign`` bytes from a foreign writer appended
+to a workflow's partition, ``retention`` deleting the head of a workflow's partition (what
+every reader is past: the checkpointer's progress, the recovery daemon's checkpoint, the
+projector's position).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 
 AGENT_KINDS = ("trip", "paynotify", "framework")
-INFRA_KINDS = ("recovery", "projector", "people")
+#: Where an agent's pause or crash may land (see ``Profile.windows``).
+WINDOWS = ("crossing", "intent", "outcome")
+INFRA_KINDS = ("recovery", "projector", "people", "checkpointer")
+#: Another deployment's checkpointer writing into this log's checkpoint topic.
+OTHER = "other"
 ACTOR_FAULTS = (
     "freeze",
     "kill",
@@ -36,7 +43,7 @@ ACTOR_FAULTS = (
     "call_after",
     "call_before",
 )
-LOG_FAULTS = ("dup", "foreign")
+LOG_FAULTS = ("dup", "foreign", "retention")
 FAULT_KINDS = ACTOR_FAULTS + LOG_FAULTS
 
 
@@ -61,8 +68,8 @@ class Fault:
 
     at: int
     """Aimed at an actor: at its ``at``-th boundary crossing, or (negative) right after its
-    ``-at``-th step intent (its current process's); at the log: at the run's ``at``-th
-    turn."""
+    ``-at``-th step intent (its current process's), or (``-AFTER_OUTCOME - n``) right after
+    its ``n``-th step outcome; at the log: at the run's ``at``-th turn."""
     kind: str
     target: str
     value: int = 0
@@ -80,6 +87,10 @@ class Plan:
     """Turns with faults; then every fault ends and the run settles (see ``world``)."""
     defects: tuple[str, ...] = field(default=())
     """Old behaviours switched back on (test-only, :mod:`.defects`)."""
+    agent_skew_ms: int = 0
+    """Every agent process's wall clock minus the broker's (and the daemons'): a fleet of
+    hosts that agree with each other but not with the brokers.  A ``skew`` fault on an agent
+    is off from this."""
 
     def encode(self) -> str:
         """The plan as one line of JSON (replay it with ``--schedule``)."""
@@ -103,6 +114,7 @@ class Plan:
             faults=faults,
             turns=int(data.get("turns", 600)),
             defects=tuple(data.get("defects", ())),
+            agent_skew_ms=int(data.get("agent_skew_ms", 0)),
         )
 
     def without_actor(self, name: str) -> Plan:
@@ -121,37 +133,49 @@ class Profile:
     """What plans a seed may make: agent kinds, their options and fault kinds."""
 
     kinds: tuple[str, ...] = ("trip", "paynotify", "framework")
-    options: tuple[str, ...] = ()
+    options: tuple[str, ...] = ("cancel", "reword", "approval", "swap_card")
     faults: tuple[str, ...] = FAULT_KINDS
+    fleet_skew_ms: int = 120_000
+    """The agents' common clock offset from the broker's (``Plan.agent_skew_ms``) stays
+    within this: recovery decides by its own clock whatever the agents' say."""
+    fleet_chance: float = 0.5
+    """How often a plan's agents are off the broker's clock at all."""
     max_skew_ms: int = 250
-    """Agents' clock skews drawn stay within this (both directions): two agents' clocks
-    then differ by less than the grace (0.5 s), which main needs today."""
-    skew_daemons: bool = False
-    """Whether the recovery daemon's own clock may be skewed too."""
+    """Each agent's own skew (from the fleet's) stays within this, both directions: two
+    agents' clocks then differ by no more than the grace (0.5 s), as a resuming agent that
+    settles a step itself needs (docs/guarantees.md, "Largest skew")."""
+    skew_daemons: bool = True
+    """Whether the daemons' own clocks (the recovery daemon's, the projector's, people's,
+    the checkpointer's) may be skewed from the broker's and step mid-run too."""
+    daemon_skew_ms: int = 120_000
+    """A daemon's skew stays within this, both directions: the recovery daemon's waits run
+    on a clock that never steps, whatever its wall clock does."""
     skew_sign: int = 0
     """0: agents' clocks off both ways; 1: only ahead of the broker's; -1: only behind."""
-    second_runners: bool = True
-    """Whether a workflow may get a second runner while its first is alive."""
+    second_runners: float = 0.3
+    """How often a workflow gets a second runner while its first is alive."""
+    second_start: tuple[int, int] = (3, 80)
+    """The turns a second runner starts between."""
+    windows: tuple[str, ...] = WINDOWS
+    """Where an agent's pause or crash lands: at a ``crossing`` (any), right after an
+    ``intent`` (before its call), right after an ``outcome`` (before what follows)."""
+    shared_checkpoints: float = 0.3
+    """How often another deployment's checkpointer writes into this log's checkpoint topic
+    (0.3.0's shared default): its log has the same name and workflow ids, another identity."""
     turns: int = 600
     fault_turns: int = 250
     """Faults fire in the first turns, while the agents run."""
 
 
-#: Variants whose fixes are still pending on main (issue 42): a plan of the default profile
-#: never draws them.  Once a fix lands its variant moves into ``Profile``'s defaults (or
-#: the skew bounds grow), and CI explores it on every run.
+#: Variants that reach a defect still open on main (each a ``explore.KNOWN_OPEN`` entry): a
+#: plan of the default profile never draws them.  Once a fix lands its variant moves into
+#: ``Profile``'s defaults (or the skew bounds grow), and CI explores it on every run.
 PENDING = {
-    "cancel": "a runner that lost its claim compensates (fenced compensations)",
-    "reword": "a resumed model words a call differently (a step is the logical call)",
-    "approval": "a payment with a secret card needs approval (one fingerprint)",
-    "swap_card": "a resumed model pays with another card (one fingerprint)",
-    "large_skew": "agent clocks off by more than the grace (decisions by the broker's clock)",
-    "skew_daemons": "the recovery daemon's own clock skewed or stepped",
+    "large_skew": "agents' clocks off from each other by more than the grace: a resuming "
+    "agent settles a step by a deadline written on another clock",
 }
-#: Every variant, pending fixes included (``stepledger simulate --all``).
-FULL = Profile(
-    options=("cancel", "reword", "approval", "swap_card"), max_skew_ms=120_000, skew_daemons=True
-)
+#: Every variant, those of open defects included (``stepledger simulate --all``).
+FULL = Profile(max_skew_ms=120_000)
 
 
 def generate(seed: int, profile: Profile | None = None) -> Plan:
@@ -164,11 +188,16 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
         workflow = f"w{n + 1}"
         options = tuple(o for o in profile.options if _fits(kind, o) and rng.random() < 0.3)
         actors.append(ActorSpec(f"a{n + 1}", kind, workflow, 0, options))
-        if profile.second_runners and rng.random() < 0.3:
+        if rng.random() < profile.second_runners:
             # A second runner of the same workflow: it opens it while the first is alive.
             later = tuple(o for o in options if o != "cancel")
-            actors.append(ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(3, 80), later))
+            actors.append(
+                ActorSpec(f"a{n + 1}b", kind, workflow, rng.randint(*profile.second_start), later)
+            )
     actors += [ActorSpec(kind, kind) for kind in INFRA_KINDS]
+    if rng.random() < profile.shared_checkpoints:
+        actors.append(ActorSpec(OTHER, OTHER))
+    fleet = _fleet(rng, profile)
     faults = [_fault(rng, profile, actors) for _ in range(rng.randint(0, 6))]
     if "skew" in profile.faults:
         # Some agents' clocks are off from their start (a host whose clock drifted).
@@ -177,13 +206,15 @@ def generate(seed: int, profile: Profile | None = None) -> Plan:
                 faults.append(Fault(0, "skew", agent.name, _skew(rng, profile)))
     faults.sort(key=lambda f: (f.at, f.kind, f.target))
     partitions = rng.randint(1, 3)
-    return Plan(seed, partitions, tuple(actors), tuple(faults), profile.turns)
+    return Plan(seed, partitions, tuple(actors), tuple(faults), profile.turns, (), fleet)
 
 
 #: An agent process crosses about this many boundaries in one workflow.
 AGENT_CROSSINGS = 80
-#: An agent process appends up to this many intents in one workflow.
+#: An agent process appends up to this many intents (and outcomes) in one workflow.
 AGENT_INTENTS = 4
+#: A fault at ``-AFTER_OUTCOME - n`` fires right after the actor's n-th step outcome.
+AFTER_OUTCOME = 100
 #: Faults on a daemon fire within its first this many crossings.
 DAEMON_CROSSINGS = 300
 
@@ -211,19 +242,39 @@ def _fault(rng: random.Random, profile: Profile, actors: list[ActorSpec]) -> Fau
     at = rng.randint(0, AGENT_CROSSINGS if chosen.kind in AGENT_KINDS else DAEMON_CROSSINGS)
     if kind == "skew":
         at = rng.choice((0, at))
-    elif kind in ("freeze", "kill") and chosen.kind in AGENT_KINDS and rng.random() < 0.5:
-        at = -rng.randint(1, AGENT_INTENTS)  # between an intent and its call
+    elif kind in ("freeze", "kill") and chosen.kind in AGENT_KINDS:
+        window = _window(rng, profile)
+        if window != "crossing":
+            at = -rng.randint(1, AGENT_INTENTS)  # between an intent and its call
+        if window == "outcome":
+            at -= AFTER_OUTCOME  # between an outcome and what follows (a compensation)
     if kind == "freeze":
         return Fault(at, kind, target, rng.choice((300, 1000, 2500, 4000, 8000)))
     if kind == "kill":
         return Fault(at, kind, target, rng.choice((100, 1000, 3000)))
     if kind == "skew":
-        return Fault(at, kind, target, _skew(rng, profile))
+        bound = None if chosen.kind in AGENT_KINDS else profile.daemon_skew_ms
+        return Fault(at, kind, target, _skew(rng, profile, bound))
     return Fault(at, kind, target)
 
 
-def _skew(rng: random.Random, profile: Profile) -> int:
-    bound = profile.max_skew_ms
+#: How often a pause or crash of an agent lands in each window (of the profile's).
+_WINDOWS = {"crossing": 0.5, "intent": 0.35, "outcome": 0.15}
+
+
+def _window(rng: random.Random, profile: Profile) -> str:
+    choices = [w for w in _WINDOWS if w in profile.windows]
+    return rng.choices(choices, [_WINDOWS[w] for w in choices])[0]
+
+
+def _fleet(rng: random.Random, profile: Profile) -> int:
+    if rng.random() >= profile.fleet_chance:
+        return 0
+    return _skew(rng, profile, profile.fleet_skew_ms)
+
+
+def _skew(rng: random.Random, profile: Profile, bound: int | None = None) -> int:
+    bound = profile.max_skew_ms if bound is None else bound
     low = 0 if profile.skew_sign > 0 else -bound
     high = 0 if profile.skew_sign < 0 else bound
     return rng.randint(low, high)

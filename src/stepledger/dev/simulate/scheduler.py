@@ -70,6 +70,8 @@ class Actor:
     """How many boundaries it crossed (faults aimed at it fire at one of them)."""
     intents: int = 0
     """How many step intents it appended (a fault may fire right after one of them)."""
+    outcomes: int = 0
+    """How many step outcomes it appended (a fault may fire right after one of them)."""
     notes: dict[str, object] = field(default_factory=dict)
     """What the actor's body wants the invariants to know (its workflow handle, ...)."""
     _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
@@ -80,6 +82,21 @@ class Actor:
     def live(self) -> bool:
         """True until it ended or was killed."""
         return self.state not in (ActorState.KILLED, ActorState.DONE)
+
+
+class SimTimer:
+    """An actor's monotonic clock and sleeps, in simulated time (the SDK's Timer)."""
+
+    def __init__(self, sched: Scheduler, actor: Actor) -> None:
+        self.sched, self.actor = sched, actor
+
+    def monotonic(self) -> float:
+        """Seconds of simulated time, read at a crossing."""
+        return self.sched.monotonic(self.actor)
+
+    def sleep(self, seconds: float) -> None:
+        """Let others run for ``seconds`` of simulated time."""
+        self.sched.sleep(self.actor, seconds)
 
 
 class Scheduler:

@@ -1,11 +1,12 @@
 """Shrinking: a failing plan made small while it still breaks the same invariant.
 
 Greedy, one change at a time, each tried by running the smaller plan under the same seed:
-drop a fault, drop an actor (with the faults aimed at it), drop an agent's variant, fold
-the partitions into one, halve the turns.  A change is kept when the run still breaks the
-invariant the original broke; the loop ends when no change is kept or the run budget is
-spent.  The result replays exactly (``stepledger simulate --seed S --schedule LINE``), and
-its trace, cut at the violation, is the short story the test guarding the fix can tell.
+drop a fault, drop an actor (with the faults aimed at it), drop an agent's variant, set the
+agents' clocks back to the broker's, fold the partitions into one, halve the turns.  A
+change is kept when the run still breaks the invariant the original broke; the loop ends
+when no change is kept or the run budget is spent.  The result replays exactly
+(``stepledger simulate --seed S --schedule LINE``), and its trace, cut at the violation, is
+the short story the test guarding the fix can tell.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _smaller(plan: Plan) -> Iterator[Plan]:
     for actor in plan.actors:
         for option in actor.options:
             yield _without_option(plan, actor, option)
+    if plan.agent_skew_ms:
+        yield replace(plan, agent_skew_ms=0)
     if plan.partitions > 1:
         yield replace(plan, partitions=1)
     if plan.turns > 50:

@@ -13,7 +13,8 @@ Each actor talks to it through its own clients, every call a crossing of the sch
   (durable, the acknowledgement comes after a pause while others run).
 - :class:`SimReader` is the :class:`~stepledger.readers.workflows.WorkflowReader` a resume
   and the human queue read through: the workflow's partition from its start, undecodable
-  records skipped as the Kafka reader skips them.
+  records skipped as the Kafka reader skips them, a history whose head retention deleted
+  completed from its checkpoint (the real ``HistoryGuard``).
 
 Values are the real codec's bytes, so a record from a foreign writer (bytes that are no
 event of ours) reaches every reader as it would on Kafka.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from stepledger.codec import Codec
 from stepledger.dev.simulate.scheduler import EPOCH, Actor, Scheduler
@@ -207,6 +209,8 @@ class LogClient:
         record = self.broker.append(event, self.actor.name)
         if event.type == "step_intended":
             self.actor.intents += 1
+        elif event.type == "step_outcome":
+            self.actor.outcomes += 1
         position = Position(record.topic, record.partition, record.offset)
         if fault == "lost":
             return _raise(DurabilityError(f"simulated: {event.type} written but its ack was lost"))
@@ -231,17 +235,43 @@ def _raise(exc: DurabilityError) -> Acknowledgement:
     return wait
 
 
-class SimReader:
-    """One actor's workflow reader over the broker (every read a crossing)."""
+class History(Protocol):
+    """Completes a tail whose head retention deleted (a ``HistoryGuard``)."""
 
-    def __init__(self, broker: Broker, actor: Actor) -> None:
+    def complete(
+        self, workflow_id: str, partition: int, tail: list[Event], read_from: int = 0
+    ) -> list[Event]: ...
+
+
+class SimReader:
+    """One actor's workflow reader over the broker (every read a crossing).
+
+    ``history`` completes a workflow whose partition's head was deleted from the
+    checkpoints, as the Kafka reader does; ``check`` is shown every history read.
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        actor: Actor,
+        history: History | None = None,
+        check: Callable[[str, list[Event], str], None] | None = None,
+    ) -> None:
         self.broker = broker
         self.actor = actor
+        self.history = history
+        self.check = check
 
     def read(self, workflow_id: str) -> list[Event]:
-        """The workflow's events still held, in log order."""
+        """The workflow's history: its events still held, completed from its checkpoint."""
         self.broker.sched.point(self.actor)
-        return self._events(self.broker.workflow_records(workflow_id))
+        events = self._events(self.broker.workflow_records(workflow_id))
+        if self.history is not None:
+            partition = self.broker.partition_of(workflow_id)
+            events = self.history.complete(workflow_id, partition, events)
+        if self.check is not None:
+            self.check(workflow_id, events, self.actor.name)
+        return events
 
     def follow(
         self, workflow_id: str, after: Position | None, until: Until, timeout_s: float

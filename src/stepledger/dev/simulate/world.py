@@ -9,24 +9,31 @@ checked after every turn; the liveness one (``decided_within_bound``) once, at t
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from unittest import mock
 
 from pydantic import SecretStr
 
+from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
-from stepledger.dev.simulate import agents, daemons, liveness
+from stepledger.dev.simulate import agents, checkpointing, daemons, liveness, statetopic
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.invariants import Monitor, Violation
-from stepledger.dev.simulate.plan import AGENT_KINDS, ActorSpec, Fault, Plan
-from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler
-from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record, SimReader
+from stepledger.dev.simulate.plan import (
+    AFTER_OUTCOME,
+    AGENT_KINDS,
+    LOG_FAULTS,
+    ActorSpec,
+    Fault,
+    Plan,
+)
+from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler, SimTimer
+from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record
 from stepledger.domain import events as ev
-from stepledger.producer import Ledger, ResumeOptions, Workflow, fence
+from stepledger.logid import LogIdentity
+from stepledger.producer import Ledger, ResumeOptions, Workflow
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 
@@ -54,21 +61,6 @@ class Outcome:
         return bool(self.violations)
 
 
-class SimTimer:
-    """An actor's monotonic clock and sleeps, in simulated time (the SDK's Timer)."""
-
-    def __init__(self, sched: Scheduler, actor: Actor) -> None:
-        self.sched, self.actor = sched, actor
-
-    def monotonic(self) -> float:
-        """Seconds of simulated time, read at a crossing."""
-        return self.sched.monotonic(self.actor)
-
-    def sleep(self, seconds: float) -> None:
-        """Let others run for ``seconds`` of simulated time."""
-        self.sched.sleep(self.actor, seconds)
-
-
 class World:
     """Everything one run holds: scheduler, broker, services, actors, monitor."""
 
@@ -79,7 +71,17 @@ class World:
         self.services = sv.Services(self.sched)
         self.acks = AckFaults()
         self.recovery_store = InMemoryCheckpointStore()
+        self.identity = LogIdentity(TOPIC, checkpointing.OWN_ID)
+        checkpoints = Settings(topic=TOPIC).checkpoint_topic
+        self.state_topics = {checkpoints: statetopic.MemTopic.of(checkpoints, plan.partitions)}
+        """The checkpoint topic (shared with the other deployment when the plan has one)."""
+        self.checkpointer: Checkpointer | None = None
+        """This deployment's newest checkpointer (what retention may delete up to)."""
+        self.projected = [0] * plan.partitions
+        """Where the projector has read each partition to."""
+        self._other: Broker | None = None
         self.monitor = Monitor(self.broker, self.services, set())
+        self.state_topics[checkpoints].on_write.append(self.monitor.check_checkpoint)
         self.daemon: RecoveryDaemon | None = None
         self.trace: list[str] = []
         self.down: list[list[int]] = []
@@ -115,8 +117,20 @@ class World:
     def _body(self, spec: ActorSpec) -> Callable[[Actor], None]:
         if spec.kind in AGENT_KINDS:
             return lambda actor: agents.run_agent(actor, spec, self.ledger_for(actor), self.sched)
-        run = {"recovery": daemons.recovery, "projector": daemons.projector}.get(spec.kind)
+        run = {
+            "recovery": daemons.recovery,
+            "projector": daemons.projector,
+            "checkpointer": checkpointing.checkpointer,
+            "other": checkpointing.other,
+        }.get(spec.kind)
         return lambda actor: (run or daemons.people)(self, actor)
+
+    def other_log(self) -> Broker:
+        """The other deployment's step log (written once, before it is first read)."""
+        if self._other is None:
+            workflows, parts = self.workflow_ids(), self.plan.partitions
+            self._other = checkpointing.other_log(self.plan.seed, workflows, parts, self.sched)
+        return self._other
 
     def settings_for(self, actor: Actor) -> Settings:
         """One simulated process's settings (one operator's redaction key for all)."""
@@ -135,7 +149,7 @@ class World:
             log=LogClient(self.broker, actor, self.acks),
             clock=lambda: sched.wall(actor),
             tools=sv.tools(self.services, actor),
-            reader=SimReader(self.broker, actor),
+            reader=checkpointing.reader(self, actor),
             dead_letters=MemoryEventLetters(),
             options=ResumeOptions(grace_s=daemons.GRACE_S, resolve_timeout_s=5.0),
             timer=SimTimer(sched, actor),
@@ -147,7 +161,7 @@ class World:
     def apply(self, fault: Fault) -> None:
         """Inject one fault (a target that is not running takes nothing)."""
         kind, value = fault.kind, fault.value
-        if kind in ("dup", "foreign"):
+        if kind in LOG_FAULTS:
             self._log_fault(fault)
             return
         actor = self._current.get(fault.target)
@@ -165,7 +179,7 @@ class World:
             if actor.kind == "recovery":
                 self.down.append([self.sched.now_ms, -1])
         elif kind == "skew":
-            actor.skew_ms = value
+            actor.skew_ms = value + (self.plan.agent_skew_ms if actor.kind in AGENT_KINDS else 0)
         elif kind.startswith("ack_"):
             self.acks.add(actor.name, kind.removeprefix("ack_"))
         elif kind.startswith("call_"):
@@ -174,7 +188,11 @@ class World:
     def _log_fault(self, fault: Fault) -> None:
         records = self.broker.workflow_records(fault.target)
         self._note("broker", f"FAULT {fault.kind} {fault.target}")
-        if fault.kind == "foreign":
+        if fault.kind == "retention":
+            start = checkpointing.retention(self, fault.target)
+            number = self.broker.partition_of(fault.target)
+            self._note("broker", f"p{number} now starts at {start}")
+        elif fault.kind == "foreign":
             self.broker.put(fault.target.encode(), b"\x00not an event", [], None, "foreign")
         elif records:
             last = records[-1]
@@ -210,7 +228,7 @@ class World:
         late = sorted((a for a in plan.actors if a.start > 0), key=lambda a: a.start)
         for spec in plan.actors:
             if spec.start <= 0:
-                self.spawn(spec)
+                self.spawn(spec, self._skew_of(spec))
         healed_at: int | None = None
         while sched.turns < 4 * plan.turns:
             turn = sched.turns
@@ -219,7 +237,8 @@ class World:
                     faults.remove(fault)
                     self.apply(fault)
                 while late and late[0].start <= turn:
-                    self.spawn(late.pop(0))
+                    spec = late.pop(0)
+                    self.spawn(spec, self._skew_of(spec))
                 if turn >= plan.turns:
                     healed_at = self._heal()
             self._spawn_due()
@@ -238,11 +257,13 @@ class World:
 
     def _due(self, fault: Fault, turn: int) -> bool:
         """True when a fault fires now: the log's at its turn, an actor's at its crossing."""
-        if fault.kind in ("dup", "foreign"):
+        if fault.kind in LOG_FAULTS:
             return fault.at <= turn
         actor = self._current.get(fault.target)
         if actor is None:
             return False
+        if fault.at <= -AFTER_OUTCOME:
+            return actor.outcomes >= -fault.at - AFTER_OUTCOME
         return actor.intents >= -fault.at if fault.at < 0 else actor.crossings >= fault.at
 
     def _idle(self, faults: list[Fault], late: list[ActorSpec], healed_at: int | None) -> bool:
@@ -277,6 +298,10 @@ class World:
             return False
         return self.sched.now_ms - since >= SETTLE_MS
 
+    def _skew_of(self, spec: ActorSpec) -> int:
+        """A new process's clock: an agent's runs with the fleet's, a daemon's with the broker's."""
+        return self.plan.agent_skew_ms if spec.kind in AGENT_KINDS else 0
+
     def _next_spawn(self) -> int | None:
         return min((ms for ms, _ in self._spawns), default=None)
 
@@ -285,7 +310,8 @@ class World:
         for item in due:
             self._spawns.remove(item)
             before = self._current.get(item[1].name)
-            self.spawn(item[1], skew_ms=0 if before is None else before.skew_ms)
+            skew = self._skew_of(item[1]) if before is None else before.skew_ms
+            self.spawn(item[1], skew_ms=skew)
 
     def _checked(self, actor: Actor) -> bool:
         """Trace and check what the turn did; True once a violation was found."""
@@ -313,11 +339,11 @@ class World:
             return
         body = event.body
         if isinstance(body, ev.ApprovalRequested) and event.step_id is not None:
-            # The person approving sees the call the requesting agent was making.
+            # The person approving a request sees the call its agent was making.
             writer = self.sched.actors.get(record.writer)
             calling = None if writer is None else writer.notes.get("calling")
             if isinstance(calling, dict):
-                self.monitor.shown[(event.workflow_id, event.step_id, body.request)] = calling
+                self.monitor.shown[event.event_id] = calling
         dup = " (duplicate)" if record.duplicate else ""
         self._note(
             record.writer,
@@ -352,23 +378,6 @@ def run(plan: Plan) -> Outcome:
     from stepledger.dev.simulate import defects
 
     world = World(plan)
-    with defects.switched(plan.defects), _runner_names(world.sched):
+    clients = statetopic.clients(world.state_topics)
+    with defects.switched(plan.defects), agents.runner_names(world.sched), clients:
         return world.run()
-
-
-@contextlib.contextmanager
-def _runner_names(sched: Scheduler) -> Iterator[None]:
-    """Runner identities named after their process, so a replay writes the same events.
-
-    ``fence.new_runner`` is random (uuid4) by design; here each workflow handle's runner is
-    ``<actor>~<n>``, and the event ids derived from it are the same in every replay.
-    """
-    made: Counter[str] = Counter()
-
-    def new_runner() -> str:
-        who = "-" if sched.current is None else sched.current.name
-        made[who] += 1
-        return f"{who}~{made[who]}"
-
-    with mock.patch.object(fence, "new_runner", new_runner):
-        yield

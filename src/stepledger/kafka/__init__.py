@@ -1,5 +1,4 @@
-"""Kafka, in one package: the only part of stepledger (with the codec's schema registry) that
-imports confluent-kafka.
+"""Kafka, in one package: the only part of stepledger that imports confluent-kafka.
 
 - :mod:`~stepledger.kafka.producer`: the durable producer (acks=all, idempotent, a future
   per record) every appender uses; :mod:`~stepledger.kafka.lanes`: which of its clients a
@@ -12,7 +11,8 @@ imports confluent-kafka.
 - :mod:`~stepledger.kafka.broker`: topics and partitions, a broker awaited at start;
   :mod:`~stepledger.kafka.describe`: what the cluster says of its brokers, configs, groups;
 - :mod:`~stepledger.kafka.watch`: one line per broker outage and recovery;
-- :mod:`~stepledger.kafka.partitioner`: which partition a key lands on, as librdkafka says.
+- :mod:`~stepledger.kafka.partitioner`: which partition a key lands on, as librdkafka says;
+- :mod:`~stepledger.kafka.registry`: the schema registry the codec's registry framing asks.
 
 No client type leaves the package: the import contract ``kafka-one-package`` forbids
 confluent-kafka elsewhere, and ``tests/unit/test_kafka_types_stay.py`` checks that no module

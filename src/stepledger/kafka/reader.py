@@ -33,12 +33,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from stepledger import wire
-from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
@@ -343,6 +342,12 @@ def records_to_end(
         yield from reader.to_end(starts, within=within)
 
 
+class Decoder(Protocol):
+    """What :func:`read_topic` decodes values with (a :class:`~stepledger.codec.Codec`)."""
+
+    def decode(self, data: bytes | None, /) -> Event: ...
+
+
 @dataclass(frozen=True)
 class Record:
     """One record of :func:`read_topic`: its position, raw parts and the decoded event or
@@ -358,7 +363,7 @@ class Record:
 
 def read_topic(
     settings: Settings,
-    codec: Codec,
+    codec: Decoder,
     *,
     topic: str | None = None,
     from_beginning: bool = True,
@@ -394,7 +399,7 @@ def read_topic(
                 yield _decoded(record, codec)
 
 
-def _decoded(record: Consumed, codec: Codec) -> Record:
+def _decoded(record: Consumed, codec: Decoder) -> Record:
     try:
         event, error = codec.decode(record.value), None
     except StepLedgerError as exc:

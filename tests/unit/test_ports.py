@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
+from stepledger.deadletters.records import MemoryRecordLetters
+from stepledger.errors import BrokerError
 from stepledger.log import InMemoryEventLog
 from stepledger.testing import ledger_over
+
+# The module, not the function the projector package exports under the same name.
+rebuild_module = importlib.import_module("stepledger.projector.rebuild")
 
 
 class _Connecting(InMemoryEventLog):
@@ -43,3 +55,26 @@ def test_closing_the_ledger_closes_its_dead_letter_sink() -> None:
     ledger._dead_letters = letters
     ledger.close()
     assert letters.closed
+
+
+class _ClosingRecords(MemoryRecordLetters):
+    """Record dead letters that count being closed."""
+
+    closed = 0
+
+    def close(self) -> None:
+        _ClosingRecords.closed += 1
+
+
+def test_a_rebuild_that_fails_closes_its_dead_letter_sink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(*_: Any, **__: Any) -> None:
+        raise BrokerError("the broker went away")
+
+    monkeypatch.setattr(rebuild_module, "KafkaRecordLetters", lambda settings: _ClosingRecords())
+    monkeypatch.setattr(rebuild_module, "_read_all", fail)
+    _ClosingRecords.closed = 0
+    with pytest.raises(BrokerError, match="went away"):
+        rebuild_module.rebuild(Settings(), tmp_path / "p.duckdb", republish_dead_letters=True)
+    assert _ClosingRecords.closed == 1  # its producer was left open before

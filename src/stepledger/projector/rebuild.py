@@ -85,16 +85,18 @@ def rebuild(
     )
     report = RebuildReport()
     began = time.monotonic()
-    with ProjectionStore(partial) as store:
-        projector = Projector(
-            store,
-            codec_for(settings),
-            sink,
-            group=group or settings.projector_group,
-            cache_workflows=cache_workflows,
-        )
-        _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
-    if isinstance(sink, KafkaRecordLetters):
+    try:
+        with ProjectionStore(partial) as store:
+            projector = Projector(
+                store,
+                codec_for(settings),
+                sink,
+                group=group or settings.projector_group,
+                cache_workflows=cache_workflows,
+            )
+            topics = topics or (settings.topic,)
+            _read_all(settings, projector, topics, batch_size, report, progress)
+    finally:
         sink.close()
     # Checked again: a projector may have started on the file while this one rebuilt.
     _check_target(target, force)

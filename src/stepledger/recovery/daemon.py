@@ -552,8 +552,7 @@ class RecoveryDaemon:
             self.work.shutdown()
             self.log.close()
             self.histories.close()
-            if isinstance(self.dead_letters, KafkaEventLetters):
-                self.dead_letters.close()
+            self.dead_letters.close()
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})

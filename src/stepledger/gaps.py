@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepledger import wire
@@ -62,6 +63,16 @@ def report_gap(gap: Gap, role: str) -> None:
     )
 
 
+def gaps_below(of: Callable[[str, int], int], wanted: dict[tuple[str, int], int]) -> list[Gap]:
+    """The partitions whose wanted next offset is below their log start (``of``)."""
+    found = []
+    for (topic, partition), expected in sorted(wanted.items()):
+        low = of(topic, partition)
+        if low > max(0, expected):
+            found.append(Gap(topic, partition, max(0, expected), low))
+    return found
+
+
 class LogStart:
     """The first offset each partition still holds, and its end (ListOffsets, one client)."""
 
@@ -90,12 +101,7 @@ class LogStart:
 
     def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
         """The partitions whose wanted next offset is below their log start."""
-        found = []
-        for (topic, partition), expected in sorted(wanted.items()):
-            low = self.of(topic, partition)
-            if low > max(0, expected):
-                found.append(Gap(topic, partition, max(0, expected), low))
-        return found
+        return gaps_below(self.of, wanted)
 
     def close(self) -> None:
         """Close the client."""

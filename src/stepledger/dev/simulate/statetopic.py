@@ -33,7 +33,7 @@ from stepledger.codec import Codec
 from stepledger.dev.simulate.scheduler import Actor, Scheduler
 from stepledger.dev.simulate.simlog import Broker, Record
 from stepledger.errors import CodecError
-from stepledger.gaps import Gap
+from stepledger.gaps import Gap, gaps_below
 from stepledger.kafka import Position
 from stepledger.kafka.reader import BATCH, PartitionReader
 from stepledger.kafka.records import Consumed, Polled, Where
@@ -222,12 +222,7 @@ class SimLogStart:
 
     def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
         """The partitions whose wanted next offset is below their log start."""
-        found = []
-        for (topic, partition), expected in sorted(wanted.items()):
-            low = self.of(topic, partition)
-            if low > max(0, expected):
-                found.append(Gap(topic, partition, max(0, expected), low))
-        return found
+        return gaps_below(self.of, wanted)
 
     def close(self) -> None:
         """Nothing to release."""

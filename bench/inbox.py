@@ -36,7 +36,7 @@ from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.humanqueue.queue import QueueFilter, QueueSource
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.snapshot import connect_read_only, snapshot_path
 from stepledger.projector.store import ProjectionStore

@@ -25,7 +25,7 @@ import pyarrow as pa
 from bench.projector import _RAW_COLUMNS, workload
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.store import CHECKPOINT_THRESHOLD, DEFAULT_MEMORY_LIMIT, ProjectionStore
 

@@ -29,12 +29,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from bench.common import Row, broker, cli, fresh_settings, produce_bulk
 from bench.projector import workload
 from stepledger.config import Settings
-from stepledger.kafka.consumer import assigned_consumer
 
 PARTITIONS = 8
 PROCESSES = (1, 2, 4)
@@ -114,8 +113,7 @@ class Committed:
 
     def __init__(self, settings: Settings, group: str) -> None:
         self.parts = [TopicPartition(settings.topic, p) for p in range(PARTITIONS)]
-        self._context = assigned_consumer(settings, [], group=group)
-        self._consumer = self._context.__enter__()
+        self._consumer = Consumer(settings.client_config(**{"group.id": group}))
 
     def __call__(self) -> int:
         offsets = self._consumer.committed(self.parts, timeout=10)
@@ -123,7 +121,7 @@ class Committed:
 
     def close(self) -> None:
         """Close the client."""
-        self._context.__exit__(None, None, None)
+        self._consumer.close()
 
 
 def _complete(members: list[Projector]) -> bool:

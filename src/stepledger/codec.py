@@ -27,6 +27,7 @@ from stepledger._records import EventPlans
 from stepledger._writer import Unsupported, Writer, compile_writer
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
+from stepledger.kafka.registry import RegistryError, SchemaRegistry
 
 T = TypeVar("T")
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -173,20 +174,15 @@ class RegistryFraming:
     """Confluent Schema Registry framing: registers the writer schema, resolves ids on read."""
 
     def __init__(self, url: str, subject: str, conf: dict[str, str] | None = None) -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
-        self._client = SchemaRegistryClient.new_client({"url": url, **(conf or {})})
+        self._client = SchemaRegistry(url, conf)
         self._subject = subject
         self._schemas: dict[int, dict[str, Any]] = {}
 
     def register(self, schema: dict[str, Any]) -> int:
         """Register the writer schema under the subject and return its id."""
-        from confluent_kafka.schema_registry import Schema
-
         try:
-            text = to_parsing_canonical_form(schema)
-            schema_id = int(self._client.register_schema(self._subject, Schema(text, "AVRO")))
-        except Exception as exc:
+            schema_id = self._client.register(self._subject, to_parsing_canonical_form(schema))
+        except Exception as exc:  # a schema fastavro cannot parse, or the registry's refusal
             raise CodecError(f"schema registry refused the schema: {exc}", retryable=True) from exc
         self._schemas[schema_id] = schema
         return schema_id
@@ -195,10 +191,10 @@ class RegistryFraming:
         """Return the parsed schema for a registry id, fetching it once."""
         if schema_id not in self._schemas:
             try:
-                text = self._client.get_schema(schema_id).schema_str
-            except Exception as exc:
+                text = self._client.schema_text(schema_id)
+            except RegistryError as exc:
                 raise UnknownSchemaError(f"schema id {schema_id} not in registry: {exc}") from exc
-            parsed = fastavro.parse_schema(json.loads(str(text)))
+            parsed = fastavro.parse_schema(json.loads(text))
             self._schemas[schema_id] = cast(dict[str, Any], parsed)
         return self._schemas[schema_id]
 

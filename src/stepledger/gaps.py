@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.errors import BrokerError
-from stepledger.kafka.client import Consumer, KafkaException, TopicPartition
+from stepledger.kafka.reader import PartitionReader
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +63,22 @@ def report_gap(gap: Gap, role: str) -> None:
     )
 
 
+def gaps_below(of: Callable[[str, int], int], wanted: dict[tuple[str, int], int]) -> list[Gap]:
+    """The partitions whose wanted next offset is below their log start (``of``)."""
+    found = []
+    for (topic, partition), expected in sorted(wanted.items()):
+        low = of(topic, partition)
+        if low > max(0, expected):
+            found.append(Gap(topic, partition, max(0, expected), low))
+    return found
+
+
 class LogStart:
     """The first offset each partition still holds, and its end (ListOffsets, one client)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._consumer: Consumer | None = None
+        self._reader: PartitionReader | None = None
         self._lock = threading.Lock()
 
     def of(self, topic: str, partition: int) -> int:
@@ -83,35 +93,19 @@ class LogStart:
 
     def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         with self._lock:
-            if self._consumer is None:
-                conf = {
-                    "group.id": self.settings.group(wire.LOG_START_ROLE),
-                    "enable.auto.commit": False,
-                    **self.settings.quick_connect(),
-                }
-                self._consumer = Consumer(self.settings.client_config(**conf))
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
-                )
-            except KafkaException as exc:
-                raise BrokerError(
-                    f"cannot read the log start of {topic}[{partition}]: {exc}"
-                ) from None
-        return int(low), int(high)
+            if self._reader is None:
+                group = self.settings.group(wire.LOG_START_ROLE)
+                quick = self.settings.quick_connect()
+                self._reader = PartitionReader(self.settings, group=group, **quick)
+            return self._reader.watermarks((topic, partition), timeout=_WATERMARK_TIMEOUT_S)
 
     def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
         """The partitions whose wanted next offset is below their log start."""
-        found = []
-        for (topic, partition), expected in sorted(wanted.items()):
-            low = self.of(topic, partition)
-            if low > max(0, expected):
-                found.append(Gap(topic, partition, max(0, expected), low))
-        return found
+        return gaps_below(self.of, wanted)
 
     def close(self) -> None:
         """Close the client."""
         with self._lock:
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None

@@ -42,6 +42,11 @@ class EventLog(Protocol):
         """
         ...
 
+    def connect(self) -> None:
+        """Start connecting (returns at once), e.g. while the log is read before an append;
+        a log that needs no connection does nothing."""
+        ...
+
     def close(self) -> None:
         """Release the log's resources."""
         ...
@@ -191,6 +196,9 @@ class InMemoryEventLog:
     def workflow_events(self, workflow_id: str) -> list[Event]:
         """The events of one workflow in log order."""
         return [e for e in self.events if e.workflow_id == workflow_id]
+
+    def connect(self) -> None:
+        """Nothing to connect."""
 
     def close(self) -> None:
         """Nothing to release."""

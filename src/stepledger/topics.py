@@ -21,13 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.errors import ConfigError
-from stepledger.kafka import admin
-from stepledger.kafka.client import ConfigResource, KafkaException
+from stepledger.errors import BrokerError, ConfigError
+from stepledger.kafka.describe import ClusterView
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +95,8 @@ def describe_retention(settings: Settings, topic: str) -> Retention:
 def topic_exists(settings: Settings, topic: str) -> bool:
     """True when the broker lists the topic (no auto-creation: every topic is listed)."""
     try:
-        listed = admin(settings).list_topics(timeout=_DESCRIBE_TIMEOUT_S).topics
-    except KafkaException:
+        listed = ClusterView(settings).layout(timeout=_DESCRIBE_TIMEOUT_S).names
+    except BrokerError:
         return False
     return topic in listed
 
@@ -190,10 +188,5 @@ def retention_notice(settings: Settings, role: str) -> Notice | None:
 
 
 def _describe(settings: Settings, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
-    resource = ConfigResource("topic", topic)
-    client = admin(settings)  # kept alive until the answer came: its futures die with it
-    futures: dict[Any, Any] = client.describe_configs(
-        [resource], request_timeout=_DESCRIBE_TIMEOUT_S
-    )
-    entries = next(iter(futures.values())).result(_DESCRIBE_TIMEOUT_S)
-    return {name: (entries[name].value if name in entries else None) for name in names}
+    configs = ClusterView(settings).topic_configs(topic, timeout=_DESCRIBE_TIMEOUT_S)
+    return {name: configs.get(name) for name in names}

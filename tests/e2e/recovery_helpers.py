@@ -25,7 +25,8 @@ from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
 from stepledger.kafka import topic_partitions
-from stepledger.kafka.consumer import FAST_CONSUMER, read_topic
+from stepledger.kafka.consumer import FAST_CONSUMER
+from stepledger.kafka.reader import read_topic
 from stepledger.log import KafkaEventLog, codec_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from stepledger.dev.examples.clients import PaymentsClient, RunningService, star
 from stepledger.dev.examples.tools import CAPTURE
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 pytestmark = pytest.mark.e2e
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.pay_notify_agent"]

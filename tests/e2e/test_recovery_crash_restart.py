@@ -20,7 +20,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus
 from stepledger.kafka import DurableProducer
-from stepledger.kafka.consumer import Record, read_topic
+from stepledger.kafka.reader import Record, read_topic
 from stepledger.log import KafkaEventLog, codec_for
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import LogWatcher, Stack, services_stack, stop, wait_for

@@ -29,7 +29,7 @@ from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.kafka import ensure_topics
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.log import codec_for
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import (

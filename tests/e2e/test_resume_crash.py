@@ -32,7 +32,7 @@ from stepledger.dev.examples.trip_agent import BOUNDARIES
 from stepledger.domain.enums import Source
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 pytestmark = pytest.mark.e2e
 AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.jsonlines import render_event
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from tests.unit.factories import factory
 from tests.unit.projector_logs import TOOLS
 

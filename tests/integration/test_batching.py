@@ -24,7 +24,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.errors import DurabilityError
 from stepledger.kafka import Batching, DurableProducer, Position
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from tests.conftest import Factory
 
 #: Long enough that a record sent after a lingering one would overtake it if it could.

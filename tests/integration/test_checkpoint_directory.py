@@ -166,15 +166,13 @@ def test_checkpoints_deleted_under_the_directory_are_never_taken_for_absent(
 
 def last_root_pointer(settings: Settings) -> int:
     """The root offset the checkpoint partition's last record names."""
-    from stepledger.kafka.consumer import assigned_consumer
+    from stepledger.kafka.reader import PartitionReader
 
-    with assigned_consumer(settings, [], group="test-directory") as consumer:
-        _, high = consumer.get_watermark_offsets(TopicPartition(settings.checkpoint_topic, 0), 5)
-        consumer.assign([TopicPartition(settings.checkpoint_topic, 0, high - 1)])
-        msg = None
-        while msg is None or msg.error():
-            msg = consumer.poll(5)
-        pointer = dirs.root_pointer(msg.headers())
+    where = (settings.checkpoint_topic, 0)
+    with PartitionReader(settings, group="test-directory") as reader:
+        _, high = reader.watermarks(where)
+        last = next(r for b in reader.to_end({where: high - 1}, within=10) for r in b)
+        pointer = dirs.root_pointer(last.headers)
     assert pointer is not None
     return pointer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from tests.integration.projector_helpers import produce_raw
 
 

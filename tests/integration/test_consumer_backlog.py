@@ -12,9 +12,8 @@ import time
 import uuid
 
 from stepledger.config import Settings
-from stepledger.kafka.client import OFFSET_BEGINNING
-from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import GroupConsumer, Membership
+from stepledger.kafka.consumer import GroupConsumer, Membership, Placement
+from stepledger.kafka.records import Where
 from tests.integration.projector_helpers import produce_raw
 
 RECORDS = 300
@@ -27,9 +26,8 @@ def test_the_cached_end_shows_what_waits_and_the_end_report_comes_once_all_is_re
     produce_raw(settings, [(b"one-key", b"v%d" % i, []) for i in range(RECORDS)])
     consumer = GroupConsumer(settings, Membership(f"backlog-{uuid.uuid4().hex[:8]}"))
 
-    def from_the_start(partitions: list[KafkaPartition]) -> None:
-        for tp in partitions:
-            tp.offset = OFFSET_BEGINNING
+    def from_the_start(partitions: list[Where]) -> Placement:
+        return Placement({})  # every partition from its beginning
 
     consumer.subscribe([settings.topic], on_assign=from_the_start, on_revoke=lambda _: None)
     read: dict[int, int] = {}
@@ -44,7 +42,7 @@ def test_the_cached_end_shows_what_waits_and_the_end_report_comes_once_all_is_re
                 read[record.partition] = record.offset + 1
             if polled.records:
                 (partition,) = {r.partition for r in polled.records}
-                high = consumer.high_watermark(KafkaPartition(settings.topic, partition))
+                high = consumer.high_watermark((settings.topic, partition))
                 assert high == RECORDS, "the cached end is not the partition's end"
                 waiting.append(high - read[partition])
             ended.update(p for topic, p in polled.at_end if p in read)

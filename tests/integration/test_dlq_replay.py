@@ -11,7 +11,7 @@ from stepledger.cli import cli as main_group
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.readback import read_dead_letters
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from tests.integration.projector_helpers import produce_raw, projecting, wait_for
 from tests.integration.test_projector import poison
 

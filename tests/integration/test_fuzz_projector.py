@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import Settings
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.snapshot import latest_snapshot
 from tests.fuzz_events import EventFuzzer, encode_unchecked

@@ -17,7 +17,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, Position
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 AGENTS = 32
 STEPS = 10

@@ -16,8 +16,8 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
-from stepledger.kafka.consumer import read_topic
 from stepledger.kafka.partitioner import partition_of
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import KafkaPartitionReader, Ledger
 
 PAY = Tool(name="pay", keyed=True)

@@ -29,7 +29,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.errors import DurabilityError
 from stepledger.kafka import ensure_topics
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer.session import ResumeOptions
 from stepledger.topics import step_log_config
 from tests.integration.test_resume_found import charge_tool

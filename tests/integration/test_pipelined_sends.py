@@ -13,7 +13,7 @@ from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import DurabilityError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.log import KafkaEventLog
 
 WORKFLOWS, PER_WORKFLOW = 8, 12

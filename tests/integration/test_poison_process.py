@@ -8,7 +8,7 @@ from pathlib import Path
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.letter import dead_letter_info
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from tests.fuzz_events import encode_unchecked, overflowing_clearance, with_body
 from tests.integration.projector_helpers import (
     produce_events,

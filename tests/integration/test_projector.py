@@ -15,7 +15,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source
 from stepledger.domain.state import replay
 from stepledger.errors import ViewStoreError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.rows import step_row

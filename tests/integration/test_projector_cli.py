@@ -21,7 +21,7 @@ from stepledger.config import Settings
 from stepledger.deadletters.letter import original_headers
 from stepledger.dev.broker import free_port
 from stepledger.errors import ConfigError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.projector.snapshot import latest_snapshot
 from tests.integration.projector_helpers import (
     cli,

@@ -20,8 +20,8 @@ from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
 from stepledger.kafka import Position, topic_partitions
-from stepledger.kafka.consumer import read_topic
 from stepledger.kafka.partitioner import partition_of
+from stepledger.kafka.reader import read_topic
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import (
     InMemoryWorkflowReader,

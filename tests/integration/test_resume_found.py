@@ -20,7 +20,7 @@ import stepledger as sl
 from stepledger.codec import Codec
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 HERE = Path(__file__).parent
 

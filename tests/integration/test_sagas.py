@@ -26,7 +26,7 @@ from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import NotFound, Tool
 from stepledger.errors import SagaViolationError
 from stepledger.humanqueue.escalations import EscalationQueue, answer
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger
 from stepledger.projector.rebuild import rebuild
 

@@ -14,7 +14,7 @@ from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger, Workflow
 
 PAY = Tool(name="pay", effect="idempotent", keyed=True)

@@ -14,7 +14,7 @@ from stepledger.config import Settings
 from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger
 
 HERE = Path(__file__).parent

@@ -28,7 +28,7 @@ from stepledger.domain.context import render
 from stepledger.domain.secrets import MARKER
 from stepledger.domain.tools import NotFound
 from stepledger.errors import StepInDoubtError
-from stepledger.kafka.consumer import Record, read_topic
+from stepledger.kafka.reader import Record, read_topic
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.projector.schema import TABLES
 from tests.integration.projector_helpers import projecting

@@ -25,10 +25,9 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
-from stepledger.errors import RecordTooLargeError, ResultTypeError
+from stepledger.errors import BrokerError, RecordTooLargeError, ResultTypeError
 from stepledger.kafka import DurableProducer, ensure_topics
-from stepledger.kafka.client import KafkaError, KafkaException
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -55,7 +54,7 @@ def describe_refused(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """DescribeConfigs refused, as for a principal without DESCRIBE_CONFIGS on the topic."""
 
     def refused(settings: Settings, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
-        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+        raise BrokerError("Broker: Topic authorization failed")
 
     monkeypatch.setattr(topics, "_describe", refused)
     yield

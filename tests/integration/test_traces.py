@@ -11,7 +11,7 @@ from typing import Any
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.tracing import workflow_trace_id
 from tests.integration.otel_process import WORKFLOW
 from tests.integration.projector_helpers import wait_for

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from stepledger.checkpoints.record import WorkflowCheckpoint, encode
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.errors import HistoryExpiredError
 from stepledger.kafka import DurableProducer, Headers, admin
-from stepledger.kafka.client import KafkaException
 from stepledger.logid import LogIdentity, resolve
 from stepledger.producer import Ledger
 from tests.conftest import unique

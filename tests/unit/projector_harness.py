@@ -11,7 +11,7 @@ from typing import Any
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.domain import events as ev
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.schema import TABLES
 from stepledger.projector.store import ProjectionStore

@@ -5,26 +5,11 @@ from __future__ import annotations
 from stepledger.checkpoints.view import Covering
 from stepledger.checkpoints.writer import Checkpointer, _Partition, _Workflow
 from stepledger.config import Settings
+from stepledger.kafka.records import Consumed
 
 
-class _Msg:
-    def __init__(self, offset: int, key: bytes = b"wf-1") -> None:
-        self._offset, self._key = offset, key
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return self._key
-
-    def value(self) -> bytes:
-        return b"late record"
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return []
+def _record(offset: int, key: bytes = b"wf-1") -> Consumed:
+    return Consumed("log", 0, offset, key, b"late record")
 
 
 class _NoCheckpoint:
@@ -44,10 +29,10 @@ def test_a_checkpoint_that_cannot_be_read_back_stops_the_partition_not_the_daemo
     part.directory.put(b"wf-1", 7)
     checkpointer._parts[0] = part
     checkpointer._points = _NoCheckpoint()  # type: ignore[assignment]
-    checkpointer._take(_Msg(41))  # type: ignore[arg-type]
+    checkpointer._take(_record(41))
     assert part.broken
     held = part.workflows[b"wf-1"]
     assert held.values == [] and held.evicted and held.covered == 30  # nothing half-extended
-    checkpointer._take(_Msg(42, b"wf-2"))  # type: ignore[arg-type]
+    checkpointer._take(_record(42, b"wf-2"))
     assert b"wf-2" not in part.workflows  # a broken partition takes nothing more
     checkpointer.close()

@@ -20,7 +20,7 @@ from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.clock import LOG_APPEND_TIME

@@ -136,3 +136,11 @@ def test_the_0_2_0_fields_round_trip() -> None:
         assert codec.decode(codec.encode(event)) == event
     body = events[0].body
     assert isinstance(body, ev.StepIntended) and body.after_pivot and body.repeatable
+
+
+def test_the_registrys_errors_are_the_codecs_own() -> None:
+    framing = RegistryFraming(f"mock://{uuid.uuid4().hex}", "t-value")
+    with pytest.raises(UnknownSchemaError, match="schema id 4242 not in registry"):
+        framing.writer_schema(4242)
+    with pytest.raises(CodecError, match="schema registry refused the schema"):
+        framing.register({"type": "record", "name": "Bad", "fields": [{"name": "x"}]})

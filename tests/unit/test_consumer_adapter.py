@@ -83,5 +83,5 @@ def test_transient_errors_are_left_to_librdkafka() -> None:
 def test_no_client_before_subscribe() -> None:
     consumer = GroupConsumer(SETTINGS, Membership("g"))
     with pytest.raises(BrokerError, match="not subscribed"):
-        consumer.client  # noqa: B018
+        consumer.poll(1, 0)
     consumer.close()

@@ -25,7 +25,7 @@ from stepledger.domain.enums import OutcomeStatus, ResolutionPolicy, Source
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Found, Tool
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger
 from stepledger.producer.settling import Arrivals

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message
 
 from stepledger.config import Settings
+from stepledger.kafka.records import Consumed, Polled, Where
 from stepledger.readers import index as indexes
 from stepledger.readers.index import Lookup, PartitionIndex
 
 WHERE = ("log", 0)
 
 
-def _record(offset: int, key: bytes = b"wf") -> Message:
-    return Message(topic=WHERE[0], partition=WHERE[1], offset=offset, key=key, value=b"v")
+def _record(offset: int, key: bytes = b"wf") -> Consumed:
+    return Consumed(WHERE[0], WHERE[1], offset, key, b"v")
 
 
 def _index_from(start: int) -> PartitionIndex:
@@ -25,20 +27,20 @@ def _index_from(start: int) -> PartitionIndex:
 def test_records_read_one_after_another_from_offset_0_keep_the_proof() -> None:
     index = _index_from(0)
     for offset in range(3):
-        assert index._take(_record(offset), set())
+        assert index._take(_record(offset))
     assert index._began.get(WHERE) == 0
 
 
 def test_a_skipped_offset_drops_the_proof() -> None:
     index = _index_from(0)
-    assert index._take(_record(0), set())
-    assert index._take(_record(5), set())  # 1-4 never read: deleted under the catch-up
+    assert index._take(_record(0))
+    assert index._take(_record(5))  # 1-4 never read: deleted under the catch-up
     assert WHERE not in index._began
 
 
 def test_a_first_record_past_the_start_drops_the_proof() -> None:
     index = _index_from(0)
-    assert index._take(_record(7), set())  # the head moved between the start and the read
+    assert index._take(_record(7))  # the head moved between the start and the read
     assert WHERE not in index._began
 
 
@@ -56,26 +58,25 @@ def test_a_lookup_ends_as_itself_when_another_of_the_same_key_waits() -> None:
 
 
 class _Watermarks:
-    """The consumer's cached high watermark, as the last fetch reply left it."""
+    """The reader's cached high watermark, as the last fetch reply left it (None: none yet)."""
 
-    def __init__(self, high: int) -> None:
+    def __init__(self, high: int | None) -> None:
         self.high = high
 
-    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
-        assert cached, "the end test must not cost a round trip"
-        return 0, self.high
+    def high_watermark(self, where: Where) -> int | None:
+        return self.high
 
 
 def test_a_catch_up_ends_only_exactly_at_the_fetched_watermark() -> None:
     index = _index_from(0)
     index._one_broker = True
     for offset in range(3):
-        index._take(_record(offset), set())  # read up to offset 2: next is 3
-    for high, ends in ((5, False), (3, True), (2, False), (-1001, False)):
+        index._take(_record(offset))  # read up to offset 2: next is 3
+    for high, ends in ((5, False), (3, True), (2, False), (None, False)):
         at_end: set[tuple[str, int]] = set()
         index._reached(_Watermarks(high), {WHERE}, at_end)  # type: ignore[arg-type]
         # 5: records left to read; 2: a broker reporting short of its last record;
-        # -1001: none known yet.
+        # None: none known yet.
         assert (WHERE in at_end) is ends, high
     assert index.watermark_ends == 1
 
@@ -85,7 +86,7 @@ def test_with_several_brokers_only_the_partition_end_ends_a_catch_up() -> None:
     even one equal to where the index is: the review's reproducer, in one step."""
     index = _index_from(0)
     for offset in range(3):
-        index._take(_record(offset), set())
+        index._take(_record(offset))
     at_end: set[tuple[str, int]] = set()
     index._reached(_Watermarks(3), {WHERE}, at_end)  # type: ignore[arg-type]
     assert at_end == set() and index.watermark_ends == 0
@@ -96,8 +97,10 @@ def test_the_index_and_point_readers_read_from_leaders_even_with_a_client_rack(
 ) -> None:
     """With ``-X client.rack`` a consumer may fetch from a follower, whose end lags records
     the leader acknowledged: a read "to the end" would miss them."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from stepledger.checkpoints.view import CheckpointView
     from stepledger.kafka import consumer as consumers
-    from stepledger.readers import index as indexes
 
     made: list[dict[str, object]] = []
 
@@ -116,58 +119,60 @@ def test_the_index_and_point_readers_read_from_leaders_even_with_a_client_rack(
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(indexes, "Consumer", Recorded)
     monkeypatch.setattr(consumers, "Consumer", Recorded)
     settings = Settings(kafka={"client.rack": "rack-1"})
     PartitionIndex(settings)._assigned({WHERE}, True)
-    with consumers.assigned_consumer(settings, [], group="g"):
-        pass
+    with CheckpointView(settings)._points(0) as points:
+        points.reader.brokers("log")  # the point reader's client is made on first use
     assert [conf["client.rack"] for conf in made] == ["", ""]
 
 
-class _Tail:
-    """A consumer already assigned: it hands out what it fetched, oldest first."""
+_End = tuple[Where, int]
+"""A partition end the tail fetched: (partition, its offset)."""
 
-    def __init__(self, *queued: Message) -> None:
+
+class _Tail:
+    """A partition reader already assigned: it hands out what it fetched, oldest first."""
+
+    fetch_wait_ms = indexes.FIRST_FETCH_WAIT_MS
+
+    def __init__(self, *queued: Consumed | _End) -> None:
         self.queued = list(queued)
         self.assigned: list[object] = []
 
-    def consume(self, n: int, timeout: float) -> list[Message]:
-        batch, self.queued = self.queued[:n], self.queued[n:]
-        return batch
+    def poll(self, limit: int, wait_s: float = 0.0, *, prompt: bool = False) -> Polled:
+        taken, self.queued = self.queued[:limit], self.queued[limit:]
+        records = [item for item in taken if isinstance(item, Consumed)]
+        ends = dict(item for item in taken if not isinstance(item, Consumed))
+        return Polled(records, ends, bool(taken))
 
-    def poll(self, timeout: float) -> Message | None:
-        return None
+    def high_watermark(self, where: Where) -> int | None:
+        return None  # not known yet: the reaper keeps the tail
 
-    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
-        return -1001, -1001  # librdkafka's "not known yet": the reaper keeps the tail
-
-    def assign(self, parts: object) -> None:
-        self.assigned.append(parts)
+    def assign(self, starts: Mapping[Where, int]) -> None:
+        self.assigned.append(starts)
 
     def unassign(self) -> None:
         self.assigned.append(None)
+
+    def grow(self) -> bool:
+        return False
 
     def close(self) -> None:
         pass
 
 
-def _tailed(*queued: Message) -> tuple[PartitionIndex, _Tail]:
+def _tailed(*queued: Consumed | _End) -> tuple[PartitionIndex, _Tail]:
     index = _index_from(0)
     tail = _Tail(*queued)
-    index._consumer, index._tailing = tail, {WHERE}  # type: ignore[assignment]
+    index._reader, index._tailing = tail, {WHERE}  # type: ignore[assignment]
     index._current = {WHERE}  # a catch-up completed since the assignment
     index._next[WHERE] = 0  # tailed from offset 0: nothing read yet
     return index, tail
 
 
-def _eof(offset: int) -> Message:
-    return Message(
-        topic=WHERE[0],
-        partition=WHERE[1],
-        offset=offset,
-        error=KafkaError(KafkaError._PARTITION_EOF),
-    )
+def _eof(offset: int) -> _End:
+    return (WHERE, offset)
 
 
 def test_a_bounded_lookup_reads_the_tail_through_its_bound_and_assigns_nothing() -> None:
@@ -194,7 +199,7 @@ def test_an_unbounded_lookup_assigns_afresh_and_ignores_what_the_tail_fetched_be
         tail.assigned.append(parts)
         tail.queued = [_record(0), _eof(1)]  # librdkafka drops what was fetched before
 
-    tail.assign = fresh  # type: ignore[method-assign]
+    tail.assign = fresh  # type: ignore[method-assign,assignment]
     found = index.lookup(WHERE, b"wf")
     assert tail.assigned[0] is None and index.assignments == 1  # unassigned, then assigned
     assert found.first == 0
@@ -239,7 +244,7 @@ def test_mid_read_the_index_answers_no_id_as_unseen() -> None:
     (the bench's asyncio agents opened ids started before the first catch-up ended)."""
     index, tail = _tailed()
     index._current = set()
-    tail.assign = lambda parts: tail.queued.extend([_record(0, b"old"), _eof(1)])  # type: ignore[method-assign]
+    tail.assign = lambda parts: tail.queued.extend([_record(0, b"old"), _eof(1)])  # type: ignore[method-assign,assignment]
     index._assigned({WHERE}, True)  # a catch-up's fresh assignment: tailed, not read yet
     assert WHERE in index.tailing and not index.unseen(WHERE, b"old")
     index.lookup(WHERE, b"other")  # the catch-up completes: the index knows what is below
@@ -282,7 +287,7 @@ def test_a_history_longer_than_max_tailed_is_not_handed_out(
     index.lookup(WHERE, b"wf", through=3)
     assert index.tailed(WHERE, b"short") == [b"v", b"v"]
     assert index.tailed(WHERE, b"wf") == [b"v", b"v"]
-    index._consumer.queued = [_record(4)]  # type: ignore[union-attr]
+    index._reader.queued = [_record(4)]  # type: ignore[union-attr]
     index.lookup(WHERE, b"wf", through=4)  # a third record of wf: too long to hand out
     assert index.tailed(WHERE, b"wf") is None and index.tailed(WHERE, b"short") is not None
 
@@ -299,20 +304,19 @@ def test_a_lookup_that_must_not_wait_reads_at_most_now_records(
 
 
 class _CachedEnd:
-    """A consumer whose last fetch reported this end (librdkafka: -1001 before any)."""
+    """A reader whose last fetch reported this end (None before any)."""
 
-    def __init__(self, high: int) -> None:
+    def __init__(self, high: int | None) -> None:
         self.high = high
 
-    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
-        assert cached, "the run-ahead check must not cost a round trip"
-        return -1001 if self.high < 0 else 0, self.high
+    def high_watermark(self, where: Where) -> int | None:
+        return self.high
 
 
 @pytest.mark.parametrize(
     ("high", "read_to", "began", "ahead"),
     [
-        (-1001, 10, None, False),  # no fetch reported an end yet: says nothing
+        (None, 10, None, False),  # no fetch reported an end yet: says nothing
         (10 + indexes.TAIL_AHEAD_RECORDS, 10, None, False),  # exactly at the bound: kept
         (11 + indexes.TAIL_AHEAD_RECORDS, 10, None, True),  # one past it
         (5 + indexes.TAIL_AHEAD_RECORDS, None, 0, True),  # read nothing: from where it began
@@ -321,10 +325,10 @@ class _CachedEnd:
     ],
 )
 def test_the_tail_runs_ahead_only_past_the_bound_from_what_is_known(
-    high: int, read_to: int | None, began: int | None, ahead: bool
+    high: int | None, read_to: int | None, began: int | None, ahead: bool
 ) -> None:
     index = PartitionIndex(Settings())
-    index._consumer = _CachedEnd(high)  # type: ignore[assignment]
+    index._reader = _CachedEnd(high)  # type: ignore[assignment]
     index._tailing = {WHERE}
     if read_to is not None:
         index._next[WHERE] = read_to

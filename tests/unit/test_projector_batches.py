@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import cast
 
 from stepledger.deadletters.records import MemoryRecordLetters
-from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
+from stepledger.kafka.consumer import GroupConsumer
+from stepledger.kafka.records import Consumed, Polled, Where
 from stepledger.projector.daemon import (
     CATCH_UP_SNAPSHOT_GAP_MAX_S,
     CATCH_UP_SNAPSHOT_SHARE,
@@ -38,16 +38,16 @@ class _Polls:
 
     def __init__(self, records: list[Consumed]) -> None:
         self.records = records
-        self.ends: list[tuple[str, int]] = []
+        self.ends: dict[Where, int] = {}
         self.high: dict[tuple[str, int], int] = {}
 
     def poll(self, size: int, timeout: float) -> Polled:
         records, self.records = self.records, []
-        ends, self.ends = self.ends, []
-        return Polled(records, ends, True)
+        ends, self.ends = self.ends, {}
+        return Polled(records, ends)
 
-    def high_watermark(self, partition: KafkaPartition) -> int | None:
-        return self.high.get((partition.topic, partition.partition))
+    def high_watermark(self, where: Where) -> int | None:
+        return self.high.get(where)
 
 
 def run_one_poll(shards: Shards, records: list[Consumed], path: Path) -> list[BatchReport]:
@@ -211,7 +211,7 @@ def test_a_partition_at_its_end_has_nothing_waiting_whatever_its_cached_end_says
     _step(loop)
     pipeline.drain()
     assert loop.dirty == {("log", 0)}
-    polls.ends = [("log", 0)]
+    polls.ends = {("log", 0): 0}
     _step(loop)
     pipeline.drain()
     assert not loop.dirty and ("log", 0) not in loop.read
@@ -222,7 +222,7 @@ def test_a_partition_at_its_end_has_nothing_waiting_whatever_its_cached_end_says
 def test_offsets_read_before_an_assignment_or_a_revocation_are_forgotten(tmp_path: Path) -> None:
     loop, _polls, _pipeline = costly_loop(tmp_path, batch_size=1)
     loop.read = {("log", 0): 7, ("log", 1): 9}
-    _on_assign(loop, [KafkaPartition("log", 0)])
+    _on_assign(loop, [("log", 0)])
     assert loop.read == {("log", 1): 9}
     # One file keeps a revoked partition's rows: they still go out with its next snapshot.
     loop.dirty = {("log", 1)}

@@ -18,12 +18,12 @@ from typing import cast
 
 import duckdb
 import pytest
-from confluent_kafka import TopicPartition
 
 from stepledger.config import Settings
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ViewStoreError
-from stepledger.kafka.consumer import GroupConsumer, Membership, Polled
+from stepledger.kafka.consumer import GroupConsumer, Membership
+from stepledger.kafka.records import Polled, Where
 from stepledger.projector.daemon import ProjectorOptions, _Loop, _on_assign, _on_revoke, _step
 from stepledger.projector.engine import Projector
 from stepledger.projector.metrics import ProjectorMetrics
@@ -212,12 +212,12 @@ def test_a_revoked_shard_is_released_even_when_committing_another_shard_failed(
     options = ProjectorOptions(db_path=tmp_path / "s", commit_to_kafka=False)
     consumer = GroupConsumer(Settings(bootstrap="127.0.0.1:9"), Membership(group="g"))
     loop = _Loop(consumer, options, ProjectorMetrics(), None, shards=shards)
-    loop.assigned = [TopicPartition(*broken), TopicPartition(*kept)]
+    loop.assigned = [broken, kept]
 
     with pytest.raises(ViewStoreError, match="disk full"):
-        _on_revoke(loop, [TopicPartition(*kept)])
+        _on_revoke(loop, [kept])
     assert shards.pipeline(kept) is None
-    assert [(tp.topic, tp.partition) for tp in loop.assigned] == [broken]
+    assert loop.assigned == [broken]
     with ProjectionStore(shard_path(tmp_path / "s", *kept)) as released:
         assert released.offsets() != {}
     shards.shutdown()
@@ -230,13 +230,13 @@ class _HeldConsumer:
         self.released: list[tuple[str, int, int]] = []
 
     def poll(self, size: int, timeout: float) -> Polled:
-        return Polled([], [], True)
+        return Polled([])
 
-    def release(self, partition: TopicPartition) -> bool:
-        self.released.append((partition.topic, partition.partition, partition.offset))
+    def release(self, where: Where, offset: int) -> bool:
+        self.released.append((*where, offset))
         return True
 
-    def high_watermark(self, partition: TopicPartition) -> int | None:
+    def high_watermark(self, where: Where) -> int | None:
         return None
 
 
@@ -260,9 +260,9 @@ def test_an_assignment_of_a_locked_shard_returns_at_once_and_the_loop_takes_it_s
         shards=ShardDir(tmp_path / "s", make_pipeline),
     )
     began = time.monotonic()
-    held = _on_assign(loop, [TopicPartition(*WHERE)])
+    placed = _on_assign(loop, [WHERE])
     assert time.monotonic() - began < 0.5, "the assignment callback waited for a lock"
-    assert [(tp.topic, tp.partition) for tp in held] == [WHERE]
+    assert list(placed.held) == [WHERE]
     owner.close([WHERE])  # the previous owner lets it go (continued, or killed)
     freed = time.monotonic()
     while not consumer.released and time.monotonic() - freed < 5.0:

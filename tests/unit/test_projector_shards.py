@@ -10,7 +10,7 @@ import pytest
 
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import Projector
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.schema import TABLES, VIEWS

@@ -28,8 +28,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Found, Tool
-from stepledger.kafka.client import TopicPartition
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint
@@ -254,7 +253,7 @@ class Daemon:
         )
         daemon = self.daemon
         daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
-        daemon._on_assign([TopicPartition("log", 0)])
+        daemon._on_assign([("log", 0)])
         self.fed = daemon.tracker.positions.get(0, 0)
         daemon.caught_up.add(0)
         daemon.fence.polled()

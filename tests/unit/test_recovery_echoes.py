@@ -8,7 +8,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.kafka import Position
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import event_headers
 from stepledger.recovery.echoes import Echoes
 from stepledger.resolution.resolver import Resolution

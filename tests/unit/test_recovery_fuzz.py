@@ -19,7 +19,7 @@ import pytest
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import SqliteCheckpointStore

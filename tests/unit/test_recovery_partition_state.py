@@ -6,13 +6,12 @@ import logging
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.times import LATEST
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import (
     CheckpointBatch,
@@ -49,13 +48,6 @@ def test_a_moved_partition_is_resumed_by_another_daemon_from_its_own_file(tmp_pa
     second.close()
 
 
-class _Consumer:
-    """Stands for the consumer in assignment callbacks."""
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        """Nothing to do."""
-
-
 def _record(value: bytes | None, partition: int, offset: int) -> Consumed:
     """A record as the daemon is handed it (no broker stamp)."""
     return Consumed("t", partition, offset, None, value)
@@ -81,7 +73,7 @@ def _moved_while_paused(
     ``read_before_pause`` and is paused past its session; the partition moves to a second
     daemon, which reads all six and checkpoints them."""
     paused = _daemon(tmp_path, store)
-    paused._on_assign([TopicPartition("log", 0)])
+    paused._on_assign([("log", 0)])
     values = _intents(6)
     for offset, value in enumerate(values[:2]):
         paused._handle(_record(value, 0, offset))
@@ -90,7 +82,7 @@ def _moved_while_paused(
     for offset, value in enumerate(values[2:read_before_pause], start=2):
         paused._handle(_record(value, 0, offset))  # read, never checkpointed
     owner = _daemon(tmp_path, store)
-    owner._on_assign([TopicPartition("log", 0)])
+    owner._on_assign([("log", 0)])
     for offset, value in enumerate(values[2:], start=2):
         owner._handle(_record(value, 0, offset))
     owner.checkpoint()
@@ -111,15 +103,15 @@ def test_a_partition_without_checkpoint_is_saved_at_once_and_its_replay_logged(
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store)
     with caplog.at_level(logging.WARNING, logger="stepledger.recovery.daemon"):
-        first._on_assign([TopicPartition("log", 3)])
+        first._on_assign([("log", 3)])
     assert "no checkpoint for log[3]: replaying the partition from offset 0" in caplog.text
     # Nothing read yet, and revoked at once: the next owner still finds a checkpoint.
-    first._on_revoke([TopicPartition("log", 3)])
+    first._on_revoke([("log", 3)])
     assert store.positions == {("log", 3): 0}
     caplog.clear()
     second = _daemon(tmp_path, store)
     with caplog.at_level(logging.WARNING, logger="stepledger.recovery.daemon"):
-        second._on_assign([TopicPartition("log", 3)])
+        second._on_assign([("log", 3)])
     assert "no checkpoint" not in caplog.text
     first.work.shutdown(wait=True)
     second.work.shutdown(wait=True)
@@ -132,7 +124,7 @@ def test_a_daemon_that_lost_a_partition_writes_nothing_over_its_new_owners_check
     paused, owner = _moved_while_paused(tmp_path, store, read_before_pause=4)
     assert store.positions[("log", 0)] == 6
     tracked = set(store.steps[("log", 0)])
-    paused._on_lost([TopicPartition("log", 0)])
+    paused._on_lost([("log", 0)])
     assert store.positions[("log", 0)] == 6, "the old owner wrote its stale position back"
     assert set(store.steps[("log", 0)]) == tracked
     assert paused.tracker.positions == {}
@@ -152,12 +144,12 @@ def test_a_checkpointed_step_due_at_the_end_of_time_is_taken_over_without_an_ove
     value = Codec().encode(event.model_copy(update={"body": far}))
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store)
-    first._on_assign([TopicPartition("log", 0)])
+    first._on_assign([("log", 0)])
     first._handle(_record(Codec().encode(opened), 0, 0))
     first._handle(_record(value, 0, 1))
     first.checkpoint()
     owner = _daemon(tmp_path, store)
-    owner._on_assign([TopicPartition("log", 0)])  # raised OverflowError before
+    owner._on_assign([("log", 0)])  # raised OverflowError before
     assert ("wf-far", "pay") in owner.tracker.steps
     first.work.shutdown(wait=True)
     owner.work.shutdown(wait=True)
@@ -179,7 +171,7 @@ def test_a_daemon_back_from_a_pause_writes_no_checkpoint_before_the_group_has_an
     paused.fence.polled()
     paused.checkpoint()
     assert (store.positions[("log", 0)], dict(store.steps[("log", 0)])) == written
-    paused._on_lost([TopicPartition("log", 0)])  # the group's answer: nothing held is written
+    paused._on_lost([("log", 0)])  # the group's answer: nothing held is written
     assert (store.positions[("log", 0)], dict(store.steps[("log", 0)])) == written
     paused.work.shutdown(wait=True)
     owner.work.shutdown(wait=True)
@@ -188,9 +180,9 @@ def test_a_daemon_back_from_a_pause_writes_no_checkpoint_before_the_group_has_an
 def test_a_revoked_partition_is_handed_over_with_its_last_checkpoint(tmp_path: Path) -> None:
     store = InMemoryCheckpointStore()
     daemon = _daemon(tmp_path, store)
-    daemon._on_assign([TopicPartition("log", 0)])
+    daemon._on_assign([("log", 0)])
     for offset, value in enumerate(_intents(3)):
         daemon._handle(_record(value, 0, offset))
-    daemon._on_revoke([TopicPartition("log", 0)])
+    daemon._on_revoke([("log", 0)])
     assert store.positions[("log", 0)] == 3 and len(store.steps[("log", 0)]) == 3
     daemon.work.shutdown(wait=True)

@@ -32,7 +32,7 @@ from stepledger.domain.enums import (
 )
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint

@@ -20,7 +20,7 @@ from stepledger.domain.state import replay
 from stepledger.domain.tools import Found, Tool
 from stepledger.errors import DurabilityError
 from stepledger.kafka import Position
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import Acknowledgement, InMemoryEventLog
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from stepledger.codec import REGISTRY_MAGIC, Codec
 from stepledger.config import Settings
@@ -22,7 +21,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepStatus
-from stepledger.kafka.consumer import Consumed, Polled
+from stepledger.kafka.records import Consumed, Polled
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery import tracked as tracked_module
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
@@ -134,13 +133,13 @@ def test_a_step_taken_over_in_doubt_falls_due_a_timeout_after_the_take_over(
     intent = events.intent("wf", "s", PAY, ARGS, sequence=0)  # deadline T0 + 60 s
     store = InMemoryCheckpointStore()
     first = _daemon(tmp_path, store, T0)
-    first._on_assign([TopicPartition("log", 0)])
+    first._on_assign([("log", 0)])
     for offset, event in enumerate([started, intent]):
         first._handle(Consumed("log", 0, offset, None, Codec().encode(event)))
     first.checkpoint()
     taken_at = datetime(2026, 6, 1, tzinfo=UTC)
     owner = _daemon(tmp_path, store, taken_at)
-    owner._on_assign([TopicPartition("log", 0)])
+    owner._on_assign([("log", 0)])
     owner.caught_up.add(0)
     assert owner.tracker.due(taken_at + timedelta(seconds=59), 10, {0}) == []
     assert owner.tracker.due(taken_at + timedelta(seconds=61), 10, {0}) == [("wf", "s")]
@@ -213,7 +212,7 @@ class _Records:
 
     def poll(self, limit: int, wait: float) -> Polled:
         taken, self.queued = self.queued[:limit], self.queued[limit:]
-        return Polled(taken, [], True)
+        return Polled(taken)
 
 
 def test_a_burst_of_changes_is_checkpointed_before_the_interval_is_up(tmp_path: Path) -> None:
@@ -223,7 +222,7 @@ def test_a_burst_of_changes_is_checkpointed_before_the_interval_is_up(tmp_path: 
     events, codec, store = factory(), Codec(), InMemoryCheckpointStore()
     daemon = _daemon(tmp_path, store, T0, checkpoint_interval_s=3600.0)
     consumer = _Records()
-    daemon._on_assign([TopicPartition("log", 0)])
+    daemon._on_assign([("log", 0)])
     daemon.tick(consumer)  # type: ignore[arg-type]  # the first turn checkpoints: nothing yet
     values = [
         codec.encode(events.intent(f"wf-{i}", "s", PAY, ARGS, sequence=0))

@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from stepledger.checkpoints import directory as dirs
 from stepledger.checkpoints.record import WorkflowCheckpoint, covered_offset_of, decode
 from stepledger.errors import BrokerError
-from stepledger.kafka.client import Consumer, Message, TopicPartition
-from stepledger.kafka.consumer import partition_end
+from stepledger.kafka.reader import PartitionReader
+from stepledger.kafka.records import Consumed
 from stepledger.logid import HeaderPairs
 
 #: A directory lookup gives up (and the partition is read) after this long.
 DIRECTORY_LIMIT_S = 10.0
-_BATCH = 5000
 
 
 @dataclass(frozen=True)
@@ -55,104 +54,98 @@ class Points:
     """Point reads of one checkpoint partition through its directory (see the module doc)."""
 
     def __init__(
-        self, consumer: Consumer, topic: str, partition: int, deadline: float, admit: Admit
+        self, reader: PartitionReader, topic: str, partition: int, deadline: float, admit: Admit
     ) -> None:
-        self.consumer = consumer
+        self.reader = reader
         self.topic = topic
         self.partition = partition
         self.deadline = deadline
         self.admit = admit
 
-    def _ours(self, msg: Message) -> bool:
-        return self.admit(self.partition, msg.headers())
+    def _ours(self, record: Consumed) -> bool:
+        return self.admit(self.partition, record.headers)
 
     def covering(self, key: bytes) -> Covering | None:
         """What the directory proves about ``key``, or None when it proves nothing."""
-        _, high = self.consumer.get_watermark_offsets(
-            TopicPartition(self.topic, self.partition), timeout=DIRECTORY_LIMIT_S
-        )
+        where = (self.topic, self.partition)
+        _, high = self.reader.watermarks(where, timeout=DIRECTORY_LIMIT_S)
         # (librdkafka's logical "one before the end" offset cost ~0.5 s to resolve.)
         last = self.first(high - 1) if high > 0 else None
         if last is None or not self._ours(last):
             return None  # empty (a whole read is as cheap), gone meanwhile, or not ours
-        pointer = dirs.root_pointer(last.headers())
-        if last.key() == dirs.ROOT_KEY:
-            pointer = int(last.offset() or 0)
+        pointer = dirs.root_pointer(last.headers)
+        if last.key == dirs.ROOT_KEY:
+            pointer = last.offset
         if pointer is None:
             return None  # written before directories (or none written yet)
         # The root, then every record written after it (checkpoints the root does not list).
         after = self._from(pointer)
-        if not after or after[0].offset() != pointer or after[0].key() != dirs.ROOT_KEY:
+        if not after or after[0].offset != pointer or after[0].key != dirs.ROOT_KEY:
             return None
         if not self._ours(after[0]):
             return None
-        root = dirs.decode(after[0].value())
+        root = dirs.decode(after[0].value)
         if root.bucket != -1 or len(root.chunks) != root.buckets:
             return None
         hashed = dirs.key_hash(key)
         bucket = dirs.bucket_of(hashed, root.buckets)
-        chunk_msg = self.first(root.chunks[bucket])
-        if chunk_msg is None or chunk_msg.offset() != root.chunks[bucket]:
+        chunk_record = self.first(root.chunks[bucket])
+        if chunk_record is None or chunk_record.offset != root.chunks[bucket]:
             return None
-        if chunk_msg.key() != dirs.chunk_key(bucket) or not self._ours(chunk_msg):
+        if chunk_record.key != dirs.chunk_key(bucket) or not self._ours(chunk_record):
             return None
-        chunk = dirs.decode(chunk_msg.value())
+        chunk = dirs.decode(chunk_record.value)
         if chunk.buckets != root.buckets or chunk.bucket != bucket:
             return None
         newest: Held | None = None
         for offset in chunk.offsets_of(hashed):
-            msg = self.first(offset)
-            if msg is None or msg.offset() != offset:
+            record = self.first(offset)
+            if record is None or record.offset != offset:
                 return None  # compacted away: a newer checkpoint sits somewhere unlisted
-            if msg.key() == key and self._ours(msg):  # else another workflow's (same hash)
-                newest = newer(newest, msg)
-        for msg in after[1:]:
-            if msg.key() != key or not self._ours(msg):
+            if record.key == key and self._ours(record):  # else another workflow's (same hash)
+                newest = newer(newest, record)
+        for record in after[1:]:
+            if record.key != key or not self._ours(record):
                 continue
-            if msg.value() is None:
+            if record.value is None:
                 return None  # a tombstone: only a whole read says what is left
-            newest = newer(newest, msg)
+            newest = newer(newest, record)
         checkpoint = None if newest is None else decode(newest.value)
         return Covering(checkpoint, root.progress if root.progress >= 0 else None)
 
-    def first(self, offset: int) -> Message | None:
+    def first(self, offset: int) -> Consumed | None:
         """The first record at or after ``offset`` (None: the partition ends before it)."""
-        self._assign(offset)
-        for msg in self._messages():
-            return msg
+        for record in self._records(offset):
+            return record
         return None
 
-    def _from(self, offset: int) -> list[Message]:
+    def _from(self, offset: int) -> list[Consumed]:
         """Every record from ``offset`` to the partition's end."""
-        self._assign(offset)
-        return list(self._messages())
+        return list(self._records(offset))
 
-    def _assign(self, offset: int) -> None:
-        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+    def _records(self, offset: int) -> Iterator[Consumed]:
+        """The partition's records from ``offset`` up to its end, by the directory's deadline.
 
-    def _messages(self) -> Iterator[Message]:
-        """This assignment's records, up to the partition's end.
-
-        ``poll`` returns with the first record (``consume`` would wait out its timeout for
-        a full batch), then what is already fetched is taken without waiting.
+        Each poll returns with the first record (a full batch's wait would be paid), then
+        what is already fetched is taken without waiting.
         """
-        while True:
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
-            first = self.consumer.poll(min(remaining, 1.0))
-            if first is None:
-                continue
-            for msg in [first, *self.consumer.consume(_BATCH, 0)]:
-                if partition_end(msg):
+        where = (self.topic, self.partition)
+        left = max(0.0, self.deadline - time.monotonic())
+        for batch in self.reader.follow({where: offset}, within=left, wait_s=1.0, prompt=True):
+            end = batch.at_end.get(where)
+            for record in batch.records:
+                if end is not None and record.offset >= end:
                     return
-                yield msg
+                yield record
+            if end is not None:
+                return
+        raise BrokerError(f"the directory of {self.topic}[{self.partition}] timed out")
 
 
-def newer(held: Held | None, msg: Message) -> Held:
-    """The record of higher covered offset: ``held`` or the one in ``msg``."""
-    value = msg.value() or b""
+def newer(held: Held | None, record: Consumed) -> Held:
+    """The record of higher covered offset: ``held`` or ``record``."""
+    value = record.value or b""
     covered = covered_offset_of(value)
     if held is None or covered >= held.covered:
-        return Held(covered, value, int(msg.offset() or 0))
+        return Held(covered, value, record.offset)
     return held

@@ -47,16 +47,13 @@ from stepledger.checkpoints.record import (
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
 from stepledger.gaps import LogStart
-from stepledger.kafka.client import KafkaException, TopicPartition
-from stepledger.kafka.consumer import assigned_consumer, partition_end, reading_to_end
+from stepledger.kafka.reader import PartitionReader, records_to_end
 from stepledger.logid import HeaderPairs, LogIdentity, Refusals, resolve
 
 __all__ = ["CATCH_UP_LIMIT_S", "CheckpointView", "Covering", "LogEnds"]
 
 logger = logging.getLogger(__name__)
 
-_BATCH = 5000
-_POLL_S = 0.01
 #: A catch-up never takes longer than this.
 CATCH_UP_LIMIT_S = 120.0
 #: Directory answers kept for a second lookup of the same workflow (an open's read-back).
@@ -160,13 +157,13 @@ class CheckpointView:
         topic = self.settings.checkpoint_topic
         try:
             with self._points(partition) as points:
-                msg = points.first(offset)
-            if msg is None or msg.offset() != offset or msg.key() != key or not msg.value():
+                record = points.first(offset)
+            if record is None or record.offset != offset or record.key != key or not record.value:
                 return None
-            if not self._admit(partition, msg.headers()):
+            if not self._admit(partition, record.headers):
                 return None
-            return decode(msg.value())
-        except (KafkaException, BrokerError, CodecError) as exc:
+            return decode(record.value)
+        except (BrokerError, CodecError) as exc:
             logger.info("checkpoint at %s[%d]@%d not read: %s", topic, partition, offset, exc)
             return None
 
@@ -227,7 +224,7 @@ class CheckpointView:
         try:
             with self._points(partition) as points:
                 return points.covering(key)
-        except (KafkaException, BrokerError, CodecError) as exc:
+        except (BrokerError, CodecError) as exc:
             logger.info("checkpoint directory of %s[%d] not used: %s", topic, partition, exc)
             return None
 
@@ -237,35 +234,25 @@ class CheckpointView:
         # A 1 ms fetch wait: each point read is one fetch of records already there (with
         # 10 ms a read after a new assignment took 12 ms on Kafka, with 1 ms 2-4 ms; with 0
         # Tansu answers no fetch at all).
-        conf = {"fetch.wait.max.ms": 1, **self.settings.quick_connect()}
         topic = self.settings.checkpoint_topic
         group = self.settings.group(wire.CHECKPOINT_READER_ROLE)
         deadline = time.monotonic() + DIRECTORY_LIMIT_S
-        with assigned_consumer(self.settings, [], group=group, **conf) as consumer:
-            yield Points(consumer, topic, partition, deadline, self._admit)
+        quick = self.settings.quick_connect()
+        with PartitionReader(
+            self.settings, group=group, fetch_wait_ms=1, grows=False, **quick
+        ) as reader:
+            yield Points(reader, topic, partition, deadline, self._admit)
 
     def _catch_up(self, partition: int) -> None:
         topic = self.settings.checkpoint_topic
-        start = self._next.get(partition, 0)
+        starts = {(topic, partition): self._next.get(partition, 0)}
         latest = self._latest.setdefault(partition, {})
-        deadline = time.monotonic() + CATCH_UP_LIMIT_S
-        starts = [TopicPartition(topic, partition, start)]
-        with reading_to_end(
-            self.settings,
-            starts,
-            group=self.settings.group(wire.CHECKPOINT_READER_ROLE),
-            fetch_wait_ms=10,
-        ) as consumer:
-            while True:
-                if time.monotonic() > deadline:
-                    raise BrokerError(f"could not read {topic}[{partition}] to its end in time")
-                for msg in consumer.consume(_BATCH, _POLL_S):
-                    if partition_end(msg):
-                        return
-                    offset = int(msg.offset() or 0)
-                    self._next[partition] = offset + 1
-                    if self._admit(partition, msg.headers()):
-                        self._take(latest, msg.key() or b"", msg.value(), offset)
+        group = self.settings.group(wire.CHECKPOINT_READER_ROLE)
+        for records in records_to_end(self.settings, starts, group=group, within=CATCH_UP_LIMIT_S):
+            for record in records:
+                self._next[partition] = record.offset + 1
+                if self._admit(partition, record.headers):
+                    self._take(latest, record.key or b"", record.value, record.offset)
 
     @staticmethod
     def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> None:

@@ -24,7 +24,6 @@ only after every checkpoint it vouches for was acknowledged.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterable
@@ -41,13 +40,13 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.state import replay
 from stepledger.domain.steps import ENDED
-from stepledger.errors import CodecError, StepLedgerError
+from stepledger.errors import CodecError
 from stepledger.gaps import LogStart, report_gap
 from stepledger.health import Health
 from stepledger.kafka import DurableProducer, Position, topic_partitions
-from stepledger.kafka.client import Consumer, Message, TopicPartition
-from stepledger.kafka.consumer import assigned_consumer, partition_end
 from stepledger.kafka.producer import Headers
+from stepledger.kafka.reader import PartitionReader
+from stepledger.kafka.records import Consumed, Where
 from stepledger.log import codec_for
 from stepledger.logid import LogIdentity, resolve
 
@@ -59,16 +58,12 @@ _ENDINGS = tuple(
 )
 #: A workflow whose checkpoint says one of these has ended: its values are let go.
 _ENDED = frozenset(status.value for status in ENDED)
-_BATCH = 5000
 _POLL_S = 0.05
 
 
 class _Stop(Protocol):
     @property
     def requested(self) -> bool: ...
-
-
-_ConsumerContext = contextlib.AbstractContextManager[Consumer]
 
 
 @dataclass
@@ -195,19 +190,10 @@ class Checkpointer:
         """Read every owned partition to its end, then write a round (tests, one-shot runs)."""
         if not self._parts:
             self.restore()
-        deadline = time.monotonic() + timeout_s
-        at_end: set[int] = set()
-        with self._consumer() as consumer:
-            while len(at_end | {p.number for p in self._parts.values() if p.broken}) < len(
-                self._parts
-            ):
-                if time.monotonic() > deadline:
-                    raise StepLedgerError("the checkpointer did not reach the log's end in time")
-                for msg in consumer.consume(_BATCH, _POLL_S):
-                    if partition_end(msg):
-                        at_end.add(int(msg.partition() or 0))
-                        continue
-                    self._take(msg)
+        with self._reader() as reader:
+            for records in reader.to_end(self._starts(), within=timeout_s, wait_s=_POLL_S):
+                for record in records:
+                    self._take(record)
         self.round()
 
     def run(self, stop: _Stop, health: Health | None = None) -> None:
@@ -215,13 +201,12 @@ class Checkpointer:
         ``health`` hears each turn and, after each round, whether it is ready."""
         self.restore()
         last = time.monotonic()
-        with self._consumer() as consumer:
-            while not stop.requested:
+        with self._reader() as reader:
+            for batch in reader.follow(self._starts(), stop=lambda: stop.requested, wait_s=_POLL_S):
                 if health is not None:
                     health.beat()
-                for msg in consumer.consume(_BATCH, _POLL_S):
-                    if not partition_end(msg):
-                        self._take(msg)
+                for record in batch.records:
+                    self._take(record)
                 if time.monotonic() - last >= self.options.every_s:
                     self.round()
                     last = time.monotonic()
@@ -268,29 +253,24 @@ class Checkpointer:
         self._producer.close()
         self._log_start.close()
 
-    def _consumer(self) -> _ConsumerContext:
-        starts = [
-            TopicPartition(self.settings.topic, p.number, p.progress + 1)
-            for p in self._parts.values()
-            if not p.broken
-        ]
-        return assigned_consumer(
-            self.settings,
-            starts,
-            group=self.settings.group(wire.CHECKPOINTER_ROLE),
-            **{"fetch.wait.max.ms": 50},
-        )
+    def _reader(self) -> PartitionReader:
+        group = self.settings.group(wire.CHECKPOINTER_ROLE)
+        return PartitionReader(self.settings, group=group, fetch_wait_ms=50, grows=False)
 
-    def _take(self, msg: Message) -> None:
-        part = self._parts[int(msg.partition() or 0)]
-        offset = int(msg.offset() or 0)
+    def _starts(self) -> dict[Where, int]:
+        topic = self.settings.topic
+        return {(topic, p.number): p.progress + 1 for p in self._parts.values() if not p.broken}
+
+    def _take(self, record: Consumed) -> None:
+        part = self._parts[record.partition]
+        offset = record.offset
         if offset > part.read_to + 1:
             # Offsets of an idempotent, non-transactional log are contiguous: a jump is a
             # deletion ahead of this reader (it lagged by more than the retention).
             self._check_start(part, part.read_to + 1)
         if part.broken:
             return
-        key = msg.key() or b""
+        key = record.key or b""
         held = part.workflows.setdefault(key, _Workflow())
         part.read_to = max(part.read_to, offset)
         if offset <= held.covered:
@@ -299,11 +279,11 @@ class Checkpointer:
             self._read_back(part, key, held)
             if part.broken:
                 return
-        held.values.append(msg.value() or b"")
+        held.values.append(record.value or b"")
         held.offsets.append(offset)
         held.covered = offset
         held.pending += 1
-        if held.pending >= self.options.every_events or _ends(msg):
+        if held.pending >= self.options.every_events or _ends(record):
             self._flush(part, [key])
 
     def _flush(self, part: _Partition, keys: list[bytes]) -> None:
@@ -394,7 +374,5 @@ class Checkpointer:
         return offsets
 
 
-def _ends(msg: Message) -> bool:
-    headers = msg.headers() or []
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return any(name == wire.CE_TYPE_HEADER and value in _ENDINGS for name, value in pairs)
+def _ends(record: Consumed) -> bool:
+    return any(n == wire.CE_TYPE_HEADER and v in _ENDINGS for n, v in record.headers)

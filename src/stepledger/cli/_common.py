@@ -11,7 +11,7 @@ import click
 
 from stepledger.config import Settings, load_settings, parse_kafka_options
 from stepledger.errors import StepLedgerError
-from stepledger.kafka.client import KafkaError, KafkaException
+from stepledger.kafka.broker import client_error
 from stepledger.kafka.consumer import GROUP_PROTOCOLS
 from stepledger.terminal import safe
 
@@ -118,17 +118,15 @@ def run_guarded(group: click.Group) -> int:
     except StepLedgerError as exc:
         click.echo(f"Error: {safe(exc.message)}", err=True)
         return 1
-    except KafkaException as exc:
-        # Raised where a client is made from settings librdkafka refuses (e.g. a bad -X).
-        click.echo(f"Error: Kafka client: {safe(_first_line(exc))}", err=True)
-        return 1
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         return 130
+    except Exception as exc:
+        # The client's own, raised where a client is made from settings librdkafka refuses
+        # (e.g. a bad -X); anything else is a defect and keeps its traceback.
+        refused = client_error(exc)
+        if refused is None:
+            raise
+        click.echo(f"Error: Kafka client: {safe(refused)}", err=True)
+        return 1
     return code if isinstance(code, int) else 0
-
-
-def _first_line(exc: BaseException) -> str:
-    error = exc.args[0] if exc.args else None
-    text = str(error.str() if isinstance(error, KafkaError) else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,7 +15,7 @@ from stepledger.errors import CodecError, ConfigError
 from stepledger.gaps import Gap, LogStart
 from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.log import codec_for, event_headers
 from stepledger.terminal import safe
 from stepledger.topics import (

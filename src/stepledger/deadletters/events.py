@@ -23,6 +23,10 @@ class EventLetterSink(Protocol):
         """Record one given-up step durably."""
         ...
 
+    def close(self) -> None:
+        """Release the sink's resources (a sink that holds none does nothing)."""
+        ...
+
 
 class KafkaEventLetters:
     """Dead letters on the settings' dead-letter topic: the event, encoded as on the log.
@@ -87,3 +91,6 @@ class MemoryEventLetters:
         """Keep the abandonment and why."""
         with self._lock:
             self.letters.append(GivenUp(event, reason))
+
+    def close(self) -> None:
+        """Nothing to release."""

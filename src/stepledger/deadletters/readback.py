@@ -27,7 +27,7 @@ from stepledger.deadletters.letter import (
 )
 from stepledger.errors import ConfigError
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 
 @dataclass(frozen=True)

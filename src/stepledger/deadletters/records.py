@@ -18,6 +18,10 @@ class RecordLetterSink(Protocol):
         """Publish the letters and wait until each one is acknowledged."""
         ...
 
+    def close(self) -> None:
+        """Release the sink's resources (a sink that holds none does nothing)."""
+        ...
+
 
 class KafkaRecordLetters:
     """Dead letters on the settings' dead-letter topic, each acknowledged before returning."""
@@ -44,3 +48,6 @@ class MemoryRecordLetters:
     def publish(self, letters: Sequence[DeadLetter]) -> None:
         """Keep the letters."""
         self.letters.extend(letters)
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from stepledger.config import Settings
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
 from stepledger.errors import BrokerError
-from stepledger.kafka import admin
-from stepledger.kafka.client import (
-    AdminClient,
-    ConfigResource,
-    ConsumerGroupTopicPartitions,
-    KafkaException,
-    OffsetSpec,
-    ResourceType,
-    TopicPartition,
-)
+from stepledger.kafka.describe import ClusterView
 from stepledger.logid import resolve
 from stepledger.statetopics import origins
 
@@ -28,26 +18,26 @@ STATE_SAMPLE = 1000
 
 def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) -> ClusterFacts:
     """Read the cluster once: what a broker will not say becomes a problem, not an error."""
-    client = admin(settings)
+    cluster = ClusterView(settings)
     try:
-        meta = client.list_topics(timeout=_TIMEOUT)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+        layout = cluster.layout(timeout=_TIMEOUT)
+    except BrokerError as exc:
+        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc.message}") from None
     names = [settings.topic, settings.dlq_topic, checkpoint_topic, settings.recovery_state_topic]
     problems: list[str] = []
     topics = {}
     for name in dict.fromkeys(names):
-        info = meta.topics.get(name)
-        if info is None or info.error is not None or not info.partitions:
+        partitions = layout.topics.get(name)
+        if not partitions:
             continue
-        replicas = min(len(p.replicas) for p in info.partitions.values())
-        configs = _configs(client, name, problems)
-        topics[name] = TopicFacts(name, len(info.partitions), replicas, configs)
-    described = _groups(client, list(dict.fromkeys(groups)), topics, problems)
+        replicas = min(len(p.replicas) for p in partitions.values())
+        configs = _configs(cluster, name, problems)
+        topics[name] = TopicFacts(name, len(partitions), replicas, configs)
+    described = _groups(cluster, list(dict.fromkeys(groups)), topics, problems)
     state_topics = (checkpoint_topic, settings.recovery_state_topic)
     identity, origins = _state(settings, topics, state_topics, problems)
     return ClusterFacts(
-        brokers=len(meta.brokers),
+        brokers=layout.brokers,
         step_topic=settings.topic,
         dlq_topic=settings.dlq_topic,
         checkpoint_topic=checkpoint_topic,
@@ -57,7 +47,7 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         identity=identity,
         state_origins=origins,
         recovery_state_topic=settings.recovery_state_topic,
-        cluster_id=meta.cluster_id or "",
+        cluster_id=layout.cluster_id,
     )
 
 
@@ -82,70 +72,46 @@ def _state(
     return identity, found
 
 
-def _configs(client: AdminClient, topic: str, problems: list[str]) -> dict[str, str]:
-    resource = ConfigResource(ResourceType.TOPIC, topic)
+def _configs(cluster: ClusterView, topic: str, problems: list[str]) -> dict[str, str]:
     try:
-        entries = client.describe_configs([resource])[resource].result(timeout=_TIMEOUT)
-    except Exception as exc:  # a broker without DescribeConfigs (the dev broker)
-        problems.append(f"cannot read the configs of {topic}: {_first_line(exc)}")
+        return cluster.topic_configs(topic, timeout=_TIMEOUT)
+    except BrokerError as exc:  # a broker without DescribeConfigs (the dev broker)
+        problems.append(f"cannot read the configs of {topic}: {exc.message}")
         return {}
-    return {name: str(entry.value) for name, entry in entries.items() if entry.value is not None}
 
 
 def _groups(
-    client: AdminClient, ids: list[str], topics: dict[str, TopicFacts], problems: list[str]
+    cluster: ClusterView, ids: list[str], topics: dict[str, TopicFacts], problems: list[str]
 ) -> dict[str, GroupFacts]:
     if not ids:
         return {}
     try:
-        listed = {g.group_id for g in client.list_consumer_groups().result(timeout=_TIMEOUT).valid}
-    except Exception as exc:
-        problems.append(f"cannot list consumer groups: {_first_line(exc)}")
+        listed = set(cluster.group_ids(timeout=_TIMEOUT))
+    except BrokerError as exc:
+        problems.append(f"cannot list consumer groups: {exc.message}")
         return {}
     found = {}
     for group_id in (g for g in ids if g in listed):
         try:
-            found[group_id] = _group(client, group_id, topics)
-        except Exception as exc:
-            problems.append(f"cannot describe group {group_id}: {_first_line(exc)}")
+            found[group_id] = _group(cluster, group_id, topics)
+        except BrokerError as exc:
+            problems.append(f"cannot describe group {group_id}: {exc.message}")
     return found
 
 
-def _group(client: AdminClient, group_id: str, topics: dict[str, TopicFacts]) -> GroupFacts:
-    description = client.describe_consumer_groups([group_id])[group_id].result(timeout=_TIMEOUT)
-    members = tuple(
-        Member(
-            str(m.client_id or ""),
-            frozenset(tp.topic for tp in (getattr(m.assignment, "topic_partitions", None) or [])),
-        )
-        for m in description.members
-    )
-    request = [ConsumerGroupTopicPartitions(group_id)]
-    committed = client.list_consumer_group_offsets(request)[group_id].result(timeout=_TIMEOUT)
-    ours = [tp for tp in committed.topic_partitions if tp.topic in topics]
-    ends = _ends(client, [TopicPartition(tp.topic, tp.partition) for tp in ours])
+def _group(cluster: ClusterView, group_id: str, topics: dict[str, TopicFacts]) -> GroupFacts:
+    described = cluster.members([group_id], timeout=_TIMEOUT)[group_id]
+    members = tuple(Member(m.client_id, m.topics) for m in described)
+    ours = {
+        w: n for w, n in cluster.committed(group_id, timeout=_TIMEOUT).items() if w[0] in topics
+    }
+    ends = cluster.ends(ours, timeout=_TIMEOUT)
     lag: dict[str, int] = {}
     uncommitted: dict[str, int] = {}
-    for tp in ours:
-        if tp.offset < 0:
-            uncommitted[tp.topic] = uncommitted.get(tp.topic, 0) + 1
+    for (topic, partition), offset in ours.items():
+        if offset < 0:
+            uncommitted[topic] = uncommitted.get(topic, 0) + 1
             continue
-        end = ends.get((tp.topic, tp.partition), tp.offset)
-        lag[tp.topic] = lag.get(tp.topic, 0) + max(0, end - tp.offset)
+        end = ends.get((topic, partition), offset)
+        lag[topic] = lag.get(topic, 0) + max(0, end - offset)
     return GroupFacts(group_id, members, lag, uncommitted)
-
-
-def _ends(client: AdminClient, partitions: list[TopicPartition]) -> dict[tuple[str, int], int]:
-    if not partitions:
-        return {}
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    asked: dict[TopicPartition, Any] = {tp: latest for tp in partitions}
-    ends = {}
-    for tp, future in client.list_offsets(asked).items():
-        ends[(tp.topic, tp.partition)] = int(future.result(timeout=_TIMEOUT).offset)
-    return ends
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -25,7 +25,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.ids import loads_or_text
 from stepledger.domain.state import RunStatus, StepState, WorkflowState
 from stepledger.errors import LedgerStateError, UnknownEscalationError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.log import EventLog
 
 STEP_VERDICTS = (Verdict.HAPPENED, Verdict.NOT_HAPPENED, Verdict.COMPENSATED)

@@ -1,18 +1,22 @@
-"""Kafka, in one package: the only part of stepledger (with the codec's schema registry) that
-imports confluent-kafka.
+"""Kafka, in one package: the only part of stepledger that imports confluent-kafka.
 
 - :mod:`~stepledger.kafka.producer`: the durable producer (acks=all, idempotent, a future
   per record) every appender uses; :mod:`~stepledger.kafka.lanes`: which of its clients a
   record goes to when the SDK's records may wait for company under load;
-- :mod:`~stepledger.kafka.consumer`: group and assigned consumers, bounded topic reads, and
-  :class:`~stepledger.kafka.consumer.Record`, the decoded record the rest of the library sees;
+- :mod:`~stepledger.kafka.reader`: the one partition reader (fixed partitions from given
+  offsets, read to their ends within a deadline or followed) and :func:`read_topic`;
+- :mod:`~stepledger.kafka.consumer`: the consumer-group member the daemons read through;
+- :mod:`~stepledger.kafka.records`: what both hand over: the library's own record
+  (:class:`~stepledger.kafka.records.Consumed`), a partition (``Where``), a poll's answer;
 - :mod:`~stepledger.kafka.broker`: topics and partitions, a broker awaited at start;
+  :mod:`~stepledger.kafka.describe`: what the cluster says of its brokers, configs, groups;
 - :mod:`~stepledger.kafka.watch`: one line per broker outage and recovery;
 - :mod:`~stepledger.kafka.partitioner`: which partition a key lands on, as librdkafka says;
-- :mod:`~stepledger.kafka.client`: the library's own types, for the modules that hold a
-  partition, an offset constant or an error code (so nothing else imports the library).
+- :mod:`~stepledger.kafka.registry`: the schema registry the codec's registry framing asks.
 
-The import contract ``kafka-one-package`` keeps it so.
+No client type leaves the package: the import contract ``kafka-one-package`` forbids
+confluent-kafka elsewhere, and ``tests/unit/test_kafka_types_stay.py`` checks that no module
+outside it holds a client object or a function returning one.
 """
 
 from stepledger.kafka.broker import (
@@ -30,7 +34,6 @@ from stepledger.kafka.producer import (
     Headers,
     Position,
     durable_config,
-    position_of,
 )
 
 __all__ = [
@@ -43,7 +46,6 @@ __all__ = [
     "durable_config",
     "ensure_topics",
     "listed_topics",
-    "position_of",
     "reachable_partitions",
     "topic_id",
     "topic_partitions",

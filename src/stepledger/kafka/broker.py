@@ -19,6 +19,16 @@ def admin(settings: Settings) -> AdminClient:
         raise BrokerError(f"invalid Kafka settings: {exc}", retryable=False) from exc
 
 
+def client_error(exc: BaseException) -> str | None:
+    """The one line of a client exception (raised where settings made a client it refuses,
+    e.g. a bad ``-X``), or None when ``exc`` is not the client's."""
+    if not isinstance(exc, KafkaException):
+        return None
+    error = exc.args[0] if exc.args else None
+    text = str(error.str() if isinstance(error, KafkaError) else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def reachable_partitions(settings: Settings, topic: str) -> list[int]:
     """:func:`topic_partitions`, waiting up to ``settings.startup_wait_s`` for the broker.
 

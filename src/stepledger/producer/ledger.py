@@ -184,9 +184,8 @@ class Ledger:
         self.log.close()
         if self._reader is not None:
             self._reader.close()
-        close = getattr(self._dead_letters, "close", None)
-        if close is not None:
-            close()
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         if self._open_pool is not None:
             self._open_pool.shutdown(wait=False)
 

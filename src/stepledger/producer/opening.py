@@ -167,10 +167,8 @@ def alone(workflow: Workflow, claimed: ev.Event) -> bool:
 
 def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow:
     """The workflow as its log holds it (nothing recorded yet); a plan is checked first."""
-    connect = getattr(ledger.log, "connect", None)
-    if callable(connect):
-        # The producer gets its connection and id while the log is read, not after.
-        connect()
+    # The producer gets its connection and id while the log is read, not after.
+    ledger.log.connect()
     workflow = Workflow(ledger, workflow_id, ledger.reader.read(workflow_id))
     check_plan(workflow, spec)
     return workflow

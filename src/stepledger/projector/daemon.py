@@ -24,9 +24,8 @@ from stepledger.errors import BrokerError
 from stepledger.gaps import Gap, LogStart
 from stepledger.health import partitions_unready
 from stepledger.kafka import ensure_topics, reachable_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING
-from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import Consumed, GroupConsumer, GroupProtocol, Membership
+from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
+from stepledger.kafka.records import BEGINNING, Consumed
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
@@ -131,7 +130,7 @@ class _Loop:
     read: dict[Where, int] = field(default_factory=dict)
     """The next offset to read of each partition, from the records polled so far."""
     last_lag: float = -math.inf
-    assigned: list[KafkaPartition] = field(default_factory=list)
+    assigned: list[Where] = field(default_factory=list)
     watch: BrokerWatch | None = None
     """One line when the broker is lost and one when it is back."""
     log_start: LogStart | None = None
@@ -259,24 +258,22 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         _publish_all(loop)
         for pipeline in state.pipelines():
             pipeline.drain()
-        state.close([(tp.topic, tp.partition) for tp in loop.assigned])
+        state.close(list(loop.assigned))
     finally:
         loop.consumer.close()
     logger.info("projector stopped cleanly")
 
 
-def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaPartition]:
-    """Open the partitions' state and set their offsets; return those held back (paused)."""
+def _on_assign(loop: _Loop, keys: list[Where]) -> Placement:
+    """Open the partitions' state: where each is read from, and those held back (paused)."""
     state = loop.state
-    keys = [(tp.topic, tp.partition) for tp in partitions]
     stored = state.open(keys)
     held = state.held() & set(keys)
     _checked(loop, [k for k in keys if k not in held], stored)
-    for tp in partitions:
-        tp.offset = stored.get((tp.topic, tp.partition), OFFSET_BEGINNING)
+    starts = {where: stored.get(where, BEGINNING) for where in keys}
     # Eager: a revocation of everything came first; cooperative: only these partitions move.
-    kept = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(keys)]
-    loop.assigned = kept + list(partitions)
+    kept = [where for where in loop.assigned if where not in set(keys)]
+    loop.assigned = kept + list(keys)
     loop.joined = True
     for where in keys:
         loop.unplaced.pop(where, None)
@@ -288,12 +285,12 @@ def _on_assign(loop: _Loop, partitions: list[KafkaPartition]) -> list[KafkaParti
     logger.info(
         "assigned %s",
         ", ".join(
-            f"{tp.topic}[{tp.partition}]" + (" (held back)" if k in held else f"@{tp.offset}")
-            for tp, k in zip(partitions, keys, strict=True)
+            f"{t}[{p}]" + (" (held back)" if (t, p) in held else f"@{starts[(t, p)]}")
+            for t, p in keys
         ),
-        extra={"partitions": len(partitions), "held": len(held)},
+        extra={"partitions": len(keys), "held": len(held)},
     )
-    return [tp for tp, k in zip(partitions, keys, strict=True) if k in held]
+    return Placement(starts, held)
 
 
 def _checked(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> None:
@@ -316,9 +313,9 @@ def _take_held(loop: _Loop) -> None:
         stored = {where: n for where, n in taken.items() if n is not None}
         _checked(loop, sorted(taken), stored)
         for where in taken:
-            loop.unplaced[where] = stored.get(where, OFFSET_BEGINNING)
+            loop.unplaced[where] = stored.get(where, BEGINNING)
     for (topic, partition), offset in list(loop.unplaced.items()):
-        if loop.consumer.release(KafkaPartition(topic, partition, offset)):
+        if loop.consumer.release((topic, partition), offset):
             del loop.unplaced[(topic, partition)]
             loop.read.pop((topic, partition), None)
             logger.info("%s[%d] released: projecting from offset %d", topic, partition, offset)
@@ -375,14 +372,14 @@ def _last_event(state: Shards, topic: str, partition: int, below: int) -> tuple[
     return pipeline.projector.store.last_event(topic, partition, below)
 
 
-def _on_revoke(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+def _on_revoke(loop: _Loop, partitions: list[Where]) -> None:
     # Commit what was read from them while they are still ours, then let them go: a shard
     # is snapshotted and closed so the next owner can take its lock.
     gone = _give_up(loop, partitions, commit=loop.options.commit_to_kafka)
     logger.info("revoked %s", ", ".join(f"{t}[{p}]" for t, p in gone))
 
 
-def _on_lost(loop: _Loop, partitions: list[KafkaPartition]) -> None:
+def _on_lost(loop: _Loop, partitions: list[Where]) -> None:
     """Partitions the group gave away while this member was gone past its session (paused,
     starved): their shards are closed at once, so their new owners, holding them back,
     take the locks; what was in flight still lands in them first, under this member's lock
@@ -397,8 +394,8 @@ def _on_lost(loop: _Loop, partitions: list[KafkaPartition]) -> None:
     )
 
 
-def _give_up(loop: _Loop, partitions: list[KafkaPartition], *, commit: bool) -> list[Where]:
-    gone = [(tp.topic, tp.partition) for tp in partitions]
+def _give_up(loop: _Loop, partitions: list[Where], *, commit: bool) -> list[Where]:
+    gone = list(partitions)
     try:
         for pipeline in loop.state.pipelines():
             pipeline.drain()
@@ -414,7 +411,7 @@ def _give_up(loop: _Loop, partitions: list[KafkaPartition], *, commit: bool) -> 
 
 
 def _forget(loop: _Loop, gone: list[Where]) -> None:
-    loop.assigned = [tp for tp in loop.assigned if (tp.topic, tp.partition) not in set(gone)]
+    loop.assigned = [where for where in loop.assigned if where not in set(gone)]
     # A partition given up from a file that stays open (one file for all) keeps its changes
     # there: they are published with that file's next snapshot.
     loop.dirty = {w for w in loop.dirty if w not in gone or loop.state.pipeline(w) is not None}
@@ -483,7 +480,7 @@ def _backlog(loop: _Loop, wheres: list[Where]) -> int:
     """Records that wait in these partitions beyond what was read (the client's cached ends)."""
     waiting = 0
     for topic, partition in wheres:
-        high = loop.consumer.high_watermark(KafkaPartition(topic, partition))
+        high = loop.consumer.high_watermark((topic, partition))
         read = loop.read.get((topic, partition))
         if high is not None and read is not None:
             waiting += max(0, high - read)
@@ -564,11 +561,7 @@ def _committed_offsets(loop: _Loop) -> dict[Where, int]:
 
 def _commit_to_kafka(loop: _Loop) -> None:
     committed = _committed_offsets(loop)
-    offsets = [
-        KafkaPartition(tp.topic, tp.partition, committed[(tp.topic, tp.partition)])
-        for tp in loop.assigned
-        if (tp.topic, tp.partition) in committed
-    ]
+    offsets = {where: committed[where] for where in loop.assigned if where in committed}
     if offsets:
         # Only an optimisation: the offsets that count are in DuckDB.
         loop.consumer.commit(offsets)
@@ -584,15 +577,15 @@ def _publish_all(loop: _Loop) -> None:
 def _refresh_lag(loop: _Loop) -> None:
     committed = _committed_offsets(loop)
     behind: dict[str, int | None] = {}
-    for tp in loop.assigned:
-        high = loop.consumer.high_watermark(tp)
-        where = f"{tp.topic}[{tp.partition}]"
-        behind[where] = None
+    for where in loop.assigned:
+        high = loop.consumer.high_watermark(where)
+        name = f"{where[0]}[{where[1]}]"
+        behind[name] = None
         if high is None:
             continue
-        lag = max(0, high - committed.get((tp.topic, tp.partition), 0))
-        behind[where] = lag
-        loop.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+        lag = max(0, high - committed.get(where, 0))
+        behind[name] = lag
+        loop.metrics.lag.labels(topic=where[0], partition=str(where[1])).set(lag)
     # Ready (/readyz) once in the group, every partition placed and read near its end.
     held = len(loop.state.held()) + len(loop.unplaced)
     up = loop.watch is None or loop.watch.up

@@ -28,7 +28,7 @@ from stepledger.errors import (
     ViewStoreError,
 )
 from stepledger.kafka import Position
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.fold import BatchFold, WorkflowCache
 from stepledger.projector.known import StoredWorkflows
 from stepledger.projector.projection import WorkflowProjection

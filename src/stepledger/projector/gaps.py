@@ -17,7 +17,7 @@ from stepledger.checkpoints.record import PROGRESS_KEY
 from stepledger.checkpoints.view import CheckpointView, LogEnds
 from stepledger.config import Settings
 from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 from stepledger.topics import topic_exists

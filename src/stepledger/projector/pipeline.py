@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stepledger.errors import ViewStoreError
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
 from stepledger.projector.snapshot import publish_snapshot
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.errors import ViewStoreError
-from stepledger.kafka.client import Consumer, KafkaError, KafkaException, TopicPartition
-from stepledger.kafka.consumer import assigned_consumer
+from stepledger.errors import BrokerError, ViewStoreError
+from stepledger.kafka.reader import PartitionReader
+from stepledger.kafka.records import Where
 
-Offsets = dict[tuple[str, int], int]
+Offsets = dict[Where, int]
 #: The offset and value of the last event projected from (topic, partition) below an offset.
 LastEvent = Callable[[str, int, int], tuple[int, bytes] | None]
 
@@ -55,18 +55,18 @@ def check_positions(
         expected[(topic, partition)] = None if found is None else found[1]
     if not probes:
         return
-    starts = [TopicPartition(t, p, n - 1) for (t, p), n in probes.items()]
     conf = {"auto.offset.reset": "error"}
-    with assigned_consumer(
-        settings, starts, group=settings.group(wire.POSITION_CHECK_ROLE), **conf
-    ) as consumer:
-        answers = _probe(consumer, probes, timeout)
+    group = settings.group(wire.POSITION_CHECK_ROLE)
+    with PartitionReader(
+        settings, group=group, fetch_wait_ms=50, grows=False, failure=_retried, **conf
+    ) as reader:
+        answers = _probe(reader, probes, timeout)
         for where, offset in probes.items():
-            problem = _verdict(consumer, offset, answers.get(where), expected[where], where)
+            problem = _verdict(reader, offset, answers.get(where), expected[where], where)
             if problem is not None and answers.get(where) is None:
                 # No answer, and the end looks short: during a leader change the new leader's
                 # high watermark lags for a moment.  Only an end that stays short counts.
-                problem = _still_short(consumer, where, offset, settle_s)
+                problem = _still_short(reader, where, offset, settle_s)
             if problem is not None:
                 topic, partition = where
                 raise LogBehindError(
@@ -79,39 +79,43 @@ def check_positions(
 _Answer = tuple[str, bytes | None]
 
 
-def _probe(consumer: Consumer, probes: Offsets, timeout: float) -> dict[tuple[str, int], _Answer]:
+def _retried(err: object) -> None:
+    """Every consumer error but an end or an offset out of range is left to the client."""
+    return None
+
+
+def _probe(reader: PartitionReader, probes: Offsets, timeout: float) -> dict[Where, _Answer]:
     """Per partition: ("record", value), ("out_of_range", None) or ("end", None)."""
-    answers: dict[tuple[str, int], _Answer] = {}
-    deadline = time.monotonic() + timeout
-    while len(answers) < len(probes) and time.monotonic() < deadline:
-        msg = consumer.poll(0.1)
-        if msg is None:
-            continue
-        where = (str(msg.topic()), int(msg.partition() or 0))
-        if where not in probes or where in answers:
-            continue
-        err = msg.error()
-        if err is None:
-            if int(msg.offset() or 0) == probes[where] - 1:
-                answers[where] = ("record", msg.value())
-        elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            answers[where] = ("out_of_range", None)
-        elif err.code() == KafkaError._PARTITION_EOF and int(msg.offset() or 0) < probes[where]:
-            answers[where] = ("end", None)
+    answers: dict[Where, _Answer] = {}
+    starts = {where: n - 1 for where, n in probes.items()}
+
+    def answered() -> bool:
+        return len(answers) == len(probes)
+
+    for batch in reader.follow(starts, within=timeout, stop=answered, wait_s=0.1, prompt=True):
+        for record in batch.records:
+            where = (record.topic, record.partition)
+            if where in probes and where not in answers and record.offset == probes[where] - 1:
+                answers[where] = ("record", record.value)
+        for where in batch.out_of_range:
+            if where in probes:
+                answers.setdefault(where, ("out_of_range", None))
+        for where, end in batch.at_end.items():
+            if where in probes and end < probes[where]:
+                answers.setdefault(where, ("end", None))
     return answers
 
 
 def _verdict(
-    consumer: Consumer,
+    reader: PartitionReader,
     offset: int,
     answer: _Answer | None,
     stored: bytes | None,
-    where: tuple[str, int],
+    where: Where,
 ) -> str | None:
     """Why the partition cannot be what was projected (None: it is), probed at offset - 1."""
-    topic, partition = where
     if answer is None:
-        high = _high_watermark(consumer, topic, partition)
+        high = _high_watermark(reader, where)
         return None if high is None or high >= offset else f"ends at offset {high}"
     kind, value = answer
     if kind != "record":
@@ -121,24 +125,21 @@ def _verdict(
     return None
 
 
-def _still_short(
-    consumer: Consumer, where: tuple[str, int], offset: int, settle_s: float
-) -> str | None:
+def _still_short(reader: PartitionReader, where: Where, offset: int, settle_s: float) -> str | None:
     """Ask the partition's end again for ``settle_s``; a problem only if it stays short."""
-    topic, partition = where
     deadline = time.monotonic() + settle_s
     high: int | None = None
     while time.monotonic() < deadline:
         time.sleep(1.0)  # the broker's metadata moves on its own clock: nothing to poll
-        high = _high_watermark(consumer, topic, partition)
+        high = _high_watermark(reader, where)
         if high is None or high >= offset:
             return None
     return f"ends at offset {high}"
 
 
-def _high_watermark(consumer: Consumer, topic: str, partition: int) -> int | None:
+def _high_watermark(reader: PartitionReader, where: Where) -> int | None:
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5.0)
-    except KafkaException:
+        _, high = reader.watermarks(where)
+    except BrokerError:
         return None
-    return int(high) if high >= 0 else None
+    return high if high >= 0 else None

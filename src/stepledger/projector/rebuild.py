@@ -20,9 +20,8 @@ from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLette
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import topic_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
-from stepledger.kafka.client import TopicPartition as KafkaPartition
-from stepledger.kafka.consumer import Consumed, assigned_consumer, consumed
+from stepledger.kafka.reader import PartitionReader
+from stepledger.kafka.records import BEGINNING, Consumed, Where, fatal_error
 from stepledger.log import codec_for
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
@@ -34,7 +33,6 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.snapshot import publish_snapshot
 from stepledger.projector.store import ProjectionStore, stage
 
-Where = tuple[str, int]
 #: Called after each batch with (records read, records expected so far).
 ProgressHook = Callable[[int, int], None]
 
@@ -87,16 +85,18 @@ def rebuild(
     )
     report = RebuildReport()
     began = time.monotonic()
-    with ProjectionStore(partial) as store:
-        projector = Projector(
-            store,
-            codec_for(settings),
-            sink,
-            group=group or settings.projector_group,
-            cache_workflows=cache_workflows,
-        )
-        _read_all(settings, projector, topics or (settings.topic,), batch_size, report, progress)
-    if isinstance(sink, KafkaRecordLetters):
+    try:
+        with ProjectionStore(partial) as store:
+            projector = Projector(
+                store,
+                codec_for(settings),
+                sink,
+                group=group or settings.projector_group,
+                cache_workflows=cache_workflows,
+            )
+            topics = topics or (settings.topic,)
+            _read_all(settings, projector, topics, batch_size, report, progress)
+    finally:
         sink.close()
     # Checked again: a projector may have started on the file while this one rebuilt.
     _check_target(target, force)
@@ -149,7 +149,7 @@ def read_partitions(
 
     One consumer reads every partition; each projector (one store) gets its own pipeline.
     """
-    partitions = [KafkaPartition(t, p, OFFSET_BEGINNING) for t, p in projectors]
+    starts = dict.fromkeys(projectors, BEGINNING)
     group = next(iter(projectors.values())).group if projectors else settings.projector_group
     _record_gaps(settings, projectors, report, group)
     route: dict[Where, Pipeline] = {}
@@ -159,8 +159,14 @@ def read_partitions(
             made[id(projector)] = Pipeline(projector, on_commit=lambda b: _count(report, b))
         route[where] = made[id(projector)]
     try:
-        with assigned_consumer(settings, partitions, group=f"{group}-rebuild") as consumer:
-            _read_routed(consumer, partitions, route, batch_size, report, progress)
+        with PartitionReader(
+            settings,
+            group=f"{group}-rebuild",
+            fetch_wait_ms=50,
+            grows=False,
+            failure=fatal_error("consume"),
+        ) as reader:
+            _read_routed(reader, starts, route, batch_size, report, progress)
         for pipeline in made.values():
             pipeline.close()
         if progress is not None:
@@ -187,20 +193,26 @@ def _record_gaps(
 
 
 def _read_routed(
-    consumer: Consumer,
-    partitions: list[KafkaPartition],
+    reader: PartitionReader,
+    starts: dict[Where, int],
     route: Mapping[Where, Pipeline],
     batch_size: int,
     report: RebuildReport,
     progress: ProgressHook | None,
 ) -> None:
-    expected = _expected(consumer, partitions, cached=False)
+    """Feed every partition's records to its pipeline until all are at their end at once."""
+    expected = _expected(reader, starts, cached=False)
     at_end: set[Where] = set()
-    while len(at_end) < len(partitions):
-        for pipeline, records in _routed(_next_batch(consumer, batch_size, at_end), route):
+
+    def done() -> bool:
+        return len(at_end) == len(starts)
+
+    for batch in reader.follow(starts, stop=done, limit=batch_size, wait_s=0.5):
+        batch.ends_now(at_end)
+        for pipeline, records in _routed(batch.records, route):
             pipeline.feed(records)
         if progress is not None:
-            expected = max(expected, _expected(consumer, partitions, cached=True))
+            expected = max(expected, _expected(reader, starts, cached=True))
             progress(report.records, max(expected, report.records))
 
 
@@ -215,22 +227,6 @@ def _routed(
     return list(grouped.values())
 
 
-def _next_batch(consumer: Consumer, size: int, at_end: set[Where]) -> list[Consumed]:
-    """Up to size records; partitions that reported their end are noted in at_end."""
-    records = []
-    for msg in consumer.consume(size, 0.5):
-        err = msg.error()
-        where = (str(msg.topic()), int(msg.partition() or 0))
-        if err is None:
-            at_end.discard(where)
-            records.append(consumed(msg))
-        elif err.code() == KafkaError._PARTITION_EOF:
-            at_end.add(where)
-        elif err.fatal():
-            raise BrokerError(f"consume failed: {err.str()}", retryable=False)
-    return records
-
-
 def _count(report: RebuildReport, batch: BatchReport) -> None:
     report.records += batch.received
     report.projected += batch.projected
@@ -238,17 +234,20 @@ def _count(report: RebuildReport, batch: BatchReport) -> None:
     report.dead_letters += sum(batch.dead_letters.values())
 
 
-def _expected(consumer: Consumer, partitions: list[KafkaPartition], *, cached: bool) -> int:
+def _expected(reader: PartitionReader, starts: dict[Where, int], *, cached: bool) -> int:
     """Records in the partitions; a cached (fetch-reported) high watermark where possible.
 
     A fresh ListOffsets is wrong on the dev broker after batched produces, so this is only
     an estimate for the progress bar, never the end condition.
     """
     total = 0
-    for tp in partitions:
-        try:
-            _, high = consumer.get_watermark_offsets(tp, timeout=5.0, cached=cached)
-        except KafkaException:
-            continue
-        total += max(0, high)
+    for where in starts:
+        if cached:
+            high = reader.high_watermark(where)
+        else:
+            try:
+                _, high = reader.watermarks(where)
+            except BrokerError:
+                continue
+        total += max(0, high or 0)
     return total

@@ -69,11 +69,10 @@ from dataclasses import dataclass, field
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
-from stepledger.kafka.client import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY, longer_wait, starved_after
-from stepledger.kafka.release import close_within
+from stepledger.kafka.reader import PartitionReader, starved_after
+from stepledger.kafka.records import Consumed, Polled, Where
 
-Partition = tuple[str, int]
+Partition = Where
 
 #: Workflow keys indexed per reader before a partition falls back to full reads (~100 B each).
 MAX_KEYS = 250_000
@@ -189,9 +188,9 @@ class PartitionIndex:
         self._keys = 0
         self.fetch_wait_ms = FIRST_FETCH_WAIT_MS
         """The index consumer's fetch wait (grows when the broker cannot answer within it)."""
-        self._consumer: Consumer | None = None
+        self._reader: PartitionReader | None = None
         self._tailing: set[Partition] = set()
-        """The partitions the consumer has assigned (fetched) now."""
+        """The partitions the reader has assigned (fetched) now."""
         self._current: set[Partition] = set()
         """Tailed partitions a catch-up has completed since they were assigned (the hints
         answer only for these: mid-read, the index does not know the ids below its end)."""
@@ -225,15 +224,15 @@ class PartitionIndex:
         indexed).
         """
         with self._cond:
-            consumer = self._consumer
-            if self._running or consumer is None or partition not in self._tailing:
+            reader = self._reader
+            if self._running or reader is None or partition not in self._tailing:
                 return None
             self._running = True
             self.catch_ups += 1
             found = Lookup(partition, key, through, seen_from=self._next.get(partition, 0))
         done = failed = False
         try:
-            done = self._read_fetched(consumer, found)
+            done = self._read_fetched(reader, found)
         except BaseException:
             failed = True
             raise
@@ -245,18 +244,18 @@ class PartitionIndex:
         self.answered_now += 1
         return self._answer(found)
 
-    def _read_fetched(self, consumer: Consumer, found: Lookup) -> bool:
-        """Index what the consumer holds until past the lookup's bound (False: not there)."""
+    def _read_fetched(self, reader: PartitionReader, found: Lookup) -> bool:
+        """Index what the reader holds until past the lookup's bound (False: not there)."""
         assert found.through is not None
         keep = {(found.partition, found.key): [found]}
         read = 0
         while self._next.get(found.partition, 0) <= found.through:
             if read >= NOW_RECORDS:
                 return False
-            batch = consumer.consume(min(_BATCH, NOW_RECORDS - read), 0)
-            if not batch:
+            batch = reader.poll(min(_BATCH, NOW_RECORDS - read), 0)
+            if not batch.answered:
                 return False
-            read += len(batch)
+            read += len(batch.records) + len(batch.at_end)
             self._index(batch, set(), keep)  # an end the tail fetched is stale: ignored
         return True
 
@@ -370,7 +369,7 @@ class PartitionIndex:
             if self._running:
                 self._closing = True
             else:
-                self._drop_consumer()
+                self._drop_reader()
 
     def _catch_up(self, found: Lookup) -> None:
         """Return once a catch-up that began after this call reached the partitions' ends."""
@@ -439,43 +438,46 @@ class PartitionIndex:
         at_end: set[Partition] = set()
         fresh: set[Partition] = set()
         deadline = time.monotonic() + left
-        consumer, assigned = self._assigned(targets, fresh_ends=len(bounds) < len(targets))
+        reader, assigned = self._assigned(targets, fresh_ends=len(bounds) < len(targets))
         ends = at_end if assigned else set()  # an end fetched before this catch-up is stale
         progress = time.monotonic()
         while targets - at_end - done:
             now = time.monotonic()
             if now > deadline:
                 raise BrokerError(f"could not reach the end of {self.settings.topic} in time")
-            if now - progress > starved_after(self.fetch_wait_ms) and self._grow_wait():
-                (consumer, _), progress, ends = self._assigned(targets, True), now, at_end
-            batch = _next_batch(consumer)
-            if batch:
+            if now - progress > starved_after(reader.fetch_wait_ms) and self._grow(reader):
+                progress, ends = now, at_end
+            batch = reader.poll(_BATCH, _POLL_S, prompt=True)
+            if batch.answered:
                 progress = time.monotonic()
             read = self._index(batch, ends, keep)
             fresh |= read
             done |= {p for p in read & bounds.keys() if self._next[p] > bounds[p]}
-            if batch and fresh and ends is at_end:
-                self._reached(consumer, fresh, at_end)
+            if batch.answered and fresh and ends is at_end:
+                self._reached(reader, fresh, at_end)
 
     def _index(
         self,
-        batch: list[Message],
+        batch: Polled,
         ends: set[Partition],
         keep: dict[tuple[Partition, bytes], list[Lookup]],
     ) -> set[Partition]:
         """Index a batch, handing the records of looked-up keys to their lookups; the
         partitions it held records of (ends reported go to ``ends``)."""
+        ends.update(batch.at_end)
         read: set[Partition] = set()
-        for msg in batch:
-            where = self._take(msg, ends)
+        for record in batch.records:
+            where = self._take(record)
             if where is None:
                 continue
             read.add(where)
-            for found in keep.get((where, msg.key() or b""), ()):
-                found.records.append(msg.value() or b"")
+            for found in keep.get((where, record.key or b""), ()):
+                found.records.append(record.value or b"")
         return read
 
-    def _reached(self, consumer: Consumer, fresh: set[Partition], at_end: set[Partition]) -> None:
+    def _reached(
+        self, reader: PartitionReader, fresh: set[Partition], at_end: set[Partition]
+    ) -> None:
         """Mark done each partition this catch-up read exactly up to its high watermark.
 
         The watermark is the one librdkafka keeps from the fetch replies (no round trip).
@@ -491,51 +493,40 @@ class PartitionIndex:
         if not self._one_broker:
             return
         for where in fresh - at_end:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(*where), cached=True)
-            except KafkaException:
-                continue
-            if self._next.get(where) == high:
+            high = reader.high_watermark(where)
+            if high is not None and self._next.get(where) == high:
                 at_end.add(where)
                 self.watermark_ends += 1
 
-    def _assigned(self, targets: set[Partition], fresh_ends: bool) -> tuple[Consumer, bool]:
-        """The index's consumer with the targets assigned; True when assigned just now.
+    def _assigned(self, targets: set[Partition], fresh_ends: bool) -> tuple[PartitionReader, bool]:
+        """The index's reader with the targets assigned; True when assigned just now.
 
         The targets and the partitions already tailed are assigned afresh (at the index's
         offsets) when ``fresh_ends`` asks for ends reported after this call, or when a
         target is not tailed yet; otherwise the tail reads on where it is.
         """
-        if self._consumer is None:
-            wait = {"fetch.wait.max.ms": self.fetch_wait_ms}
-            conf = {
-                **FAST_CONSUMER,
-                "group.id": self.settings.group(wire.WORKFLOW_INDEX_ROLE),
-                **wait,
-                **LEADER_ONLY,
-            }
-            try:
-                self._consumer = Consumer(self.settings.client_config(**conf))
-            except KafkaException as exc:
-                raise BrokerError(
-                    f"invalid Kafka consumer settings: {exc}", retryable=False
-                ) from exc
-            self._one_broker = self._brokers(self._consumer) == 1
+        if self._reader is None:
+            self._reader = PartitionReader(
+                self.settings,
+                group=self.settings.group(wire.WORKFLOW_INDEX_ROLE),
+                fetch_wait_ms=self.fetch_wait_ms,
+                grows=False,
+                what="indexing the log",
+            )
+            topic = self.settings.topic
+            self._one_broker = self._reader.brokers(topic, timeout=_WATERMARK_TIMEOUT_S) == 1
         if not fresh_ends and targets <= self._tailing:
-            return self._consumer, False
+            return self._reader, False
         parts = self._tailing | targets
-        starts = [TopicPartition(t, p, self._start(t, p)) for t, p in sorted(parts)]
-        try:
-            if self._tailing:
-                self._consumer.unassign()  # drops what was fetched before: ends come fresh
-            self._tailing, self._current = set(), set()
-            self._consumer.assign(starts)
-        except KafkaException as exc:
-            raise BrokerError(f"indexing the log failed: {exc}") from exc
+        starts = {(t, p): self._start(t, p) for t, p in sorted(parts)}
+        if self._tailing:
+            self._reader.unassign()  # drops what was fetched before: ends come fresh
+        self._tailing, self._current = set(), set()
+        self._reader.assign(starts)
         self.assignments += 1
         self._tailing = parts
         self._reap_when_idle()
-        return self._consumer, True
+        return self._reader, True
 
     def _ended(self, caught_up: set[Partition] | None, failed: bool) -> None:
         """Close a catch-up (called holding the lock): ``caught_up`` are the partitions it
@@ -544,7 +535,7 @@ class PartitionIndex:
         self._last_used = time.monotonic()
         if self._closing or failed:
             self._closing = False
-            self._drop_consumer()
+            self._drop_reader()
         if caught_up is not None:
             self._current |= caught_up & self._tailing
             self._forget_read_notes()
@@ -575,7 +566,7 @@ class PartitionIndex:
         with self._cond:
             if self._running or self._lookups:
                 return True  # a catch-up may be assigning: never leave it without a reaper
-            if self._consumer is None or not self._tailing:
+            if self._reader is None or not self._tailing:
                 self._reaper = None
                 return False
             if time.monotonic() - self._last_used < TAIL_IDLE_S and not self._ran_ahead():
@@ -597,23 +588,12 @@ class PartitionIndex:
         """(the partition's end as the tail's last fetch reported it, no round trip; where
         the index read it to, or began it when it read nothing of it), or None when either
         is not known (librdkafka's end before a fetch: -1001)."""
-        consumer = self._consumer
+        reader = self._reader
         read_to = self._next.get(where, self._began.get(where))
-        if consumer is None or read_to is None:
+        if reader is None or read_to is None:
             return None
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(*where), cached=True)
-        except (KafkaException, RuntimeError):
-            return None
-        return None if high < 0 else (high, read_to)
-
-    def _brokers(self, consumer: Consumer) -> int:
-        """How many brokers the cluster has (0 when the broker cannot say in time)."""
-        try:
-            listed = consumer.list_topics(self.settings.topic, timeout=_WATERMARK_TIMEOUT_S)
-        except KafkaException:
-            return 0
-        return len(listed.brokers)
+        high = reader.high_watermark(where)
+        return None if high is None else (high, read_to)
 
     def _start(self, topic: str, partition: int) -> int:
         """Where a catch-up reads the partition from: where the index stopped, or its log start.
@@ -624,50 +604,43 @@ class PartitionIndex:
         open.  One ListOffsets round per partition and process instead; 0 if it fails.
         """
         known = self._next.get((topic, partition))
-        if known is not None or self._consumer is None:
+        if known is not None or self._reader is None:
             return known or 0
         try:
-            low, _ = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=_WATERMARK_TIMEOUT_S
-            )
-        except KafkaException:
+            low, _ = self._reader.watermarks((topic, partition), timeout=_WATERMARK_TIMEOUT_S)
+        except BrokerError:
             return 0  # the reset to the earliest offset still finds the start (not recorded)
         self._began[(topic, partition)] = max(0, int(low))
         return max(0, int(low))
 
-    def _grow_wait(self) -> bool:
-        """Take a consumer with a longer fetch wait (False: the wait is already the longest)."""
-        wait = longer_wait(self.fetch_wait_ms)
-        if wait is None:
+    def _grow(self, reader: PartitionReader) -> bool:
+        """Read on with a longer fetch wait, every tailed partition assigned afresh where
+        it was reached (False: the wait is already the longest)."""
+        if not reader.grow():
             return False
-        self.fetch_wait_ms = wait
-        self._drop_consumer()
+        self.fetch_wait_ms = reader.fetch_wait_ms
+        self._current = set()  # assigned afresh: a catch-up completes them again
+        self.assignments += 1
         return True
 
     def _unassign(self) -> None:
-        if self._consumer is not None:
+        if self._reader is not None:
             self._tailing, self._current = set(), set()
             try:
-                self._consumer.unassign()
-            except (KafkaException, RuntimeError):
-                self._drop_consumer()
+                self._reader.unassign()
+            except BrokerError:
+                self._drop_reader()
 
-    def _drop_consumer(self) -> None:
+    def _drop_reader(self) -> None:
         self._tailing, self._current = set(), set()
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            close_within(consumer.close, "consumer")
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
-    def _take(self, msg: Message, at_end: set[Partition]) -> Partition | None:
-        """Index one record (its partition), or note a partition's end / skip a stale record."""
-        where = (str(msg.topic()), int(msg.partition() or 0))
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                at_end.add(where)
-                return None
-            raise BrokerError(f"indexing the log failed: {err.str()}")
-        offset = int(msg.offset() or 0)
+    def _take(self, record: Consumed) -> Partition | None:
+        """Index one record (its partition), or skip a record indexed already."""
+        where = (record.topic, record.partition)
+        offset = record.offset
         if offset < self._next.get(where, 0):
             return None  # already indexed
         expected = self._next.get(where, self._began.get(where, offset))
@@ -680,7 +653,7 @@ class PartitionIndex:
         if where in self._overflowed:
             return where
         keys = self._first.setdefault(where, {})
-        key = msg.key() or b""
+        key = record.key or b""
         new = key not in keys
         if new:
             keys[key] = offset
@@ -688,10 +661,10 @@ class PartitionIndex:
             if self._keys > self.max_keys:
                 self._overflow(where)
                 return where
-        self._keep(where, key, new, offset, msg)
+        self._keep(where, key, new, offset, record)
         return where
 
-    def _keep(self, where: Partition, key: bytes, new: bool, offset: int, msg: Message) -> None:
+    def _keep(self, where: Partition, key: bytes, new: bool, offset: int, record: Consumed) -> None:
         """Keep an unfinished workflow's record; a finished one's records are dropped."""
         with self._kept_lock:
             kept = self._kept.get(where)
@@ -700,11 +673,11 @@ class PartitionIndex:
             values = kept.values.get(key)
             if values is None and not new:
                 return  # dropped when it finished, or it began before ``since``
-            if _finished(msg):
+            if _finished(record):
                 dropped = kept.values.pop(key, None) or []
                 self._kept_bytes -= sum(len(v) for v in dropped)
                 return
-            value = msg.value() or b""
+            value = record.value or b""
             kept.values.setdefault(key, []).append(value)
             self._kept_bytes += len(value)
             if self._kept_bytes > self.max_kept_bytes:
@@ -748,21 +721,6 @@ def _reap(ref: weakref.ReferenceType[PartitionIndex]) -> None:
         del index
 
 
-def _finished(msg: Message) -> bool:
+def _finished(record: Consumed) -> bool:
     """True for a workflow's finished event (told by its type header, nothing decoded)."""
-    headers = msg.headers() or []
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return any(name == "ce_type" and value == _FINISHED for name, value in pairs)
-
-
-def _next_batch(consumer: Consumer) -> list[Message]:
-    """What the consumer holds now, or else the first record or event within a short wait.
-
-    ``consume(n, timeout)`` waits out its whole timeout unless n records arrive: a
-    catch-up that ends in one small fetch would pay the timeout; ``poll`` returns at once.
-    """
-    batch = consumer.consume(_BATCH, 0)
-    if batch:
-        return batch
-    msg = consumer.poll(_POLL_S)
-    return [] if msg is None else [msg]
+    return any(name == "ce_type" and value == _FINISHED for name, value in record.headers)

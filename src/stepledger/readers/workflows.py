@@ -23,7 +23,6 @@ recovery daemon's decision) by reading only that partition from there on.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -37,9 +36,8 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
 from stepledger.kafka import Position, listed_topics
-from stepledger.kafka.client import Message, TopicPartition
-from stepledger.kafka.consumer import EndReader, partition_end, reading_to_end
 from stepledger.kafka.partitioner import configured, partition_of
+from stepledger.kafka.reader import PartitionReader, records_to_end
 from stepledger.log import InMemoryEventLog, codec_for
 from stepledger.readers.history import HistoryGuard
 from stepledger.readers.index import PartitionIndex
@@ -56,10 +54,6 @@ Starts = dict[tuple[str, int], int]
 FIRST_OFFSET = 0
 #: A reader never waits longer than this to reach the end of the partitions it reads.
 READ_LIMIT_S = 120.0
-_BATCH = 5000
-#: One consume call waits this long at most; partition-EOF events arrive within it.
-_POLL_S = 0.01
-#: Short fetch waits: on the dev broker a fetch does not wake when data arrives.
 
 
 class WorkflowReader(Protocol):
@@ -414,31 +408,17 @@ def read_to_end(
 ) -> tuple[list[Event], int]:
     """One workflow's events from the given offsets up to each partition's end.
 
-    The end is the partition-EOF event, never a fresh ListOffsets (wrong on the dev broker
-    after batched produces).  Returns the events and how many records were scanned.
+    Returns the events and how many records were scanned.
     """
     key = workflow_id.encode()
     found: list[Event] = []
     scanned = 0
-    at_end: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + READ_LIMIT_S
-    with _assigned(settings, starts) as consumer:
-        while len(at_end) < len(starts):
-            if time.monotonic() > deadline:
-                raise BrokerError(f"could not reach the end of {settings.topic} in time")
-            for msg in consumer.consume(_BATCH, _POLL_S):
-                where = (str(msg.topic()), int(msg.partition() or 0))
-                if partition_end(msg):
-                    # Once a partition reached its end it stays done: records written after
-                    # this read began are newer than the read, and chasing them under a
-                    # steady stream of writes (many agents, a slow broker) never ends.
-                    at_end.add(where)
-                    continue
-                if where in at_end:
-                    continue
-                scanned += 1
-                if msg.key() == key:
-                    _decode_into(found, msg, codec)
+    group = settings.group(wire.WORKFLOW_READER_ROLE)
+    for records in records_to_end(settings, starts, group=group, within=READ_LIMIT_S):
+        scanned += len(records)
+        for record in records:
+            if record.key == key:
+                _decode_value(found, record.value or b"", codec)
     return found, scanned
 
 
@@ -455,28 +435,16 @@ def follow_partition(
         raise BrokerError("following a workflow needs a position it wrote", retryable=False)
     key = workflow_id.encode()
     found: list[Event] = []
-    deadline = time.monotonic() + timeout_s
-    with _assigned(settings, {(after.topic, after.partition): after.offset + 1}) as consumer:
-        while time.monotonic() < deadline:
-            for msg in consumer.consume(_BATCH, _POLL_S):
-                if partition_end(msg) or msg.key() != key:
+    starts = {(after.topic, after.partition): after.offset + 1}
+    with PartitionReader(settings, group=settings.group(wire.WORKFLOW_READER_ROLE)) as reader:
+        for batch in reader.follow(starts, within=timeout_s):
+            for record in batch.records:
+                if record.key != key:
                     continue
-                _decode_into(found, msg, codec)
+                _decode_value(found, record.value or b"", codec)
                 if found and until(found[-1]):
                     return found
     return found
-
-
-def _assigned(settings: Settings, starts: Starts) -> contextlib.AbstractContextManager[EndReader]:
-    """A reader of fixed partitions from given offsets (no group join), closed on exit."""
-    parts = [TopicPartition(t, p, o) for (t, p), o in starts.items()]
-    return reading_to_end(
-        settings, parts, group=settings.group(wire.WORKFLOW_READER_ROLE), fetch_wait_ms=10
-    )
-
-
-def _decode_into(found: list[Event], msg: Message, codec: Codec) -> None:
-    _decode_value(found, msg.value() or b"", codec)
 
 
 def _decoded(values: list[bytes], codec: Codec) -> list[Event]:

@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import Future
 
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import RecoveryError, StepLedgerError
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.kafka.client import TopicPartition
-from stepledger.kafka.consumer import partition_end, reading_to_end
+from stepledger.kafka.reader import records_to_end
 from stepledger.logid import LogIdentity, Refusals, resolve
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
 
-_BATCH = 5000
-_POLL_S = 0.05
 #: Restoring a partition never takes longer than this.
 RESTORE_LIMIT_S = 120.0
 
@@ -75,28 +71,15 @@ class KafkaCheckpointStore:
         """Read the partition's changelog to its end: its position and tracked steps."""
         position: int | None = None
         steps: dict[StepKey, list[str]] = {}
-        deadline = time.monotonic() + RESTORE_LIMIT_S
-        starts = [TopicPartition(self.topic, partition, 0)]
+        starts = {(self.topic, partition): 0}
+        group = self.settings.group(wire.RECOVERY_CHANGELOG_ROLE)
         try:
-            with reading_to_end(
-                self.settings,
-                starts,
-                group=self.settings.group(wire.RECOVERY_CHANGELOG_ROLE),
-                fetch_wait_ms=10,
-            ) as consumer:
-                while True:
-                    if time.monotonic() > deadline:
-                        raise RecoveryError(f"could not restore {self.topic}[{partition}] in time")
-                    done = False
-                    for msg in consumer.consume(_BATCH, _POLL_S):
-                        if partition_end(msg):
-                            done = True
-                            break
-                        if not self.refusals.admit(self.topic, partition, msg.headers()):
-                            continue
-                        position = self._apply(msg.key(), msg.value(), topic, steps, position)
-                    if done:
-                        break
+            for records in records_to_end(
+                self.settings, starts, group=group, within=RESTORE_LIMIT_S
+            ):
+                for record in records:
+                    if self.refusals.admit(self.topic, partition, record.headers):
+                        position = self._apply(record.key, record.value, topic, steps, position)
         except StepLedgerError as exc:
             if isinstance(exc, RecoveryError):
                 raise

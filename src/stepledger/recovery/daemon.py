@@ -49,8 +49,8 @@ from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.health import partitions_unready
 from stepledger.kafka import reachable_partitions
-from stepledger.kafka.client import OFFSET_BEGINNING, TopicPartition
-from stepledger.kafka.consumer import Consumed, GroupConsumer, Polled
+from stepledger.kafka.consumer import GroupConsumer, Placement
+from stepledger.kafka.records import BEGINNING, Consumed, Polled, Where
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.logid import resolve
@@ -431,23 +431,24 @@ class RecoveryDaemon:
         if sweep:
             self._last_sweep = self._last_checkpoint
 
-    def _on_assign(self, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            checkpoint = self.store.load(tp.topic, tp.partition)
-            offset = self.tracker.load(tp.partition, checkpoint, self.steady())
+    def _on_assign(self, partitions: list[Where]) -> Placement:
+        starts: dict[Where, int] = {}
+        for topic, partition in partitions:
+            checkpoint = self.store.load(topic, partition)
+            offset = self.tracker.load(partition, checkpoint, self.steady())
             if offset is None:
                 logger.warning(
                     "no checkpoint for %s[%d]: replaying the partition from offset 0",
-                    tp.topic,
-                    tp.partition,
-                    extra={"topic": tp.topic, "partition": tp.partition},
+                    topic,
+                    partition,
+                    extra={"topic": topic, "partition": partition},
                 )
-            tp.offset = OFFSET_BEGINNING if offset is None else offset
-            gap = self._gap(tp.topic, tp.partition, offset or 0)
+            starts[(topic, partition)] = BEGINNING if offset is None else offset
+            gap = self._gap(topic, partition, offset or 0)
             if gap is not None:
-                tp.offset = gap.log_start
-                self.tracker.skipped(tp.partition)  # the claims in the deleted head are unknown
-            self.caught_up.discard(tp.partition)
+                starts[(topic, partition)] = gap.log_start
+                self.tracker.skipped(partition)  # the claims in the deleted head are unknown
+            self.caught_up.discard(partition)
         for late in self.tracker.late:
             self.pending_late[late.event.event_id] = late
         self.tracker.late.clear()
@@ -458,14 +459,15 @@ class RecoveryDaemon:
                 extra={"workflow_id": workflow_id, "step_id": step_id, "error": error},
             )
         self.tracker.unloadable.clear()
-        self.assigned |= {tp.partition for tp in partitions}
+        self.assigned |= {partition for _, partition in partitions}
         self.joined = True
-        self.fence.assigned({tp.partition for tp in partitions})
+        self.fence.assigned({partition for _, partition in partitions})
         self.metrics.partitions.set(len(self.assigned))
         logger.info(
             "partitions assigned",
-            extra={"partitions": [[tp.partition, tp.offset] for tp in partitions]},
+            extra={"partitions": [[p, offset] for (_, p), offset in starts.items()]},
         )
+        return Placement(starts)
 
     def _gap(self, topic: str, partition: int, expected: int) -> Gap | None:
         """A gap below the log start: one line and a count (its intents are never seen)."""
@@ -481,9 +483,9 @@ class RecoveryDaemon:
             self.metrics.records_lost.labels(topic, str(partition)).inc(gap.records_lost)
         return gaps[0] if gaps else None
 
-    def _on_revoke(self, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, partitions: list[Where]) -> None:
         """Partitions are handed over in order: queued work dropped, running work finished."""
-        gone = {tp.partition for tp in partitions}
+        gone = {partition for _, partition in partitions}
         self._cancel_queued(gone)
         # Still ours until this callback returns: let running resolutions append, briefly,
         # then hand the partitions over with their last checkpoint.
@@ -493,9 +495,9 @@ class RecoveryDaemon:
         self.fence.revoked(gone)
         self._forget(gone, "partitions revoked")
 
-    def _on_lost(self, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, partitions: list[Where]) -> None:
         """Partitions were taken while we were away: nothing more is appended for them."""
-        gone = {tp.partition for tp in partitions}
+        gone = {partition for _, partition in partitions}
         self.fence.revoked(gone)
         self._cancel_queued(gone)
         # Their new owner may have checkpointed them since: nothing of ours is written over it.
@@ -566,8 +568,7 @@ class RecoveryDaemon:
             self.work.shutdown()
             self.log.close()
             self.histories.close()
-            if isinstance(self.dead_letters, KafkaEventLetters):
-                self.dead_letters.close()
+            self.dead_letters.close()
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})

@@ -14,7 +14,7 @@ import threading
 
 from stepledger import wire
 from stepledger.domain.events import Event
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.resolution.resolver import Resolution
 
 #: Acknowledged events kept until read back; a partition revoked meanwhile leaves some

@@ -18,12 +18,17 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from stepledger.domain.events import Event
 from stepledger.errors import OwnershipLostError
 from stepledger.kafka import Position
 from stepledger.log import Acknowledgement, EventLog
+
+
+class _Working(threading.local):
+    """The partition the calling worker thread resolves a step of (None: none)."""
+
+    partition: int | None = None
 
 
 class Fence:
@@ -42,7 +47,7 @@ class Fence:
         self._last_poll = clock()
         self._suspect_until = -math.inf
         self._lock = threading.Lock()
-        self._current = threading.local()
+        self._current = _Working()
 
     def polled(self) -> None:
         """The loop polled the group: ownership is as the callbacks left it."""
@@ -80,7 +85,7 @@ class Fence:
 
     def check(self) -> None:
         """Raise OwnershipLostError unless the calling worker's partition is still ours."""
-        partition = getattr(self._current, "partition", None)
+        partition = self._current.partition
         if partition is not None and not self.owns(partition):
             raise OwnershipLostError(
                 f"partition {partition} may have moved to another daemon: decision not appended"
@@ -109,9 +114,10 @@ class FencedLog:
         self.fence.check()
         return self.log.send(event)
 
+    def connect(self) -> None:
+        """Start connecting the wrapped log."""
+        self.log.connect()
+
     def close(self) -> None:
         """Close the wrapped log."""
         self.log.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.log, name)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.kafka import admin
+from stepledger.errors import BrokerError
+from stepledger.kafka.describe import ClusterView, GroupMember
 
 logger = logging.getLogger(__name__)
 CLIENT_ID = wire.RECOVERY_CLIENT_ID
@@ -23,18 +23,11 @@ def warn_other_groups(settings: Settings, group: str) -> list[str]:
     Returns the other groups found (none where the broker cannot describe groups).
     """
     try:
-        client = admin(settings)
-        listed = client.list_consumer_groups(request_timeout=5).result(timeout=10)
-        ids = [g.group_id for g in listed.valid if g.group_id != group]
-        if not ids:
-            return []
-        described = client.describe_consumer_groups(ids, request_timeout=5)
-        others = []
-        for group_id, future in described.items():
-            members = future.result(timeout=10).members
-            if any(_recovery_on(m, settings.topic) for m in members):
-                others.append(group_id)
-    except Exception as exc:  # a broker that cannot list groups (the dev broker): no check
+        cluster = ClusterView(settings)
+        ids = [g for g in cluster.group_ids(timeout=5) if g != group]
+        described = cluster.members(ids, timeout=5)
+        others = [g for g, members in described.items() if _recovery_on(members, settings.topic)]
+    except BrokerError as exc:  # a broker that cannot list groups (the dev broker): no check
         logger.debug("consumer groups not checked", extra={"error": str(exc)})
         return []
     if others:
@@ -46,9 +39,6 @@ def warn_other_groups(settings: Settings, group: str) -> list[str]:
     return others
 
 
-def _recovery_on(member: Any, topic: str) -> bool:
-    if not str(member.client_id or "").startswith(CLIENT_ID):
-        return False
-    assignment = getattr(member, "assignment", None)
-    partitions = getattr(assignment, "topic_partitions", None) or []
-    return any(tp.topic == topic for tp in partitions)
+def _recovery_on(members: list[GroupMember], topic: str) -> bool:
+    """True when a recovery daemon (told by its client id) follows ``topic`` in the group."""
+    return any(m.client_id.startswith(CLIENT_ID) and topic in m.topics for m in members)

@@ -26,7 +26,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import ToolRegistryError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.log import EventLog
 from stepledger.resolution.hooks import call_bounded, checked_query
 

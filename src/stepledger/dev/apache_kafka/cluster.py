@@ -309,17 +309,18 @@ def _format_all(
 
 
 def _wait_brokers(bootstrap: str, expected: int, deadline: float, nodes: list[KafkaNode]) -> None:
-    from stepledger.kafka.client import AdminClient, KafkaException
+    from stepledger.config import Settings
+    from stepledger.kafka.describe import ClusterView
 
-    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    cluster = ClusterView(Settings(bootstrap=bootstrap, kafka={"log_level": "2"}))
     seen = 0
     while time.monotonic() < deadline:
         for node in nodes:
             if not node.running:
                 raise BrokerError(f"Kafka node {node.node_id} exited; see {node.log_path}")
         try:
-            seen = len(client.list_topics(timeout=1.0).brokers)
-        except KafkaException:
+            seen = cluster.layout(timeout=1.0).brokers
+        except BrokerError:
             seen = 0
         if seen >= expected:
             return

@@ -28,11 +28,12 @@ DOWN_S = 2.0
 
 def partitions(cluster: KafkaBroker, topic: str) -> dict[int, tuple[int, list[int]]]:
     """Each partition of ``topic`` as (leader, in-sync replicas), from cluster metadata."""
-    from stepledger.kafka.client import AdminClient
+    from stepledger.config import Settings
+    from stepledger.kafka.describe import ClusterView
 
-    client = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 2})
-    meta = client.list_topics(topic, timeout=5)
-    return {p: (m.leader, list(m.isrs)) for p, m in meta.topics[topic].partitions.items()}
+    quiet = Settings(bootstrap=cluster.bootstrap, kafka={"log_level": "2"})
+    layout = ClusterView(quiet).layout(topic, timeout=5)
+    return {p: (r.leader, list(r.in_sync)) for p, r in layout.topics.get(topic, {}).items()}
 
 
 def fully_replicated(cluster: KafkaBroker, topic: str) -> bool:

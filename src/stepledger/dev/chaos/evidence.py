@@ -14,7 +14,7 @@ import duckdb
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 from stepledger.projector.schema import TABLES
 from stepledger.readers.snapshots import connect_union
 

@@ -11,7 +11,7 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.errors import StepLedgerError
-from stepledger.kafka.consumer import read_topic
+from stepledger.kafka.reader import read_topic
 
 #: Step statuses that still wait for a decision (an outcome or a compensation's outcome).
 UNSETTLED = frozenset({StepStatus.INTENDED, StepStatus.COMPENSATING})

@@ -32,7 +32,7 @@ from stepledger.dev.simulate.scheduler import EPOCH, Actor, Scheduler
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, DurabilityError
 from stepledger.kafka import Position
-from stepledger.kafka.consumer import Consumed
+from stepledger.kafka.records import Consumed
 from stepledger.log import Acknowledgement, event_headers
 from stepledger.readers.workflows import Until
 
@@ -195,6 +195,9 @@ class LogClient:
     async def append_async(self, event: Event) -> Position:
         """Not used by the simulation (its actors are synchronous)."""
         return self.append(event)
+
+    def connect(self) -> None:
+        """Nothing to connect: the simulated broker is in the process."""
 
     def send(self, event: Event) -> Acknowledgement:
         """Append now; the wait returned gives the acknowledgement or its fault."""

@@ -6,21 +6,21 @@ their Kafka clients are replaced:
 
 - :class:`MemTopic`: a topic's partitions as lists of records (key, value, headers), never
   compacted (a reader takes each key's newest record as it would after compaction);
-- :class:`MemConsumer`: ``assign``, ``poll``, ``consume`` and watermarks over memory topics,
-  with the partition-end event the readers stop at;
+- :class:`MemReader`: the library's partition reader with its client's part (``assign``,
+  ``poll``, watermarks) over memory topics, partition ends reported as a client does;
 - :class:`MemProducer`: the checkpointer's ``DurableProducer`` (``send`` appends at once,
   ``wait`` is the actor's crossing, as an acknowledgement's wait is);
 - :func:`step_message`: a step-log record as the checkpointer's consumer hands it over;
 - :class:`SimLogStart`: where a step log's partitions start and end (retention moves the
   start), as :class:`~stepledger.gaps.LogStart` says it;
-- :func:`clients`: the view's two consumer factories (``reading_to_end``,
-  ``assigned_consumer``) pointed at memory topics for the length of a run.
+- :func:`clients`: the view's reads (``PartitionReader``, ``records_to_end``) pointed at
+  memory topics for the length of a run.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,9 +33,10 @@ from stepledger.codec import Codec
 from stepledger.dev.simulate.scheduler import Actor, Scheduler
 from stepledger.dev.simulate.simlog import Broker, Record
 from stepledger.errors import CodecError
-from stepledger.gaps import Gap
+from stepledger.gaps import Gap, gaps_below
 from stepledger.kafka import Position
-from stepledger.kafka.client import KafkaError, TopicPartition
+from stepledger.kafka.reader import BATCH, PartitionReader
+from stepledger.kafka.records import Consumed, Polled, Where
 
 Headers = list[tuple[str, bytes]]
 
@@ -72,108 +73,77 @@ class MemTopic:
         return len(records) - 1
 
 
-class _Eof:
-    """The error a consumer reports at a partition's end (``partition_end`` stops there)."""
+class MemReader(PartitionReader):
+    """The partition reader over memory topics: fixed assignments, no group, no waiting.
 
-    def code(self) -> int:
-        return int(KafkaError._PARTITION_EOF)
+    Only the client's part is replaced (``assign``, ``poll``, ``watermarks``): the reads
+    themselves (:meth:`~PartitionReader.to_end`, :meth:`~PartitionReader.follow`) are the
+    library's, so the simulator runs their loops as they are.
+    """
 
-    def str(self) -> str:
-        return "partition end"
-
-
-@dataclass(frozen=True)
-class MemMessage:
-    """A consumed record, shaped as confluent-kafka's ``Message``."""
-
-    _topic: str
-    _partition: int
-    _offset: int
-    _record: MemRecord | None
-    """None: the partition-end event."""
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return None if self._record is None else self._record.key
-
-    def value(self) -> bytes | None:
-        return None if self._record is None else self._record.value
-
-    def headers(self) -> Headers:
-        return [] if self._record is None else list(self._record.headers)
-
-    def error(self) -> _Eof | None:
-        return _Eof() if self._record is None else None
-
-
-class MemConsumer:
-    """A consumer over memory topics: fixed assignments, no group, no waiting."""
-
-    def __init__(self, topics: dict[str, MemTopic]) -> None:
+    def __init__(self, topics: dict[str, MemTopic], settings: Any, **options: Any) -> None:
+        super().__init__(settings, **options)
         self.topics = topics
         self._at: list[list[Any]] = []
         """Each assigned partition: [topic, partition, next offset, end reported]."""
 
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+    def assign(self, starts: Mapping[Where, int]) -> None:
         """Read these partitions from their offsets (a negative offset: the beginning)."""
-        self._at = [[tp.topic, tp.partition, max(0, tp.offset), False] for tp in partitions]
+        self._at = [
+            [topic, number, max(0, offset), False] for (topic, number), offset in starts.items()
+        ]
 
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0.0) -> tuple[int, int]:
-        """The partition's low and high offsets (nothing is ever deleted here)."""
-        return 0, len(self.topics[tp.topic].partitions[tp.partition])
+    def unassign(self) -> None:
+        """Read nothing."""
+        self._at = []
 
-    def poll(self, timeout: float = 0.0) -> MemMessage | None:
-        """The next record (or partition end) of the assignment; None when nothing is left."""
-        found = self.consume(1, timeout)
-        return found[0] if found else None
-
-    def consume(self, limit: int, timeout: float = 0.0) -> list[MemMessage]:
-        """Up to ``limit`` records, each partition's end reported once when reached."""
-        found: list[MemMessage] = []
+    def poll(self, limit: int = BATCH, wait_s: float = 0.0, *, prompt: bool = False) -> Polled:
+        """Up to ``limit`` records of the assignment, each partition's end reported once
+        when reached."""
+        found: list[Consumed] = []
+        result = Polled(found)
         for at in self._at:
             name, number = at[0], at[1]
             records = self.topics[name].partitions[number]
             while len(found) < limit and at[2] < len(records):
-                found.append(MemMessage(name, number, at[2], records[at[2]]))
+                found.append(_consumed(name, number, at[2], records[at[2]]))
                 at[2] += 1
                 at[3] = False
             if len(found) < limit and at[2] >= len(records) and not at[3]:
-                found.append(MemMessage(name, number, at[2], None))
+                result.at_end[(name, number)] = at[2]
                 at[3] = True
-        return found
+        result.answered = bool(found or result.at_end)
+        return result
+
+    def watermarks(self, where: Where, *, timeout: float = 0.0) -> tuple[int, int]:
+        """The partition's low and high offsets (nothing is ever deleted here)."""
+        topic, number = where
+        return 0, len(self.topics[topic].partitions[number])
 
     def close(self) -> None:
         """Nothing to release."""
+        self._at = []
+
+
+def _consumed(topic: str, partition: int, offset: int, record: MemRecord) -> Consumed:
+    return Consumed(topic, partition, offset, record.key, record.value, list(record.headers))
 
 
 def clients(topics: dict[str, MemTopic]) -> contextlib.ExitStack:
-    """The checkpoint view's consumers read ``topics`` until the returned stack closes."""
+    """The checkpoint view's reads read ``topics`` until the returned stack closes."""
 
-    @contextlib.contextmanager
-    def reading_to_end(settings: Any, starts: Iterable[TopicPartition], **_: Any) -> Iterator[Any]:
-        consumer = MemConsumer(topics)
-        consumer.assign(starts)
-        yield consumer
+    def reader(settings: Any, **options: Any) -> MemReader:
+        return MemReader(topics, settings, **options)
 
-    @contextlib.contextmanager
-    def assigned_consumer(
-        settings: Any, starts: Iterable[TopicPartition], **_: Any
-    ) -> Iterator[Any]:
-        consumer = MemConsumer(topics)
-        consumer.assign(starts)
-        yield consumer
+    def records_to_end(
+        settings: Any, starts: Mapping[Where, int], *, within: float, **options: Any
+    ) -> Iterator[list[Consumed]]:
+        with reader(settings, **options) as read:
+            yield from read.to_end(starts, within=within)
 
     stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.object(view_module, "reading_to_end", reading_to_end))
-    stack.enter_context(mock.patch.object(view_module, "assigned_consumer", assigned_consumer))
+    stack.enter_context(mock.patch.object(view_module, "PartitionReader", reader))
+    stack.enter_context(mock.patch.object(view_module, "records_to_end", records_to_end))
     return stack
 
 
@@ -224,10 +194,16 @@ def checkpoint_events(record: MemRecord, codec: Codec) -> tuple[str, list[str]] 
     return checkpoint.workflow_id or "", ids
 
 
-def step_message(record: Record) -> MemMessage:
-    """A step-log record as a consumer hands it to the checkpointer."""
-    held = MemRecord(record.key or b"", record.value, list(record.headers), record.writer)
-    return MemMessage(record.topic, record.partition, record.offset, held)
+def step_message(record: Record) -> Consumed:
+    """A step-log record as the checkpointer's reader hands it over."""
+    return Consumed(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.key,
+        record.value,
+        list(record.headers),
+    )
 
 
 class SimLogStart:
@@ -246,12 +222,7 @@ class SimLogStart:
 
     def gaps(self, wanted: dict[tuple[str, int], int]) -> list[Gap]:
         """The partitions whose wanted next offset is below their log start."""
-        found = []
-        for (topic, partition), expected in sorted(wanted.items()):
-            low = self.of(topic, partition)
-            if low > max(0, expected):
-                found.append(Gap(topic, partition, max(0, expected), low))
-        return found
+        return gaps_below(self.of, wanted)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import platform
 import statistics
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -272,3 +275,34 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
             total += (int(fields[11]) + int(fields[12])) / ticks
     return total
+
+
+def agents_in_threads(agents: int, agent: Callable[[int], int]) -> float:
+    """Steps per second of ``agents`` threads, each running ``agent(index)`` (its steps)."""
+    counts = [0] * agents
+
+    def body(index: int) -> None:
+        counts[index] = agent(index)
+
+    threads = [threading.Thread(target=body, args=(n,)) for n in range(agents)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    elapsed = time.perf_counter() - began
+    assert sum(counts) == agents * counts[0] > 0, counts
+    return sum(counts) / elapsed
+
+
+def agents_in_asyncio(agents: int, agent: Callable[[int], Any]) -> float:
+    """Steps per second of ``agents`` coroutines on one event loop."""
+
+    async def all_agents() -> float:
+        began = time.perf_counter()
+        counts = await asyncio.gather(*(agent(n) for n in range(agents)))
+        elapsed = time.perf_counter() - began
+        assert sum(counts) == agents * counts[0] > 0, counts
+        return float(sum(counts) / elapsed)
+
+    return asyncio.run(all_agents())

@@ -30,20 +30,26 @@ is the same trivial function (its cost is the systems' own).
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import stepledger as sl
-from bench.common import Row, broker, cli, fresh_settings, percentile
+from bench.common import (
+    Row,
+    agents_in_asyncio,
+    agents_in_threads,
+    broker,
+    cli,
+    fresh_settings,
+    percentile,
+)
 from bench.peer_agent import effects
 from bench.pg import postgres_cluster, postgres_missing
 from bench.restate_peer import (
@@ -72,37 +78,6 @@ def act(i: int, *, idempotency_key: str) -> int:
 async def aact(i: int, *, idempotency_key: str) -> int:
     """The same tool for asyncio agents (DBOS's are ``async def`` steps too)."""
     return i
-
-
-def agents_in_threads(agents: int, agent: Callable[[int], int]) -> float:
-    """Steps per second of ``agents`` threads, each running ``agent(index)`` (its steps)."""
-    counts = [0] * agents
-
-    def body(index: int) -> None:
-        counts[index] = agent(index)
-
-    threads = [threading.Thread(target=body, args=(n,)) for n in range(agents)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(600)
-    elapsed = time.perf_counter() - began
-    assert sum(counts) == agents * counts[0] > 0, counts
-    return sum(counts) / elapsed
-
-
-def agents_in_asyncio(agents: int, agent: Callable[[int], Any]) -> float:
-    """Steps per second of ``agents`` coroutines on one event loop."""
-
-    async def all_agents() -> float:
-        began = time.perf_counter()
-        counts = await asyncio.gather(*(agent(n) for n in range(agents)))
-        elapsed = time.perf_counter() - began
-        assert sum(counts) == agents * counts[0] > 0, counts
-        return float(sum(counts) / elapsed)
-
-    return asyncio.run(all_agents())
 
 
 # -- stepledger --------------------------------------------------------------------------

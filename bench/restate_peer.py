@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.common import agents_in_threads
 from bench.pg import free_port
 
 VERSION = "1.7.12"
@@ -173,8 +174,6 @@ def restate_figures(
     """Sequential latencies (inside the handler, after ``warm`` unmeasured steps), then
     steps/s of threads and asyncio agents."""
     import httpx
-
-    from bench.peers import agents_in_threads
 
     url = f"{restate.ingress}/peer"
     httpx.post(f"{url}/seq", json=warm, timeout=600).raise_for_status()

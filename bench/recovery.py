@@ -88,13 +88,19 @@ def settled_history(n: int, prefix: str) -> list[tuple[bytes, bytes]]:
 def open_intents(
     n: int, due: list[datetime], tool: Tool, prefix: str = "open"
 ) -> list[tuple[bytes, bytes]]:
-    """``n`` intents without outcomes whose deadlines are ``due[i]``."""
-    codec = Codec()
+    """``n`` intents without outcomes whose deadlines are ``due[i]``.
+
+    Each is recorded now (or ``tool``'s timeout before its deadline, if that is earlier)
+    with the timeout that ends at its deadline: the daemon measures a deadline from the
+    intent's arrival, so the timeout is what places it.
+    """
+    codec, now = Codec(), datetime.now(UTC)
     records = []
     for i in range(n):
-        start = due[i] - timedelta(seconds=tool.timeout_s)
+        start = min(now, due[i] - timedelta(seconds=tool.timeout_s))
+        timed = tool.model_copy(update={"timeout_s": (due[i] - start).total_seconds()})
         factory = EventFactory("bench", "agent", clock=fixed_clock(start))
-        event = factory.intent(f"{prefix}-{i}", "s", tool, {**ARGS, "i": i}, sequence=0)
+        event = factory.intent(f"{prefix}-{i}", "s", timed, {**ARGS, "i": i}, sequence=0)
         records.append((event.workflow_id.encode(), codec.encode(event)))
     return records
 
@@ -206,9 +212,9 @@ def resolution_latency(
     steps = tracked_steps(daemon.daemon.tracker)
     daemon.stop()
     return [
-        (s.resolved_at - s.deadline).total_seconds()
-        for (workflow, _), s in steps
-        if s.resolved_at is not None and s.deadline is not None and workflow.startswith("open-")
+        (s.resolved_at - deadline).total_seconds()
+        for (workflow, _), s, deadline in steps
+        if s.resolved_at is not None and deadline is not None and workflow.startswith("open-")
     ]
 
 
@@ -223,11 +229,14 @@ def _wait_resolved(tracker: Tracker, n: int, deadline: float, still_open: int = 
         time.sleep(0.5)
 
 
-def tracked_steps(tracker: Tracker) -> list[tuple[tuple[str, str], StepState]]:
-    """The tracker's steps, read from another thread while the daemon runs."""
+def tracked_steps(
+    tracker: Tracker,
+) -> list[tuple[tuple[str, str], StepState, datetime | None]]:
+    """The tracker's steps and their deadlines on the daemon's clock (from each intent's
+    arrival), read from another thread while the daemon runs."""
     for _ in range(100):
         try:
-            return [(key, t.step) for key, t in tracker]
+            return [(key, t.step, t.deadline) for key, t in tracker]
         except RuntimeError:
             time.sleep(0.01)
     raise RuntimeError("could not read the tracker")

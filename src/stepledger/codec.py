@@ -1,8 +1,10 @@
 """The one codec between domain models and wire bytes.
 
 Model -> dict -> Avro bytes (fastavro's schemaless writer) and bytes -> model: a value of
-the codec's own schema by the reader compiled from it (:mod:`stepledger._avro_read`), any
-other by fastavro's schemaless reader and pydantic's validation.  Values are framed either
+the codec's own schema by the reader compiled from it (:mod:`stepledger._avro_read`: the
+recovery daemon's replay and restart earn it, docs/benchmarks.md "Fast paths and their
+A/B"), any other by fastavro's schemaless reader and pydantic's validation
+(``Codec(compiled=False)``: every value so; the tests run both).  Values are framed either
 as Avro single-object encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the
 default) or with Confluent Schema Registry framing (``00`` + 4-byte big-endian schema id) when
 a registry is configured.  The reader accepts both.  Schemas are parsed once per codec.
@@ -178,8 +180,12 @@ class Codec:
         *,
         registry: RegistryFraming | None = None,
         known_writer_schemas: Iterable[dict[str, Any]] = (),
+        compiled: bool = True,
     ) -> None:
+        """``compiled``: read values of this codec's own schema with the compiled reader
+        (False: fastavro and the models read every value, the path it must agree with)."""
         self.schema = schema if schema is not None else _current()
+        self._compiled = compiled
         self._fingerprint = (
             _current_fingerprint() if schema is None else single_object_fingerprint(schema)
         )
@@ -242,6 +248,8 @@ class Codec:
     @functools.cached_property
     def _compiled_reader(self) -> EventReader | None:
         """The reader compiled for this codec's schema (built at the first decode)."""
+        if not self._compiled:
+            return None
         if self.schema is _current():
             return _current_reader()
         return compile_reader(self.schema, _BODY_BY_NAME)

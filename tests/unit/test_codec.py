@@ -1,5 +1,6 @@
 """Codec round trips in both framings, corrupt input, values it must refuse to write, JSON
-lines from values, and an additively evolved reader."""
+lines from values, and an additively evolved reader: each with the compiled reader and
+without it (``Codec(compiled=False)``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 from tests.unit.factories import factory, pay_tool
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled", "fastavro"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every ``Codec()`` of a test reads with the compiled reader, then without it."""
+    defaults = Codec.__init__.__kwdefaults__
+    assert defaults is not None and "compiled" in defaults
+    monkeypatch.setitem(defaults, "compiled", request.param)
+    return bool(request.param)
 
 
 def sample_events() -> list[ev.Event]:
@@ -181,3 +191,18 @@ def test_to_json_is_the_models_json_and_refuses_what_decode_refuses(registry: bo
     for value in (b"", data[:4], data[: len(codec.prefix)], b"\x01\x00" + data[2:]):
         with pytest.raises(CodecError):
             codec.to_json(value)
+
+
+def test_the_switch_chooses_the_path(reader: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = Codec()
+    data = codec.encode(sample_events()[1])
+    read = fastavro.schemaless_reader
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(fastavro, "schemaless_reader", counted)
+    assert codec.decode(data) == sample_events()[1]
+    assert calls == ([] if reader else [1])

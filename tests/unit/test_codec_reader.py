@@ -17,9 +17,10 @@ import fastavro
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stepledger._avro_read import compile_reader
-from stepledger._records import checks_for
-from stepledger.codec import _BODY_BY_NAME, Codec, RegistryFraming, from_record
+from stepledger.codec import Codec, RegistryFraming, from_record
+from stepledger.codec.checks import checks_for
+from stepledger.codec.core import _BODY_BY_NAME
+from stepledger.codec.reader import compile_reader
 from stepledger.domain import events as ev
 from stepledger.domain.enums import (
     CompensationStatus,

@@ -1,7 +1,7 @@
-"""The one codec between domain models and wire bytes.
+"""Events to and from wire bytes: the codec between the domain's models and the step log.
 
 Model -> dict -> Avro bytes (fastavro's schemaless writer) and bytes -> model: a value of
-the codec's own schema by the reader compiled from it (:mod:`stepledger._avro_read`: the
+the codec's own schema by the reader compiled from it (:mod:`stepledger.codec.reader`: the
 recovery daemon's replay and restart earn it, docs/benchmarks.md "Fast paths and their
 A/B"), any other by fastavro's schemaless reader and pydantic's validation
 (``Codec(compiled=False)``: every value so; the tests run both).  Values are framed either
@@ -24,7 +24,7 @@ import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
-from stepledger._avro_read import EventReader, compile_reader
+from stepledger.codec.reader import EventReader, compile_reader
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 
@@ -78,22 +78,6 @@ def _released() -> tuple[dict[str, Any], ...]:
 def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
     """Return the 8-byte CRC-64-AVRO fingerprint the single-object header carries."""
     return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
-
-
-@functools.cache
-def record_schema(name: str) -> dict[str, Any]:
-    """A packaged record schema other than the envelope (``schemas/NAME.avsc``), parsed once."""
-    path = schema_dir() / f"{name}.avsc"
-    try:
-        return cast(dict[str, Any], load_schema(str(path)))
-    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
-        raise CodecError(f"cannot load schema {path}: {exc}") from exc
-
-
-@functools.cache
-def record_prefix(name: str) -> bytes:
-    """The single-object header of a record written with :func:`record_schema` ``(name)``."""
-    return SINGLE_OBJECT_MAGIC + single_object_fingerprint(record_schema(name))
 
 
 @functools.cache

@@ -7,7 +7,7 @@ derived here from every model's fields (:class:`Check`, :class:`ModelChecks`) sa
 those, and :meth:`ModelChecks.construct` builds a model as ``model_validate`` builds it (the
 same field values, the same fields set).  A model with a field, validator or setting they do
 not know gets no checks (:func:`checks_for` returns None), and its values go to pydantic.
-:mod:`stepledger._avro_read` applies them to the values it reads straight from Avro bytes.
+:mod:`stepledger.codec.reader` applies them to the values it reads straight from Avro bytes.
 """
 
 from __future__ import annotations

@@ -306,27 +306,13 @@ def memory_per_intent(n: int) -> tuple[float, float, float]:
 
 
 def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
-    """Microseconds: one event's checkpoint line written from its value (``Codec.to_json``)
-    and decoded then dumped (best of ``rounds``); a new intent's ``Tracker.apply`` (with the
-    value as read) and its share of the checkpoint that takes ``n`` of them (the round with
-    the least of both)."""
+    """Microseconds: a new intent's ``Tracker.apply`` (with the value as read) and its share
+    of the checkpoint that takes ``n`` of them (the round with the least of both)."""
     tool = bench_tool(3600)
     records = open_intents(n, [datetime.now(UTC) + timedelta(hours=1)] * n, tool)
     codec = Codec()
     values = [value for _, value in records]
     events = [codec.decode(value) for value in values]
-
-    def per_event(fn: Any) -> float:
-        best = float("inf")
-        for _ in range(rounds):
-            began = time.perf_counter()
-            for value in values:
-                fn(value)
-            best = min(best, time.perf_counter() - began)
-        return best / n * 1e6
-
-    to_json = per_event(codec.to_json)
-    decode_dump = per_event(lambda value: codec.decode(value).model_dump_json())
     spent: list[tuple[float, float]] = []
     for _ in range(rounds):
         tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(0), arrival=a))
@@ -339,8 +325,6 @@ def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
         spent.append((applied - began, time.perf_counter() - applied))
     apply_s, batch_s = min(spent, key=sum)
     return {
-        "to_json": to_json,
-        "decode_dump": decode_dump,
         "apply": apply_s / n * 1e6,
         "batch": batch_s / n * 1e6,
     }
@@ -442,15 +426,6 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             wire,
             "bytes",
             "<=3",
-            False,
-        ),
-        Row(
-            "recovery",
-            "checkpoint line written from the value (vs decoded, then dumped)",
-            lines["to_json"],
-            lines["decode_dump"],
-            "us",
-            "",
             False,
         ),
         Row(

@@ -2,8 +2,7 @@
 imports confluent-kafka.
 
 - :mod:`~stepledger.kafka.producer`: the durable producer (acks=all, idempotent, a future
-  per record) every appender uses; :mod:`~stepledger.kafka.lanes`: which of its clients a
-  record goes to when the SDK's records may wait for company under load;
+  per record) every appender uses;
 - :mod:`~stepledger.kafka.consumer`: group and assigned consumers, bounded topic reads, and
   :class:`~stepledger.kafka.consumer.Record`, the decoded record the rest of the library sees;
 - :mod:`~stepledger.kafka.broker`: topics and partitions, a broker awaited at start;
@@ -23,7 +22,6 @@ from stepledger.kafka.broker import (
     topic_id,
     topic_partitions,
 )
-from stepledger.kafka.lanes import Batching
 from stepledger.kafka.producer import (
     DURABLE_PRODUCER,
     DurableProducer,
@@ -35,7 +33,6 @@ from stepledger.kafka.producer import (
 
 __all__ = [
     "DURABLE_PRODUCER",
-    "Batching",
     "DurableProducer",
     "Headers",
     "Position",

@@ -18,9 +18,7 @@ client's), and the broker's CPU per step (no target: what small produce requests
 only for a broker process on this machine, found by its listening port).  Then, at 32
 agents (quick: 8 threads): opening a workflow with ``ledger.workflow(id)`` against
 ``start``, for a new id and for an id started earlier (the open reads the log and appends
-``workflow_resumed``); target: at most 10% of throughput lost.  Last, the default against
-``batch_linger_ms=0`` (records under load sharing produce requests, or not) at 64 asyncio
-agents and 32 threads (quick: 8 asyncio), steps/s and the broker's CPU per step.
+``workflow_resumed``); target: at most 10% of throughput lost.
 
 ``python -m bench.concurrency [--quick] [--engine kafka]``
 """
@@ -286,8 +284,6 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
                     rows += _rows(agents, mode, _median(piped), _median(floors), PIPELINED)
             for mode in MODES[:1] if quick else MODES:
                 rows += _open_rows(servers, mode, open_at, per_agent, repeats)
-            for mode, agents in (("asyncio", 8),) if quick else (("asyncio", 64), ("threads", 32)):
-                rows += _batching_rows(servers, mode, agents, per_agent, repeats)
         finally:
             raw.close()
     return rows
@@ -316,36 +312,6 @@ def _open_rows(servers: str, mode: str, agents: int, steps: int, repeats: int) -
         )
         print(f"[concurrency] {rows[-1].name}: {rows[-1].ratio:.2f}", flush=True)
     return rows
-
-
-def _batching_rows(servers: str, mode: str, agents: int, steps: int, repeats: int) -> list[Row]:
-    """The default (records under load may share requests) against ``batch_linger_ms=0``."""
-    on: list[Figure] = []
-    off: list[Figure] = []
-    for _ in range(repeats):
-        on.append(stepledger_figure(fresh_settings(servers), mode, agents, steps, "start"))
-        settings = fresh_settings(servers, batch_linger_ms=0)
-        off.append(stepledger_figure(settings, mode, agents, steps, "start"))
-    with_it, without = _median(on), _median(off)
-    label = f"{agents} agents ({mode})"
-    print(
-        f"[concurrency] {label}: default {with_it.steps_per_s:,.0f} steps/s (broker "
-        f"{with_it.broker_us:,.0f} us/step); batch_linger_ms=0 {without.steps_per_s:,.0f} "
-        f"(broker {without.broker_us:,.0f})",
-        flush=True,
-    )
-    name = f"{label}: default vs batch_linger_ms=0"
-    return [
-        Row("concurrency", f"{name}, steps/s", with_it.steps_per_s, without.steps_per_s, "steps/s"),
-        Row(
-            "concurrency",
-            f"{name}, broker CPU per step",
-            with_it.broker_us,
-            without.broker_us,
-            "us",
-            higher_is_better=False,
-        ),
-    ]
 
 
 def _rows(agents: int, mode: str, ours: Figure, floor: Figure, variant: str = "") -> list[Row]:

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from bench.common import Row, broker, cli, fresh_settings, percentile
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import DURABLE_PRODUCER, Position
@@ -149,10 +150,37 @@ def latencies(
 
 
 class _AcksAtOnce:
-    """A producer that acknowledges every record at once: the step's CPU without the wait."""
+    """A producer that acknowledges every record at once: the step's CPU without the wait.
+
+    Records land one after another in one partition, as a lone runner's do on a quiet log,
+    and stay here for :class:`_ReadsAcked`: a workflow's first intent is read back through
+    its position (the fence), its next ones are proven by their offsets."""
+
+    def __init__(self) -> None:
+        self.values: dict[bytes, list[bytes]] = {}
+        self._next = 0
 
     def append(self, topic: str, key: Any, value: Any, headers: Any = None) -> Position:
-        return Position(topic, 0, 0)
+        self.values.setdefault(key, []).append(value)
+        self._next += 1
+        return Position(topic, 0, self._next - 1)
+
+    def close(self) -> None:
+        return None
+
+
+class _ReadsAcked:
+    """Reads a workflow back from what :class:`_AcksAtOnce` acknowledged (decoded, as a
+    broker read's records are), so the read back's CPU counts and no broker is asked."""
+
+    bounded_reads = False
+
+    def __init__(self, acked: _AcksAtOnce) -> None:
+        self._acked, self._codec = acked, Codec()
+
+    def read(self, workflow_id: str) -> list[ev.Event]:
+        values = self._acked.values.get(workflow_id.encode(), [])
+        return [self._codec.decode(value) for value in values]
 
     def close(self) -> None:
         return None
@@ -161,8 +189,9 @@ class _AcksAtOnce:
 def sdk_cpu_per_step(steps: int, per_workflow: int = 20) -> float:
     """Microseconds of thread CPU per step (best of 5 rounds), the broker wait excluded."""
     settings = Settings(bootstrap="127.0.0.1:9", topic="cpu", producer_id="bench")
-    producer: Any = _AcksAtOnce()
-    ledger = Ledger(settings, log=KafkaEventLog(settings, producer=producer))
+    producer = _AcksAtOnce()
+    log = KafkaEventLog(settings, producer=producer)  # type: ignore[arg-type]
+    ledger = Ledger(settings, log=log, reader=_ReadsAcked(producer))  # type: ignore[arg-type]
     rounds = []
     for r in range(5):
         spent = 0.0

@@ -88,13 +88,19 @@ def settled_history(n: int, prefix: str) -> list[tuple[bytes, bytes]]:
 def open_intents(
     n: int, due: list[datetime], tool: Tool, prefix: str = "open"
 ) -> list[tuple[bytes, bytes]]:
-    """``n`` intents without outcomes whose deadlines are ``due[i]``."""
-    codec = Codec()
+    """``n`` intents without outcomes whose deadlines are ``due[i]``.
+
+    Each is recorded now (or ``tool``'s timeout before its deadline, if that is earlier)
+    with the timeout that ends at its deadline: the daemon measures a deadline from the
+    intent's arrival, so the timeout is what places it.
+    """
+    codec, now = Codec(), datetime.now(UTC)
     records = []
     for i in range(n):
-        start = due[i] - timedelta(seconds=tool.timeout_s)
+        start = min(now, due[i] - timedelta(seconds=tool.timeout_s))
+        timed = tool.model_copy(update={"timeout_s": (due[i] - start).total_seconds()})
         factory = EventFactory("bench", "agent", clock=fixed_clock(start))
-        event = factory.intent(f"{prefix}-{i}", "s", tool, {**ARGS, "i": i}, sequence=0)
+        event = factory.intent(f"{prefix}-{i}", "s", timed, {**ARGS, "i": i}, sequence=0)
         records.append((event.workflow_id.encode(), codec.encode(event)))
     return records
 
@@ -206,9 +212,9 @@ def resolution_latency(
     steps = tracked_steps(daemon.daemon.tracker)
     daemon.stop()
     return [
-        (s.resolved_at - s.deadline).total_seconds()
-        for (workflow, _), s in steps
-        if s.resolved_at is not None and s.deadline is not None and workflow.startswith("open-")
+        (s.resolved_at - deadline).total_seconds()
+        for (workflow, _), s, deadline in steps
+        if s.resolved_at is not None and deadline is not None and workflow.startswith("open-")
     ]
 
 
@@ -223,11 +229,14 @@ def _wait_resolved(tracker: Tracker, n: int, deadline: float, still_open: int = 
         time.sleep(0.5)
 
 
-def tracked_steps(tracker: Tracker) -> list[tuple[tuple[str, str], StepState]]:
-    """The tracker's steps, read from another thread while the daemon runs."""
+def tracked_steps(
+    tracker: Tracker,
+) -> list[tuple[tuple[str, str], StepState, datetime | None]]:
+    """The tracker's steps and their deadlines on the daemon's clock (from each intent's
+    arrival), read from another thread while the daemon runs."""
     for _ in range(100):
         try:
-            return [(key, t.step) for key, t in tracker]
+            return [(key, t.step, t.deadline) for key, t in tracker]
         except RuntimeError:
             time.sleep(0.01)
     raise RuntimeError("could not read the tracker")
@@ -297,27 +306,13 @@ def memory_per_intent(n: int) -> tuple[float, float, float]:
 
 
 def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
-    """Microseconds: one event's checkpoint line written from its value (``Codec.to_json``)
-    and decoded then dumped (best of ``rounds``); a new intent's ``Tracker.apply`` (with the
-    value as read) and its share of the checkpoint that takes ``n`` of them (the round with
-    the least of both)."""
+    """Microseconds: a new intent's ``Tracker.apply`` (with the value as read) and its share
+    of the checkpoint that takes ``n`` of them (the round with the least of both)."""
     tool = bench_tool(3600)
     records = open_intents(n, [datetime.now(UTC) + timedelta(hours=1)] * n, tool)
     codec = Codec()
     values = [value for _, value in records]
     events = [codec.decode(value) for value in values]
-
-    def per_event(fn: Any) -> float:
-        best = float("inf")
-        for _ in range(rounds):
-            began = time.perf_counter()
-            for value in values:
-                fn(value)
-            best = min(best, time.perf_counter() - began)
-        return best / n * 1e6
-
-    to_json = per_event(codec.to_json)
-    decode_dump = per_event(lambda value: codec.decode(value).model_dump_json())
     spent: list[tuple[float, float]] = []
     for _ in range(rounds):
         tracker = Tracker(lambda s, a: rs.due_at(s, tool, grace=timedelta(0), arrival=a))
@@ -330,8 +325,6 @@ def checkpoint_lines(n: int, rounds: int = 5) -> dict[str, float]:
         spent.append((applied - began, time.perf_counter() - applied))
     apply_s, batch_s = min(spent, key=sum)
     return {
-        "to_json": to_json,
-        "decode_dump": decode_dump,
         "apply": apply_s / n * 1e6,
         "batch": batch_s / n * 1e6,
     }
@@ -433,15 +426,6 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
             wire,
             "bytes",
             "<=3",
-            False,
-        ),
-        Row(
-            "recovery",
-            "checkpoint line written from the value (vs decoded, then dumped)",
-            lines["to_json"],
-            lines["decode_dump"],
-            "us",
-            "",
             False,
         ),
         Row(

@@ -135,13 +135,16 @@ def burst(
     cpu, after = time.process_time() - cpu, _thread_ticks()
     kafka = sum(t - before.get(k, 0) for k, t in after.items() if k[1].startswith("rdk:"))
     tick = os.sysconf("SC_CLK_TCK")
-    steps = [s for (wf, _), s in tracked_steps(daemon.daemon.tracker) if wf.startswith("open-")]
+    steps = [
+        (s, deadline)
+        for (wf, _), s, deadline in tracked_steps(daemon.daemon.tracker)
+        if wf.startswith("open-") and s.resolved_at is not None and deadline is not None
+    ]
     daemon.stop()
-    last = max(
-        (s.resolved_at - s.deadline).total_seconds()
-        for s in steps
-        if s.resolved_at is not None and s.deadline is not None
-    )
+    # The deadlines are on the daemon's clock, from each intent's arrival: the burst begins
+    # at the first of them.
+    first = min(deadline for _, deadline in steps)
+    last = max((s.resolved_at - first).total_seconds() for s, _ in steps if s.resolved_at)
     librdkafka = kafka / tick
     return due_n / last, (cpu - librdkafka) / due_n, librdkafka / due_n
 

@@ -65,12 +65,6 @@ class Settings(BaseModel):
     """Confluent Schema Registry URL; when unset, values use Avro single-object encoding."""
     durable_timeout_s: float = Field(default=10.0, gt=0)
     """How long a durable append waits for the broker's acknowledgement before failing."""
-    batch_linger_ms: float = Field(default=1.0, ge=0, le=1000)
-    """Under load, how long an asyncio agent's record may wait for company in one produce
-    request (0: every record leaves at once; a thread's never waits; a ``linger.ms`` in
-    ``kafka`` applies to all instead)."""
-    batch_from_in_flight: int = Field(default=8, ge=1, le=1_000_000)
-    """What makes a load: this many of the process's step-log records in flight at once."""
     startup_wait_s: float = Field(default=0.0, ge=0, le=3600)
     """How long a daemon waits at start for an unreachable broker (0: fail at once, one line)."""
     kafka: dict[str, str] = Field(default_factory=dict)
@@ -87,9 +81,11 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _derive_names(cls, values: Any) -> Any:
-        """Name every state topic and group after the step log unless one is given."""
+        """Drop retired settings; name every state topic and group after the step log
+        unless one is given."""
         if not isinstance(values, dict):
             return values
+        values = _without_retired(values)
         topic = values.get("topic") or wire.STEP_LOG_TOPIC
         missing = {
             name: wire.derived_name(str(topic), role)
@@ -150,10 +146,24 @@ DERIVED_NAMES = {
     "projector_group": wire.PROJECTOR_ROLE,
     "recovery_group": wire.RECOVERY_ROLE,
 }
+#: Settings no longer read: given (file, environment, flags or code), each is dropped with a
+#: warning, so a configuration written for an older release still starts.
+_ONE_CLIENT = "every step-log record leaves through one client, none lingers"
+RETIRED_SETTINGS = {"batch_linger_ms": _ONE_CLIENT, "batch_from_in_flight": _ONE_CLIENT}
 #: What Kafka accepts as a topic name (``kafka.common.internals.Topic``).
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: The first reconnect backoff of short-lived clients (see :meth:`Settings.quick_connect`).
 _RECONNECT_BACKOFF_MS = 20
+
+
+def _without_retired(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the retired settings, each one given logged as a warning."""
+    retired = [name for name in values if name in RETIRED_SETTINGS]
+    for name in retired:
+        logging.getLogger(__name__).warning(
+            "setting %s is no longer read (%s)", name, RETIRED_SETTINGS[name]
+        )
+    return {k: v for k, v in values.items() if k not in RETIRED_SETTINGS} if retired else values
 
 
 def librdkafka_logger() -> logging.Logger:
@@ -217,7 +227,7 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    fields = set(Settings.model_fields) - {"kafka"}
+    fields = (set(Settings.model_fields) | set(RETIRED_SETTINGS)) - {"kafka"}
     found = {}
     for key, value in env.items():
         if key.startswith(ENV_PREFIX) and not key.startswith(KAFKA_ENV_PREFIX):

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from stepledger.codec import Codec
+from stepledger.codec.jsonlines import render_event
 from stepledger.config import Settings
-from stepledger.jsonlines import render_event
 from stepledger.kafka.reader import read_topic
 from tests.unit.factories import factory
 from tests.unit.projector_logs import TOOLS

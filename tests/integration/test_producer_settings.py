@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import stepledger as sl
+from stepledger.codec.jsonlines import render_event
 from stepledger.config import Settings
 from stepledger.errors import ConfigError
-from stepledger.jsonlines import render_event
 from tests.conftest import Factory
 from tests.unit.factories import factory
 

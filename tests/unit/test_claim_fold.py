@@ -3,7 +3,8 @@
 Opening a running workflow reads it, folds it, records a claim and reads the log back
 through the claim (the log's first decisions win).  The read-back begins with the events
 read at open whenever nothing came between them: their fold is kept and only the rest is
-folded onto it.  Whatever the read-back holds, the state must be the fold of all of it.
+folded onto it.  Whatever the read-back holds, the state must be the fold of all of it,
+with the kept fold and without it (``KEEP_READ_FOLD``, the switch: every test runs both).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from stepledger.domain import events as ev
 from stepledger.domain.state import WorkflowState, replay
 from stepledger.producer import Workflow
+from stepledger.producer import workflow as workflow_module
 from stepledger.producer.opening import claim
 from tests.unit.resume_fakes import World
 
@@ -24,6 +26,13 @@ ARGS: dict[str, dict[str, Any]] = {
     "charge": {"amount": 120},
     "book": {"hotel": "Ritz"},
 }
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["kept", "afresh"])
+def keeps(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """The switch: a claim's read back keeps the fold of the read, or folds afresh."""
+    monkeypatch.setattr(workflow_module, "KEEP_READ_FOLD", request.param)
+    return bool(request.param)
 
 
 @pytest.fixture
@@ -58,7 +67,7 @@ def claimed(world: World, read: list[ev.Event]) -> Workflow:
 
 
 def test_a_read_back_that_begins_with_the_read_folds_only_what_follows(
-    folds: list[str],
+    folds: list[str], keeps: bool
 ) -> None:
     world = World()
     logged = unfinished(world)
@@ -66,22 +75,25 @@ def test_a_read_back_that_begins_with_the_read_folds_only_what_follows(
     handle = claimed(world, logged)
     after = world.log.workflow_events("wf")
     claim_id = after[-1].event_id
-    # The read, the claim into the state, then only the claim onto the kept fold.
-    assert folds == [e.event_id for e in logged] + [claim_id, claim_id]
+    # The read, the claim into the state, then only the claim onto the kept fold (without
+    # it, the whole read back).
+    again = [claim_id] if keeps else [e.event_id for e in after]
+    assert folds == [e.event_id for e in logged] + [claim_id, *again]
     assert handle.state == replay("wf", after)
     assert handle.state.runner == handle.runner
 
 
 def test_events_another_runner_appended_after_the_read_are_folded_onto_it(
-    folds: list[str],
+    folds: list[str], keeps: bool
 ) -> None:
     world = World()
     logged = unfinished(world)
     folds.clear()
     handle = claimed(world, logged[:3])  # read before the last steps landed
     after = world.log.workflow_events("wf")
+    again = after[3:] if keeps else after
     assert folds == [e.event_id for e in logged[:3]] + [after[-1].event_id] + [
-        e.event_id for e in after[3:]
+        e.event_id for e in again
     ]
     expected = replay("wf", after)
     assert handle.state == expected

@@ -1,4 +1,6 @@
-"""Codec round trips in both framings, corrupt input, and an additively evolved reader."""
+"""Codec round trips in both framings, corrupt input, values it must refuse to write, JSON
+lines from values, and an additively evolved reader: each with the compiled reader and
+without it (``Codec(compiled=False)``)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,20 @@ from typing import Any
 import fastavro
 import pytest
 
-from stepledger.codec import Codec, RegistryFraming, load_envelope_schema, to_record
+from stepledger.codec import Codec, RegistryFraming, from_record, load_envelope_schema, to_record
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 from tests.unit.factories import factory, pay_tool
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["compiled", "fastavro"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every ``Codec()`` of a test reads with the compiled reader, then without it."""
+    defaults = Codec.__init__.__kwdefaults__
+    assert defaults is not None and "compiled" in defaults
+    monkeypatch.setitem(defaults, "compiled", request.param)
+    return bool(request.param)
 
 
 def sample_events() -> list[ev.Event]:
@@ -144,3 +155,62 @@ def test_the_registrys_errors_are_the_codecs_own() -> None:
         framing.writer_schema(4242)
     with pytest.raises(CodecError, match="schema registry refused the schema"):
         framing.register({"type": "record", "name": "Bad", "fields": [{"name": "x"}]})
+
+
+def _unchecked(event: ev.Event, **body: Any) -> ev.Event:
+    """``event`` with body values no validation saw (as ``trusted`` builds them)."""
+    changed = ev.trusted(type(event.body), {**event.body.__dict__, **body})
+    return ev.trusted(ev.Event, {**event.__dict__, "body": changed})
+
+
+def test_a_value_of_the_wrong_kind_is_a_codec_error_not_bytes() -> None:
+    codec = Codec()
+    intent = sample_events()[1]
+    wrong = [
+        intent.model_copy(update={"workflow_id": 7}),
+        intent.model_copy(update={"body": intent.body.model_copy(update={"effect": "nope"})}),
+        *(
+            _unchecked(intent, **values)
+            for values in ({"sequence": 2**63}, {"epoch": -(2**63) - 1}, {"deadline": 2**64})
+        ),
+    ]
+    for event in wrong:
+        with pytest.raises(CodecError, match="cannot encode"):
+            codec.encode(event)
+
+
+def test_from_record_names_the_invalid_field() -> None:
+    record = to_record(sample_events()[1])
+    name, body = record["body"]
+    with pytest.raises(EventValidationError, match="attempt"):
+        from_record({**record, "body": (name, {**body, "attempt": 0})})
+    assert from_record(record) == sample_events()[1]
+
+
+@pytest.mark.parametrize("registry", [False, True], ids=["single-object", "registry"])
+def test_to_json_is_the_models_json_and_refuses_what_decode_refuses(registry: bool) -> None:
+    framing = RegistryFraming(f"mock://{uuid.uuid4().hex}", "t-value") if registry else None
+    codec = Codec(registry=framing)
+    for event in sample_events():
+        line = codec.to_json(codec.encode(event))
+        assert line == codec.decode(codec.encode(event)).model_dump_json()
+        assert ev.Event.model_validate_json(line) == event
+    data = codec.encode(sample_events()[1])
+    for value in (b"", data[:4], data[: len(codec.prefix)], b"\x01\x00" + data[2:]):
+        with pytest.raises(CodecError):
+            codec.to_json(value)
+
+
+def test_the_switch_chooses_the_path(reader: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    codec = Codec()
+    data = codec.encode(sample_events()[1])
+    read = fastavro.schemaless_reader
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(fastavro, "schemaless_reader", counted)
+    assert codec.decode(data) == sample_events()[1]
+    assert calls == ([] if reader else [1])

@@ -10,16 +10,117 @@ from __future__ import annotations
 
 import io
 import uuid
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import fastavro
 import pytest
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stepledger._avro_read import compile_reader
-from stepledger.codec import _BODY_BY_NAME, Codec, RegistryFraming, from_record
+from stepledger.codec import Codec, RegistryFraming, from_record
+from stepledger.codec.checks import checks_for
+from stepledger.codec.core import _BODY_BY_NAME
+from stepledger.codec.reader import compile_reader
 from stepledger.domain import events as ev
+from stepledger.domain.enums import (
+    CompensationStatus,
+    EffectClass,
+    OutcomeStatus,
+    ResolutionPolicy,
+    Source,
+    Verdict,
+    WorkflowStatus,
+)
 from stepledger.errors import CodecError, EventValidationError
-from tests.unit.test_codec_fastpath import AT, BODIES, assert_same, mutations
+
+AT = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
+BODIES: list[BaseModel] = [
+    ev.WorkflowStarted(name="n", attempt=1, read_only=False, max_attempts=3),
+    ev.WorkflowResumed(attempt=2, reason="crash"),
+    ev.WorkflowFinished(status=WorkflowStatus.COMPLETED, detail="d", escalation_id="e"),
+    ev.WorkflowDeadLettered(attempt=6, reason="r", escalation_id="e"),
+    ev.StepIntended(
+        sequence=0,
+        tool="pay",
+        effect=EffectClass.IDEMPOTENT,
+        policy=ResolutionPolicy.QUERY,
+        idempotency_key="k",
+        arguments_json="{}",
+        arguments_digest="d",
+        deadline=AT,
+        attempt=1,
+        repeatable=True,
+    ),
+    ev.StepOutcome(status=OutcomeStatus.SUCCEEDED, result_json="{}", source=Source.AGENT),
+    ev.CompensationIntended(idempotency_key="k:c", reason="r", source=Source.AGENT, deadline=AT),
+    ev.CompensationOutcome(status=CompensationStatus.FAILED, error="x", source=Source.AGENT),
+    ev.StepAbandoned(reason="r", escalation_id="e", source=Source.RECOVERY),
+    ev.ResolutionAttempted(policy=ResolutionPolicy.REDRIVE, attempt=2),
+    ev.EscalationResolved(escalation_id="e", verdict=Verdict.HAPPENED, by="ann"),
+    ev.ApprovalRequested(tool="pay"),
+    ev.ApprovalDecided(granted=True, by="ann"),
+    ev.AnomalyObserved(kind="k", detail="d", source=Source.RECONCILE),
+]
+PLUS_TWO = timezone(timedelta(hours=2))
+HOSTILE: list[Any] = [
+    "",
+    "x",
+    None,
+    0,
+    -1,
+    1,
+    2.0,
+    True,
+    False,
+    b"x",
+    ev.INT32_MIN - 1,
+    ev.INT32_MIN,
+    ev.INT32_MAX,
+    ev.INT32_MAX + 1,
+    ev.INT64_MIN - 1,
+    ev.INT64_MAX,
+    ev.INT64_MAX + 1,
+    "nope",
+    "succeeded",
+    "agent",
+    "query",
+    "idempotent",
+    AT,
+    AT.replace(tzinfo=None),
+    AT.replace(microsecond=123456),
+    AT.astimezone(PLUS_TWO),
+    datetime(1, 1, 1, tzinfo=UTC),
+    {"nested": 1},
+]
+
+
+def assert_same(fast: ev.Event, slow: ev.Event) -> None:
+    assert type(fast.body) is type(slow.body)
+    assert fast == slow
+    assert fast.model_dump() == slow.model_dump()
+    assert list(fast.__dict__) == list(slow.__dict__)
+    assert list(fast.body.__dict__) == list(slow.body.__dict__)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.body.model_fields_set == slow.body.model_fields_set
+    assert fast.__pydantic_extra__ is None and fast.__pydantic_private__ is None
+    assert hash(fast.event_id) == hash(slow.event_id)
+
+
+def mutations(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record with each envelope and body field replaced, dropped, or a key added."""
+    name, body = record["body"]
+    out = []
+    for key in [k for k in record if k != "body"]:
+        for value in HOSTILE:
+            out.append({**record, key: value})
+        out.append({k: v for k, v in record.items() if k != key})
+    for key in body:
+        for value in HOSTILE:
+            out.append({**record, "body": (name, {**body, key: value})})
+        out.append({**record, "body": (name, {k: v for k, v in body.items() if k != key})})
+    out.append({**record, "extra": 1})
+    out.append({**record, "body": (name, {**body, "extra": 1})})
+    return out
 
 
 def events() -> list[ev.Event]:
@@ -163,3 +264,46 @@ def test_a_model_invalid_event_is_still_refused_and_named() -> None:
     assert compiled(codec)(data, 10) is None
     with pytest.raises(EventValidationError, match="attempt"):
         codec.decode(data)
+
+
+class _Pattern(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    code: str = Field(pattern="^[a-z]+$")
+
+
+class _Validated(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    n: int
+
+    @model_validator(mode="after")
+    def _check(self) -> _Validated:
+        return self
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    n: int
+
+
+class _Float(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    x: float
+
+
+@pytest.mark.parametrize("model", [_Pattern, _Validated, _Loose, _Float])
+def test_a_model_outside_the_checks_gets_none(model: type[BaseModel]) -> None:
+    # A constraint, validator, setting or type the checks do not know leaves it to pydantic.
+    assert checks_for(model) is None
+
+
+def test_read_events_share_their_fields_set_but_a_copy_changes_its_own() -> None:
+    # Every event the reader builds shares one fields set per model: pydantic copies it
+    # before a copy changes it, so no change to one event reaches another.
+    codec = Codec()
+    read = compiled(codec)
+    first, second = (read(codec.encode(event), 10) for event in events()[4:6])
+    assert first is not None and second is not None
+    copied = first.model_copy(update={"step_id": "other"})
+    assert copied.step_id == "other" and copied.model_fields_set is not first.model_fields_set
+    assert first.model_fields_set == second.model_fields_set == set(ev.Event.model_fields)
+    assert first.model_fields_set is second.model_fields_set

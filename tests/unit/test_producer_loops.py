@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
-from stepledger.kafka import Batching, DurableProducer
+from stepledger.kafka import DurableProducer
 from tests.unit.test_producer_fatal import FakeProducer, made_clients
 
 
@@ -25,7 +25,7 @@ def test_an_event_loop_that_ended_is_not_kept_by_the_producer(
         "stepledger.kafka.producer._new_producer",
         lambda conf: FakeProducer(conf, dead=False),
     )
-    producer = DurableProducer(Settings(durable_timeout_s=1.0), batching=Batching())
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 
     async def one() -> Any:
@@ -58,7 +58,7 @@ def test_a_loop_that_ended_with_a_record_in_flight_is_freed_once_it_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made = made_clients(monkeypatch, lambda conf, made: HeldProducer(conf, dead=False))
-    producer = DurableProducer(Settings(durable_timeout_s=1.0), batching=Batching())
+    producer = DurableProducer(Settings(durable_timeout_s=1.0))
     loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
 
     async def gone_before_its_report() -> None:

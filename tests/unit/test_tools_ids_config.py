@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stepledger.config import load_settings, parse_kafka_options
+from stepledger.config import Settings, load_settings, parse_kafka_options
 from stepledger.domain import ids
 from stepledger.domain.enums import ResolutionPolicy
 from stepledger.domain.tools import NotFound, Tool
@@ -123,3 +123,18 @@ def test_bad_config_file_is_a_config_error(tmp_path: Path) -> None:
         load_settings(env={}, config_file=tmp_path / "missing.toml")
     with pytest.raises(ConfigError, match="key=value"):
         parse_kafka_options(["novalue"])
+
+
+def test_a_retired_setting_is_ignored_wherever_it_is_given(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A configuration written for an older release (the lingering client's settings in
+    the environment, the file or code) still starts, with a warning naming the setting."""
+    config = tmp_path / "c.toml"
+    config.write_text('[stepledger]\ntopic = "t"\nbatch_from_in_flight = 8\n')
+    env = {"STEPLEDGER_BATCH_LINGER_MS": "1", "STEPLEDGER_TOPIC": "from-env"}
+    with caplog.at_level("WARNING", logger="stepledger.config"):
+        settings = load_settings(env=env, config_file=config)
+    assert settings.topic == "from-env"
+    assert "batch_linger_ms" in caplog.text and "batch_from_in_flight" in caplog.text
+    assert Settings(batch_linger_ms=0).topic == Settings().topic  # type: ignore[call-arg]

@@ -29,16 +29,13 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-import fastavro
+from typing import cast
 
 from stepledger import wire
-from stepledger.codec import record_prefix, record_schema
+from stepledger.codec import read_record, write_record
 from stepledger.errors import CodecError
 
 NAME = "stepledger.CheckpointDirectory"
@@ -189,14 +186,6 @@ def pack(entries: Iterable[tuple[int, int]]) -> bytes:
     return b"".join(_ENTRY.pack(h, o) for h, o in sorted(entries))
 
 
-def _schema() -> dict[str, Any]:
-    return record_schema(NAME)
-
-
-def _prefix() -> bytes:
-    return record_prefix(NAME)
-
-
 def encode(record: DirectoryRecord) -> bytes:
     """The framed Avro bytes of a directory record (bounded ints are checked first)."""
     for name in ("partition", "buckets"):
@@ -205,11 +194,8 @@ def encode(record: DirectoryRecord) -> bytes:
             raise CodecError(f"directory {name}={value} does not fit an Avro int")
     if not -1 <= record.bucket <= _INT_MAX:
         raise CodecError(f"directory bucket={record.bucket} does not fit")
-    buf = io.BytesIO()
-    buf.write(_prefix())
-    fastavro.schemaless_writer(
-        buf,
-        _schema(),
+    return write_record(
+        NAME,
         {
             "topic": record.topic,
             "partition": record.partition,
@@ -220,19 +206,11 @@ def encode(record: DirectoryRecord) -> bytes:
             "entries": record.entries,
         },
     )
-    return buf.getvalue()
 
 
 def decode(data: bytes | None) -> DirectoryRecord:
     """The directory record in framed bytes; anything else raises CodecError."""
-    prefix = _prefix()
-    if not data or not data.startswith(prefix):
-        raise CodecError("not a CheckpointDirectory in single-object encoding")
-    try:
-        raw = fastavro.schemaless_reader(io.BytesIO(data[len(prefix) :]), _schema(), None)
-    except Exception as exc:  # fastavro raises many types on corrupt input
-        raise CodecError(f"undecodable checkpoint directory: {type(exc).__name__}: {exc}") from exc
-    r = cast(dict[str, Any], raw)
+    r = read_record(NAME, data, "checkpoint directory")
     entries = bytes(r["entries"])
     if len(entries) % _ENTRY.size:
         raise CodecError("undecodable checkpoint directory: entries are not 16-byte pairs")

@@ -12,13 +12,9 @@ of this schema + the body), as step-log events are without a registry.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
-from typing import Any, cast
 
-import fastavro
-
-from stepledger.codec import record_prefix, record_schema
+from stepledger.codec import read_record, record_prefix, write_record
 from stepledger.errors import CodecError
 
 NAME = "stepledger.WorkflowCheckpoint"
@@ -57,10 +53,6 @@ class WorkflowCheckpoint:
         return PROGRESS_KEY if self.workflow_id is None else self.workflow_id.encode()
 
 
-def _schema() -> dict[str, Any]:
-    return record_schema(NAME)
-
-
 def _prefix() -> bytes:
     return record_prefix(NAME)
 
@@ -82,22 +74,12 @@ def encode(checkpoint: WorkflowCheckpoint) -> bytes:
         "events": list(checkpoint.events),
         "offsets": list(checkpoint.offsets),
     }
-    buf = io.BytesIO()
-    buf.write(_prefix())
-    fastavro.schemaless_writer(buf, _schema(), record)
-    return buf.getvalue()
+    return write_record(NAME, record)
 
 
 def decode(data: bytes | None) -> WorkflowCheckpoint:
     """The checkpoint in framed bytes; anything else raises CodecError."""
-    prefix = _prefix()
-    if not data or not data.startswith(prefix):
-        raise CodecError("not a WorkflowCheckpoint in single-object encoding")
-    try:
-        raw = fastavro.schemaless_reader(io.BytesIO(data[len(prefix) :]), _schema(), None)
-    except Exception as exc:  # fastavro raises many types on corrupt input
-        raise CodecError(f"undecodable checkpoint: {type(exc).__name__}: {exc}") from exc
-    record = cast(dict[str, Any], raw)
+    record = read_record(NAME, data, "checkpoint")
     return WorkflowCheckpoint(
         workflow_id=record["workflow_id"],
         topic=record["topic"],

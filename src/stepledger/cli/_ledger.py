@@ -8,12 +8,12 @@ from typing import IO, Any
 import click
 
 from stepledger.cli._common import with_settings
+from stepledger.codec.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.config import Settings
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, ConfigError
 from stepledger.gaps import Gap, LogStart
-from stepledger.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
 from stepledger.kafka.reader import read_topic
 from stepledger.log import codec_for, event_headers

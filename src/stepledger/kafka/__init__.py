@@ -1,8 +1,7 @@
 """Kafka, in one package: the only part of stepledger that imports confluent-kafka.
 
 - :mod:`~stepledger.kafka.producer`: the durable producer (acks=all, idempotent, a future
-  per record) every appender uses; :mod:`~stepledger.kafka.lanes`: which of its clients a
-  record goes to when the SDK's records may wait for company under load;
+  per record) every appender uses;
 - :mod:`~stepledger.kafka.reader`: the one partition reader (fixed partitions from given
   offsets, read to their ends within a deadline or followed) and :func:`read_topic`;
 - :mod:`~stepledger.kafka.consumer`: the consumer-group member the daemons read through;
@@ -27,7 +26,6 @@ from stepledger.kafka.broker import (
     topic_id,
     topic_partitions,
 )
-from stepledger.kafka.lanes import Batching
 from stepledger.kafka.producer import (
     DURABLE_PRODUCER,
     DurableProducer,
@@ -38,7 +36,6 @@ from stepledger.kafka.producer import (
 
 __all__ = [
     "DURABLE_PRODUCER",
-    "Batching",
     "DurableProducer",
     "Headers",
     "Position",

@@ -8,10 +8,6 @@ Who serves delivery reports: a thread that waits synchronously polls the produce
 (one poller at a time, under a lock), so its own report wakes it without a hand-off to
 another thread; the reports it serves for other threads resolve their futures on the way.
 A background thread, started only when the asyncio API is first used, serves coroutines.
-
-With :class:`~stepledger.kafka.lanes.Batching` (the SDK's step log), an asyncio record
-produced while many are in flight goes to a second, lingering client
-(:mod:`stepledger.kafka.lanes`); a thread's record never does.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError, DurabilityError, RecordTooLargeError
-from stepledger.kafka.lanes import LINGERING, Batching, Lanes
 from stepledger.kafka.release import drop_within
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
@@ -63,8 +58,6 @@ _GUARDED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 #: Set through ``Settings.durable_timeout_s``, which the SDK's waits are bounded by.
 _TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")
-#: A user's own linger: every record then waits that long, and no second client is made.
-_LINGER_KEYS = ("linger.ms", "queue.buffering.max.ms")
 
 
 def durable_config(settings: Settings, **overrides: Any) -> dict[str, Any]:
@@ -104,26 +97,12 @@ class Position:
 
 
 class DurableProducer:
-    """Produce records and wait for each one's own acknowledgement (sync or asyncio).
+    """Produce records and wait for each one's own acknowledgement (sync or asyncio)."""
 
-    ``batching``: records produced under load may linger in a second client (see
-    :mod:`stepledger.kafka.lanes`); ignored when the settings give a linger of their own.
-    """
-
-    def __init__(
-        self, settings: Settings, *, batching: Batching | None = None, **overrides: Any
-    ) -> None:
+    def __init__(self, settings: Settings, **overrides: Any) -> None:
         self._settings = settings
         self._overrides = overrides
         durable_config(settings, **overrides)  # refuse unsafe settings now, not at first write
-        self._lanes: Lanes | None = None
-        self._lingering: DurableProducer | None = None
-        user_linger = any(key in settings.kafka for key in _LINGER_KEYS)
-        if batching is not None and batching.linger_ms > 0 and not user_linger:
-            self._lanes = Lanes(batching)
-            self._lingering = DurableProducer(
-                settings, **{**overrides, "linger.ms": batching.linger_ms}
-            )
         self._producer: Producer | None = None
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
@@ -150,10 +129,6 @@ class DurableProducer:
                         self._settings, **{"error_cb": self._on_error, **self._overrides}
                     )
                     self._producer = _new_producer(conf)
-                    if self._lingering is not None:
-                        # Its connection and producer id get ready now, not when the first
-                        # load makes a record wait ~0.5 s for them.
-                        self._lingering.connect()
         return self._producer
 
     def _replace_after_fatal(self) -> None:
@@ -172,7 +147,7 @@ class DurableProducer:
         if old is not None:
             # Its records fail with "purged", but the reports come later (measured: often
             # none yet by the next poll): every poll serves it until it holds nothing, or
-            # their waits would run to the time limit and the lanes count them forever.
+            # their waits would run to the time limit.
             with contextlib.suppress(KafkaException):
                 old.purge()
         logger.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
@@ -191,8 +166,6 @@ class DurableProducer:
         id get ready in the background (librdkafka's first producer-id request waits ~0.5 s
         for a broker), so a first durable write made later waits less."""
         self._client()
-        if self._lingering is not None:
-            self._lingering.connect()
 
     def _start_background_poller(self) -> None:
         if self._poller is not None:  # every asyncio record asks: no lock once it runs
@@ -297,38 +270,21 @@ class DurableProducer:
 
         ``partition`` places it explicitly (None: the partitioner chooses by key)."""
         future: Future[Position] = Future()
-        # Its waiter polls this client itself (``wait``): it must not linger in the other.
         self._produce(topic, key, value, headers, _resolve_into(future), partition)
         return future
 
     def queue(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers | None = None,
-        *,
-        may_linger: bool | None = None,
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None
     ) -> Callable[[], Position]:
         """Queue one record and return the wait for its acknowledgement, served by the
         delivery thread (each waiter sleeps on its own record's lock, as ``append``'s do).
 
         Cheaper than :meth:`send`'s future for a caller that sends a record and waits for
         it later (a pipelined outcome, a batch of decisions).
-
-        ``may_linger`` lets the record linger under load; None: only when produced from a
-        running event loop (a coroutine's pipelined outcome, as :meth:`send_async`'s
-        records). A thread's record does not: measured on Apache Kafka, 32 threads made
-        1,971 steps/s with their records lingering 1 ms against 3,207 without, and 2,092
-        against 4,069 with pipelined outcomes (a thread's step waits out the lingers and a
-        batch's reports wake threads in a herd), where 64 asyncio agents gained (4,369
-        against 4,069 steps/s, the broker's CPU per step halved: docs/benchmarks.md).
         """
         self._start_background_poller()
         woken = _WakeSlot()
-        if may_linger is None:
-            may_linger = asyncio._get_running_loop() is not None
-        self._produce(topic, key, value, headers, woken.settle, may_linger=may_linger)
+        self._produce(topic, key, value, headers, woken.settle)
         limit = self._wait_limit_s
         return lambda: woken.wait(limit)
 
@@ -358,7 +314,6 @@ class DurableProducer:
             value,
             headers,
             lambda outcome: handoff.settle(future, outcome),
-            may_linger=True,
         )
         return future
 
@@ -379,7 +334,7 @@ class DurableProducer:
             self._produce(topic, key, value, headers, slot.settle)
             self._serve_until(slot, None)
             return slot.result()
-        return self.queue(topic, key, value, headers, may_linger=False)()
+        return self.queue(topic, key, value, headers)()
 
     def _produce(
         self,
@@ -389,32 +344,6 @@ class DurableProducer:
         headers: Headers | None,
         settle: Callable[[Position | BaseException], None],
         partition: int | None = None,
-        may_linger: bool = False,
-    ) -> None:
-        """Produce through the client the lanes give (``may_linger``: under load it may be
-        the lingering one; a record someone blocks on right away must not)."""
-        lanes, target = self._lanes, self
-        if lanes is None:
-            self._produce_now(topic, key, value, headers, settle, partition)
-            return
-        lane, settle, release = lanes.take(topic, key, partition, settle, may_linger)
-        if lane == LINGERING and self._lingering is not None:
-            target = self._lingering
-            target._start_background_poller()  # its reports are served by its own thread
-        try:
-            target._produce_now(topic, key, value, headers, settle, partition)
-        except BaseException:
-            release()
-            raise
-
-    def _produce_now(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers | None,
-        settle: Callable[[Position | BaseException], None],
-        partition: int | None,
     ) -> None:
         producer = self._client()
         # -1: no partition given, the partitioner chooses (librdkafka's RD_KAFKA_PARTITION_UA).
@@ -471,10 +400,6 @@ class DurableProducer:
 
     def flush(self, timeout: float = 10.0) -> int:
         """Wait for every queued record (for shutdown and bulk tools, not per-record durability)."""
-        lingering = 0 if self._lingering is None else self._lingering.flush(timeout)
-        return lingering + self._flush_own(timeout)
-
-    def _flush_own(self, timeout: float) -> int:
         with self._poll_lock:
             retired, self._retired = self._retired, []
         remaining = sum(_flush_retired(old, timeout) for old in retired)
@@ -489,18 +414,11 @@ class DurableProducer:
             # The client died while flushing: what it held fails through its purge reports.
             self._note(exc.args[0])
             self._replace_after_fatal()
-            return remaining + self._flush_own(timeout)
+            return remaining + self.flush(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
-        """Flush what is queued and stop the delivery threads."""
-        try:
-            if self._lingering is not None:
-                self._lingering.close(timeout)
-        finally:
-            self._close_own(timeout)
-
-    def _close_own(self, timeout: float) -> None:
-        remaining = self._flush_own(timeout)
+        """Flush what is queued and stop the delivery thread."""
+        remaining = self.flush(timeout)
         self._closed.set()
         if self._poller is not None:
             self._poller.join(timeout=1.0)

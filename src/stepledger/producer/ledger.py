@@ -24,7 +24,7 @@ from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
 from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.tools import Tool
-from stepledger.kafka import Batching, DurableProducer
+from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
 from stepledger.producer.opening import STAGE, WorkflowSpec
@@ -223,8 +223,7 @@ def _redaction_key(settings: Settings) -> RedactionKey | None:
 
 
 def _kafka_log(settings: Settings) -> KafkaEventLog:
-    batching = Batching(settings.batch_linger_ms, settings.batch_from_in_flight)
-    producer = DurableProducer(settings, batching=batching, **LEDGER_PRODUCER)
+    producer = DurableProducer(settings, **LEDGER_PRODUCER)
     return KafkaEventLog(settings, producer=producer)
 
 

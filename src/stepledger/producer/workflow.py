@@ -62,6 +62,11 @@ if TYPE_CHECKING:
 
 ToolFn = Callable[[dict[str, Any], str], Any]
 _MAX_ROUNDS = 8
+#: Keep the fold of what an open read when the handle's first record is a claim, so the
+#: claim's read back folds only what follows it (the replay of a long workflow earns it:
+#: docs/benchmarks.md, "Fast paths and their A/B"); False folds every read back afresh,
+#: the path it must agree with. The tests run both.
+KEEP_READ_FOLD = True
 
 
 class Workflow:
@@ -771,7 +776,7 @@ class Workflow:
         if self._read is not None:
             # The first event this handle folds.  A claim's read back follows: what was read
             # stays apart for it (see _refold).  Anything else keeps nothing.
-            if type(event.body) is ev.WorkflowResumed:
+            if KEEP_READ_FOLD and type(event.body) is ev.WorkflowResumed:
                 self._base = (self._read, self.state.copy())
             self._read = None
         self.state.apply(event)

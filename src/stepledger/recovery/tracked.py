@@ -6,8 +6,8 @@ that framing, else the event encoded again.  That is the only copy of them.  Bet
 events the tracker decides on what the last fold of them said (status, due time, deadline,
 whether a decision is retained); the fold itself (``domain.state``, the one every reader
 uses) is run again from the values when a new event arrives or when a worker resolves the
-step.  A checkpoint writes the values as JSON lines without decoding them
-(``Codec.to_json``).  Keeping the fold (a ``WorkflowState`` with its ``StepState`` and
+step.  A checkpoint writes the values as JSON lines when it is taken (``Codec.to_json``),
+not as the step changes.  Keeping the fold (a ``WorkflowState`` with its ``StepState`` and
 ``seen`` set) and a JSON copy per step cost ~3 KB per open intent, against ~1 KB this way.
 """
 
@@ -57,8 +57,7 @@ def decoded(values: Iterable[bytes]) -> list[ev.Event]:
 
 
 def json_lines(values: Iterable[bytes]) -> list[str]:
-    """A tracked step's events as checkpoint lines (one JSON event each), written straight
-    from the values (``Codec.to_json``: no models built)."""
+    """A tracked step's events as checkpoint lines (one JSON event each)."""
     to_json = own_codec().to_json
     return [to_json(value) for value in values]
 

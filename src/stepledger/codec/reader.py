@@ -3,7 +3,7 @@
 fastavro reads a value one ``read(1)`` call per byte and hands back dicts that the codec
 then checks and copies into models: ~9 and ~6 µs for a bench event.  For a value written
 with the reader's own schema, the reader compiled here walks the bytes once, field by field
-in the schema's order, applies each model field's check from :mod:`stepledger._records` as
+in the schema's order, applies each model field's check from :mod:`stepledger.codec.checks` as
 soon as the field is read (dropping the type tests the Avro type already answers), and
 builds the models: ~6 µs in all.
 
@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
-from stepledger._records import UTC_MILLIS, Check, ModelChecks, checks_for
+from stepledger.codec.checks import UTC_MILLIS, Check, ModelChecks, checks_for
 from stepledger.domain import events as ev
 
 #: Reads one event from a value and the offset of its Avro body; None: read it the standard way.
@@ -115,7 +115,7 @@ def _named(schema: Schema, named: dict[str, Schema]) -> Schema:
     return named.get(schema, schema) if isinstance(schema, str) else schema
 
 
-#: The Python types each kind of check admits (see ``_records.TYPE_TESTS``).
+#: The Python types each kind of check admits (see ``checks.TYPE_TESTS``).
 _ADMITS = {
     "str": {"str"},
     "int": {"int"},

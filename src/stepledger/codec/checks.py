@@ -1,26 +1,22 @@
-"""Event models from decoded Avro records, without pydantic's validation when it cannot matter.
+"""The checks pydantic makes on an event's fields, as data the compiled reader applies.
 
-fastavro hands the codec values already shaped by the schema: strings are ``str``, booleans
-``bool``, integers ``int``, timestamps aware UTC datetimes.  What pydantic still decides is
-each model's own constraints: integer ranges, non-empty ids, enum symbols, whole
-milliseconds, no missing or extra field.  A plan derived from every model's fields checks
-exactly those, and a record that passes is built as ``model_validate`` builds it (the same
-field values, the same fields set).  Anything else (a record failing a check, or a model
-with a field, validator or setting the plan does not know) returns None, and the caller
-asks pydantic, which gives the verdict and the reason.  A test compares both paths.
-
-The checks are data (:class:`Check`, :class:`ModelChecks`): :mod:`stepledger._avro_read`
-applies the same ones to the values it reads straight from Avro bytes.
+Avro hands over values already shaped by the schema: strings, booleans, integers,
+timestamps.  What pydantic still decides is each model's own constraints: integer ranges,
+non-empty ids, enum symbols, whole milliseconds, no missing or extra field.  The checks
+derived here from every model's fields (:class:`Check`, :class:`ModelChecks`) say exactly
+those, and :meth:`ModelChecks.construct` builds a model as ``model_validate`` builds it (the
+same field values, the same fields set).  A model with a field, validator or setting they do
+not know gets no checks (:func:`checks_for` returns None), and its values go to pydantic.
+:mod:`stepledger.codec.reader` applies them to the values it reads straight from Avro bytes.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import Enum
 from types import NoneType, UnionType
-from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
 from annotated_types import Ge, Le, MinLen
 from pydantic import BaseModel
@@ -130,9 +126,6 @@ def _validators(model: type[BaseModel]) -> dict[str, list[Any]] | None:
     return by_field
 
 
-#: Builds a model from a record (and the envelope's body), or returns None.
-Builder = Callable[..., Any]
-
 _new = object.__new__
 # The slots model_validate fills; their descriptors are set directly because the frozen
 # models refuse setattr.
@@ -211,34 +204,6 @@ class ModelChecks:
         ]
 
 
-def _compile(checks: ModelChecks) -> Builder:
-    """One function checking every field inline: a call per field cost more than pydantic."""
-    extra = checks.extra
-    lines = [f"def build(record{', ' + extra if extra else ''}):"]
-    value_of: dict[str, str] = {}
-    for i, (name, check) in enumerate(checks.checks.items()):
-        lines += [f"    v = record[{name!r}]", f"    if not ({check.test}):", "        return None"]
-        lines.append(f"    f{i} = {check.value}")
-        value_of[name] = f"f{i}"
-    lines += [f"    {line}" for line in checks.construct(value_of)]
-    lines.append("    return m")
-    scope = checks.scope()
-    exec("\n".join(lines), scope)
-    return cast(Builder, scope["build"])
-
-
-class Plan:
-    """How to check and build one model from a decoded record."""
-
-    __slots__ = ("build", "keys")
-
-    def __init__(self, keys: frozenset[str], build: Builder) -> None:
-        self.keys = keys
-        """The record's keys: exactly these, no more (the models forbid extra fields)."""
-        self.build = build
-        """The model of a record with these keys, or None when a value fails its check."""
-
-
 def checks_for(model: type[BaseModel], extra: str | None = None) -> ModelChecks | None:
     """What a plan for a model checks (``extra``: a field the caller builds), or None if the
     model is outside what a plan knows."""
@@ -262,34 +227,3 @@ def checks_for(model: type[BaseModel], extra: str | None = None) -> ModelChecks 
             return None
         checks[name] = check
     return ModelChecks(model, checks, constants, names, extra)
-
-
-def plan_for(model: type[BaseModel], extra: str | None = None) -> Plan | None:
-    """A plan for a model (``extra``: a field the caller builds), or None if it is outside it."""
-    checks = checks_for(model, extra)
-    if checks is None:
-        return None
-    return Plan(frozenset(checks.checks), _compile(checks))
-
-
-class EventPlans:
-    """Plans for the envelope and every body type, keyed by the body's Avro record name."""
-
-    def __init__(self, bodies: dict[str, type[BaseModel]]) -> None:
-        self.envelope = plan_for(ev.Event, extra="body")
-        self.bodies = {name: plan_for(model) for name, model in bodies.items()}
-        self._keys = None if self.envelope is None else self.envelope.keys | {"body"}
-
-    def build(self, record: dict[str, Any]) -> ev.Event | None:
-        """The event of a decoded record, or None when pydantic must decide."""
-        envelope = self.envelope
-        if envelope is None or record.keys() != self._keys:
-            return None
-        name, body = record["body"]
-        plan = self.bodies.get(name)
-        if plan is None or type(body) is not dict or body.keys() != plan.keys:
-            return None
-        built = plan.build(body)
-        if built is None:
-            return None
-        return cast(ev.Event | None, envelope.build(record, built))

@@ -1,8 +1,11 @@
-"""The one codec between domain models and wire bytes.
+"""Events to and from wire bytes: the codec between the domain's models and the step log.
 
-Model -> Avro bytes (a writer compiled from the schema, :mod:`stepledger._writer`; fastavro
-for a schema it does not know) and bytes -> dict -> model.  Values are framed either as Avro
-single-object encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the
+Model -> dict -> Avro bytes (fastavro's schemaless writer) and bytes -> model: a value of
+the codec's own schema by the reader compiled from it (:mod:`stepledger.codec.reader`: the
+recovery daemon's replay and restart earn it, docs/benchmarks.md "Fast paths and their
+A/B"), any other by fastavro's schemaless reader and pydantic's validation
+(``Codec(compiled=False)``: every value so; the tests run both).  Values are framed either
+as Avro single-object encoding (``C3 01`` + 8-byte little-endian CRC-64-AVRO fingerprint + body; the
 default) or with Confluent Schema Registry framing (``00`` + 4-byte big-endian schema id) when
 a registry is configured.  The reader accepts both.  Schemas are parsed once per codec.
 """
@@ -12,24 +15,20 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import fastavro
 from fastavro.schema import fingerprint, load_schema, to_parsing_canonical_form
 from pydantic import BaseModel, ValidationError
 
-from stepledger._avro_json import EventJson, compile_json
-from stepledger._avro_read import EventReader, compile_reader
-from stepledger._records import EventPlans
-from stepledger._writer import Unsupported, Writer, compile_writer
+from stepledger.codec.reader import EventReader, compile_reader
 from stepledger.domain.events import BODY_TYPES, Event
 from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
 from stepledger.kafka.registry import RegistryError, SchemaRegistry
 
-T = TypeVar("T")
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 REGISTRY_MAGIC = b"\x00"
 NAMESPACE = "stepledger"
@@ -83,22 +82,6 @@ def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
 
 
 @functools.cache
-def record_schema(name: str) -> dict[str, Any]:
-    """A packaged record schema other than the envelope (``schemas/NAME.avsc``), parsed once."""
-    path = schema_dir() / f"{name}.avsc"
-    try:
-        return cast(dict[str, Any], load_schema(str(path)))
-    except (OSError, ValueError, fastavro.schema.SchemaParseException) as exc:
-        raise CodecError(f"cannot load schema {path}: {exc}") from exc
-
-
-@functools.cache
-def record_prefix(name: str) -> bytes:
-    """The single-object header of a record written with :func:`record_schema` ``(name)``."""
-    return SINGLE_OBJECT_MAGIC + single_object_fingerprint(record_schema(name))
-
-
-@functools.cache
 def _current_fingerprint() -> bytes:
     # fastavro computes the fingerprint in pure Python (~1 ms a schema): once per process.
     return single_object_fingerprint(_current())
@@ -122,44 +105,13 @@ def to_record(event: Event) -> dict[str, Any]:
 
 
 @functools.cache
-def _plans() -> EventPlans:
-    return EventPlans(_BODY_BY_NAME)
-
-
-def _compiled(schema: dict[str, Any], prefix: bytes) -> Writer | None:
-    """The schema's compiled writer (``prefix`` first), or None where fastavro must write."""
-    try:
-        return compile_writer(schema, _BODY_BY_NAME, prefix)
-    except Unsupported:
-        return None
-
-
-@functools.cache
-def _current_writer(prefix: bytes) -> Writer | None:
-    return _compiled(_current(), prefix)
-
-
-@functools.cache
 def _current_reader() -> EventReader | None:
     # ~10 ms to compile: once a process for the packaged schema, at the first decode.
     return compile_reader(_current(), _BODY_BY_NAME)
 
 
-@functools.cache
-def _current_json() -> EventJson | None:
-    # Compiled once a process for the packaged schema, at the first checkpoint line.
-    return compile_json(_current(), _BODY_BY_NAME)
-
-
 def from_record(record: dict[str, Any]) -> Event:
-    """Turn a dict fastavro read (with record names) into a validated event.
-
-    A record the cheap checks vouch for is built directly; any other goes through pydantic,
-    which accepts it or says why not.
-    """
-    event = _plans().build(record)
-    if event is not None:
-        return event
+    """Turn a dict fastavro read (with record names) into a validated event."""
     name, body = record["body"]
     if name not in _BODY_BY_NAME:
         raise EventValidationError(f"unknown event type {name!r}")
@@ -208,8 +160,12 @@ class Codec:
         *,
         registry: RegistryFraming | None = None,
         known_writer_schemas: Iterable[dict[str, Any]] = (),
+        compiled: bool = True,
     ) -> None:
+        """``compiled``: read values of this codec's own schema with the compiled reader
+        (False: fastavro and the models read every value, the path it must agree with)."""
         self.schema = schema if schema is not None else _current()
+        self._compiled = compiled
         self._fingerprint = (
             _current_fingerprint() if schema is None else single_object_fingerprint(schema)
         )
@@ -223,14 +179,6 @@ class Codec:
             if self._registry_id is not None
             else SINGLE_OBJECT_MAGIC + self._fingerprint
         )
-        self._own_schema = schema is not None
-
-    @functools.cached_property
-    def _write(self) -> Writer | None:
-        """The compiled writer, at the first encode (a codec that only decodes needs none)."""
-        if self._own_schema:
-            return _compiled(self.schema, self._prefix)
-        return _current_writer(self._prefix)
 
     @property
     def prefix(self) -> bytes:
@@ -239,11 +187,9 @@ class Codec:
 
     def encode(self, event: Event) -> bytes:
         """Return the framed Avro bytes of one event."""
+        buf = io.BytesIO(self._prefix)
+        buf.seek(len(self._prefix))
         try:
-            if self._write is not None:
-                return self._write(event)
-            buf = io.BytesIO(self._prefix)
-            buf.seek(len(self._prefix))
             fastavro.schemaless_writer(buf, self.schema, to_record(event))
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise CodecError(f"cannot encode {event.type} {event.event_id}: {exc}") from exc
@@ -256,9 +202,12 @@ class Codec:
         it declines (another writer schema, a defect, an invalid event) is read by fastavro
         and checked by the models, which accept it or say why not.
         """
-        event = self._own(self._compiled_reader, data)
-        if event is not None:
-            return event
+        compiled = self._compiled_reader
+        prefix = self._prefix
+        if compiled is not None and type(data) is bytes and data.startswith(prefix):
+            event = compiled(data, len(prefix))
+            if event is not None:
+                return event
         writer, offset = self._writer_for(data)
         reader = None if writer is self.schema else self.schema
         try:
@@ -273,35 +222,14 @@ class Codec:
         return from_record(cast(dict[str, Any], record))
 
     def to_json(self, data: bytes) -> str:
-        """The event in framed Avro bytes as ``Event.model_dump_json`` writes it.
-
-        A value in this codec's own framing is written straight from its bytes (no models
-        built, and none of their rules checked: for values decoded before, as the recovery
-        daemon's are); any other, or one the compiled writer declines, is decoded and dumped.
-        """
-        line = self._own(self._compiled_json, data)
-        return line if line is not None else self.decode(data).model_dump_json()
-
-    def _own(
-        self, compiled: Callable[[bytes, int], T | None] | None, data: bytes | None
-    ) -> T | None:
-        """What a walk compiled for this codec's schema gives for a value in its own framing
-        (None: not in it, no walk compiled, or the walk declined the value)."""
-        prefix = self._prefix
-        if compiled is None or type(data) is not bytes or not data.startswith(prefix):
-            return None
-        return compiled(data, len(prefix))
-
-    @functools.cached_property
-    def _compiled_json(self) -> EventJson | None:
-        """The JSON writer compiled for this codec's schema (built at the first use)."""
-        if self.schema is _current():
-            return _current_json()
-        return compile_json(self.schema, _BODY_BY_NAME)
+        """The event in framed Avro bytes as ``Event.model_dump_json`` writes it."""
+        return self.decode(data).model_dump_json()
 
     @functools.cached_property
     def _compiled_reader(self) -> EventReader | None:
         """The reader compiled for this codec's schema (built at the first decode)."""
+        if not self._compiled:
+            return None
         if self.schema is _current():
             return _current_reader()
         return compile_reader(self.schema, _BODY_BY_NAME)

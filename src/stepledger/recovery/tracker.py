@@ -249,10 +249,18 @@ class Tracker(CheckpointDiff):
         return self._claims.known(workflow_id, partition)
 
     def _unfenced(self, state: WorkflowState, event: ev.Event, partition: int) -> bool:
-        """An event the fold judges against claims, for a tracked step folded with none,
-        of a workflow whose claims are not known."""
+        """An event the fold judges against claims that this fold cannot judge it by.
+
+        A compensation's intent (the claim a hook's effect waits on) needs claims vouched
+        for, not assumed: a start read after a take-over may be a competing one, whose
+        runner's intents the log fenced off.  Another such event needs them known, for a
+        tracked step folded with none (a checkpoint entry that carried none).
+        """
+        wf = event.workflow_id
+        if isinstance(event.body, ev.CompensationIntended):
+            return not self._claims.vouched(wf, partition)
         fenced = isinstance(event.body, FENCED) and state.attempt == 0
-        return fenced and not self._claims.known(event.workflow_id, partition)
+        return fenced and not self._claims.known(wf, partition)
 
     def _hold(
         self, key: StepKey, partition: int, event: ev.Event, value: bytes | None, at: Arrived

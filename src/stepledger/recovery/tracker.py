@@ -248,6 +248,11 @@ class Tracker(CheckpointDiff):
         """Whether the workflow's latest claim (or that it has none) is known here."""
         return self._claims.known(workflow_id, partition)
 
+    def vouches_claims(self, workflow_id: str, partition: int) -> bool:
+        """Whether the workflow's claims are known without an assumed first start: a fold
+        a compensation claim may be judged by."""
+        return self._claims.vouched(workflow_id, partition)
+
     def _unfenced(self, state: WorkflowState, event: ev.Event, partition: int) -> bool:
         """An event the fold judges against claims that this fold cannot judge it by.
 
@@ -258,7 +263,7 @@ class Tracker(CheckpointDiff):
         """
         wf = event.workflow_id
         if isinstance(event.body, ev.CompensationIntended):
-            return not self._claims.vouched(wf, partition)
+            return not self.vouches_claims(wf, partition)
         fenced = isinstance(event.body, FENCED) and state.attempt == 0
         return fenced and not self._claims.known(wf, partition)
 

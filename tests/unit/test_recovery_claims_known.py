@@ -315,3 +315,71 @@ def test_a_daemon_taking_over_past_a_claim_cancels_nothing_for_a_zombies_intent(
         owner.close()
     assert calls == [] and len(log.events) == written  # no query, no cancel, no decision
     assert not owner.daemon.tracker.steps
+
+
+def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
+    tmp_path: Path,
+) -> None:
+    # Found by the simulator (seed 78): B and A start the workflow at once, B first; the
+    # daemon's checkpoint falls between the two starts, so after its restart A's losing
+    # start is the first claim it reads and is taken as the workflow's first (enough to
+    # track A's intent). B books and finishes; A's intent (fenced off in the log) falls
+    # due and the daemon claims its compensation. Its claim board used to answer from the
+    # tracker's fold, which took the claim (and would again at the next turn): the
+    # booking of a trip B completed was cancelled. A compensation now needs claims vouched
+    # for: the claim is held and judged by the log's fold, which refuses it.
+    calls: list[str] = []
+
+    def cancel(args: dict[str, Any], key: str, known: Any) -> Any:
+        calls.append("cancel")
+        return {"cancelled": key}
+
+    # No query hook: the step's policy is to compensate it.
+    tool = Tool(
+        name="bookings.book",
+        effect="compensatable",
+        keyed=True,
+        timeout_s=2,
+        run=lambda args, key: {"booking": key},
+        compensate=cancel,
+    )
+    log, store = InMemoryEventLog(), InMemoryCheckpointStore()
+    b_start = F.workflow_started(
+        WF, name="trip", attempt=1, read_only=False, max_attempts=3, runner="B"
+    )
+    a_start = F.workflow_started(
+        WF, name="trip", attempt=1, read_only=False, max_attempts=3, runner="A"
+    )
+    log.append(b_start)
+    first = Daemon(tmp_path, log, store, tool)
+    first.feed()
+    first.daemon.checkpoint()  # past B's start, nothing tracked
+    first.close()
+    a_book = F.intent(WF, "book", tool, ARGS, sequence=0, epoch=1, runner="A")
+    b_book = F.intent(WF, "book", tool, ARGS, sequence=0, epoch=1, runner="B")
+    booked = F.outcome(WF, "book", attempt=1, status=OutcomeStatus.SUCCEEDED, runner="B")
+    for event in [a_start, a_book, b_book, booked]:
+        log.append(event)
+    owner = Daemon(tmp_path, log, store, tool)
+    key = (WF, "book")
+    try:
+        owner.feed()
+        tracker = owner.daemon.tracker
+        assert key in tracker.steps  # A's start was taken as the first claim: tracked
+        claimed = owner.until(
+            lambda: any(type(e.body) is ev.CompensationIntended for e in log.events),
+            timedelta(seconds=1),
+        )
+        assert claimed  # the daemon claims the compensation of A's intent ...
+        for _ in range(10):
+            owner.clock.now += timedelta(seconds=1)
+            owner.turn()
+        assert calls == []  # the booking B made stands
+        # ... and the log's fold, read back, refuses it: nothing tracked, nothing pending.
+        assert owner.until(
+            lambda: key not in tracker.steps and not tracker.reopenings.steps,
+            timedelta(seconds=1),
+        )
+    finally:
+        owner.close()
+    assert calls == []  # the booking B made stands

@@ -145,6 +145,22 @@ FIXED = {
         "unclaimed_dead_letter",
         "compensation_by_owner",
     ),
+    # Two runners start w3 (a3b first); the daemon is killed and restarts from a checkpoint
+    # taken between the two starts, so a3's losing start is the first claim it reads. a3's
+    # intent for 'book' (fenced off in the log) is tracked; a3b.2 books and completes.
+    # Switched off (the assumed start vouches for the compensation): the daemon's claim,
+    # which the log refuses, is carried through and the booking cancelled.
+    "racing_start_before_take_over": (
+        '{"seed":78,"partitions":2,"actors":[["a1","trip","w1",0,[]],'
+        '["a1b","trip","w1",67,[]],["a2","trip","w2",0,[]],["a3","trip","w3",0,[]],'
+        '["a3b","trip","w3",22,[]],["recovery","recovery","",0,[]],'
+        '["projector","projector","",0,[]],["people","people","",0,[]],'
+        '["checkpointer","checkpointer","",0,[]]],"faults":[[9,"freeze","a3",1000],'
+        '[19,"kill","a3b",3000],[30,"kill","recovery",100]],"turns":300,"defects":[],'
+        '"agent_skew_ms":0}',
+        "assumed_first_start",
+        "compensation_by_owner",
+    ),
 }
 
 

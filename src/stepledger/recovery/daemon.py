@@ -14,8 +14,10 @@ back on a worker and the step is tracked again if the log's fold leaves it compe
 (``reopen``, ``histories``), and the compensation is carried through as any other.  The
 same read stands before any decision on a step of a workflow whose claims the daemon does
 not know (a partition taken over from a checkpoint taken after the workflow's latest claim,
-a claim forgotten to stay within the bound): a fenced-off runner's intent then looks live
-to the daemon's fold, never to the log's.
+a claim forgotten to stay within the bound), and before a compensation claim of a workflow
+whose first claim it only assumed (a start read after a take-over may have lost to one
+before it): a fenced-off runner's intent then looks live to the daemon's fold, never to
+the log's.
 
 Partitions: on assignment a partition's checkpoint is loaded and the consumer seeks to
 its stored offset (a partition never checkpointed by this group is replayed from the

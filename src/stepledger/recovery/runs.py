@@ -12,6 +12,13 @@ checkpoint entry carried the claims, or when it read the workflow back
 (:meth:`LatestClaims.learn`); a daemon that took a partition over from a checkpoint, or
 forgot a claim to stay within its bound (:attr:`LatestClaims.evicted`), does not for the
 workflows that ran before, and reads one back before it decides one of its steps.
+
+A run start read after such a take-over is taken as the workflow's first claim
+(:func:`_first`), so the intents of workflows started since are tracked at once; but a
+start is not always the first (two starters racing write one each, and the take-over's
+position may fall between them), so such a claim is only *assumed*: enough to track, not
+to vouch for a compensation (:meth:`LatestClaims.vouched`).  The daemon's compensation
+claim is read back by a fold whose claims are vouched for, or by the log's own.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ class _Kept:
     """The partition's generation it was kept in: a partition given up forgets its claims."""
     known: bool
     """Every earlier claim of the workflow went through here: this one is the latest."""
+    assumed: bool = False
+    """Known only by taking a run start read after a take-over as the workflow's first."""
 
 
 class LatestClaims:
@@ -68,6 +77,12 @@ class LatestClaims:
         kept = self._get(workflow_id)
         return kept.known if kept is not None else self.complete(partition)
 
+    def vouched(self, workflow_id: str, partition: int) -> bool:
+        """Whether the workflow's claims are known without assuming a start was its first:
+        what a claim with an effect (a compensation) is judged by."""
+        kept = self._get(workflow_id)
+        return kept.known and not kept.assumed if kept is not None else self.complete(partition)
+
     def complete(self, partition: int) -> bool:
         """Every claim of the partition's workflows went through here (read from its start)."""
         return partition not in self._partial and not self.evicted
@@ -87,19 +102,25 @@ class LatestClaims:
         """
         wf = event.workflow_id
         kept = self._get(wf)
+        assumed = False
         if known is None:
-            known = self.complete(partition) or (kept is None and _first(event))
+            known = self.complete(partition)
+            # A start read after a take-over may compete with one before the position.
+            assumed = not known and kept is None and _first(event)
+            known = known or assumed
         if kept is not None:
-            known = known or kept.known
+            if not known:  # this read vouches for nothing: the chain is known as it was
+                known, assumed = kept.known, kept.assumed
             if kept.event_id == event.event_id:
-                kept.known = known
+                kept.known, kept.assumed = known, assumed
                 return False
             if kept.value is not None:
                 probe = replay(wf, [self.event(wf)])
                 if probe.apply(event) is not None:
-                    kept.known = known
+                    kept.known, kept.assumed = known, assumed
                     return False  # a stale or competing claim owns nothing
-        self._put(wf, _Kept(event.event_id, value, partition, self._generation(partition), known))
+        generation = self._generation(partition)
+        self._put(wf, _Kept(event.event_id, value, partition, generation, known, assumed))
         self._keep_decoded(wf, event)
         return True
 

@@ -248,11 +248,24 @@ class Tracker(CheckpointDiff):
         """Whether the workflow's latest claim (or that it has none) is known here."""
         return self._claims.known(workflow_id, partition)
 
+    def vouches_claims(self, workflow_id: str, partition: int) -> bool:
+        """Whether the workflow's claims are known without an assumed first start: a fold
+        a compensation claim may be judged by."""
+        return self._claims.vouched(workflow_id, partition)
+
     def _unfenced(self, state: WorkflowState, event: ev.Event, partition: int) -> bool:
-        """An event the fold judges against claims, for a tracked step folded with none,
-        of a workflow whose claims are not known."""
+        """An event the fold judges against claims that this fold cannot judge it by.
+
+        A compensation's intent (the claim a hook's effect waits on) needs claims vouched
+        for, not assumed: a start read after a take-over may be a competing one, whose
+        runner's intents the log fenced off.  Another such event needs them known, for a
+        tracked step folded with none (a checkpoint entry that carried none).
+        """
+        wf = event.workflow_id
+        if isinstance(event.body, ev.CompensationIntended):
+            return not self.vouches_claims(wf, partition)
         fenced = isinstance(event.body, FENCED) and state.attempt == 0
-        return fenced and not self._claims.known(event.workflow_id, partition)
+        return fenced and not self._claims.known(wf, partition)
 
     def _hold(
         self, key: StepKey, partition: int, event: ev.Event, value: bytes | None, at: Arrived

@@ -9,7 +9,8 @@ checkpoints through its own ``checkpoint`` into a store that outlives the proces
 dispatches through its own ``_dispatch``: the tracker's due-time rule picks the steps and
 the Resolver decides them.  A resolution runs on the actor's turn (:class:`InlineWork`),
 its hooks run inline (:class:`InlineHooks`), a compensation's claim is read back from the
-log (the same answer the daemon's claim board gives once its loop read the claim), and the
+log (the same answer the daemon's claim board gives once its loop read the claim; "unknown"
+for a workflow whose claims the tracker does not vouch for, as the board's), and the
 ownership fence measures time on the simulated clock.
 
 **The projector** folds every record it reads through the projector's own
@@ -39,19 +40,21 @@ from stepledger.dev.simulate import checkpointing
 from stepledger.dev.simulate import services as sv
 from stepledger.dev.simulate.scheduler import Actor, Killed, SimTimer
 from stepledger.dev.simulate.simlog import LogClient, SimReader
+from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
-from stepledger.domain.state import StepStatus, replay
+from stepledger.domain.state import StepStatus, WorkflowState, replay
 from stepledger.errors import StepLedgerError
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.escalations import EscalationQueue, OpenEscalation
+from stepledger.kafka import Position
 from stepledger.projector.fold import BatchFold
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.recovery.daemon import CHECKPOINT_AFTER_CHANGES, RecoveryDaemon
 from stepledger.recovery.fence import Fence, FencedLog
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import StepKey, Tracked
-from stepledger.resolution.claims import reader_check
+from stepledger.resolution.claims import ClaimCheck, reader_check
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.resolver import Resolution
 
@@ -171,7 +174,7 @@ def recovery(world: World, actor: Actor) -> None:
     resolver = daemon.resolver
     resolver.log = FencedLog(daemon.log, daemon.fence)
     resolver.hooks = InlineHooks()
-    resolver.confirm = reader_check(checkpointing.reader(world, actor).read)
+    resolver.confirm = _claim_check(daemon, reader_check(checkpointing.reader(world, actor).read))
     resolver.claimant = actor.name
     world.daemon = daemon
     positions = _assign(daemon, world)
@@ -198,6 +201,19 @@ def recovery(world: World, actor: Actor) -> None:
         daemon._dispatch()
         if not read:
             sched.sleep(actor, _idle(daemon.tracker.next_due(), sched.broker_now()))
+
+
+def _claim_check(daemon: RecoveryDaemon, read: ClaimCheck) -> ClaimCheck:
+    """The daemon's claim board as the log answers it: a claim of a workflow whose claims
+    the tracker does not vouch for is held when the loop reads it, and the board answers
+    "unknown" (the claim is judged once its workflow is read back)."""
+
+    def check(claim: ev.Event, position: Position) -> WorkflowState | None:
+        if not daemon.tracker.vouches_claims(claim.workflow_id, position.partition):
+            return None
+        return read(claim, position)
+
+    return check
 
 
 def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:

@@ -36,6 +36,11 @@ simulator must find a violation) and off (it must find none).
 - ``unclaimed_dead_letter`` (found by this simulator): a resume past the limit dead-letters
   the workflow without claiming it first, so a runner still alive goes on making effects
   (a refund) after the workflow ended.
+- ``assumed_first_start`` (found by this simulator): a run start read after a take-over is
+  taken as the workflow's first claim for a compensation too, so a daemon whose checkpoint
+  fell between two racing starts tracks the losing starter's intent as live, and its own
+  compensation claim, which the log refuses, is carried through from its tracker's fold (the
+  booking of a trip the winner completed is cancelled).
 
 A switch of a function that has since moved or changed shape keeps the old form here
 (``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
@@ -73,6 +78,7 @@ SWITCHES: dict[str, str] = {
     "stepping_daemon_clock": "the recovery daemon's due times on its wall clock",
     "refused_event_waits": "an event the fold refused restarts its step's wait",
     "unclaimed_dead_letter": "a resume past the limit dead-letters without a claim",
+    "assumed_first_start": "a compensation judged by claims assumed after a take-over",
 }
 
 
@@ -298,6 +304,21 @@ def _unclaimed_dead_letter() -> list[tuple[Any, str, Any]]:
     return [(opening, "end_past_limit", opening.dead_letter)]
 
 
+def _assumed_first_start() -> list[tuple[Any, str, Any]]:
+    from stepledger.recovery.tracker import Tracker
+
+    return [(Tracker, "_unfenced", _old_unfenced)]
+
+
+def _old_unfenced(self: Any, state: Any, event: Any, partition: int) -> bool:
+    """``Tracker._unfenced`` before compensation claims needed vouched claims: only a
+    tracked step folded with no claim, of a workflow whose claims are not known."""
+    from stepledger.recovery.reopen import FENCED
+
+    fenced = isinstance(event.body, FENCED) and state.attempt == 0
+    return fenced and not self.knows_claims(event.workflow_id, partition)
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -311,4 +332,5 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "stepping_daemon_clock": _stepping_daemon_clock,
     "refused_event_waits": _refused_event_waits,
     "unclaimed_dead_letter": _unclaimed_dead_letter,
+    "assumed_first_start": _assumed_first_start,
 }

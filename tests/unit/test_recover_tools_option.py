@@ -4,7 +4,7 @@ registry merely missing is still one line (now naming ``none``)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -23,7 +23,7 @@ SPEC = f"{__name__}:REGISTRY"
 class FakeDaemon:
     """Stands in for the recovery daemon: records the registry it was given, runs nothing."""
 
-    started: list[ToolRegistry] = []
+    started: ClassVar[list[ToolRegistry]] = []
 
     def __init__(self, settings: Any, tools: ToolRegistry, options: Any, **_: Any) -> None:
         FakeDaemon.started.append(tools)

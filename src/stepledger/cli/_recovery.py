@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,11 +15,11 @@ import click
 
 from stepledger.cli._common import group_options, with_settings
 from stepledger.cli._identity import BY_HELP, answerer
+from stepledger.cli._tools import NO_TOOLS_NOTICE, load_tools, tools_options
 from stepledger.config import Settings
 from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
-from stepledger.errors import ConfigError
 from stepledger.health import serve_probes
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
@@ -31,10 +32,11 @@ from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.reconcile import reconcile, record_disagreements
-from stepledger.resolution.registry import ToolRegistry, load_registries
 from stepledger.terminal import safe
 
 STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
+
+logger = logging.getLogger("stepledger.recovery")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -43,27 +45,6 @@ def parse_duration(text: str) -> timedelta:
         return times.parse_duration(text)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-
-
-def _tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--no-entry-points", is_flag=True, help="Ignore registries installed as entry points."
-    )(fn)
-    return click.option(
-        "--tools",
-        "tool_specs",
-        multiple=True,
-        envvar="STEPLEDGER_TOOLS",
-        metavar="MODULE:ATTR",
-        help="Tool registry to load (repeatable), e.g. stepledger.dev.examples.tools:registry.",
-    )(fn)
-
-
-def _load_tools(tool_specs: tuple[str, ...], no_entry_points: bool) -> ToolRegistry:
-    tools = load_registries(tool_specs, entry_points_too=not no_entry_points)
-    if not len(tools):
-        raise ConfigError("no tools: pass --tools MODULE:ATTR (or install an entry point)")
-    return tools
 
 
 def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -77,7 +58,7 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command("recover")
 @with_settings
-@_tools_options
+@tools_options
 @click.option(
     "--state-dir",
     envvar=STATE_DIR_ENV,
@@ -158,7 +139,10 @@ def recover_command(
 ) -> None:
     """Run the recovery daemon: resolve intents left without an outcome past their deadline."""
     configure_logging(json_logs=log_format == "json", level=log_level)
-    tools = _load_tools(tool_specs, no_entry_points)
+    tools = load_tools(tool_specs, no_entry_points)
+    if not len(tools):
+        # The operator's choice (--tools none), said once: nothing here resolves a step.
+        logger.warning(NO_TOOLS_NOTICE)
     options = DaemonOptions(
         state_dir=state_dir,
         group=group or settings.recovery_group,
@@ -320,7 +304,7 @@ def resolve_command(
 
 @click.command("reconcile")
 @with_settings
-@_tools_options
+@tools_options
 @click.option("--tool", "tool_name", required=True, help="The queryable tool to sweep.")
 @click.option("--since", help="Only steps intended within this long (e.g. 24h).")
 @click.option("--record", is_flag=True, help="Append each disagreement as an AnomalyObserved.")
@@ -335,7 +319,7 @@ def reconcile_command(
     as_json: bool,
 ) -> None:
     """Ask a tool about every step of it in the ledger and report each disagreement."""
-    tool = _load_tools(tool_specs, no_entry_points).require(tool_name)
+    tool = load_tools(tool_specs, no_entry_points).require(tool_name)
     window = None if since is None else parse_duration(since)
     report = reconcile(settings, codec_for(settings), tool, since=window, now=utc_now())
     if record and report.disagreements:

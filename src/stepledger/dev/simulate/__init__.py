@@ -5,20 +5,20 @@ test for.  The chaos harness (``stepledger chaos``) runs real processes and expl
 hundred schedules an hour; this explores ~10 a second, replays any of them exactly, and
 shrinks a failing one to the few events that show it.
 
-**Actors** (:mod:`.world`).  Agent processes run the real SDK (``Ledger``, ``Workflow``,
-settling, compensation, approvals) in three shapes (:mod:`.agents`: the demo's trip saga,
-pay-then-notify, and a scripted model driving the framework integrations' core,
-``AgentSteps``); the recovery daemon is the real ``RecoveryDaemon``'s tracker, its
-arrivals on its own clock, dispatch and Resolver (:mod:`.daemons`); the projector is its
-own ``BatchFold``; the checkpointer is the real ``Checkpointer`` over an in-memory
-checkpoint topic, and readers complete a history retention shortened through the real
-``CheckpointView`` and ``HistoryGuard`` (:mod:`.checkpointing`, :mod:`.statetopic`); another
-deployment's checkpointer may write into the same checkpoint topic (its step log has the
-same name and workflow ids, another identity); people answer the human queue through the
-CLI's ``Answerer``; tool services (:mod:`.services`) count their own effects per logical
-call.  A killed process never runs
-again; a new one (a resumed agent, a restarted daemon from its stored checkpoint) starts
-later.
+**Actors** (:mod:`.world`, each on the :mod:`.stage` they share).  Agent processes run the
+real SDK (``Ledger``, ``Workflow``, settling, compensation, approvals) in three shapes
+(:mod:`.agents`: the demo's trip saga, pay-then-notify, and a scripted model driving the
+framework integrations' core, ``AgentSteps``); the recovery daemon is the real
+``RecoveryDaemon``'s tracker, its arrivals on its own clock, dispatch and Resolver
+(:mod:`.daemons`); the projector is its own ``BatchFold``; the checkpointer is the real
+``Checkpointer`` over an in-memory checkpoint topic, and readers complete a history
+retention shortened through the real ``CheckpointView`` and ``HistoryGuard``
+(:mod:`.checkpointing`, :mod:`.stage`, :mod:`.statetopic`); another deployment's
+checkpointer may write into the same checkpoint topic (its step log has the same name and
+workflow ids, another identity); people answer the human queue through the CLI's
+``Answerer``; tool services (:mod:`.services`) count their own effects per logical call.
+A killed process never runs again; a new one (a resumed agent, a restarted daemon from its
+stored checkpoint) starts later.
 
 **One scheduler** (:mod:`.scheduler`).  The SDK is synchronous and blocking, so each actor
 is a thread that runs only while it holds the baton.  Every boundary crossing hands the

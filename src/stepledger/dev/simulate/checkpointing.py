@@ -5,8 +5,8 @@ its clients in memory (:mod:`.statetopic`): it restores from the checkpoint topi
 the step log record by record (one record per crossing, through its own ``_take``, which
 also notices records deleted unread), writes a round every ``ROUND_MS`` (checkpoints, the
 directory, the partition's progress), and a killed one restores again.  Retention may
-delete a partition's head only up to what it vouches for (see ``World.retention``), and
-readers then complete a workflow's history from its checkpoint
+delete a partition's head only up to what it vouches for (see :func:`retention`), and
+readers (:meth:`.stage.Stage.reader`) then complete a workflow's history from its checkpoint
 (:class:`~stepledger.readers.history.HistoryGuard` over the real
 :class:`~stepledger.checkpoints.view.CheckpointView`).
 
@@ -22,13 +22,12 @@ log identity tells its records apart from this log's.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
-from stepledger.checkpoints.view import CheckpointView
 from stepledger.checkpoints.writer import Checkpointer, CheckpointOptions
 from stepledger.config import Settings
 from stepledger.dev.simulate.scheduler import Actor, Scheduler
-from stepledger.dev.simulate.simlog import Broker, SimReader
+from stepledger.dev.simulate.simlog import Broker
+from stepledger.dev.simulate.stage import OTHER_ID, Stage
 from stepledger.dev.simulate.statetopic import MemProducer, SimLogStart, step_message
 from stepledger.domain import events as ev
 from stepledger.domain import ids
@@ -41,14 +40,7 @@ from stepledger.domain.enums import (
 )
 from stepledger.domain.factory import EventFactory
 from stepledger.logid import LogIdentity
-from stepledger.readers.history import HistoryGuard
 
-if TYPE_CHECKING:
-    from stepledger.dev.simulate.world import World
-
-#: This run's step log and the other deployment's: one name, two identities.
-OWN_ID = "sim-log-0001"
-OTHER_ID = "sim-log-0002"
 #: How often a checkpointer writes a round (simulated milliseconds).
 ROUND_MS = 400
 #: A workflow is checkpointed after this many new records (between rounds).
@@ -57,20 +49,23 @@ EVERY_EVENTS = 8
 IDLE_S = 0.05
 
 
-def checkpointer(world: World, actor: Actor) -> None:
+def checkpointer(stage: Stage, actor: Actor) -> None:
     """This deployment's checkpointer over the run's step log."""
-    _run(world, actor, world.broker, world.settings_for(actor), world.identity, own=True)
+    _run(stage, actor, stage.broker, stage.settings_for(actor), stage.identity, own=True)
 
 
-def other(world: World, actor: Actor) -> None:
+def other(stage: Stage, actor: Actor) -> None:
     """The other deployment's checkpointer over its own log, into the same checkpoint topic."""
-    settings = world.settings_for(actor).model_copy(update={"fleet_id": "other"})
-    broker = world.other_log()
-    _run(world, actor, broker, settings, LogIdentity(broker.topic, OTHER_ID), own=False)
+    settings = stage.settings_for(actor).model_copy(update={"fleet_id": "other"})
+    if stage.other is None:
+        workflows, parts = stage.workflow_ids(), stage.plan.partitions
+        stage.other = other_log(stage.plan.seed, workflows, parts, stage.sched)
+    broker = stage.other
+    _run(stage, actor, broker, settings, LogIdentity(broker.topic, OTHER_ID), own=False)
 
 
 def _run(
-    world: World,
+    stage: Stage,
     actor: Actor,
     broker: Broker,
     settings: Settings,
@@ -78,15 +73,15 @@ def _run(
     *,
     own: bool,
 ) -> None:
-    sched = world.sched
+    sched = stage.sched
     options = CheckpointOptions(every_events=EVERY_EVENTS, every_s=ROUND_MS / 1000)
     numbers = range(len(broker.partitions))
     writer = Checkpointer(settings, numbers, options, codec=broker.codec, identity=identity)
-    writer._producer = MemProducer(world.state_topics, sched, actor)  # type: ignore[assignment]
+    writer._producer = MemProducer(stage.state_topics, sched, actor)  # type: ignore[assignment]
     writer._log_start = SimLogStart(broker)  # type: ignore[assignment]
     writer._points = writer._view()
     if own:
-        world.checkpointer = writer
+        stage.checkpointer = writer
     sched.point(actor)
     writer.restore()  # reads the checkpoint topic: one step
     positions = {p.number: p.progress + 1 for p in writer._parts.values()}
@@ -155,33 +150,22 @@ def _read_step(
     )
 
 
-def reader(world: World, actor: Actor) -> SimReader:
-    """An actor's workflow reader: a history retention shortened is completed from this
-    log's checkpoints (through the real view and guard), and every history it reads is
-    checked for events of another log."""
-    settings = world.settings_for(actor)
-    ends = SimLogStart(world.broker)
-    view = CheckpointView(settings, identity=world.identity, log_ends=ends)
-    guard = HistoryGuard(settings, world.broker.codec, log_start=ends, checkpoints=view)
-    return SimReader(world.broker, actor, guard, world.monitor.check_history)
-
-
-def retention(world: World, workflow: str) -> int:
+def retention(stage: Stage, workflow: str) -> int:
     """Delete the head of a workflow's partition: every record all its readers are past.
 
     Retention runs for days and readers follow within seconds, so it deletes only what the
     checkpointer vouches for (its progress; nothing without one), the recovery daemon
     checkpointed and the projector read; the offset the partition now starts at.
     """
-    number = world.broker.partition_of(workflow)
-    part = world.broker.partitions[number]
-    kinds = {a.kind for a in world.plan.actors}
+    number = stage.broker.partition_of(workflow)
+    part = stage.broker.partitions[number]
+    kinds = {a.kind for a in stage.plan.actors}
     # Without a checkpointer nothing vouches for what retention deletes: it deletes nothing.
-    held = None if world.checkpointer is None else world.checkpointer._parts.get(number)
+    held = None if stage.checkpointer is None else stage.checkpointer._parts.get(number)
     bounds = [part.end, 0 if held is None or held.broken else held.progress + 1]
     if "recovery" in kinds:
-        bounds.append(world.recovery_store.positions.get((world.broker.topic, number), 0))
+        bounds.append(stage.recovery_store.positions.get((stage.broker.topic, number), 0))
     if "projector" in kinds:
-        bounds.append(world.projected[number])
+        bounds.append(stage.projected[number])
     part.start = max(part.start, min(bounds))
     return part.start

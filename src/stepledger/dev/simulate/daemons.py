@@ -33,13 +33,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stepledger.deadletters.events import MemoryEventLetters
-from stepledger.dev.simulate import checkpointing
 from stepledger.dev.simulate import services as sv
+from stepledger.dev.simulate.plan import GRACE_S
 from stepledger.dev.simulate.scheduler import Actor, Killed, SimTimer
 from stepledger.dev.simulate.simlog import LogClient, SimReader
+from stepledger.dev.simulate.stage import Stage
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
@@ -58,11 +59,6 @@ from stepledger.resolution.claims import ClaimCheck, reader_check
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.resolver import Resolution
 
-if TYPE_CHECKING:
-    from stepledger.dev.simulate.world import World
-
-#: The daemon's grace past a deadline (simulated seconds).
-GRACE_S = 0.5
 #: How often the daemon checkpoints while events flow (simulated milliseconds).
 CHECKPOINT_MS = 500
 #: How long an idle daemon or projector sleeps (simulated seconds).
@@ -151,19 +147,19 @@ class InlineWork:
         """Nothing to stop."""
 
 
-def recovery(world: World, actor: Actor) -> None:
+def recovery(stage: Stage, actor: Actor) -> None:
     """The recovery daemon's loop over every partition, from its stored checkpoint."""
-    sched, broker = world.sched, world.broker
-    settings = world.settings_for(actor)
+    sched, broker = stage.sched, stage.broker
+    settings = stage.settings_for(actor)
     options = DaemonOptions(
         state_dir=_state_dir(), grace_s=GRACE_S, checkpoint_interval_s=CHECKPOINT_MS / 1000
     )
     daemon = RecoveryDaemon(
         settings,
-        sv.tools(world.services, actor),
+        sv.tools(stage.services, actor),
         options,
-        log=LogClient(broker, actor, world.acks),
-        store=world.recovery_store,
+        log=LogClient(broker, actor, stage.acks),
+        store=stage.recovery_store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: sched.wall(actor),
         reader=SimReader(broker, actor),  # held steps' workflows, read over the broker
@@ -174,10 +170,10 @@ def recovery(world: World, actor: Actor) -> None:
     resolver = daemon.resolver
     resolver.log = FencedLog(daemon.log, daemon.fence)
     resolver.hooks = InlineHooks()
-    resolver.confirm = _claim_check(daemon, reader_check(checkpointing.reader(world, actor).read))
+    resolver.confirm = _claim_check(daemon, reader_check(stage.reader(actor).read))
     resolver.claimant = actor.name
-    world.daemon = daemon
-    positions = _assign(daemon, world)
+    stage.daemon = daemon
+    positions = _assign(daemon, stage)
     last_checkpoint = -CHECKPOINT_MS
     while True:
         daemon.fence.polled()
@@ -216,17 +212,17 @@ def _claim_check(daemon: RecoveryDaemon, read: ClaimCheck) -> ClaimCheck:
     return check
 
 
-def _assign(daemon: RecoveryDaemon, world: World) -> dict[int, int]:
+def _assign(daemon: RecoveryDaemon, stage: Stage) -> dict[int, int]:
     """Take every partition over from its checkpoint (what ``_on_assign`` does)."""
     positions: dict[int, int] = {}
-    topic = world.broker.topic
-    numbers = set(range(len(world.broker.partitions)))
+    topic = stage.broker.topic
+    numbers = set(range(len(stage.broker.partitions)))
     for number in sorted(numbers):
         # The loaded steps count as arrived at the take-over, on the daemon's steady clock
         # (one clock: a checkpoint keeps no arrival times), as ``_on_assign`` does.
         checkpoint = daemon.store.load(topic, number)
         offset = daemon.tracker.load(number, checkpoint, daemon.steady())
-        start = world.broker.partitions[number].start
+        start = stage.broker.partitions[number].start
         positions[number] = max(offset or 0, start)
         if start > (offset or 0):
             daemon.tracker.skipped(number)  # its head was deleted unread, as _on_assign says
@@ -256,13 +252,13 @@ def _state_dir() -> Path:
     return _STATE_DIR
 
 
-def projector(world: World, actor: Actor) -> None:
+def projector(stage: Stage, actor: Actor) -> None:
     """Fold the log into projections, partition by partition, from its start."""
-    sched, broker, monitor = world.sched, world.broker, world.monitor
+    sched, broker, monitor = stage.sched, stage.broker, stage.monitor
     projections: dict[str, WorkflowProjection] = {}
     positions = [p.start for p in broker.partitions]
     since = list(positions)  # a projector started after retention folds the tail only
-    world.projected[:] = positions
+    stage.projected[:] = positions
     while True:
         read = False
         for number, part in enumerate(broker.partitions):
@@ -271,7 +267,7 @@ def projector(world: World, actor: Actor) -> None:
                 continue
             sched.point(actor)
             record = part.records[at]
-            positions[number] = world.projected[number] = at + 1
+            positions[number] = stage.projected[number] = at + 1
             read = True
             event = broker.decode(record)
             if event is None:
@@ -287,18 +283,18 @@ def projector(world: World, actor: Actor) -> None:
             sched.sleep(actor, IDLE_S)
 
 
-def people(world: World, actor: Actor) -> None:
+def people(stage: Stage, actor: Actor) -> None:
     """Answer open escalations by checking the services; grant pending approvals."""
-    sched, broker = world.sched, world.broker
-    reader = checkpointing.reader(world, actor)
+    sched, broker = stage.sched, stage.broker
+    reader = stage.reader(actor)
     factory = EventFactory("sim", actor.name, lambda: sched.wall(actor))
-    answerer = Answerer(LogClient(broker, actor, world.acks), factory, reader)
+    answerer = Answerer(LogClient(broker, actor, stage.acks), factory, reader)
     while True:
         sched.sleep(actor, PEOPLE_EVERY_S)
-        for workflow_id in world.workflow_ids():
+        for workflow_id in stage.workflow_ids():
             events = reader.read(workflow_id)
             for item in EscalationQueue().extend(events).open():
-                verdict = _verdict(world.services, item)
+                verdict = _verdict(stage.services, item)
                 # Answered meanwhile, or no longer open: looked at again next time.
                 with contextlib.suppress(StepLedgerError):
                     answerer.answer_escalation(

@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from stepledger.dev.simulate.daemons import GRACE_S
 from stepledger.dev.simulate.invariants import Violation
-from stepledger.dev.simulate.plan import AGENT_KINDS, Plan, Profile, generate
+from stepledger.dev.simulate.plan import AGENT_KINDS, GRACE_S, Plan, Profile, generate
 from stepledger.dev.simulate.shrink import Shrunk, shrink
 from stepledger.dev.simulate.world import Outcome, run
 

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from stepledger.dev.simulate.daemons import GRACE_S
 from stepledger.dev.simulate.invariants import Violation
+from stepledger.dev.simulate.plan import GRACE_S
 from stepledger.dev.simulate.simlog import Broker
 from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass

@@ -45,6 +45,9 @@ ACTOR_FAULTS = (
 )
 LOG_FAULTS = ("dup", "foreign", "retention")
 FAULT_KINDS = ACTOR_FAULTS + LOG_FAULTS
+#: The grace past a step's deadline that recovery and a resuming agent wait (simulated
+#: seconds): the liveness bound allows it, and agents' skews stay within it.
+GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class Profile:
     """How often a plan's agents are off the broker's clock at all."""
     max_skew_ms: int = 250
     """Each agent's own skew (from the fleet's) stays within this, both directions: two
-    agents' clocks then differ by no more than the grace (0.5 s), as a resuming agent that
+    agents' clocks then differ by no more than the grace (``GRACE_S``), as a resuming agent that
     settles a step itself needs (docs/guarantees.md, "Largest skew")."""
     skew_daemons: bool = True
     """Whether the daemons' own clocks (the recovery daemon's, the projector's, people's,

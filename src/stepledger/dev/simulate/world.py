@@ -13,33 +13,25 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import SecretStr
-
-from stepledger.checkpoints.writer import Checkpointer
-from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.dev.simulate import agents, checkpointing, daemons, liveness, statetopic
 from stepledger.dev.simulate import services as sv
-from stepledger.dev.simulate.invariants import Monitor, Violation
+from stepledger.dev.simulate.invariants import Violation
 from stepledger.dev.simulate.plan import (
     AFTER_OUTCOME,
     AGENT_KINDS,
+    GRACE_S,
     LOG_FAULTS,
     ActorSpec,
     Fault,
     Plan,
 )
-from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, Scheduler, SimTimer
-from stepledger.dev.simulate.simlog import AckFaults, Broker, LogClient, Record
+from stepledger.dev.simulate.scheduler import TURN_MS, Actor, ActorState, SimTimer
+from stepledger.dev.simulate.simlog import LogClient, Record
+from stepledger.dev.simulate.stage import Stage
 from stepledger.domain import events as ev
-from stepledger.logid import LogIdentity
 from stepledger.producer import Ledger, ResumeOptions, Workflow
-from stepledger.recovery.checkpoint import InMemoryCheckpointStore
-from stepledger.recovery.daemon import RecoveryDaemon
 
-TOPIC = "sim.steps"
-#: Every simulated process shares one operator's redaction key (secrets as keyed HMACs).
-REDACTION_KEY = "simulated-operator-key-0001"
 #: Simulated time the daemons get after the last agent ended, before the run is judged.
 SETTLE_MS = 6_000
 
@@ -62,27 +54,13 @@ class Outcome:
 
 
 class World:
-    """Everything one run holds: scheduler, broker, services, actors, monitor."""
+    """One run: it builds the stage, starts and kills its actors, applies the faults."""
 
     def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.sched = Scheduler(plan.seed)
-        self.broker = Broker(TOPIC, plan.partitions, self.sched)
-        self.services = sv.Services(self.sched)
-        self.acks = AckFaults()
-        self.recovery_store = InMemoryCheckpointStore()
-        self.identity = LogIdentity(TOPIC, checkpointing.OWN_ID)
-        checkpoints = Settings(topic=TOPIC).checkpoint_topic
-        self.state_topics = {checkpoints: statetopic.MemTopic.of(checkpoints, plan.partitions)}
-        """The checkpoint topic (shared with the other deployment when the plan has one)."""
-        self.checkpointer: Checkpointer | None = None
-        """This deployment's newest checkpointer (what retention may delete up to)."""
-        self.projected = [0] * plan.partitions
-        """Where the projector has read each partition to."""
-        self._other: Broker | None = None
-        self.monitor = Monitor(self.broker, self.services, set())
-        self.state_topics[checkpoints].on_write.append(self.monitor.check_checkpoint)
-        self.daemon: RecoveryDaemon | None = None
+        stage = self.stage = Stage(plan)
+        # The stage's parts the run drives (the same objects; the actors take the stage).
+        self.plan, self.sched, self.broker = plan, stage.sched, stage.broker
+        self.services, self.acks, self.monitor = stage.services, stage.acks, stage.monitor
         self.trace: list[str] = []
         self.down: list[list[int]] = []
         """Intervals (ms) when no recovery daemon ran: the liveness bound stretches by them."""
@@ -98,10 +76,6 @@ class World:
         self.broker.on_append.append(self._appended)
 
     # -- actors --------------------------------------------------------------------------
-
-    def workflow_ids(self) -> list[str]:
-        """The workflows the plan's agents run."""
-        return sorted({a.workflow for a in self.plan.actors if a.workflow})
 
     def spawn(self, spec: ActorSpec, skew_ms: int = 0) -> Actor:
         """Start a process of a planned actor (a successor gets a new name)."""
@@ -128,35 +102,19 @@ class World:
             "checkpointer": checkpointing.checkpointer,
             "other": checkpointing.other,
         }.get(spec.kind)
-        return lambda actor: (run or daemons.people)(self, actor)
-
-    def other_log(self) -> Broker:
-        """The other deployment's step log (written once, before it is first read)."""
-        if self._other is None:
-            workflows, parts = self.workflow_ids(), self.plan.partitions
-            self._other = checkpointing.other_log(self.plan.seed, workflows, parts, self.sched)
-        return self._other
-
-    def settings_for(self, actor: Actor) -> Settings:
-        """One simulated process's settings (one operator's redaction key for all)."""
-        return Settings(
-            fleet_id="sim",
-            producer_id=actor.name,
-            topic=self.broker.topic,
-            redaction_key=SecretStr(REDACTION_KEY),
-        )
+        return lambda actor: (run or daemons.people)(self.stage, actor)
 
     def ledger_for(self, actor: Actor) -> Ledger:
         """One agent process's ledger: its log client, reader, clocks and tools."""
         sched = self.sched
         return Ledger(
-            self.settings_for(actor),
+            self.stage.settings_for(actor),
             log=LogClient(self.broker, actor, self.acks),
             clock=lambda: sched.wall(actor),
             tools=sv.tools(self.services, actor),
-            reader=checkpointing.reader(self, actor),
+            reader=self.stage.reader(actor),
             dead_letters=MemoryEventLetters(),
-            options=ResumeOptions(grace_s=daemons.GRACE_S, resolve_timeout_s=5.0),
+            options=ResumeOptions(grace_s=GRACE_S, resolve_timeout_s=5.0),
             timer=SimTimer(sched, actor),
             hooks=daemons.InlineHooks(),
         )
@@ -195,7 +153,7 @@ class World:
         records = self.broker.workflow_records(fault.target)
         self._note("broker", f"FAULT {fault.kind} {fault.target}")
         if fault.kind == "retention":
-            start = checkpointing.retention(self, fault.target)
+            start = checkpointing.retention(self.stage, fault.target)
             number = self.broker.partition_of(fault.target)
             self._note("broker", f"p{number} now starts at {start}")
         elif fault.kind == "foreign":
@@ -385,6 +343,6 @@ def run(plan: Plan) -> Outcome:
     from stepledger.dev.simulate import defects
 
     world = World(plan)
-    clients = statetopic.clients(world.state_topics)
+    clients = statetopic.clients(world.stage.state_topics)
     with defects.switched(plan.defects), agents.runner_names(world.sched), clients:
         return world.run()

@@ -38,9 +38,9 @@ pytestmark = [
 
 
 def _faults(cluster: KafkaBroker, topic: str, done: list[str]) -> None:
-    """Kill partition 0's leader, then (after it is back) the next leader; then pause one."""
+    """Kill partition 0's leader and restart it, then pause another broker."""
     killed: set[int] = set()
-    for _ in range(2):
+    for _ in range(1):  # the 3-node chaos run kills leaders repeatedly (test_chaos.py)
         assert wait_until(lambda: fully_replicated(cluster, topic), 60, 0.5)
         leader = partitions(cluster, topic)[0][0]
         if leader in killed:  # the same broker led again: take another partition's leader
@@ -89,7 +89,7 @@ def test_agents_ride_through_leader_kills_and_a_stopped_broker(tmp_path: Path) -
                 rounds += 1
             faults.join(60)
             assert not faults.is_alive(), f"faults did not finish: {done}"
-            assert len(done) == 6, done
+            assert len(done) == 4, done
             assert cluster.running, "a Kafka node died after the faults"
             # Workflows an agent left in doubt (a write refused mid-failover) are decided by
             # recovery; the daemons were never restarted by anyone.

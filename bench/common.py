@@ -19,11 +19,11 @@ from confluent_kafka import Producer
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.broker import LocalBroker
 from stepledger.domain.factory import EventFactory
 from stepledger.kafka import ensure_topics
 from stepledger.log import event_headers
 from stepledger.topics import step_log_config
+from stepledger_dev.broker import LocalBroker
 
 #: One finished workflow's events (a module-level function: worker processes import it).
 WorkflowShape = Callable[[EventFactory, str], list[Any]]
@@ -73,7 +73,7 @@ def run_broker(engine: str, bootstrap: str | None) -> Iterator[str | None]:
     if engine == "kafka":
         if bootstrap:
             raise SystemExit("--engine kafka starts its own broker: drop --bootstrap")
-        from stepledger.dev.apache_kafka import KafkaBroker
+        from stepledger_dev.apache_kafka import KafkaBroker
 
         with KafkaBroker(nodes=1) as kafka:
             yield kafka.bootstrap

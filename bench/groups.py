@@ -1,7 +1,7 @@
 """Consumer-group join and rebalance times on Tansu and Apache Kafka, classic and KIP-848.
 
 ``python -m bench.groups [--engines tansu,kafka] [--repeat 5]`` starts each broker itself
-(Apache Kafka through ``stepledger.dev.apache_kafka.KafkaBroker``) and, for each protocol the
+(Apache Kafka through ``stepledger_dev.apache_kafka.KafkaBroker``) and, for each protocol the
 engine speaks, times on a 6-partition topic:
 
 - join: one consumer subscribes; until its first non-empty assignment;
@@ -28,9 +28,9 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KAFKA_VERSION, KafkaBroker
-from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
+from stepledger_dev.apache_kafka import KAFKA_VERSION, KafkaBroker
+from stepledger_dev.broker import LocalBroker
 
 PARTITIONS = 6
 LIMIT_S = 90.0

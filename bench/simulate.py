@@ -17,8 +17,8 @@ import sys
 from collections import Counter
 
 from bench.common import Row
-from stepledger.dev.simulate.explore import Failure, Report, explore
-from stepledger.dev.simulate.plan import FULL, Profile
+from stepledger_dev.simulate.explore import Failure, Report, explore
+from stepledger_dev.simulate.plan import FULL, Profile
 
 
 def _line(failure: Failure) -> str:

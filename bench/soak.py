@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepledger.dev.chaos.harness import TERMINAL, ChaosOptions, Run
-from stepledger.dev.chaos.invariants import check_all
-from stepledger.dev.chaos.plan import make_plan
-from stepledger.dev.stack import LocalStack, StackOptions
+from stepledger_dev.chaos.harness import TERMINAL, ChaosOptions, Run
+from stepledger_dev.chaos.invariants import check_all
+from stepledger_dev.chaos.plan import make_plan
+from stepledger_dev.stack import LocalStack, StackOptions
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Shared fixtures: a real Kafka-protocol broker on loopback, unique topics, settings factories.
 
 The broker engine is ``--engine kafka|tansu`` or ``STEPLEDGER_TEST_ENGINE``.  The default is
-Apache Kafka (a 1-node KRaft cluster started by ``stepledger.dev.apache_kafka.KafkaBroker``)
+Apache Kafka (a 1-node KRaft cluster started by ``stepledger_dev.apache_kafka.KafkaBroker``)
 when ``java`` is on PATH, else the bundled Tansu broker.  Set
 ``STEPLEDGER_TEST_BOOTSTRAP=HOST:PORT`` to run every test against a broker you started.
 """
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
-from stepledger.dev.broker import LocalBroker
 from stepledger.kafka import ensure_topics
 from stepledger.topics import step_log_config
+from stepledger_dev.apache_kafka import KafkaBroker
+from stepledger_dev.broker import LocalBroker
 
 # A test run started in the background of a non-interactive shell (`cmd &`, a CI runner's
 # script) inherits SIGINT ignored, and every process it starts inherits that too: the tests

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import load_settings
-from stepledger.dev.examples.tools import BOOKINGS, registry
 from stepledger.producer import Ledger
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.examples.tools import BOOKINGS, registry
 
 WAIT_LIMIT_S = 60.0
 

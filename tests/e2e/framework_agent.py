@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import stepledger as sl
-from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, registry
 from stepledger.domain.tools import Tool
+from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, registry
 
 PLAN: list[tuple[str, dict[str, Any]]] = [
     (PAYMENTS, {"amount": 900, "currency": "EUR", "customer": "ana", "memo": "trip"}),

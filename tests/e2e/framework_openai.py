@@ -16,9 +16,9 @@ from openai.types.responses import (
 from pydantic import BaseModel
 
 import stepledger as sl
-from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from stepledger.domain.tools import Tool
 from stepledger.integrations import openai_agents as sla
+from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from tests.e2e.framework_agent import log_model_call, plan_for, prompt
 
 

@@ -21,13 +21,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from stepledger.cli._common import run_guarded
 from stepledger.cli._recovery import register
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain.events import Event
 from stepledger.domain.state import StepState, WorkflowState
 from stepledger.kafka import topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.kafka.reader import read_topic
 from stepledger.log import KafkaEventLog, codec_for
+from stepledger_dev.examples.clients import RunningService, start_service
 
 ROOT = Path(__file__).resolve().parents[2]
 # The recovery commands in a group of their own, run through the CLI's error boundary, so
@@ -150,7 +150,7 @@ class Stack:
         settings: Settings,
         state_dir: Path,
         *,
-        tools: str = "stepledger.dev.examples.tools:registry",
+        tools: str = "stepledger_dev.examples.tools:registry",
         log: Path | None = None,
         group: str | None = None,
         **extra_env: str,
@@ -220,7 +220,7 @@ class Stack:
         command = [
             sys.executable,
             "-m",
-            "stepledger.dev.examples.agent",
+            "stepledger_dev.examples.agent",
             "--tool",
             tool,
             "--workflow",

@@ -6,9 +6,9 @@ import os
 import time
 from typing import Any
 
-from stepledger.dev.examples.tools import bookings_tool, payments_tool
 from stepledger.domain.tools import NotFound
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.examples.tools import bookings_tool, payments_tool
 
 STALL_S = 20.0
 

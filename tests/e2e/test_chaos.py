@@ -15,7 +15,7 @@ import pytest
 
 CHAOS = [sys.executable, "-m", "stepledger", "chaos"]
 # The same command with the test-only switches (--break), kept out of the shipped CLI.
-CHAOS_TEST = [sys.executable, "-m", "stepledger.dev.chaos"]
+CHAOS_TEST = [sys.executable, "-m", "stepledger_dev.chaos"]
 
 # A run's budget (--duration 240) plus its bounded tail (settle, projector stop, evidence)
 # stays inside this, so a slow run fails with the harness's own report, not a bare timeout.

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.dev.demo.effects import UNKNOWN, EffectCounts
-from stepledger.dev.demo.show import answer_notes
+from stepledger_dev.demo.effects import UNKNOWN, EffectCounts
+from stepledger_dev.demo.show import answer_notes
 
 DEMO = [sys.executable, "-m", "stepledger", "demo"]
 MARK = "STEPLEDGER_DEMO_TEST_MARK"

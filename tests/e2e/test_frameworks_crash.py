@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import BookingsClient, PaymentsClient
-from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus
+from stepledger_dev.examples.clients import BookingsClient, PaymentsClient
+from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from tests.e2e.recovery_helpers import (
     LogWatcher,
     Stack,

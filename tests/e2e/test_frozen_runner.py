@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import _JsonClient
-from stepledger.dev.examples.tools import EMAIL, make_registry
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.state import StepStatus, replay
 from stepledger.kafka import ensure_topics
 from stepledger.producer import Ledger, ResumeOptions
+from stepledger_dev.examples.clients import _JsonClient
+from stepledger_dev.examples.tools import EMAIL, make_registry
 from tests.conftest import unique
 from tests.e2e.recovery_helpers import (
     TOOL_TIMEOUT_S,

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.dev.apache_kafka import KafkaBroker
-from stepledger.dev.chaos.cluster import fully_replicated, leader_moved, partitions
-from stepledger.dev.chaos.harness import ChaosOptions, Run
-from stepledger.dev.chaos.invariants import check_all
-from stepledger.dev.chaos.procs import wait_until
-from stepledger.dev.stack import LocalStack, StackOptions
+from stepledger_dev.apache_kafka import KafkaBroker
+from stepledger_dev.chaos.cluster import fully_replicated, leader_moved, partitions
+from stepledger_dev.chaos.harness import ChaosOptions, Run
+from stepledger_dev.chaos.invariants import check_all
+from stepledger_dev.chaos.procs import wait_until
+from stepledger_dev.stack import LocalStack, StackOptions
 
 AGENTS = 8
 PER_AGENT = 3

@@ -20,13 +20,13 @@ import pytest
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import _JsonClient
-from stepledger.dev.examples.tools import BOOKINGS, make_registry
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import utc_now
 from stepledger.domain.state import StepStatus, replay
 from stepledger.kafka import admin, ensure_topics
 from stepledger.producer import Ledger
+from stepledger_dev.examples.clients import _JsonClient
+from stepledger_dev.examples.tools import BOOKINGS, make_registry
 from tests.conftest import unique
 from tests.e2e.recovery_helpers import GRACE_S, Stack, read_events, services_stack, wait_for
 

@@ -1,7 +1,7 @@
 """Pay-then-notify SIGKILLed at every boundary, then resumed: one charge, at most one email.
 
 Real parts only: the example payments and email services as subprocesses counting their own
-effects, the agent as a subprocess (``python -m stepledger.dev.examples.pay_notify_agent``)
+effects, the agent as a subprocess (``python -m stepledger_dev.examples.pay_notify_agent``)
 that SIGKILLs itself at its kill points, the broker from the fixtures, and the ``stepledger``
 CLI for the person who answers the escalations.  The charge is keyed and cannot be undone
 (the pivot); the receipt email has no key and no undo: it runs at most once, and whenever
@@ -23,14 +23,14 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import PaymentsClient, RunningService, start_service
-from stepledger.dev.examples.tools import CAPTURE
 from stepledger.domain.ids import idempotency_key
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
 from stepledger.kafka.reader import read_topic
+from stepledger_dev.examples.clients import PaymentsClient, RunningService, start_service
+from stepledger_dev.examples.tools import CAPTURE
 
 pytestmark = pytest.mark.e2e
-AGENT = [sys.executable, "-m", "stepledger.dev.examples.pay_notify_agent"]
+AGENT = [sys.executable, "-m", "stepledger_dev.examples.pay_notify_agent"]
 CLI = [sys.executable, "-m", "stepledger"]
 #: Where each workflow of the crashed run dies: the boundaries docs/agents.md walks through.
 KILLS = {

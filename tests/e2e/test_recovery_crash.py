@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import start_service
-from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.kafka import ensure_topics
+from stepledger_dev.examples.clients import start_service
+from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS
 from tests.conftest import unique
 from tests.e2e.recovery_helpers import (
     GRACE_S,
@@ -105,7 +105,7 @@ def crash(stack: Stack, settings: Settings, tool: str, args: dict[str, Any], kil
 
 
 def effects(stack: Stack, kind: str, service: str, key: str | None = None) -> int:
-    from stepledger.dev.examples.clients import _JsonClient
+    from stepledger_dev.examples.clients import _JsonClient
 
     return _JsonClient(stack.services[service].url).effect_count(kind, key)
 

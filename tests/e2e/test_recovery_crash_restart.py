@@ -12,9 +12,6 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.deadletters.letter import dead_letter_info
-from stepledger.dev.broker import free_port
-from stepledger.dev.examples.clients import _JsonClient
-from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, payments_tool
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
@@ -22,6 +19,9 @@ from stepledger.domain.state import StepStatus
 from stepledger.kafka import DurableProducer
 from stepledger.kafka.reader import Record, read_topic
 from stepledger.log import KafkaEventLog, codec_for
+from stepledger_dev.broker import free_port
+from stepledger_dev.examples.clients import _JsonClient
+from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, payments_tool
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import LogWatcher, Stack, services_stack, stop, wait_for
 

@@ -22,8 +22,6 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.deadletters.letter import dead_letter_info
-from stepledger.dev.broker import LocalBroker, free_port
-from stepledger.dev.examples.tools import payments_tool
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.factory import EventFactory
@@ -31,6 +29,8 @@ from stepledger.domain.state import StepState, StepStatus
 from stepledger.kafka import ensure_topics
 from stepledger.kafka.reader import read_topic
 from stepledger.log import codec_for
+from stepledger_dev.broker import LocalBroker, free_port
+from stepledger_dev.examples.tools import payments_tool
 from tests.conftest import Factory
 from tests.e2e.recovery_helpers import (
     CLI,
@@ -228,7 +228,7 @@ def test_recover_without_a_broker_or_topic_fails_in_one_line(
             CLI,
             "recover",
             "--tools",
-            "stepledger.dev.examples.tools:registry",
+            "stepledger_dev.examples.tools:registry",
             "--no-entry-points",
             "--state-dir",
             str(tmp_path),

@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import BookingsClient
-from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import RunStatus, StepStatus
 from stepledger.kafka import topic_partitions
 from stepledger.producer import Ledger, ResumeOptions
+from stepledger_dev.examples.clients import BookingsClient
+from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from tests.conftest import Factory, unique
 from tests.e2e.recovery_helpers import (
     GRACE_S,

@@ -1,7 +1,7 @@
 """The trip agent SIGKILLed at every step boundary, then resumed: every effect happens once.
 
 Real parts only: the three example services as subprocesses, the agent as a subprocess
-(``python -m stepledger.dev.examples.trip_agent``) that SIGKILLs itself, the broker from the
+(``python -m stepledger_dev.examples.trip_agent``) that SIGKILLs itself, the broker from the
 fixtures, and the ``stepledger`` CLI for the human's answers.
 """
 
@@ -21,21 +21,21 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.letter import dead_letter_info
-from stepledger.dev.examples.clients import (
+from stepledger.domain.enums import Source
+from stepledger.domain.ids import idempotency_key
+from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
+from stepledger.kafka.reader import read_topic
+from stepledger_dev.examples.clients import (
     BookingsClient,
     PaymentsClient,
     RunningService,
     start_service,
 )
-from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS
-from stepledger.dev.examples.trip_agent import BOUNDARIES
-from stepledger.domain.enums import Source
-from stepledger.domain.ids import idempotency_key
-from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
-from stepledger.kafka.reader import read_topic
+from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS
+from stepledger_dev.examples.trip_agent import BOUNDARIES
 
 pytestmark = pytest.mark.e2e
-AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
+AGENT = [sys.executable, "-m", "stepledger_dev.examples.trip_agent"]
 CLI = [sys.executable, "-m", "stepledger"]
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import Settings
-from stepledger.dev.examples.tools import registry
 from stepledger.errors import StepLedgerError
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.examples.tools import registry
 
 HOLD_LIMIT_S = 60.0
 

@@ -19,9 +19,9 @@ import sys
 from typing import Any
 
 from stepledger.config import Settings
-from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, registry
 from stepledger.errors import StepLedgerError
 from stepledger.producer import Ledger, ResumeOptions
+from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, registry
 
 BOOKING: dict[str, Any] = {"hotel": "Hotel Lisboa", "nights": 2}
 CHARGE: dict[str, Any] = {"amount": 1200, "currency": "EUR", "customer": "cus_1"}

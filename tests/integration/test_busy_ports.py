@@ -48,7 +48,7 @@ def test_a_taken_port_is_one_line(option: str, busy_port: int, tmp_path: Path) -
         os.environ,
         STEPLEDGER_BOOTSTRAP="127.0.0.1:1",
         STEPLEDGER_INBOX_TOKEN="t" * 24,
-        STEPLEDGER_TOOLS="stepledger.dev.examples.tools:registry",
+        STEPLEDGER_TOOLS="stepledger_dev.examples.tools:registry",
         STEPLEDGER_PAYMENTS_URL="http://127.0.0.1:1",
     )
     done = subprocess.run(

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from stepledger.cli._tools import NO_TOOLS_NOTICE
-from stepledger.dev.broker import free_port
+from stepledger_dev.broker import free_port
 from tests.conftest import unique
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"

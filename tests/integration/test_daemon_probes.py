@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
 from stepledger.kafka import ensure_topics
 from stepledger.topics import checkpoint_topic_config
+from stepledger_dev.broker import free_port
 
 TOKEN = "probe-token-" + "x" * 16
 
@@ -67,7 +67,7 @@ def _daemon(args: list[str], settings: Settings, cwd: Path) -> Iterator[subproce
         "STEPLEDGER_DLQ_TOPIC": settings.dlq_topic,
         "STEPLEDGER_CHECKPOINT_TOPIC": settings.checkpoint_topic,
         "STEPLEDGER_INBOX_TOKEN": TOKEN,
-        "STEPLEDGER_TOOLS": "stepledger.dev.examples.tools:registry",
+        "STEPLEDGER_TOOLS": "stepledger_dev.examples.tools:registry",
         "STEPLEDGER_PAYMENTS_URL": "http://127.0.0.1:1",
     }
     process = subprocess.Popen(

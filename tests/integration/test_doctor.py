@@ -14,8 +14,8 @@ from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
 from stepledger.cli import cli as main_group
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.kafka import admin
+from stepledger_dev.apache_kafka import KafkaBroker
 from tests.conftest import unique
 from tests.integration.projector_helpers import wait_for
 

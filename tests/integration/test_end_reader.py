@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.kafka import DurableProducer, ensure_topics
 from stepledger.kafka.reader import PartitionReader
+from stepledger_dev.apache_kafka import KafkaBroker
 
 RECORDS = 300
 BEFORE_PAUSE = 40

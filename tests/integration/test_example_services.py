@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.dev.examples.clients import (
+from stepledger_dev.examples.clients import (
     BookingsClient,
     EmailClient,
     PaymentsClient,

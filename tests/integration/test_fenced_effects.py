@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import BookingsClient, RunningService
-from stepledger.dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
 from stepledger.errors import WorkflowDeadLetteredError
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.examples.clients import BookingsClient, RunningService
+from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from tests.conftest import Factory, unique
 from tests.integration.agent_trip import BOOKING, CHARGE
 from tests.integration.test_runners import (

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker, dist
 from stepledger.kafka import DurableProducer, ensure_topics
+from stepledger_dev.apache_kafka import KafkaBroker, dist
 
 CLI = [sys.executable, "-m", "stepledger"]
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="needs java")

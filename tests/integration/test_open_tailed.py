@@ -29,7 +29,6 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.domain.events import Event
 from stepledger.domain.state import WorkflowState, replay
 from stepledger.domain.tools import Tool
@@ -37,6 +36,7 @@ from stepledger.errors import DurabilityError
 from stepledger.kafka import ensure_topics
 from stepledger.producer import KafkaPartitionReader, Ledger
 from stepledger.readers import index as indexes
+from stepledger_dev.apache_kafka import KafkaBroker
 from tests.integration.test_partition_index import WRITER
 
 PAY = Tool(name="pay", keyed=True)
@@ -255,7 +255,7 @@ def _fetched_past_index(
 RESUMER = """
 import sys
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
+from stepledger_dev.apache_kafka import KafkaBroker
 from stepledger.producer import Ledger
 bootstrap, topic, workflow_id = sys.argv[1:4]
 with Ledger(Settings(bootstrap=bootstrap, topic=topic, producer_id="other")) as ledger:

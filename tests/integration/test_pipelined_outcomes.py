@@ -24,7 +24,6 @@ import pytest
 
 import stepledger as sl
 from stepledger.codec import Codec
-from stepledger.dev.broker import LocalBroker
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.errors import DurabilityError
@@ -32,6 +31,7 @@ from stepledger.kafka import ensure_topics
 from stepledger.kafka.reader import read_topic
 from stepledger.producer.session import ResumeOptions
 from stepledger.topics import step_log_config
+from stepledger_dev.broker import LocalBroker
 from tests.integration.test_resume_found import charge_tool
 
 HERE = Path(__file__).parent

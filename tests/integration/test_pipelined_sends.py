@@ -9,12 +9,12 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import DurabilityError
 from stepledger.kafka.reader import read_topic
 from stepledger.log import KafkaEventLog
+from stepledger_dev.broker import free_port
 
 WORKFLOWS, PER_WORKFLOW = 8, 12
 

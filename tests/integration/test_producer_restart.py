@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from stepledger.config import Settings
-from stepledger.dev.broker import LocalBroker
 from stepledger.errors import DurabilityError
 from stepledger.kafka import DurableProducer, ensure_topics
+from stepledger_dev.broker import LocalBroker
 
 
 def test_appends_succeed_again_after_a_broker_restart_with_the_same_producer(

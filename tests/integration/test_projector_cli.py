@@ -19,10 +19,10 @@ from stepledger.cli import cli as main_group
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.letter import original_headers
-from stepledger.dev.broker import free_port
 from stepledger.errors import ConfigError
 from stepledger.kafka.reader import read_topic
 from stepledger.projector.snapshot import latest_snapshot
+from stepledger_dev.broker import free_port
 from tests.integration.projector_helpers import (
     cli,
     produce_events,

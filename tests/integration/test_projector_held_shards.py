@@ -17,7 +17,7 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from stepledger.dev.broker import free_port
+from stepledger_dev.broker import free_port
 from tests.conftest import Factory
 from tests.integration.projector_helpers import (
     produce_events,

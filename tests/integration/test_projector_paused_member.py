@@ -24,10 +24,10 @@ import urllib.request
 from pathlib import Path
 
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
 from stepledger.domain.factory import EventFactory
 from stepledger.log import event_headers
 from stepledger.projector.rebuild import rebuild as rebuild_file
+from stepledger_dev.broker import free_port
 from tests.conftest import Factory
 from tests.integration.projector_helpers import (
     CODEC,

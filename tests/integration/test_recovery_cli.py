@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
-from stepledger.dev.examples import tools as ex
-from stepledger.dev.examples.clients import PaymentsClient, RunningService, start_service
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.factory import EventFactory
+from stepledger_dev.broker import free_port
+from stepledger_dev.examples import tools as ex
+from stepledger_dev.examples.clients import PaymentsClient, RunningService, start_service
 from tests.e2e.recovery_helpers import CLI, LogWatcher, append_events, run_cli, wait_for
 
 CHARGE = {"amount": 450, "currency": "EUR", "customer": "cus_r"}
@@ -75,7 +75,7 @@ def test_reconcile_reports_each_disagreement_and_records_it_once(
         "--tool",
         ex.PAYMENTS,
         "--tools",
-        "stepledger.dev.examples.tools:registry",
+        "stepledger_dev.examples.tools:registry",
         "--no-entry-points",
         "--json",
     ]
@@ -169,7 +169,7 @@ def test_daemon_serves_metrics_and_health_and_stops_cleanly_on_sigterm(
             CLI,
             "recover",
             "--tools",
-            "stepledger.dev.examples.tools:registry",
+            "stepledger_dev.examples.tools:registry",
             "--no-entry-points",
             "--state-dir",
             str(state),

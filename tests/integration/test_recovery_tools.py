@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from stepledger.dev.broker import free_port
-from stepledger.dev.examples import tools as ex
-from stepledger.dev.examples.clients import RunningService, _JsonClient, start_service
 from stepledger.domain import ids
 from stepledger.domain.tools import Found, NotFound
 from stepledger.errors import ToolRegistryError, ToolServiceError
 from stepledger.resolution.registry import ToolRegistry, load_registries, load_registry
+from stepledger_dev.broker import free_port
+from stepledger_dev.examples import tools as ex
+from stepledger_dev.examples.clients import RunningService, _JsonClient, start_service
 
 CHARGE = {"amount": 300, "currency": "EUR", "customer": "cus_9"}
 
@@ -90,15 +90,15 @@ def test_registry_from_environment_keeps_only_configured_services() -> None:
 
 def test_load_registry_by_import_path_and_its_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STEPLEDGER_PAYMENTS_URL", "http://127.0.0.1:9")
-    loaded = load_registry("stepledger.dev.examples.tools:registry")
+    loaded = load_registry("stepledger_dev.examples.tools:registry")
     assert loaded.names() == [ex.CAPTURE, ex.PAYMENTS], "the charge with and without refund"
-    merged = load_registries(["stepledger.dev.examples.tools:registry"], entry_points_too=False)
+    merged = load_registries(["stepledger_dev.examples.tools:registry"], entry_points_too=False)
     assert ex.PAYMENTS in merged
     for spec, message in [
         ("no_colon", "expected --tools"),
         ("stepledger.nope:registry", "cannot import"),
-        ("stepledger.dev.examples.tools:nope", "has no attribute"),
-        ("stepledger.dev.examples.tools:PAYMENTS", "is not a ToolRegistry"),
+        ("stepledger_dev.examples.tools:nope", "has no attribute"),
+        ("stepledger_dev.examples.tools:PAYMENTS", "is not a ToolRegistry"),
     ]:
         with pytest.raises(ToolRegistryError, match=message):
             load_registry(spec)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.apache_kafka import KafkaBroker
 from stepledger.kafka import ensure_topics
+from stepledger_dev.apache_kafka import KafkaBroker
 
 CLI = [sys.executable, "-m", "stepledger"]
 #: Below Kafka's default group.min.session.timeout.ms (6 s).
@@ -83,7 +83,7 @@ def test_recovery_stops_on_a_refused_session_timeout(
         env,
         "recover",
         "--tools",
-        "stepledger.dev.examples.tools:registry",
+        "stepledger_dev.examples.tools:registry",
         "--no-entry-points",
         "--state-dir",
         f"{tmp_path}/state",

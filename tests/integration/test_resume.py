@@ -14,7 +14,6 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import RunningService, start_service
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
@@ -31,9 +30,10 @@ from stepledger.producer import (
     WorkflowReader,
 )
 from stepledger.projector.rebuild import rebuild
+from stepledger_dev.examples.clients import RunningService, start_service
 
 CLI = [sys.executable, "-m", "stepledger"]
-AGENT = [sys.executable, "-m", "stepledger.dev.examples.trip_agent"]
+AGENT = [sys.executable, "-m", "stepledger_dev.examples.trip_agent"]
 READ = Tool(name="read", effect="read_only")
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
 BOOK = Tool(name="book", effect="compensatable", compensate=lambda a, k, r: None)
@@ -200,7 +200,7 @@ def agent_env(
 
 
 def email_count(services: dict[str, RunningService]) -> int:
-    from stepledger.dev.examples.clients import EmailClient
+    from stepledger_dev.examples.clients import EmailClient
 
     return EmailClient(services["email"].url).effect_count("email")
 

@@ -309,7 +309,7 @@ def test_a_recovery_daemon_starting_below_the_log_start_reports_the_gap(
         env,
         "recover",
         "--tools",
-        "stepledger.dev.examples.tools:registry",
+        "stepledger_dev.examples.tools:registry",
         "--no-entry-points",
         "--state-dir",
         str(tmp_path / "state"),
@@ -333,7 +333,7 @@ def recover(settings: Settings, env: dict[str, str], state: Path, group: str) ->
         env,
         "recover",
         "--tools",
-        "stepledger.dev.examples.tools:registry",
+        "stepledger_dev.examples.tools:registry",
         "--no-entry-points",
         "--state-in-kafka",
         "--state-dir",
@@ -396,7 +396,7 @@ def test_real_segment_expiry_then_an_approval_resumes_from_the_checkpoint(
     settings = make_settings(create=False)
     interval = broker_setting(settings, "log.retention.check.interval.ms")
     if interval is None or int(interval) > 1000:
-        # The brokers the tests start check every second (stepledger.dev.apache_kafka).
+        # The brokers the tests start check every second (stepledger_dev.apache_kafka).
         pytest.skip(f"the broker checks retention every {interval} ms, not every second")
     short = {"retention.ms": "2000", "segment.ms": "500", "cleanup.policy": "delete"}
     configs = {settings.topic: short, settings.checkpoint_topic: checkpoint_topic_config()}

@@ -22,8 +22,6 @@ from typing import Any
 import pytest
 
 from stepledger.config import Settings
-from stepledger.dev.examples.clients import JsonObject, RunningService, _JsonClient, start_service
-from stepledger.dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, make_registry
 from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, Verdict
 from stepledger.domain.state import StepStatus, replay
@@ -32,6 +30,8 @@ from stepledger.errors import ResultTypeError
 from stepledger.producer import Ledger, ResumeOptions
 from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.examples.clients import JsonObject, RunningService, _JsonClient, start_service
+from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, make_registry
 from tests.conftest import Factory, unique
 
 TIMEOUT_S = 1.5

@@ -10,12 +10,12 @@ import pytest
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError
 from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger, Workflow
+from stepledger_dev.broker import free_port
 
 PAY = Tool(name="pay", effect="idempotent", keyed=True)
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.dev.broker import free_port
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.kafka.reader import read_topic
 from stepledger.producer import Ledger
+from stepledger_dev.broker import free_port
 
 HERE = Path(__file__).parent
 STEPLEDGER = [sys.executable, "-m", "stepledger"]

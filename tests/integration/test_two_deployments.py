@@ -30,7 +30,7 @@ from tests.integration.test_retention import CLI, delete_head, run_paid, sender,
 
 pytestmark = pytest.mark.kafka_only
 EMAIL = Tool(name="email", effect="irreversible")
-TOOLS = "stepledger.dev.examples.tools:registry"
+TOOLS = "stepledger_dev.examples.tools:registry"
 #: The roles a step log's state topics are named for (``TOPIC.<role>``).
 RULES = ("deadletters", "checkpoints", "recovery-state")
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from stepledger.dev.chaos.invariants import (
+from stepledger.domain import events as ev
+from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
+from stepledger.domain.tools import Found, Tool
+from stepledger_dev.chaos.invariants import (
     Evidence,
     check_all,
     daemon_decisions,
@@ -10,10 +13,7 @@ from stepledger.dev.chaos.invariants import (
     replayed_from_zero_once,
     replayed_once_per_member,
 )
-from stepledger.dev.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
-from stepledger.domain import events as ev
-from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
-from stepledger.domain.tools import Found, Tool
+from stepledger_dev.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
 from tests.unit.factories import factory
 
 F = factory()

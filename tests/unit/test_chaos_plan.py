@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from stepledger.cli import cli
-from stepledger.dev.chaos.plan import CLUSTER_POINTS, CrashPoint, make_plan
+from stepledger_dev.chaos.plan import CLUSTER_POINTS, CrashPoint, make_plan
 
 
 def test_broker_kills_add_the_cluster_points_and_leave_the_rest_of_the_plan() -> None:

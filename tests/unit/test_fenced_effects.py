@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from stepledger.dev.simulate import defects
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain.enums import EffectClass, OutcomeStatus, Source
@@ -28,6 +27,7 @@ from stepledger.errors import (
 )
 from stepledger.producer import Workflow, approval, opening
 from stepledger.readers.workflows import InMemoryWorkflowReader
+from stepledger_dev.simulate import defects
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stepledger.dev.apache_kafka.cluster import _cluster_id
+from stepledger_dev.apache_kafka.cluster import _cluster_id
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:

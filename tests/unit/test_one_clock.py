@@ -17,7 +17,6 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
-from stepledger.dev.simulate import defects
 from stepledger.domain import events as ev
 from stepledger.domain import ids
 from stepledger.domain import resolution as rs
@@ -34,6 +33,7 @@ from stepledger.recovery.clock import LOG_APPEND_TIME
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
+from stepledger_dev.simulate import defects
 from tests.unit.factories import T0, LogStartAtZero
 from tests.unit.resume_fakes import Crash, World, crash_after
 

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from stepledger.cli import cli
-from stepledger.dev.simulate import explore, plan, world
-from stepledger.dev.simulate.__main__ import with_defects
-from stepledger.dev.simulate.shrink import shrink, story
+from stepledger_dev.simulate import explore, plan, world
+from stepledger_dev.simulate.__main__ import with_defects
+from stepledger_dev.simulate.shrink import shrink, story
 
 #: Seeds CI explores on every run (docs/guarantees.md says how many).
 CI_SEEDS = 250

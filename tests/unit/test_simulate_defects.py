@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from stepledger.dev.simulate import explore, world
-from stepledger.dev.simulate.plan import Profile
+from stepledger_dev.simulate import explore, world
+from stepledger_dev.simulate.plan import Profile
 
 
 @dataclass(frozen=True)

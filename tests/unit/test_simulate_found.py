@@ -25,12 +25,12 @@ from unittest import mock
 
 import pytest
 
-from stepledger.dev.simulate import liveness, world
-from stepledger.dev.simulate.invariants import Monitor, Violation
-from stepledger.dev.simulate.plan import Plan
-from stepledger.dev.simulate.scheduler import Actor
-from stepledger.dev.simulate.simlog import Broker, Record
 from stepledger.domain import events as ev
+from stepledger_dev.simulate import liveness, world
+from stepledger_dev.simulate.invariants import Monitor, Violation
+from stepledger_dev.simulate.plan import Plan
+from stepledger_dev.simulate.scheduler import Actor
+from stepledger_dev.simulate.simlog import Broker, Record
 
 #: a1b freezes 1 s between stamping its email intent and appending it (its budget runs out
 #: meanwhile, so it calls nothing); a1, back from its own pause, resumes and abandons the

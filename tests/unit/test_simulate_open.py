@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stepledger.dev.simulate import explore, plan, world
+from stepledger_dev.simulate import explore, plan, world
 
 #: name -> (schedule, invariant, a piece of the KNOWN_OPEN entry's reason).
 OPEN = {

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from stepledger.dev.chaos.harness import Run
-from stepledger.dev.examples.trip_agent import BUG, Parking, outcome_of
 from stepledger.errors import StepLedgerError
+from stepledger_dev.chaos.harness import Run
+from stepledger_dev.examples.trip_agent import BUG, Parking, outcome_of
 
 
 def test_an_exception_outside_the_tree_is_a_bug_report_not_a_dead_thread(

@@ -9,6 +9,7 @@ the missing library is found when its module is imported or later, when the comm
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 
@@ -16,12 +17,14 @@ import click
 
 from stepledger.cli._common import run_guarded
 
-#: What a command needs that a bare install lacks, when that is not an extra: the code ships
-#: with a checkout of the repository only (``pip install -e '.[local]'`` there).
-CHECKOUT = "checkout"
+#: The development tools' package: it ships with a checkout of the repository, never in the
+#: wheel (``pip install -e '.[local]'`` in the checkout brings it and its libraries).
+DEV_TOOLS = "stepledger_dev"
+#: The extra that brings the development tools' libraries (their commands need both).
+DEV_EXTRA = "local"
 
-#: Each area's module, what it needs (an extra, ``""`` for nothing, or CHECKOUT) and the
-#: commands its ``register`` adds. The one place that says which command needs what.
+#: Each area's module, the extra it needs (``""`` for none) and the commands its
+#: ``register`` adds. The one place that says which command needs what.
 AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger.cli._ledger": ("", ("init", "append", "tail")),
     "stepledger.cli._broker": ("local", ("broker",)),
@@ -36,8 +39,8 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger.cli._checkpoints": ("", ("checkpoint",)),
     "stepledger.cli._demo": ("local", ("demo",)),
     "stepledger.cli._inbox": ("inbox", ("inbox", "inbox-user")),
-    "stepledger.dev.chaos.command": ("local", ("chaos",)),
-    "stepledger.dev.simulate.command": ("local", ("simulate",)),
+    "stepledger_dev.chaos.command": ("local", ("chaos",)),
+    "stepledger_dev.simulate.command": ("local", ("simulate",)),
     "stepledger.cli._doctor": ("", ("doctor",)),
 }
 
@@ -88,7 +91,9 @@ def area_commands(module: str) -> dict[str, click.Command]:
 
 def needs_message(name: str, needs: str, missing: str) -> str:
     """The one line for a command whose library is missing: what to install, or where it runs."""
-    if needs == CHECKOUT:
+    if needs == DEV_EXTRA and importlib.util.find_spec(DEV_TOOLS) is None:
+        missing = DEV_TOOLS  # no extra brings them: say so first, not after the extra
+    if missing == DEV_TOOLS:
         install = "it runs from a checkout of the repository (pip install -e '.[local]' there)"
     else:
         install = f"pip install 'stepledger[{needs}]'" if needs else "pip install stepledger"

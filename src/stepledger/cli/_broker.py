@@ -15,8 +15,8 @@ from stepledger.kafka import ensure_topics
 from stepledger.topics import step_log_config
 
 if TYPE_CHECKING:
-    from stepledger.dev.apache_kafka import KafkaBroker
-    from stepledger.dev.broker import LocalBroker
+    from stepledger_dev.apache_kafka import KafkaBroker
+    from stepledger_dev.broker import LocalBroker
 
 Engine = Literal["tansu", "kafka"]
 
@@ -81,8 +81,8 @@ def broker(
 def _dev_broker(
     engine: Engine, port: int, nodes: int, log_dir: Path | None
 ) -> LocalBroker | KafkaBroker:
-    from stepledger.dev.apache_kafka import KafkaBroker
-    from stepledger.dev.broker import LocalBroker
+    from stepledger_dev.apache_kafka import KafkaBroker
+    from stepledger_dev.broker import LocalBroker
 
     if engine == "kafka":
         return KafkaBroker(nodes=nodes, port=port, log_dir=log_dir)

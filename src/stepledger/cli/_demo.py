@@ -30,7 +30,7 @@ def demo(settings: Settings, keep: Path | None) -> None:
     """
     from rich.console import Console
 
-    from stepledger.dev.demo import DemoOptions, run_demo
+    from stepledger_dev.demo import DemoOptions, run_demo
 
     options = DemoOptions(bootstrap=_external_bootstrap(settings), keep=keep)
     # Wide enough for the steps table when the output is not a terminal (logs, CI).

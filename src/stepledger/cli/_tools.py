@@ -39,7 +39,7 @@ def tools_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         multiple=True,
         envvar="STEPLEDGER_TOOLS",
         metavar="MODULE:ATTR",
-        help="Tool registry to load (repeatable), e.g. stepledger.dev.examples.tools:registry; "
+        help="Tool registry to load (repeatable), e.g. stepledger_dev.examples.tools:registry; "
         f"'{NO_TOOLS}': no registry at all, every step left in doubt goes to people.",
     )(fn)
 

@@ -1,0 +1,19 @@
+"""Apache Kafka for development and tests: jars fetched once by Maven, a KRaft launcher.
+
+``KafkaBroker`` parallels ``stepledger_dev.broker.LocalBroker`` (the bundled Tansu broker) but
+needs Java 17+ (and Maven the first time, to fill the cache; see ``dist``).
+"""
+
+from __future__ import annotations
+
+from stepledger_dev.apache_kafka.cluster import KafkaBroker, KafkaNode
+from stepledger_dev.apache_kafka.dist import KAFKA_VERSION, cache_root, java_executable, kafka_libs
+
+__all__ = [
+    "KAFKA_VERSION",
+    "KafkaBroker",
+    "KafkaNode",
+    "cache_root",
+    "java_executable",
+    "kafka_libs",
+]

@@ -83,10 +83,10 @@ logger = logging.getLogger(__name__)
 #: A tracked step's events as handed to a worker.
 Events = tuple[ev.Event, ...]
 #: Changes to tracked steps after which a checkpoint is taken before its interval is up.
-#: A checkpoint writes each changed step's lines on the loop (~28 us a step on the 2-core
-#: machine, then the store's write), so however many intents a burst or a catch-up brings
-#: between two intervals (a larger ``batch_size``, a faster machine), one checkpoint holds
-#: the loop about as long as folding a poll of 1,000 records does (~140 ms there).
+#: A checkpoint writes each changed step's lines on the loop (then the store's write), so
+#: however many intents a burst or a catch-up brings between two intervals (a larger
+#: ``batch_size``, a faster machine), one checkpoint holds the loop about as long as
+#: folding a poll of 1,000 records does.
 CHECKPOINT_AFTER_CHANGES = 2048
 
 

@@ -131,7 +131,8 @@ class RecoveryDaemon:
         )
         self.shutdown = shutdown or Shutdown()
         self._claims = ClaimBoard(options.claim_timeout_s)
-        self.membership = options.membership(client_id("recovery"))  # CLIENT_ID/VERSION
+        # Its client id is wire.RECOVERY_CLIENT_ID/VERSION: other groups' daemons are told by it.
+        self.membership = options.membership(client_id("recovery"))
         self.fence = Fence(*self.membership.fence_timing)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(

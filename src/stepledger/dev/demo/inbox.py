@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from stepledger.dev.broker import LOOPBACK, free_port
 from stepledger.dev.chaos.procs import STEPLEDGER
+from stepledger.dev.demo.failure import DemoError
 from stepledger.dev.stack import LocalStack
-from stepledger.errors import DemoError
 from stepledger.inbox.auth import new_token
 
 READY_S = 30.0

@@ -27,13 +27,13 @@ from rich.console import Console
 from stepledger.config import Settings
 from stepledger.dev.demo import show
 from stepledger.dev.demo.effects import EffectCounts, booking_keys, count_effects
+from stepledger.dev.demo.failure import DemoError
 from stepledger.dev.demo.inbox import start_inbox, wait_for_person
 from stepledger.dev.demo.script import TRIPS, killed
 from stepledger.dev.demo.watch import LogWatcher, reached, settled
 from stepledger.dev.examples.tools import EMAIL
 from stepledger.dev.stack import LocalStack, StackOptions
 from stepledger.domain.events import Event
-from stepledger.errors import DemoError
 from stepledger.humanqueue.escalations import OpenEscalation, read_queue
 from stepledger.log import codec_for
 from stepledger.ops import sigterm_interrupts

@@ -129,8 +129,8 @@ class Settings(BaseModel):
         listing, a point read): ``reconnect.backoff.ms`` 20 unless the settings give one.
 
         librdkafka drops its bootstrap connection once the metadata names the brokers, and
-        waits half that backoff (100 ms by default) before it connects to a named one, so a
-        new client's first metadata request took ~58 ms on a local broker (16 ms with 20).
+        waits half that backoff (100 ms by default) before it connects to a named one, which
+        delayed every new client's first metadata request (docs/benchmarks.md, appendix).
         Long-lived clients (producers, group members) keep librdkafka's default.
         """
         if "reconnect.backoff.ms" in self.kafka:

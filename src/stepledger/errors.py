@@ -32,9 +32,8 @@
 │   ├── HookTimeoutError             a recovery hook did not answer within the tool's timeout
     │   ├── ToolRegistryError            a tool registry could not be loaded or lacks a tool
     │   └── UnknownEscalationError       no open escalation has the given id
-    ├── ViewStoreError                   the DuckDB view store failed or refused a statement
-    │   └── ReadOnlyQueryError           a write statement was sent to the read-only query path
-    └── DemoError                        ``stepledger demo`` did not go as its script says
+    └── ViewStoreError                   the DuckDB view store failed or refused a statement
+        └── ReadOnlyQueryError           a write statement was sent to the read-only query path
 
 One warning beside the tree: ``UnrecordedToolWarning`` (a ``UserWarning``), a framework
 tool that is not a stepledger step (an integration's ``strict=True`` refuses it instead,
@@ -319,10 +318,6 @@ class ViewStoreError(StepLedgerError):
 
 class ReadOnlyQueryError(ViewStoreError):
     """A statement that writes was sent to the read-only query path."""
-
-
-class DemoError(StepLedgerError):
-    """``stepledger demo`` did not go as its script says (a wait timed out, an effect repeated)."""
 
 
 class UnrecordedToolWarning(UserWarning):

@@ -37,7 +37,6 @@ from stepledger.kafka import Headers, topic_id
 
 logger = logging.getLogger(__name__)
 
-HEADER = wire.LOG_IDENTITY_HEADER
 #: Record headers as confluent-kafka hands them over (or as a producer takes them).
 HeaderPairs = Mapping[str, str | bytes | None] | Iterable[tuple[str, str | bytes | None]] | None
 
@@ -67,7 +66,7 @@ class LogIdentity:
     @property
     def header(self) -> tuple[str, bytes]:
         """The header every state record of this log carries."""
-        return (HEADER, str(self).encode())
+        return (wire.LOG_IDENTITY_HEADER, str(self).encode())
 
     def origin(self, headers: HeaderPairs) -> Origin:
         """Whose a record with these headers is."""
@@ -81,7 +80,7 @@ def named_in(headers: HeaderPairs) -> str | None:
     """The step log a record's ``stepledger_log`` header names (None: none)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value in pairs:
-        if name == HEADER and value:
+        if name == wire.LOG_IDENTITY_HEADER and value:
             text = value if isinstance(value, str) else value.decode("utf-8", "replace")
             return text
     return None
@@ -93,7 +92,7 @@ def stamped(identity: LogIdentity, headers: HeaderPairs = None) -> Headers:
     kept: Headers = [
         (name, value.encode() if isinstance(value, str) else value)
         for name, value in pairs
-        if name != HEADER
+        if name != wire.LOG_IDENTITY_HEADER
     ]
     return [*kept, identity.header]
 

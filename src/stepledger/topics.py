@@ -34,8 +34,6 @@ INFINITE = -1
 #: A compacted topic keeps the newest record of every key for good.
 COMPACTED = {"cleanup.policy": "compact"}
 _DESCRIBE_TIMEOUT_S = 5.0
-#: How the step log's records are stamped: by the broker, when appended.
-STEP_LOG_TIMESTAMP_TYPE = wire.STEP_LOG_TIMESTAMP_TYPE
 
 
 def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) -> dict[str, str]:
@@ -56,7 +54,7 @@ def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) 
     return {
         "retention.ms": str(retention_ms),
         "cleanup.policy": "delete",
-        "message.timestamp.type": STEP_LOG_TIMESTAMP_TYPE,
+        "message.timestamp.type": wire.STEP_LOG_TIMESTAMP_TYPE,
     }
 
 

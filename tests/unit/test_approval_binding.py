@@ -306,3 +306,14 @@ def test_a_secret_tool_that_requires_approval_needs_a_redaction_key() -> None:
     with pytest.raises(ToolDefinitionError, match="redaction key"):
         world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
     assert requests(world) == [] and cards.charged == []
+
+
+def test_wait_for_approval_is_deprecated_and_still_answers() -> None:
+    world, bank = keyed_world(), Bank()
+    tool = bank.tool()
+    ledger = world.ledger()
+    with pytest.raises(ApprovalPendingError):
+        ask(ledger, tool, amount=100, to="acct-A")
+    wf = ledger.workflow("wf")
+    with pytest.warns(DeprecationWarning, match="call the step again"):
+        assert wf.wait_for_approval("wire", 0) is StepStatus.AWAITING_APPROVAL

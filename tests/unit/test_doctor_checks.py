@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepledger import wire
 from stepledger.doctor.checks import (
-    EXPECTED_TIMESTAMP_TYPE,
     ClusterFacts,
     GroupFacts,
     Member,
@@ -19,7 +19,7 @@ SAFE = {
     "retention.ms": "-1",
     "retention.bytes": "-1",
     "min.insync.replicas": "2",
-    "message.timestamp.type": EXPECTED_TIMESTAMP_TYPE,
+    "message.timestamp.type": wire.STEP_LOG_TIMESTAMP_TYPE,
 }
 
 

@@ -10,7 +10,7 @@ from stepledger.deadletters import readback
 def test_replay_headers_are_declared_dead_letter_headers() -> None:
     used = {readback.REPLAY_OF, readback.REPLAYED, readback.REPLAYED_TO}
     assert used == {"replay_of", "replayed", "replayed_to"} and used <= wire.DEAD_LETTER_HEADERS
-    assert readback.REPLAY_STAGE == "replay"
+    assert wire.DEAD_LETTER_REPLAY_STAGE == "replay"
 
 
 def test_span_names_and_attributes_are_pinned() -> None:
@@ -34,7 +34,7 @@ def test_span_names_and_attributes_are_pinned() -> None:
     }
     assert used <= wire.SPAN_ATTRIBUTES
     assert tracing.PIPELINED == "stepledger.pipelined"
-    assert tracing.TRACEPARENT == "traceparent" and tracing.TRACER == "stepledger"
+    assert wire.TRACEPARENT_HEADER == "traceparent" and wire.TRACER_NAME == "stepledger"
 
 
 def test_daemon_client_ids_carry_role_and_version() -> None:

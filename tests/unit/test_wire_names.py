@@ -16,9 +16,7 @@ from stepledger.domain.events import EventType
 from stepledger.kafka import Position
 from stepledger.log import event_headers
 from stepledger.projector.metrics import ProjectorMetrics
-from stepledger.recovery.groups import CLIENT_ID
 from stepledger.recovery.metrics import RecoveryMetrics
-from stepledger.resolution.registry import ENTRY_POINT_GROUP
 from tests.unit.factories import factory
 
 PINNED = {
@@ -106,8 +104,8 @@ def test_defaults_and_groups_use_the_pinned_names() -> None:
     assert settings.projector_group == "stepledger.events.projector"
     assert settings.recovery_group == "stepledger.events.recovery"
     assert settings.group("workflow-index") == "stepledger.events.workflow-index"
-    assert CLIENT_ID == "stepledger-recovery"
-    assert ENTRY_POINT_GROUP == "stepledger.tools"
+    assert wire.RECOVERY_CLIENT_ID == "stepledger-recovery"
+    assert wire.TOOLS_ENTRY_POINT_GROUP == "stepledger.tools"
 
 
 def test_event_types_are_appended_never_renamed() -> None:

@@ -83,7 +83,7 @@ def single_object_fingerprint(schema: dict[str, Any]) -> bytes:
 
 @functools.cache
 def _current_fingerprint() -> bytes:
-    # fastavro computes the fingerprint in pure Python (~1 ms a schema): once per process.
+    # fastavro computes the fingerprint in pure Python, slowly: once per process.
     return single_object_fingerprint(_current())
 
 
@@ -106,7 +106,7 @@ def to_record(event: Event) -> dict[str, Any]:
 
 @functools.cache
 def _current_reader() -> EventReader | None:
-    # ~10 ms to compile: once a process for the packaged schema, at the first decode.
+    # Compiling costs many decodes: once a process for the packaged schema, at the first one.
     return compile_reader(_current(), _BODY_BY_NAME)
 
 

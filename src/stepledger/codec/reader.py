@@ -1,11 +1,11 @@
 """Events straight from the Avro bytes of the codec's own schema, checked as the models check.
 
 fastavro reads a value one ``read(1)`` call per byte and hands back dicts that the codec
-then checks and copies into models: ~9 and ~6 µs for a bench event.  For a value written
+then checks and copies into models: two passes over every field.  For a value written
 with the reader's own schema, the reader compiled here walks the bytes once, field by field
 in the schema's order, applies each model field's check from :mod:`stepledger.codec.checks` as
 soon as the field is read (dropping the type tests the Avro type already answers), and
-builds the models: ~6 µs in all.
+builds the models in one pass (its A/B: docs/benchmarks.md, "Fast paths and their A/B").
 
 It accepts a strict subset of what fastavro reads and gives exactly what fastavro and the
 models give for it: canonical booleans, varints of at most 9 bytes, in-range union and

@@ -25,7 +25,6 @@ from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, Headers, Position
 from stepledger.topics import topic_max_message_bytes
 
-HEADER_PREFIX = wire.DEAD_LETTER_HEADER_PREFIX
 TRUNCATED = "truncated"
 #: librdkafka's default ``message.max.bytes``.
 DEFAULT_MAX_BYTES = 1_000_000
@@ -60,7 +59,7 @@ class DeadLetter:
                 "partition": str(self.origin.partition),
                 "offset": str(self.origin.offset),
             }
-        return [(HEADER_PREFIX + k, v.encode()) for k, v in extra.items()]
+        return [(wire.DEAD_LETTER_HEADER_PREFIX + k, v.encode()) for k, v in extra.items()]
 
     def all_headers(self) -> Headers:
         """The original headers followed by the ``dlq_*`` headers."""
@@ -80,9 +79,9 @@ class DeadLetter:
         )
         kept = [
             *self.dlq_headers(),
-            (HEADER_PREFIX + TRUNCATED, note.encode()),
+            (wire.DEAD_LETTER_HEADER_PREFIX + TRUNCATED, note.encode()),
             (
-                HEADER_PREFIX + "value_sha256",
+                wire.DEAD_LETTER_HEADER_PREFIX + "value_sha256",
                 hashlib.sha256(self.value or b"").hexdigest().encode(),
             ),
         ]
@@ -124,15 +123,15 @@ def publish_dead_letter(
 def dead_letter_info(headers: Headers) -> dict[str, str]:
     """The ``dlq_*`` headers of a dead letter, without the prefix."""
     return {
-        k[len(HEADER_PREFIX) :]: (v or b"").decode(errors="replace")
+        k[len(wire.DEAD_LETTER_HEADER_PREFIX) :]: (v or b"").decode(errors="replace")
         for k, v in headers
-        if k.startswith(HEADER_PREFIX)
+        if k.startswith(wire.DEAD_LETTER_HEADER_PREFIX)
     }
 
 
 def original_headers(headers: Headers) -> Headers:
     """A dead letter's headers without the ``dlq_*`` ones (what the original record carried)."""
-    return [(k, v) for k, v in headers if not k.startswith(HEADER_PREFIX)]
+    return [(k, v) for k, v in headers if not k.startswith(wire.DEAD_LETTER_HEADER_PREFIX)]
 
 
 def _size(data: bytes | None) -> int:

@@ -20,7 +20,6 @@ from stepledger import wire
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.letter import (
-    HEADER_PREFIX,
     TRUNCATED,
     dead_letter_info,
     original_headers,
@@ -83,7 +82,6 @@ REPLAY_OF = "replay_of"
 REPLAYED = "replayed"
 #: On a marker: where the replay landed, ``TOPIC[PARTITION]@OFFSET``.
 REPLAYED_TO = "replayed_to"
-REPLAY_STAGE = wire.DEAD_LETTER_REPLAY_STAGE
 
 
 @dataclass(frozen=True)
@@ -204,17 +202,17 @@ def replay_letters(
 
 def _replay_header(settings: Settings, letter: StoredLetter) -> tuple[str, bytes]:
     where = f"{settings.dlq_topic}:{letter.position.partition}:{letter.position.offset}"
-    return HEADER_PREFIX + REPLAY_OF, where.encode()
+    return wire.DEAD_LETTER_HEADER_PREFIX + REPLAY_OF, where.encode()
 
 
 def _marker_headers(letter: StoredLetter, landed: Position) -> Headers:
     values = {
         REPLAYED: letter.name,
         REPLAYED_TO: f"{landed.topic}[{landed.partition}]@{landed.offset}",
-        "stage": REPLAY_STAGE,
+        "stage": wire.DEAD_LETTER_REPLAY_STAGE,
         "at": datetime.now(UTC).isoformat(),
     }
-    return [(HEADER_PREFIX + k, v.encode()) for k, v in values.items()]
+    return [(wire.DEAD_LETTER_HEADER_PREFIX + k, v.encode()) for k, v in values.items()]
 
 
 def parse_position(text: str) -> tuple[int, int]:

@@ -21,10 +21,6 @@ Level = Literal["unsafe", "off", "info", "ok"]
 #: The replication a multi-broker cluster needs so an acknowledged event survives a broker.
 MIN_REPLICATION = 3
 MIN_INSYNC = 2
-#: The step log's timestamp type the deadlines are written for. Deadlines are anchored on the
-#: broker's clock when the broker stamps records (``LogAppendTime``); with ``CreateTime`` a
-#: record carries the producing machine's clock (see invariant 15 and docs/operators.md).
-EXPECTED_TIMESTAMP_TYPE = wire.STEP_LOG_TIMESTAMP_TYPE
 #: Members of a stepledger group name their role and version in their client id.
 CLIENT_PREFIX = PREFIX
 #: The cluster id a Tansu broker reports by default (the development broker).
@@ -222,14 +218,14 @@ def _retention(facts: ClusterFacts) -> list[Finding]:
 def _timestamps(facts: ClusterFacts) -> list[Finding]:
     topic = facts.topics.get(facts.step_topic)
     kind = None if topic is None else topic.configs.get("message.timestamp.type")
-    if kind is None or kind == EXPECTED_TIMESTAMP_TYPE:
+    if kind is None or kind == wire.STEP_LOG_TIMESTAMP_TYPE:
         return []
     return [
         Finding(
             "off",
             "timestamps",
             facts.step_topic,
-            f"message.timestamp.type={kind}, deadlines expect {EXPECTED_TIMESTAMP_TYPE}",
+            f"message.timestamp.type={kind}, deadlines expect {wire.STEP_LOG_TIMESTAMP_TYPE}",
         )
     ]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stepledger import wire
 from stepledger.doctor.checks import (
-    EXPECTED_TIMESTAMP_TYPE,
     MIN_INSYNC,
     MIN_REPLICATION,
     ClusterFacts,
@@ -87,8 +87,8 @@ def _step_log(facts: ClusterFacts) -> list[Finding]:
     kept = [k for k in ("retention.ms", "retention.bytes") if topic.configs.get(k) in (None, "-1")]
     if len(kept) == 2:
         found.append(_ok("retention", topic.name, "keeps everything (retention.ms=-1, bytes=-1)"))
-    if topic.configs.get("message.timestamp.type") == EXPECTED_TIMESTAMP_TYPE:
-        found.append(_ok("timestamps", topic.name, f"stamped {EXPECTED_TIMESTAMP_TYPE}"))
+    if topic.configs.get("message.timestamp.type") == wire.STEP_LOG_TIMESTAMP_TYPE:
+        found.append(_ok("timestamps", topic.name, f"stamped {wire.STEP_LOG_TIMESTAMP_TYPE}"))
     return found
 
 

@@ -29,8 +29,8 @@ from stepledger.kafka.records import BEGINNING, Polled, Where, polled
 
 logger = logging.getLogger(__name__)
 
-#: Settings that let a consumer-group join finish in about a second on the dev broker
-#: (defaults take ~23 s on Tansu) and a fetch return quickly when data arrives.
+#: Settings that let a consumer-group join finish quickly (Tansu's joins are slow with
+#: librdkafka's defaults) and a fetch return quickly when data arrives.
 FAST_CONSUMER = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 500,

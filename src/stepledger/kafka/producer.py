@@ -163,8 +163,8 @@ class DurableProducer:
 
     def connect(self) -> None:
         """Create the client now and return at once: its connection and idempotent producer
-        id get ready in the background (librdkafka's first producer-id request waits ~0.5 s
-        for a broker), so a first durable write made later waits less."""
+        id get ready in the background (librdkafka's first producer-id request waits for a
+        broker), so a first durable write made later waits less."""
         self._client()
 
     def _start_background_poller(self) -> None:
@@ -491,8 +491,8 @@ class _LoopHandoff:
     """Delivery reports handed to one event loop in batches, and its futures' time limit.
 
     One ``producer.poll`` serves many reports; handing each over with its own
-    ``call_soon_threadsafe`` cost a write to the loop's self-pipe and a wake-up per record
-    (10% of a 64-agent asyncio run's samples).  Reports queue here and one call drains
+    ``call_soon_threadsafe`` cost a write to the loop's self-pipe and a wake-up per record.
+    Reports queue here and one call drains
     them.  The time limit is a sweep over the futures in the order they were sent (all
     have the same limit), a second apart or at the oldest one's limit if sooner, not a
     timer per record (``asyncio.wait_for``).

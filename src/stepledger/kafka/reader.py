@@ -8,7 +8,7 @@ records (:class:`~stepledger.kafka.records.Consumed`).  Its reads:
 
 - :meth:`PartitionReader.to_end`: each partition from its start up to the end it first
   reports, within a deadline (the end is the partition-EOF event, never a fresh
-  ListOffsets, which the dev broker answers wrongly after batched produces);
+  ListOffsets: Tansu's can fall short, CONTRIBUTING.md "The development broker");
 - :meth:`PartitionReader.follow`: every poll's answer from the starts on, until a callback
   says stop or a time passes (a reader reading *through* a known offset stops there);
 - :func:`read_topic`: a whole topic, decoded (the CLI's tail, the human queue, tests);
@@ -17,10 +17,9 @@ records (:class:`~stepledger.kafka.records.Consumed`).  Its reads:
   keeps its own loop (the partition index's tail).
 
 A starved read grows its fetch wait: a short wait keeps a read's last, empty fetch cheap,
-but a broker that cannot assemble an answer within it never answers (the dev broker reading
-its storage after a graceful restart returned every 10 ms fetch empty, so a resume's read to
-the end failed after its limit, every time).  After :func:`starved_after` with no record and
-no partition end, the client is replaced by one with a 5x wait, at the positions reached.
+but a broker that cannot assemble an answer within it never answers (Tansu, at times).
+After :func:`starved_after` with no record and no partition end, the client is replaced by
+one with a 5x wait, at the positions reached.
 
 The reader reads from partition leaders only (``client.rack`` cleared): with a rack set, a
 follower's end lags records the leader acknowledged, so a read "to the end" would miss them.
@@ -65,8 +64,8 @@ POLL_S = 0.01
 #: The longest fetch wait a starved read grows to (a plain consumer's default).
 MAX_FETCH_WAIT_MS = 500
 #: No record and no partition end for this many fetch waits (at least STARVED_MIN_S): the
-#: broker cannot answer within the wait, so the wait grows 5x (a partition of one-record
-#: batches on the dev broker read at a plain read's speed with 5, far slower with 25).
+#: broker cannot answer within the wait, so the wait grows 5x (waiting longer before
+#: growing made Tansu's reads of one-record batches far slower).
 STARVED_WAITS = 5
 STARVED_MIN_S = 0.1
 

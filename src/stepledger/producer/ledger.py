@@ -201,8 +201,8 @@ _OPEN_THREADS = 64
 
 #: Connect to every broker as soon as metadata names them, not when a request needs one:
 #: the idempotent producer's first id request then finds a broker up, and a resume's
-#: first durable write (after ``connect()`` and the read) waits ~10 ms instead of the
-#: 0.5-1 s of librdkafka's producer-id retry timer (measured on the dev broker).
+#: first durable write (after ``connect()`` and the read) does not wait out librdkafka's
+#: producer-id retry timer.
 LEDGER_PRODUCER = {"enable.sparse.connections": False}
 
 

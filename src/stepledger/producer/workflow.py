@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -613,7 +614,17 @@ class Workflow:
         await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
 
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
-        """Wait up to ``timeout_s`` for a human's decision on a step; return its status."""
+        """Wait up to ``timeout_s`` for a human's decision on a step; return its status.
+
+        Deprecated (nothing calls it): call the step again, which waits for the decision up
+        to ``ResumeOptions.approval_wait_s`` and raises ApprovalPendingError past it.
+        """
+        warnings.warn(
+            "Workflow.wait_for_approval is deprecated and goes in the next minor version: "
+            "call the step again (it waits up to ResumeOptions.approval_wait_s)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         self.settle_pending()
         return approval.await_decision(self, step_id, timeout_s)
 

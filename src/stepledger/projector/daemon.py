@@ -108,7 +108,7 @@ HELD_FIRST_RETRY_S = 0.05
 HELD_RETRY_S = 1.0
 #: While a file catches up, the share of the time its snapshots may take: the next one waits
 #: at least ten times as long as the last one took (a checkpoint and a copy of a growing
-#: file: 0.1-4 s past a million events).  Behind means at least another ``batch_size``
+#: file, seconds past a million events).  Behind means at least another ``batch_size``
 #: records wait beyond what was read (the client's cached ends, no clock): a snapshot is
 #: stale by that backlog anyway.  Caught up, the interval is the configured one again.
 CATCH_UP_SNAPSHOT_SHARE = 0.1
@@ -209,11 +209,11 @@ YOUNG_COLLECTION_EVERY = 1_000_000
 def fewer_collections() -> Iterator[None]:
     """Collect cycles rarely while projecting, and never through what startup allocated.
 
-    Each batch allocates ~10 objects per event and the fold cache keeps many alive, so
+    Each batch allocates several objects per event and the fold cache keeps many alive, so
     the default thresholds ran full collections over the cache several times a batch.  A
     poll's records and events are freed by reference counting once its batch is prepared,
     so past a million net allocations a young collection finds mostly the fold cache's
-    survivors (every 100,000 it ran ~80 times per million events, ~70 ms each).
+    survivors (docs/benchmarks.md, appendix).
     """
     thresholds = gc.get_threshold()
     gc.freeze()
@@ -502,9 +502,9 @@ def _by_pipeline(
     ``read`` takes the next offset of each partition.
 
     One batch, so one transaction, per pipeline: with one file that is the whole poll (a
-    batch per partition paid every table's insert and the commit once per partition, ~40%
-    more writer time).  Records of a partition not open here (fetched just before a
-    revocation) are left to its next owner.
+    batch per partition paid every table's insert and the commit once per partition).
+    Records of a partition not open here (fetched just before a revocation) are left to
+    its next owner.
     """
     grouped: dict[int, tuple[Pipeline, list[Consumed], set[Where]]] = {}
     pipelines: dict[Where, Pipeline | None] = {}

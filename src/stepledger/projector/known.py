@@ -2,8 +2,8 @@
 
 Each batch asks the store which of its uncached workflows it holds (their stored events are
 then replayed into the cache).  DuckDB holds every new read back while a checkpoint runs,
-and the projector checkpoints for every snapshot: catching up on a million events, the
-main thread waited 7-15 s for those answers.  Nearly every uncached workflow of a batch is
+and the projector checkpoints for every snapshot: catching up, the main thread waited
+for those answers most of the time.  Nearly every uncached workflow of a batch is
 new, so a set of 64-bit fingerprints of every workflow the store may hold answers for them:
 a workflow whose fingerprint is not in the set is not in the store; one whose fingerprint
 is (stored, or a collision) is still asked about.  The set holds what the store held when

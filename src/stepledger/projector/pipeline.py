@@ -4,7 +4,7 @@ Decoding and folding hold the GIL; DuckDB's insert, commit and checkpoint, and c
 file, do not.  So a single writer thread commits batch N (and publishes a snapshot when
 one is due) while the caller prepares the next ones.  The writer runs its tasks in order,
 so a snapshot holds exactly the batches committed before it.  Up to ``depth`` batches may
-wait for the writer: a snapshot (a checkpoint and a copy of the file, 0.1-4 s past a
+wait for the writer: a snapshot (a checkpoint and a copy of the file, seconds past a
 million events) then holds the caller back only when it has prepared that many.  Once a
 commit fails the writer commits nothing after it (those batches were folded on top of the
 failed one).  Anything that needs the store and the fold cache to agree (a new

@@ -4,15 +4,14 @@ A topic deleted and re-created, or a dev broker restarted empty, leaves the proj
 stored offsets ahead of the log (or pointing into a different log).  Seeking there would
 skip every new record below the stored offset without a word: Apache Kafka answers the
 fetch with "offset out of range" and the consumer resets to the start, where the projector
-takes the records for already projected; Tansu answers with nothing at all.
+takes the records for already projected; Tansu answers nothing.
 
 So before seeking, the projector reads back the last event it projected from each
 partition (or the record just below the stored offset when it projected none there): out
 of range, or no such record, means the log is behind; a record whose bytes differ from the
 stored event means the log was replaced.  Either
 stops the projector with one line naming ``stepledger rebuild``.  Where the fetch gives no
-answer in time (Tansu does not report out-of-range), the partition's end from ListOffsets
-decides; Tansu can under-report that end, but only a fetch that found nothing asks it.
+answer in time (Tansu), the partition's end from ListOffsets decides, asked only then.
 """
 
 from __future__ import annotations

@@ -83,10 +83,10 @@ logger = logging.getLogger(__name__)
 #: A tracked step's events as handed to a worker.
 Events = tuple[ev.Event, ...]
 #: Changes to tracked steps after which a checkpoint is taken before its interval is up.
-#: A checkpoint writes each changed step's lines on the loop (~28 us a step on the 2-core
-#: machine, then the store's write), so however many intents a burst or a catch-up brings
-#: between two intervals (a larger ``batch_size``, a faster machine), one checkpoint holds
-#: the loop about as long as folding a poll of 1,000 records does (~140 ms there).
+#: A checkpoint writes each changed step's lines on the loop (then the store's write), so
+#: however many intents a burst or a catch-up brings between two intervals (a larger
+#: ``batch_size``, a faster machine), one checkpoint holds the loop about as long as
+#: folding a poll of 1,000 records does.
 CHECKPOINT_AFTER_CHANGES = 2048
 
 
@@ -131,7 +131,8 @@ class RecoveryDaemon:
         )
         self.shutdown = shutdown or Shutdown()
         self._claims = ClaimBoard(options.claim_timeout_s)
-        self.membership = options.membership(client_id("recovery"))  # CLIENT_ID/VERSION
+        # Its client id is wire.RECOVERY_CLIENT_ID/VERSION: other groups' daemons are told by it.
+        self.membership = options.membership(client_id("recovery"))
         self.fence = Fence(*self.membership.fence_timing)
         grace = timedelta(seconds=options.grace_s)
         self.resolver = Resolver(

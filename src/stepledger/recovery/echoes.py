@@ -20,7 +20,6 @@ from stepledger.resolution.resolver import Resolution
 #: Acknowledged events kept until read back; a partition revoked meanwhile leaves some
 #: unread, so the oldest go first past this bound.
 ECHOES_KEPT = 65_536
-_CE_ID = wire.CE_ID_HEADER
 
 
 class Echoes:
@@ -50,6 +49,6 @@ class Echoes:
         if event is None:
             return None
         for key, value in record.headers:
-            if key == _CE_ID:
+            if key == wire.CE_ID_HEADER:
                 return event if value == event.event_id.encode() else None
         return None

@@ -10,8 +10,6 @@ from stepledger.errors import BrokerError
 from stepledger.kafka.describe import ClusterView, GroupMember
 
 logger = logging.getLogger(__name__)
-CLIENT_ID = wire.RECOVERY_CLIENT_ID
-"""The client id of every recovery daemon's consumer (how other groups' daemons are told)."""
 
 
 def warn_other_groups(settings: Settings, group: str) -> list[str]:
@@ -41,4 +39,6 @@ def warn_other_groups(settings: Settings, group: str) -> list[str]:
 
 def _recovery_on(members: list[GroupMember], topic: str) -> bool:
     """True when a recovery daemon (told by its client id) follows ``topic`` in the group."""
-    return any(m.client_id.startswith(CLIENT_ID) and topic in m.topics for m in members)
+    return any(
+        m.client_id.startswith(wire.RECOVERY_CLIENT_ID) and topic in m.topics for m in members
+    )

@@ -19,8 +19,6 @@ from stepledger import wire
 from stepledger.domain.tools import Tool
 from stepledger.errors import ToolRegistryError
 
-ENTRY_POINT_GROUP = wire.TOOLS_ENTRY_POINT_GROUP
-
 
 class ToolRegistry:
     """Tools by name; a name is registered once."""
@@ -105,7 +103,7 @@ def _import_from_here_too(module_name: str) -> ModuleType:
 def load_entry_point_registries() -> ToolRegistry:
     """Merge every registry published under the ``stepledger.tools`` entry-point group."""
     merged = ToolRegistry()
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    for point in entry_points(group=wire.TOOLS_ENTRY_POINT_GROUP):
         try:
             target = point.load()
         except Exception as exc:  # a broken plugin must name itself, not crash anonymously

@@ -8,10 +8,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from stepledger.errors import DemoError
 from stepledger.inbox.auth import new_token
 from stepledger_dev.broker import LOOPBACK, free_port
 from stepledger_dev.chaos.procs import STEPLEDGER
+from stepledger_dev.demo.failure import DemoError
 from stepledger_dev.stack import LocalStack
 
 READY_S = 30.0

@@ -26,7 +26,6 @@ from rich.console import Console
 
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.errors import DemoError
 from stepledger.humanqueue.escalations import OpenEscalation, read_queue
 from stepledger.log import codec_for
 from stepledger.ops import sigterm_interrupts
@@ -34,6 +33,7 @@ from stepledger.projector.snapshot import latest_snapshot
 from stepledger.readers.query import QueryResult, run_query, to_records
 from stepledger_dev.demo import show
 from stepledger_dev.demo.effects import EffectCounts, booking_keys, count_effects
+from stepledger_dev.demo.failure import DemoError
 from stepledger_dev.demo.inbox import start_inbox, wait_for_person
 from stepledger_dev.demo.script import TRIPS, killed
 from stepledger_dev.demo.watch import LogWatcher, reached, settled

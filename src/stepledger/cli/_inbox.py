@@ -34,6 +34,15 @@ TOKEN_ON_COMMAND_LINE = (
     help="Serve /healthz and /readyz on 127.0.0.1:PORT (ready: the queue can be read).",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="STEPLEDGER_INBOX_ALLOWED_HOSTS",
+    metavar="NAME",
+    help="A host name browsers reach the inbox by (a Service's or an ingress's; repeatable; "
+    "the variable takes names separated by spaces). Others get 400.",
+)
+@click.option(
     "--token",
     envvar="STEPLEDGER_INBOX_TOKEN",
     help="Refused here: set STEPLEDGER_INBOX_TOKEN (at least 16 characters) or --token-file.",
@@ -77,6 +86,7 @@ def inbox_command(
     host: str,
     port: int,
     metrics_port: int | None,
+    allowed_hosts: tuple[str, ...],
     token: str | None,
     token_file: Path | None,
     users_path: Path | None,
@@ -109,6 +119,7 @@ def inbox_command(
         proxy_header=proxy_user_header,
         session_ttl_s=session_hours * 3600,
         metrics_port=metrics_port,
+        allowed_hosts=tuple(name.strip() for name in allowed_hosts if name.strip()),
     )
 
     def announce(url: str) -> None:

@@ -51,6 +51,9 @@ class ServeOptions:
     """How long a browser session lives."""
     metrics_port: int | None = None
     """Where /healthz and /readyz are served (ready: the queue can be read); None: nowhere."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names browsers may reach the inbox by beyond loopback and ``host`` (a Service's
+    or an ingress's name); any other Host header gets 400 (a DNS-rebinding page)."""
 
 
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
@@ -128,7 +131,14 @@ def serve(
         sock.close()
         raise
     port = int(sock.getsockname()[1])
-    hosts = ("127.0.0.1", "localhost", "[::1]", options.host, f"[{options.host}]")
+    hosts = (
+        "127.0.0.1",
+        "localhost",
+        "[::1]",
+        options.host,
+        f"[{options.host}]",
+        *options.allowed_hosts,
+    )
     config = InboxConfig(
         db_path=options.db_path,
         token=token,

@@ -78,23 +78,13 @@ def test_short_chaos_run_keeps_every_invariant(
 
 
 @pytest.mark.e2e
-def test_agents_whose_clock_is_two_minutes_behind_keep_every_invariant(
-    tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
-) -> None:
-    args = ("--workflows", "30", "--seed", "2", "--duration", "240", "--agent-skew", "-120")
-    code, report, output = run_chaos(tmp_path, src_env, *external(*args))
-    assert code == 0, output
-    assert report["passed"] and report["violations"] == []
-
-
-@pytest.mark.e2e
 def test_a_broken_build_fails_with_the_violation_named(
     tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
 ) -> None:
     code, report, output = run_chaos(
         tmp_path,
         src_env,
-        *external("--workflows", "30", "--seed", "1", "--duration", "240"),
+        *external("--workflows", "12", "--seed", "1", "--duration", "240"),
         "--break",
         "redrive-ignores-key",
         command=CHAOS_TEST,
@@ -109,10 +99,14 @@ def test_a_broken_build_fails_with_the_violation_named(
 def test_two_deployments_on_one_cluster_keep_every_invariant_and_share_no_state(
     tmp_path: Path, src_env: dict[str, str], external: Callable[..., list[str]]
 ) -> None:
+    # The agents' clock runs two minutes behind the daemons' here (the short run's is ahead):
+    # nothing is decided early by the one clock (issue 42).
     args = ("--workflows", "20", "--seed", "3", "--duration", "300", "--two-deployments")
+    args = (*args, "--agent-skew", "-120")
     code, report, output = run_chaos(tmp_path, src_env, *external(*args))
     assert code == 0, output
     assert report["passed"] and report["violations"] == []
+    assert report["options"]["agent_skew_s"] == "-120.0"
     assert "cluster:second_deployment" in {row["point"] for row in report["crash_points"]}
     assert "neighbour: round 1" in output  # the second deployment ran its rounds too
 

@@ -70,7 +70,7 @@ def test_two_step_logs_on_defaults_get_their_own_state_topics_and_groups(
     try:
         for number, (_, env) in enumerate(logs):
             tools = {"STEPLEDGER_EMAIL_URL": "http://127.0.0.1:9"}  # never called here
-            where = ["--state-dir", str(tmp_path / str(number)), "--state-in-kafka"]
+            where = ["--state-dir", str(tmp_path / str(number))]
             argv = [*CLI, "recover", "--tools", TOOLS, *where, "--max-seconds", "60"]
             daemons.append(subprocess.Popen(argv, env={**env, **tools}, stderr=subprocess.PIPE))
         (a, _), (b, _) = logs

@@ -246,7 +246,7 @@ class LocalStack:
             self._start_checkpointer()
 
     def _start_checkpointer(self) -> None:
-        """The checkpointer of every partition (one process: one writer per partition)."""
+        """One checkpointer (a member of the group TOPIC.checkpointer: it takes every partition)."""
         argv = [
             *STEPLEDGER,
             "checkpoint",

@@ -50,6 +50,7 @@ from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.health import partitions_unready
 from stepledger.kafka import reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, Placement
+from stepledger.kafka.fence import Fence
 from stepledger.kafka.records import BEGINNING, Consumed, Polled, Where
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
@@ -60,7 +61,7 @@ from stepledger.recovery.checkpoint import CheckpointStore
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.clock import DeadlineClock, SteadyClock
 from stepledger.recovery.echoes import Echoes
-from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.fence import FencedLog
 from stepledger.recovery.groups import warn_other_groups
 from stepledger.recovery.health import write_health
 from stepledger.recovery.histories import HistoryReads

@@ -1,4 +1,5 @@
-"""A checkpointer in a group writes only for partitions its fence says it owns.
+"""A checkpointer in a group writes only for partitions its fence says it owns (and the group,
+not a fixed list, gives it partitions).
 
 A member paused past its session (its partitions moved) wakes with a round due: it must
 write nothing for them (no checkpoint, no directory root over the new owner's) until the
@@ -9,7 +10,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+import pytest
+
 from stepledger.checkpoints.writer import Checkpointer, _Partition
+from stepledger.cli import cli
+from stepledger.cli._common import run_guarded
 from stepledger.config import Settings
 from stepledger.kafka.fence import Fence
 from stepledger.kafka.producer import Headers, Position
@@ -100,3 +105,14 @@ def test_a_lost_partition_is_forgotten_unwritten_and_a_revoked_one_gets_a_last_r
     checkpointer.release([0])  # revoked: still ours while the callback runs
     assert b"wf-1" in producer.keys and checkpointer.partitions == []
     checkpointer.close()
+
+
+def test_a_fixed_partition_list_is_refused_in_one_line_naming_the_group(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["stepledger", "checkpoint", "--bootstrap", "127.0.0.1:9", "--topic", "orders"]
+    monkeypatch.setattr("sys.argv", [*argv, "--partitions", "0,1"])
+    assert run_guarded(cli) == 1  # before any broker is asked
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--partitions is gone" in err
+    assert "orders.checkpointer" in err

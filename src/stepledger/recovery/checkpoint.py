@@ -34,7 +34,7 @@ class PartitionCheckpoint:
 
 @dataclass
 class CheckpointBatch:
-    """Changes since the last checkpoint, written together or not at all."""
+    """Changes since the last checkpoint, written as one batch (the steps, then positions)."""
 
     positions: dict[int, int] = field(default_factory=dict)
     """Partition -> next offset to read."""

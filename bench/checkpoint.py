@@ -11,8 +11,8 @@
   deleted, which reads the target's whole partition (the checkpoint is not consulted while
   the partition starts at offset 0).  Median of 5 opens (quick: 2).  Target < 100 ms and
   flat in the log's size.
-- Recovery: a partition handed to a new recovery daemon that keeps its state in Kafka
-  (``recover --state-in-kafka``) on a fresh, empty state directory: assigned to caught up,
+- Recovery: a partition handed to a new recovery daemon (its state on the changelog topic)
+  on a fresh, empty state directory: assigned to caught up,
   against the first daemon's replay of the log from offset 0.
 - Size: the checkpoint topic's bytes per workflow of 10 steps (key + value of each key's
   newest record: what compaction keeps), next to the step log's bytes per workflow.
@@ -327,13 +327,13 @@ def handover(bootstrap: str, n: int, tmp: Path, kept_open: int) -> dict[str, flo
     produce_bulk(
         settings, settled_history(n, "old") + open_intents(kept_open, far, bench_tool(3600))
     )
-    first = Running(settings, tmp / "first", tools, state_in_kafka=True)
+    first = Running(settings, tmp / "first", tools)
     join, replay = first.caught_up_after(timeout=900.0)
     replay_read = first.daemon.events_read
     first.stop(timeout=120.0)
     new = settled_history(max(min(3000, n // 10), n // 100), "new")
     produce_bulk(settings, new)
-    second = Running(settings, tmp / "second", tools, state_in_kafka=True)  # no local state
+    second = Running(settings, tmp / "second", tools)  # no local state
     rejoin, handed = second.caught_up_after(timeout=900.0)
     tracked = second.daemon.tracker.open_count()
     read = second.daemon.events_read

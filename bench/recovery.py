@@ -114,8 +114,6 @@ class Running:
         state: Path,
         tools: ToolRegistry,
         workers: int = 8,
-        *,
-        state_in_kafka: bool = False,
     ):
         options = DaemonOptions(
             state_dir=state,
@@ -124,7 +122,6 @@ class Running:
             session_timeout_s=2.0,
             consumer=FAST_FETCH,
             health_interval_s=60.0,
-            state_in_kafka=state_in_kafka,
         )
         self.daemon = RecoveryDaemon(settings, tools, options, dead_letters=MemoryEventLetters())
         self.started = time.perf_counter()

@@ -13,7 +13,11 @@ from stepledger import wire
 
 PREFIX = "stepledger-"
 #: The client id prefix of each daemon role.
-ROLES = {"projector": wire.PROJECTOR_CLIENT_ID, "recovery": wire.RECOVERY_CLIENT_ID}
+ROLES = {
+    "projector": wire.PROJECTOR_CLIENT_ID,
+    "recovery": wire.RECOVERY_CLIENT_ID,
+    "checkpointer": wire.CHECKPOINTER_CLIENT_ID,
+}
 
 
 @functools.cache

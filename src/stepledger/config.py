@@ -51,7 +51,7 @@ class Settings(BaseModel):
     """The compacted topic of workflow checkpoints, partitioned like the step log (default:
     ``<topic>.checkpoints``)."""
     recovery_state_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_STATE_ROLE)
-    """The compacted topic of the recovery daemons' per-partition state, ``--state-in-kafka``
+    """The compacted topic of the recovery daemons' per-partition state, their one store
     (default: ``<topic>.recovery-state``)."""
     projector_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
     """The projector daemons' consumer group (default: ``<topic>.projector``)."""

@@ -87,14 +87,10 @@ class StackOptions:
     projectors: int = 1
     """Projector processes in one group; more than one project into a shard directory."""
     recoverers: int = 1
-    """Recovery daemons in one group; more than one share per-partition checkpoints."""
-    recovery_state_in_kafka: bool = False
-    """Recovery daemons keep their checkpoints on a compacted topic, each with its own
-    state directory: nothing shared between them but Kafka."""
+    """Recovery daemons in one group (their state is on the recovery changelog topic)."""
     no_shared_state: bool = False
     """No volume shared between members: each projector projects into a shard directory of
-    its own (``<workdir>/<name>/``), recovery state lives in Kafka (implies
-    ``recovery_state_in_kafka``), a checkpointer writes the workflow checkpoints, and
+    its own (``<workdir>/<name>/``), a checkpointer writes the workflow checkpoints, and
     agents open workflows from Kafka rather than from a projection's snapshot."""
 
     @property
@@ -152,11 +148,6 @@ class LocalStack:
 
     def _projector_db(self, name: str) -> Path:
         return self.workdir / name if self.options.no_shared_state else self.db
-
-    @property
-    def shared_state(self) -> Path:
-        """The recovery daemons' per-partition checkpoints when there are several."""
-        return self.workdir / "recovery-shared"
 
     # -- starting -------------------------------------------------------------------------
 
@@ -255,7 +246,7 @@ class LocalStack:
             self._start_checkpointer()
 
     def _start_checkpointer(self) -> None:
-        """The checkpointer of every partition (one process: one writer per partition)."""
+        """One checkpointer (a member of the group TOPIC.checkpointer: it takes every partition)."""
         argv = [
             *STEPLEDGER,
             "checkpoint",
@@ -295,9 +286,6 @@ class LocalStack:
         ]
 
     def _recovery_argv(self, name: str) -> list[str]:
-        shared = ["--shared-state", str(self.shared_state)] if self.options.recoverers > 1 else []
-        if self.options.recovery_state_in_kafka or self.options.no_shared_state:
-            shared = ["--state-in-kafka"]
         return [
             *STEPLEDGER,
             "recover",
@@ -305,7 +293,6 @@ class LocalStack:
             TOOLS,
             "--state-dir",
             str(self.workdir / name),
-            *shared,
             "--grace",
             self.options.recovery_grace,
             "--session-timeout",

@@ -102,8 +102,8 @@ def test_two_deployments_on_one_cluster_keep_every_invariant_and_share_no_state(
     # The agents' clock runs two minutes behind the daemons' here (the short run's is ahead):
     # nothing is decided early by the one clock (issue 42).
     args = ("--workflows", "20", "--seed", "3", "--duration", "300", "--two-deployments")
-    args = (*args, "--agent-skew", "-120")
-    code, report, output = run_chaos(tmp_path, src_env, *external(*args))
+    skew = ("--agent-skew", "-120")
+    code, report, output = run_chaos(tmp_path, src_env, *external(*args, *skew))
     assert code == 0, output
     assert report["passed"] and report["violations"] == []
     assert report["options"]["agent_skew_s"] == "-120.0"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,8 +27,10 @@ from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.state import RunStatus, StepStatus
+from stepledger.errors import StepLedgerError
 from stepledger.kafka import topic_partitions
 from stepledger.producer import Ledger, ResumeOptions
+from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger_dev.examples.clients import BookingsClient
 from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
 from tests.conftest import Factory, unique
@@ -58,25 +59,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
 
 
-def checkpointed(state_dir: Path, settings: Settings) -> tuple[int, int]:
-    """The daemon's checkpoint of partition 0: its position and how many steps it holds."""
-    path = state_dir / "recovery.sqlite"
-    if not path.exists():
-        return -1, -1
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+def checkpointed(settings: Settings) -> tuple[int, int]:
+    """The daemon's checkpoint of partition 0 on the changelog: its position and step count."""
+    store = KafkaCheckpointStore(settings, group_of(settings))
     try:
-        key = (group_of(settings), settings.topic)
-        row = conn.execute(
-            "SELECT next_offset FROM positions WHERE grp = ? AND topic = ? AND part = 0", key
-        ).fetchone()
-        steps = conn.execute(
-            "SELECT count(*) FROM steps WHERE grp = ? AND topic = ? AND part = 0", key
-        ).fetchone()
-    except sqlite3.OperationalError:
-        return -1, -1  # the daemon has not made its tables yet
+        found = store.load(settings.topic, 0)
+    except StepLedgerError:
+        return -1, -1  # the daemon has not made its changelog yet
     finally:
-        conn.close()
-    return (-1 if row is None else int(row[0])), int(steps[0])
+        store.close()
+    return (-1, -1) if found is None else (found.next_offset, len(found.steps))
 
 
 def test_a_restarted_daemon_cancels_nothing_for_a_zombies_fenced_intent(
@@ -99,7 +91,7 @@ def test_a_restarted_daemon_cancels_nothing_for_a_zombies_fenced_intent(
         end = len(watcher.refresh().events)  # one partition, every record an event
 
         def past_b() -> bool:
-            position, steps = checkpointed(state, settings)
+            position, steps = checkpointed(settings)
             return position >= end and steps == 0
 
         wait_for(past_b, 30, "a checkpoint past B's claim, with nothing of the trip tracked")

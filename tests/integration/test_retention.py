@@ -335,7 +335,6 @@ def recover(settings: Settings, env: dict[str, str], state: Path, group: str) ->
         "--tools",
         "stepledger_dev.examples.tools:registry",
         "--no-entry-points",
-        "--state-in-kafka",
         "--state-dir",
         str(state),
         "--group",

@@ -29,10 +29,10 @@ def test_a_checkpoint_that_cannot_be_read_back_stops_the_partition_not_the_daemo
     part.directory.put(b"wf-1", 7)
     checkpointer._parts[0] = part
     checkpointer._points = _NoCheckpoint()  # type: ignore[assignment]
-    checkpointer._take(_record(41))
+    checkpointer.take(_record(41))
     assert part.broken
     held = part.workflows[b"wf-1"]
     assert held.values == [] and held.evicted and held.covered == 30  # nothing half-extended
-    checkpointer._take(_record(42, b"wf-2"))
+    checkpointer.take(_record(42, b"wf-2"))
     assert b"wf-2" not in part.workflows  # a broken partition takes nothing more
     checkpointer.close()

@@ -22,7 +22,7 @@ from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.readers.workflows import InMemoryWorkflowReader
-from stepledger.recovery.checkpoint import SqliteCheckpointStore
+from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
@@ -62,7 +62,7 @@ def fuzz_tools(seed: int) -> ToolRegistry:
     )
 
 
-def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
+def daemon(tmp_path: Path, seed: int, store: InMemoryCheckpointStore) -> RecoveryDaemon:
     options = DaemonOptions(state_dir=tmp_path, workers=2, claim_timeout_s=0.01, grace_s=0.0)
     settings = Settings(bootstrap="127.0.0.1:9", topic="fuzz")
     log = InMemoryEventLog()
@@ -71,7 +71,7 @@ def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
         fuzz_tools(seed),
         options,
         log=log,
-        store=SqliteCheckpointStore(tmp_path / "recovery.sqlite", options.group),
+        store=store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: LATE,
         reader=InMemoryWorkflowReader(log),  # reopened steps are read back with no broker
@@ -84,7 +84,8 @@ def daemon(tmp_path: Path, seed: int) -> RecoveryDaemon:
 def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     tmp_path: Path, seed: int
 ) -> None:
-    first = daemon(tmp_path, seed)
+    store = InMemoryCheckpointStore()  # the changelog's stand-in, shared by both owners
+    first = daemon(tmp_path, seed, store)
     first._on_assign([])
     first.caught_up.add(0)
     first.fence.assigned({0})
@@ -105,7 +106,7 @@ def test_fuzzed_events_never_stop_the_daemon_its_checkpoint_or_a_take_over(
     first.work.shutdown(wait=True)
     first.store.close()
     # Another daemon takes the partition over from the checkpoint the first one left.
-    second = daemon(tmp_path, seed)
+    second = daemon(tmp_path, seed, store)
     resume_at = second.tracker.load(0, second.store.load("fuzz", 0))
     assert resume_at == 1500
     assert len(second.tracker.steps) <= tracked + len(second.tracker.unloadable)

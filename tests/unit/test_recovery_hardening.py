@@ -13,9 +13,10 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.times import LATEST, later, seconds
 from stepledger.errors import OwnershipLostError
+from stepledger.kafka.fence import Fence
 from stepledger.kafka.watch import BrokerWatch, RateLimit
 from stepledger.log import InMemoryEventLog
-from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.fence import FencedLog
 from stepledger.recovery.tracker import Tracker
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver

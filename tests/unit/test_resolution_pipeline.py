@@ -16,8 +16,9 @@ from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.domain.tools import Found, NotFound, Tool
 from stepledger.errors import DurabilityError, OwnershipLostError
 from stepledger.kafka import Position
+from stepledger.kafka.fence import Fence
 from stepledger.log import Acknowledgement, InMemoryEventLog
-from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.fence import FencedLog
 from stepledger.resolution import Resolver, ToolRegistry
 from tests.unit.factories import Clock
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +12,7 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.recovery.checkpoint import (
-    CheckpointStore,
-    InMemoryCheckpointStore,
-    SqliteCheckpointStore,
-)
+from stepledger.recovery.checkpoint import CheckpointStore, InMemoryCheckpointStore
 from stepledger.recovery.tracker import Tracker
 from tests.unit.factories import T0, factory, pay_tool
 
@@ -90,13 +85,9 @@ def test_revoked_partition_is_forgotten() -> None:
     assert set(tracker.steps) == {("b", "s")} and tracker.partitions() == {1}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    made: CheckpointStore = (
-        InMemoryCheckpointStore()
-        if request.param == "memory"
-        else SqliteCheckpointStore(tmp_path / "state.sqlite", "group")
-    )
+@pytest.fixture
+def store() -> Iterator[CheckpointStore]:
+    made: CheckpointStore = InMemoryCheckpointStore()
     yield made
     made.close()
 
@@ -119,17 +110,6 @@ def test_checkpoint_round_trip_restores_positions_and_open_steps(store: Checkpoi
     store.save("topic", restored.take_batch(LATER))
     again = store.load("topic", 0)
     assert again is not None and again.next_offset == 6 and again.steps == {}
-
-
-def test_sqlite_checkpoints_are_kept_per_group(tmp_path: Path) -> None:
-    one = SqliteCheckpointStore(tmp_path / "s.sqlite", "one")
-    two = SqliteCheckpointStore(tmp_path / "s.sqlite", "two")
-    tracker = Tracker(due)
-    feed(tracker, [intent("a")])
-    one.save("topic", tracker.take_batch(LATER))
-    assert one.load("topic", 0) is not None and two.load("topic", 0) is None
-    one.close()
-    two.close()
 
 
 def test_a_late_outcome_in_a_checkpoint_is_handed_back_for_judging() -> None:

@@ -49,6 +49,7 @@ PINNED = {
     "PREVIOUS_RECOVERY_GROUP": "stepledger-recovery",
     "RECOVERY_CLIENT_ID": "stepledger-recovery",
     "PROJECTOR_CLIENT_ID": "stepledger-projector",
+    "CHECKPOINTER_CLIENT_ID": "stepledger-checkpointer",
     "CLIENT_VERSION_SEPARATOR": "/",
     "TOOLS_ENTRY_POINT_GROUP": "stepledger.tools",
     "CE_SPECVERSION_HEADER": "ce_specversion",

@@ -1,9 +1,11 @@
 """The checkpointer: folds the step log into per-workflow checkpoints on a compacted topic.
 
-One checkpointer owns a set of step-log partitions (all by default; ``--partitions`` splits
-them between processes).  Per partition it restores what the checkpoint topic holds (every
-workflow's newest checkpoint and the partition's progress), then follows the step log from
-the record after the progress, keeping each workflow's values.  A workflow is checkpointed
+A checkpointer owns a set of step-log partitions: those its consumer group assigns it
+(:mod:`stepledger.checkpoints.member`, the daemon), or a fixed list for a one-shot catch-up.
+Per partition it restores what the checkpoint topic holds (every workflow's newest
+checkpoint and the partition's progress), then follows the step log from the record after
+the progress, keeping each workflow's values; a partition revoked gets a last round and is
+forgotten.  A workflow is checkpointed
 after ``every_events`` new records, when it finishes, and every ``every_s`` seconds (a
 *round*), which also writes the partition's progress: the offset up to which every workflow
 that has a record there has a checkpoint covering it.  A reader uses the progress to prove
@@ -19,17 +21,19 @@ the step log up to its covered offset (the workflow's values in log order, byte 
 and the fold's summary of them), so writing it again, after a crash or by a second owner
 of the partition, writes the same record; a reader takes the checkpoint with the highest
 covered offset and reads the tail after it, deduplicating by event id.  Progress is written
-only after every checkpoint it vouches for was acknowledged.
+only after every checkpoint it vouches for was acknowledged.  A group member writes only
+for partitions its fence says it owns (:class:`~stepledger.kafka.fence.Fence`), so a member
+paused past its session writes nothing once it wakes; what one writes anyway (a record in
+flight) is an older, still true snapshot (see :mod:`stepledger.checkpoints.member`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints import directory as dirs
@@ -40,10 +44,10 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.state import replay
 from stepledger.domain.steps import ENDED
-from stepledger.errors import CodecError
+from stepledger.errors import CodecError, OwnershipLostError
 from stepledger.gaps import LogStart, report_gap
-from stepledger.health import Health
 from stepledger.kafka import DurableProducer, Position, topic_partitions
+from stepledger.kafka.fence import Fence
 from stepledger.kafka.producer import Headers
 from stepledger.kafka.reader import PartitionReader
 from stepledger.kafka.records import Consumed, Where
@@ -59,11 +63,6 @@ _ENDINGS = tuple(
 #: A workflow whose checkpoint says one of these has ended: its values are let go.
 _ENDED = frozenset(status.value for status in ENDED)
 _POLL_S = 0.05
-
-
-class _Stop(Protocol):
-    @property
-    def requested(self) -> bool: ...
 
 
 @dataclass
@@ -126,11 +125,16 @@ class Checkpointer:
         """Reads evicted workflows' checkpoints back (see ``_read_back``)."""
         self.written = 0
         """Checkpoints (workflow and progress records) acknowledged so far."""
+        self.fence: Fence | None = None
+        """A group member's: nothing is written for a partition it does not own."""
 
-    def restore(self) -> None:
-        """Load what the checkpoint topic holds for the owned partitions."""
-        numbers = self._wanted or topic_partitions(self.settings, self.settings.topic)
+    def restore(self, numbers: Iterable[int] | None = None) -> dict[Where, int]:
+        """Load what the checkpoint topic holds for ``numbers`` (default: the fixed list, or
+        every partition), replacing what was held of them; where each is read from next."""
+        if numbers is None:
+            numbers = self._wanted or topic_partitions(self.settings, self.settings.topic)
         view = self._view()
+        restored = []
         for number in numbers:
             part = _Partition(number)
             for key, found in view.partition(number).items():
@@ -148,13 +152,29 @@ class Checkpointer:
                     part.directory.put(key, offset)
             self._parts[number] = part
             self._check_start(part, part.progress + 1)
+            restored.append(part)
         logger.info(
             "checkpointer restored %s",
-            ", ".join(
-                f"[{p.number}] {len(p.workflows)} workflows@{p.progress}"
-                for p in self._parts.values()
-            ),
+            ", ".join(f"[{p.number}] {len(p.workflows)} workflows@{p.progress}" for p in restored),
         )
+        return {(self.settings.topic, p.number): p.progress + 1 for p in restored}
+
+    def release(self, numbers: Iterable[int]) -> None:
+        """Partitions revoked: a last round for each (while still ours), then forgotten."""
+        for number in numbers:
+            part = self._parts.pop(number, None)
+            if part is not None:
+                self._round_of(part)
+
+    def drop(self, numbers: Iterable[int]) -> None:
+        """Partitions lost (taken while this member was away): forgotten, nothing written."""
+        for number in numbers:
+            self._parts.pop(number, None)
+
+    @property
+    def partitions(self) -> list[int]:
+        """The step-log partitions held now."""
+        return sorted(self._parts)
 
     @property
     def identity(self) -> LogIdentity:
@@ -193,25 +213,7 @@ class Checkpointer:
         with self._reader() as reader:
             for records in reader.to_end(self._starts(), within=timeout_s, wait_s=_POLL_S):
                 for record in records:
-                    self._take(record)
-        self.round()
-
-    def run(self, stop: _Stop, health: Health | None = None) -> None:
-        """Follow the log until ``stop.requested``, writing a round every ``every_s``;
-        ``health`` hears each turn and, after each round, whether it is ready."""
-        self.restore()
-        last = time.monotonic()
-        with self._reader() as reader:
-            for batch in reader.follow(self._starts(), stop=lambda: stop.requested, wait_s=_POLL_S):
-                if health is not None:
-                    health.beat()
-                for record in batch.records:
-                    self._take(record)
-                if time.monotonic() - last >= self.options.every_s:
-                    self.round()
-                    last = time.monotonic()
-                    if health is not None:
-                        health.report(self.unready())
+                    self.take(record)
         self.round()
 
     def unready(self) -> str | None:
@@ -227,9 +229,13 @@ class Checkpointer:
     def round(self) -> None:
         """Checkpoint every workflow with new records, then each partition's directory and
         progress (both vouch only for checkpoints already acknowledged)."""
-        for part in self._parts.values():
-            if part.broken:
-                continue
+        for part in list(self._parts.values()):
+            self._round_of(part)
+
+    def _round_of(self, part: _Partition) -> None:
+        if part.broken:
+            return
+        try:
             self._flush(part, [k for k, w in part.workflows.items() if w.covered > w.written])
             if part.directory.due():
                 self._write_directory(part)
@@ -237,6 +243,10 @@ class Checkpointer:
                 progress = WorkflowCheckpoint(None, self.settings.topic, part.number, part.read_to)
                 self._send(part, [(progress.key, encode(progress))])
                 part.progress = part.read_to
+        except OwnershipLostError as exc:
+            logger.warning(
+                "checkpointer: round of step-log partition %d not written: %s", part.number, exc
+            )
 
     def _write_directory(self, part: _Partition) -> None:
         """The chunks whose entries changed, then the root over them."""
@@ -261,8 +271,11 @@ class Checkpointer:
         topic = self.settings.topic
         return {(topic, p.number): p.progress + 1 for p in self._parts.values() if not p.broken}
 
-    def _take(self, record: Consumed) -> None:
-        part = self._parts[record.partition]
+    def take(self, record: Consumed) -> None:
+        """Take in one step-log record of a partition held (a partition not held: ignored)."""
+        part = self._parts.get(record.partition)
+        if part is None:
+            return  # revoked while its records were in flight
         offset = record.offset
         if offset > part.read_to + 1:
             # Offsets of an idempotent, non-transactional log are contiguous: a jump is a
@@ -284,7 +297,9 @@ class Checkpointer:
         held.covered = offset
         held.pending += 1
         if held.pending >= self.options.every_events or _ends(record):
-            self._flush(part, [key])
+            # Not owned now: written by a round once the group answered, or by the next owner.
+            with contextlib.suppress(OwnershipLostError):
+                self._flush(part, [key])
 
     def _flush(self, part: _Partition, keys: list[bytes]) -> None:
         checkpoints = [self._checkpoint(part.number, key, part.workflows[key]) for key in keys]
@@ -360,6 +375,11 @@ class Checkpointer:
         directory root (the header readers start from); a record sent before any root
         carries no root.
         """
+        fence = self.fence
+        if fence is not None and not fence.owns(part.number):
+            raise OwnershipLostError(
+                f"step-log partition {part.number} may have moved to another checkpointer"
+            )
         topic = self.settings.checkpoint_topic
         root = part.directory.root
         pointer = [(wire.CHECKPOINT_DIRECTORY_HEADER, str(root).encode())] if root >= 0 else []

@@ -36,7 +36,7 @@ def kafka_options(fn: F) -> F:
         click.option(
             "--recovery-state-topic",
             envvar="STEPLEDGER_RECOVERY_STATE_TOPIC",
-            help="Compacted recovery changelog (recover --state-in-kafka) "
+            help="Compacted recovery changelog, the recovery daemons' state "
             "[default: TOPIC.recovery-state].",
         ),
         click.option("--fleet", "fleet_id", envvar="STEPLEDGER_FLEET_ID", help="Fleet id."),

@@ -20,6 +20,7 @@ from stepledger.config import Settings
 from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
+from stepledger.errors import ConfigError
 from stepledger.health import serve_probes
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
@@ -35,6 +36,10 @@ from stepledger.recovery.reconcile import reconcile, record_disagreements
 from stepledger.terminal import safe
 
 STATE_DIR_ENV = "STEPLEDGER_RECOVERY_STATE_DIR"
+#: The state file of the local backend before 0.5.0 (left behind by an upgrade).
+LEGACY_STATE_FILE = "recovery.sqlite"
+
+logger = logging.getLogger("stepledger.recovery")
 
 logger = logging.getLogger("stepledger.recovery")
 
@@ -65,22 +70,23 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".stepledger-recovery"),
     show_default=True,
-    help="Where the daemon keeps its checkpoint and health file.",
+    help="Where the daemon writes its heartbeat file (for recover-health); its state is on "
+    "the recovery changelog topic.",
 )
 @click.option(
     "--shared-state",
     "shared_state",
     envvar="STEPLEDGER_RECOVERY_SHARED_STATE",
     type=click.Path(file_okay=False, path_type=Path),
-    help="A directory every daemon of the group reaches: one checkpoint per partition, so a "
-    "partition that moves resumes from its checkpoint (run several daemons with this).",
+    hidden=True,
+    help="Refused: the state is on the recovery changelog topic (see the CHANGELOG).",
 )
 @click.option(
     "--state-in-kafka",
     is_flag=True,
     envvar="STEPLEDGER_RECOVERY_STATE_IN_KAFKA",
-    help="Keep the per-partition checkpoints on the compacted recovery changelog topic "
-    "(created if missing) instead of files: no shared directory between machines.",
+    hidden=True,
+    help="Deprecated, does nothing: the state is always on the recovery changelog topic.",
 )
 @click.option(
     "--group",
@@ -139,6 +145,7 @@ def recover_command(
 ) -> None:
     """Run the recovery daemon: resolve intents left without an outcome past their deadline."""
     configure_logging(json_logs=log_format == "json", level=log_level)
+    _state_options(state_dir, shared_state, state_in_kafka)
     tools = load_tools(tool_specs, no_entry_points)
     if not len(tools):
         # The operator's choice (--tools none), said once: nothing here resolves a step.
@@ -152,11 +159,7 @@ def recover_command(
         session_timeout_s=parse_duration(session_timeout).total_seconds(),
         instance_id=instance_id,
         group_protocol=group_protocol,
-        shared_state_dir=shared_state,
-        state_in_kafka=state_in_kafka,
     )
-    if state_in_kafka:
-        _ensure_state_topic(settings)
     metrics = RecoveryMetrics()
     serve_probes(metrics_port, metrics.health, metrics.registry)
     daemon = RecoveryDaemon(
@@ -369,17 +372,20 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-def _ensure_state_topic(settings: Settings) -> None:
-    """The recovery changelog: compacted, with the step log's partition count."""
-    from stepledger.kafka import ensure_topics, topic_partitions
-    from stepledger.topics import COMPACTED
-
-    count = len(topic_partitions(settings, settings.topic))
-    topic = settings.recovery_state_topic
-    ensure_topics(settings, [topic], partitions=count, configs={topic: dict(COMPACTED)})
-    have = len(topic_partitions(settings, topic))
-    if have != count:
-        raise click.ClickException(
-            f"{topic} has {have} partitions and {settings.topic} {count}: the recovery "
-            "changelog is partitioned like the step log; use a new changelog topic"
+def _state_options(state_dir: Path, shared_state: Path | None, state_in_kafka: bool) -> None:
+    """The state backends before 0.5.0: refused, deprecated, or left behind (one line each)."""
+    if shared_state is not None:
+        raise ConfigError(
+            "--shared-state is gone: the recovery state is on the changelog topic; drop the "
+            "option and start the daemons (the first start replays the log; see the CHANGELOG)"
+        )
+    if state_in_kafka:
+        logger.warning(
+            "--state-in-kafka is deprecated and does nothing: the state is on the changelog topic"
+        )
+    if (state_dir / LEGACY_STATE_FILE).exists():
+        logger.warning(
+            "%s is no longer read (the state is on the changelog topic; this first start "
+            "replays the log once): delete it",
+            state_dir / LEGACY_STATE_FILE,
         )

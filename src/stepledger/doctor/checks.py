@@ -92,7 +92,7 @@ class ClusterFacts:
     state_origins: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     """Per state topic, how many of its newest records name each step log (``-``: none)."""
     recovery_state_topic: str = ""
-    """The recovery changelog (``recover --state-in-kafka``)."""
+    """The recovery changelog (the recovery daemons' state)."""
     cluster_id: str = ""
     """The cluster's id as its metadata names it (Tansu's is ``tansu_cluster``)."""
 

@@ -1,6 +1,8 @@
-"""The recovery daemon's per-partition state on a compacted Kafka topic (no shared directory).
+"""The recovery daemon's per-partition state on a compacted Kafka topic: its one state store.
 
-The changelog pattern: each step-log partition's state lives in the same partition number
+One store whatever the deployment: one daemon or many, on one machine or several (nothing
+is shared but Kafka), and each fleet's state under its step log's name.  The changelog
+pattern: each step-log partition's state lives in the same partition number
 of a compacted topic, one record per tracked step (key ``step`` + group + workflow + step;
 the value the step's events as JSON lines; a tombstone when it is no longer tracked) and
 one position record per group (key ``position`` + group; the value the next offset).  A
@@ -27,11 +29,12 @@ from concurrent.futures import Future
 
 from stepledger import wire
 from stepledger.config import Settings
-from stepledger.errors import RecoveryError, StepLedgerError
-from stepledger.kafka import DurableProducer, Headers, Position
+from stepledger.errors import ConfigError, RecoveryError, StepLedgerError
+from stepledger.kafka import DurableProducer, Headers, Position, ensure_topics, topic_partitions
 from stepledger.kafka.reader import records_to_end
 from stepledger.logid import LogIdentity, Refusals, resolve
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
+from stepledger.topics import COMPACTED
 
 #: Restoring a partition never takes longer than this.
 RESTORE_LIMIT_S = 120.0
@@ -66,6 +69,18 @@ class KafkaCheckpointStore:
             self._identity = self._identity or resolve(self.settings)
             self._refusals = Refusals(self._identity, "recovery state")
         return self._refusals
+
+    def connect(self) -> None:
+        """Create the changelog if missing: compacted, with the step log's partition count."""
+        count = len(topic_partitions(self.settings, self.settings.topic))
+        configs = {self.topic: dict(COMPACTED)}
+        ensure_topics(self.settings, [self.topic], partitions=count, configs=configs)
+        have = len(topic_partitions(self.settings, self.topic))
+        if have != count:
+            raise ConfigError(
+                f"{self.topic} has {have} partitions and {self.settings.topic} {count}: the "
+                "recovery changelog is partitioned like the step log; use a new changelog topic"
+            )
 
     def load(self, topic: str, partition: int) -> PartitionCheckpoint | None:
         """Read the partition's changelog to its end: its position and tracked steps."""

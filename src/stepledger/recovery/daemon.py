@@ -52,21 +52,18 @@ from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.health import partitions_unready
 from stepledger.kafka import reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, Placement
+from stepledger.kafka.fence import Fence
 from stepledger.kafka.records import BEGINNING, Consumed, Polled, Where
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
-from stepledger.logid import resolve
 from stepledger.ops import Shutdown
 from stepledger.readers.workflows import KafkaPartitionReader, WorkflowReader
-from stepledger.recovery.checkpoint import (
-    CheckpointStore,
-    PartitionedCheckpointStore,
-    SqliteCheckpointStore,
-)
+from stepledger.recovery.changelog import KafkaCheckpointStore
+from stepledger.recovery.checkpoint import CheckpointStore
 from stepledger.recovery.claims import ClaimBoard
 from stepledger.recovery.clock import DeadlineClock, SteadyClock
 from stepledger.recovery.echoes import Echoes
-from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.fence import FencedLog
 from stepledger.recovery.groups import warn_other_groups
 from stepledger.recovery.health import write_health
 from stepledger.recovery.histories import HistoryReads
@@ -119,7 +116,7 @@ class RecoveryDaemon:
         self.codec = codec or codec_for(settings)
         self.log = log or KafkaEventLog(settings, codec=self.codec)
         options.state_dir.mkdir(parents=True, exist_ok=True)
-        self.store = store or _checkpoints(settings, options)
+        self.store = store or KafkaCheckpointStore(settings, options.group)
         self.dead_letters = dead_letters or KafkaEventLetters(
             settings, self.codec, group=options.group
         )
@@ -180,6 +177,7 @@ class RecoveryDaemon:
         reachable_partitions(self.settings, self.settings.topic)
         warn_other_groups(self.settings, self.options.group)
         check_retention(self.settings, "recovery")
+        self.store.connect()
         # Decisions are fitted to the limit that applies: the step log's own, when smaller.
         limit = max_message_bytes(self.settings, self.settings.topic)
         self.resolver.record_limit = oversize.record_limit(limit)
@@ -575,18 +573,3 @@ class RecoveryDaemon:
             self.store.close()
             self.options.health_file.unlink(missing_ok=True)
             logger.info("recovery stopped", extra={"signal": self.shutdown.signal})
-
-
-def _checkpoints(settings: Settings, options: DaemonOptions) -> CheckpointStore:
-    if options.state_in_kafka:
-        from stepledger.recovery.changelog import KafkaCheckpointStore
-
-        return KafkaCheckpointStore(settings, options.group)
-
-    # The step log's identity is asked of the broker when a partition's state is first read.
-    def identity() -> str:
-        return str(resolve(settings))
-
-    if options.shared_state_dir is not None:
-        return PartitionedCheckpointStore(options.shared_state_dir, options.group, identity)
-    return SqliteCheckpointStore(options.state_dir / "recovery.sqlite", options.group, identity)

@@ -15,7 +15,8 @@ class DaemonOptions:
     """How the daemon runs."""
 
     state_dir: Path
-    """Where the checkpoint database (``recovery.sqlite``) and the health file live."""
+    """Where the heartbeat file ``stepledger recover-health`` reads is written (the state
+    itself is on the recovery changelog topic)."""
     group: str = ""
     """Consumer group; daemons in one group split the partitions (empty: the settings'
     ``recovery_group``, named after the step log)."""
@@ -49,12 +50,6 @@ class DaemonOptions:
     """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
     consumer: dict[str, Any] = field(default_factory=dict)
     """Extra librdkafka consumer settings, applied last."""
-    shared_state_dir: Path | None = None
-    """A directory every daemon of the group reaches: one checkpoint file per partition
-    there, so a moved partition resumes from its checkpoint (None: ``state_dir``'s own file)."""
-    state_in_kafka: bool = False
-    """Keep the per-partition checkpoints on the compacted ``recovery_state_topic`` instead
-    of files: daemons on different machines need no shared directory."""
 
     def for_settings(self, settings: Settings) -> DaemonOptions:
         """These options with the group named (the settings' when none was given)."""

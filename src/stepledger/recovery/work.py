@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from stepledger.recovery.fence import Fence
+from stepledger.kafka.fence import Fence
 from stepledger.recovery.tracker import StepKey, Tracked
 from stepledger.resolution.resolver import Resolution, Settle
 

@@ -72,20 +72,20 @@ import click
     type=click.IntRange(1, 8),
     default=1,
     show_default=True,
-    help="Recovery daemons in one group, sharing per-partition checkpoints (as --projectors).",
+    help="Recovery daemons in one group (their state on the recovery changelog topic).",
 )
 @click.option(
     "--state-in-kafka",
     "state_in_kafka",
     is_flag=True,
-    help="Recovery daemons keep their checkpoints on a compacted topic, each with its own "
-    "state directory: no shared state between members but Kafka.",
+    hidden=True,
+    help="Deprecated, does nothing: recovery state is always on the changelog topic.",
 )
 @click.option(
     "--no-shared-state",
     "no_shared_state",
     is_flag=True,
-    help="No volume shared between members (implies --state-in-kafka): each projector "
+    help="No volume shared between members: each projector "
     "projects into a directory of its own, a checkpointer runs, agents open workflows from "
     "Kafka; the projection checked is each partition's freshest shard.",
 )
@@ -148,7 +148,6 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
-        recovery_state_in_kafka=state_in_kafka or no_shared_state or two_deployments,
         no_shared_state=no_shared_state or two_deployments,
         agent_skew_s=agent_skew,
         two_deployments=two_deployments,

@@ -39,17 +39,6 @@ def read_acks(paths: list[Path]) -> set[str]:
     return acked
 
 
-def checkpointed(path: Path) -> bool:
-    """True once a recovery checkpoint file holds a saved position."""
-    if not path.exists():
-        return False
-    try:
-        with _sqlite(path) as con:
-            return bool(con.execute("SELECT count(*) FROM positions").fetchone()[0])
-    except sqlite3.Error:  # not created yet, or being written: ask again
-        return False
-
-
 def effect_counts(state: Path) -> dict[str, dict[str, int]]:
     """A service's real effects by kind and key, read from its state file."""
     counts: dict[str, dict[str, int]] = defaultdict(dict)

@@ -36,7 +36,7 @@ from pathlib import Path
 from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
 from stepledger.readers.snapshots import shard_path
-from stepledger.recovery.checkpoint import partition_checkpoint_path
+from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger_dev.broker import LocalBroker
 from stepledger_dev.chaos import evidence as gather
 from stepledger_dev.chaos.cluster import ClusterFaults
@@ -99,12 +99,10 @@ class ChaosOptions:
     projectors: int = 1
     """Projector processes in one group (more than one: a shard directory)."""
     recoverers: int = 1
-    """Recovery daemons in one group (more than one: shared per-partition checkpoints)."""
-    recovery_state_in_kafka: bool = False
-    """Recovery checkpoints on a compacted topic, no shared directory (``--state-in-kafka``)."""
+    """Recovery daemons in one group (their state on the recovery changelog topic)."""
     no_shared_state: bool = False
     """No shared volume at all (``--no-shared-state``): a shard directory per projector,
-    recovery state in Kafka, a checkpointer, agents opening workflows from Kafka."""
+    a checkpointer, agents opening workflows from Kafka."""
     agent_skew_s: float = 0.0
     """Seconds the agents' wall clock is moved against the daemons' (one clock for deadlines)."""
     two_deployments: bool = False
@@ -402,7 +400,6 @@ class Run:
         there for whichever member takes it next.
         """
         topic, count = self.settings.topic, self.stack.options.partitions
-        shared = self.stack.shared_state
 
         def ready() -> bool:
             places = self.stack.projections()
@@ -410,18 +407,13 @@ class Run:
                 any(shard_path(place, topic, p).exists() for place in places) for p in range(count)
             )
             saved = self.options.recoverers < 2 or all(
-                self._checkpointed(shared, topic, p) for p in range(count)
+                self._checkpointed(topic, p) for p in range(count)
             )
             return shards and saved
 
         return wait_until(ready, timeout, interval=0.2)
 
-    def _checkpointed(self, shared: Path, topic: str, partition: int) -> bool:
-        if not (self.options.recovery_state_in_kafka or self.options.no_shared_state):
-            path = partition_checkpoint_path(shared, self.settings.recovery_group, topic, partition)
-            return gather.checkpointed(path)
-        from stepledger.recovery.changelog import KafkaCheckpointStore
-
+    def _checkpointed(self, topic: str, partition: int) -> bool:
         store = KafkaCheckpointStore(self.settings, self.settings.recovery_group)
         try:
             return store.load(topic, partition) is not None
@@ -539,7 +531,6 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         partitions=SCALED_PARTITIONS if options.scaled else 3,
         projectors=options.projectors,
         recoverers=options.recoverers,
-        recovery_state_in_kafka=options.recovery_state_in_kafka or options.no_shared_state,
         no_shared_state=options.no_shared_state,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:

@@ -94,7 +94,7 @@ def _run(
             if held.broken or at >= part.end:
                 continue
             sched.point(actor)
-            writer._take(step_message(part.records[at]))
+            writer.take(step_message(part.records[at]))
             positions[number] = at + 1
             read = True
         if sched.now_ms - last >= ROUND_MS:

@@ -44,10 +44,11 @@ from stepledger.errors import StepLedgerError
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.escalations import EscalationQueue, OpenEscalation
 from stepledger.kafka import Position
+from stepledger.kafka.fence import Fence
 from stepledger.projector.fold import BatchFold
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.recovery.daemon import CHECKPOINT_AFTER_CHANGES, RecoveryDaemon
-from stepledger.recovery.fence import Fence, FencedLog
+from stepledger.recovery.fence import FencedLog
 from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.tracker import StepKey, Tracked
 from stepledger.resolution.claims import ClaimCheck, reader_check

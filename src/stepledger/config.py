@@ -7,6 +7,7 @@ settings pass through untouched: ``[kafka]`` in the file, ``STEPLEDGER_KAFKA_<KE
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -212,6 +213,30 @@ def parse_kafka_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
             raise ConfigError(f"expected -X key=value, got {pair!r}")
         options[key.strip()] = value
     return options
+
+
+def config_text(values: Mapping[str, str], kafka: Mapping[str, str]) -> str:
+    """A config file (TOML) that :func:`load_settings` reads back as ``values`` and ``kafka``."""
+    lines = [f"{key} = {_toml_string(value)}" for key, value in values.items()]
+    if kafka:
+        lines += ["", "[kafka]"]
+        lines += [f"{_toml_string(key)} = {_toml_string(value)}" for key, value in kafka.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` readable by its owner only (it may hold a password)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # An existing file keeps its mode through O_CREAT: narrow it before writing.
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    return path
+
+
+def _toml_string(value: str) -> str:
+    # A TOML basic string escapes as JSON does for the characters a setting holds.
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _from_file(path: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import pytest
 from stepledger.config import Settings
 from stepledger.kafka import ensure_topics
 from stepledger.topics import step_log_config
-from stepledger_dev.apache_kafka import KafkaBroker
+from stepledger_dev.apache_kafka import KafkaBroker, Security
 from stepledger_dev.broker import LocalBroker
 
 # A test run started in the background of a non-interactive shell (`cmd &`, a CI runner's
@@ -105,6 +105,17 @@ def bootstrap(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         return
     with LocalBroker(log_path=logs / "tansu.log") as broker:
         yield broker.bootstrap
+
+
+@pytest.fixture(scope="module")
+def secure_kafka(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A secured Apache Kafka of the module's own: SASL/SCRAM clients, ACLs enforced, a super
+    user whose librdkafka settings are ``client_settings``."""
+    if engine != "kafka":
+        pytest.skip("a secured Apache Kafka test (needs --engine kafka)")
+    logs = tmp_path_factory.mktemp("secure-broker")
+    with KafkaBroker(log_dir=logs, security=Security()) as kafka:
+        yield kafka
 
 
 def unique(prefix: str) -> str:

@@ -7,6 +7,7 @@ settings pass through untouched: ``[kafka]`` in the file, ``STEPLEDGER_KAFKA_<KE
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ from pydantic import (
 from stepledger import wire
 from stepledger.domain.secrets import MIN_KEY_LENGTH
 from stepledger.errors import ConfigError
+from stepledger.fleets.permissions import Role as FleetRole
 
 ENV_PREFIX = "STEPLEDGER_"
 KAFKA_ENV_PREFIX = "STEPLEDGER_KAFKA_"
@@ -59,6 +61,9 @@ class Settings(BaseModel):
     """The recovery daemons' consumer group (default: ``<topic>.recovery``)."""
     fleet_id: str = "default"
     """The fleet every event of this process is tagged with."""
+    role: FleetRole | None = None
+    """The fleet role these credentials are for (``fleet create`` writes it): it names the
+    role in a refusal's line, and the config file that sets it pins the fleet's names."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """The producing process, recorded in every event."""
     schema_registry_url: str | None = None
@@ -150,6 +155,7 @@ DERIVED_NAMES = {
 #: warning, so a configuration written for an older release still starts.
 _ONE_CLIENT = "every step-log record leaves through one client, none lingers"
 RETIRED_SETTINGS = {"batch_linger_ms": _ONE_CLIENT, "batch_from_in_flight": _ONE_CLIENT}
+_PINNED_TOPICS = ("topic", *DERIVED_NAMES)
 #: What Kafka accepts as a topic name (``kafka.common.internals.Topic``).
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 #: The first reconnect backoff of short-lived clients (see :meth:`Settings.quick_connect`).
@@ -189,11 +195,13 @@ def load_settings(
     config_file = config_file or env.get(f"{ENV_PREFIX}CONFIG")
     values: dict[str, Any] = _from_file(Path(config_file)) if config_file else {}
     kafka = dict(values.pop("kafka", {}) or {})
+    pinned = dict(values) if values.get("role") else {}
     values.update(_from_env(env))
     kafka.update(_kafka_from_env(env))
     flag_values = {k: v for k, v in (flags or {}).items() if v is not None}
     kafka.update(flag_values.pop("kafka", {}) or {})
     values.update(flag_values)
+    _check_pinned(pinned, values)
     try:
         return Settings(**values, kafka={str(k): str(v) for k, v in kafka.items()})
     except ValidationError as exc:
@@ -201,6 +209,21 @@ def load_settings(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from None
+
+
+#: What a fleet role's config file pins: its fleet and the names its ACLs cover.
+PINNED_BY_ROLE = ("fleet_id", "role", *_PINNED_TOPICS)
+
+
+def _check_pinned(pinned: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    """Refuse a flag or variable that would move a fleet role's config to other names."""
+    for name in PINNED_BY_ROLE:
+        if name in pinned and str(values.get(name)) != str(pinned[name]):
+            raise ConfigError(
+                f"the config file is fleet {pinned.get('fleet_id')!r}'s {pinned['role']}: "
+                f"{name} stays {pinned[name]!r} (given {values.get(name)!r}); use another "
+                "fleet's config file"
+            )
 
 
 def parse_kafka_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -212,6 +235,30 @@ def parse_kafka_options(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
             raise ConfigError(f"expected -X key=value, got {pair!r}")
         options[key.strip()] = value
     return options
+
+
+def config_text(values: Mapping[str, str], kafka: Mapping[str, str]) -> str:
+    """A config file (TOML) that :func:`load_settings` reads back as ``values`` and ``kafka``."""
+    lines = [f"{key} = {_toml_string(value)}" for key, value in values.items()]
+    if kafka:
+        lines += ["", "[kafka]"]
+        lines += [f"{_toml_string(key)} = {_toml_string(value)}" for key, value in kafka.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` readable by its owner only (it may hold a password)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # An existing file keeps its mode through O_CREAT: narrow it before writing.
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    return path
+
+
+def _toml_string(value: str) -> str:
+    # A TOML basic string escapes as JSON does for the characters a setting holds.
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _from_file(path: Path) -> dict[str, Any]:

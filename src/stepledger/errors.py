@@ -10,8 +10,10 @@
     │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
     ├── EventValidationError             a decoded or JSON event that breaks the model
     ├── BrokerError                      the event log cannot be reached or refused a request
+    │   ├── NotAuthorisedError           the broker refused this principal an ACL (one line)
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
-    │       └── RecordTooLargeError      a record larger than its topic takes (never written)
+    │       ├── RecordTooLargeError      a record larger than its topic takes (never written)
+    │       └── RecordRefusedError       a record the broker refused this principal (also the above)
     ├── LedgerStateError                 the log forbids what was asked
     │   ├── PlanMismatchError            a replayed plan asks for another step at a known position
     │   ├── SagaViolationError           a plan or step that breaks the saga rules (pivot order)
@@ -113,6 +115,28 @@ class RecordTooLargeError(DurabilityError):
     The record was not written, and sending it again fails the same way: what it records
     must be made smaller (a result kept as its digest), or the attempt counted and given up.
     """
+
+    retryable = False
+
+
+class NotAuthorisedError(BrokerError):
+    """The broker refused this principal: it lacks an ACL, or its credentials were refused.
+
+    The message is one line, ``not authorised: <role> lacks <ACL> on <resource>``; trying
+    again helps only once an operator changed the ACLs or the credentials.
+    """
+
+    retryable = False
+
+    def __init__(self, message: str, *, role: str, acl: str, resource: str) -> None:
+        super().__init__(message, retryable=False)
+        self.role = role
+        self.acl = acl
+        self.resource = resource
+
+
+class RecordRefusedError(DurabilityError, NotAuthorisedError):
+    """A record the broker refused this principal: not written, the effect not attempted."""
 
     retryable = False
 

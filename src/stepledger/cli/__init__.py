@@ -42,6 +42,7 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger_dev.chaos.command": ("local", ("chaos",)),
     "stepledger_dev.simulate.command": ("local", ("simulate",)),
     "stepledger.cli._doctor": ("", ("doctor",)),
+    "stepledger.cli._fleet": ("", ("fleet",)),
 }
 
 

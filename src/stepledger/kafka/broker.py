@@ -8,7 +8,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from stepledger.config import Settings
-from stepledger.errors import BrokerError
+from stepledger.errors import BrokerError, NotAuthorisedError
 
 
 def admin(settings: Settings) -> AdminClient:
@@ -27,6 +27,54 @@ def client_error(exc: BaseException) -> str | None:
     error = exc.args[0] if exc.args else None
     text = str(error.str() if isinstance(error, KafkaError) else exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+#: What each refusal code means: the ACL the principal lacks (None: its credentials).
+_REFUSALS = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "READ",
+    # An idempotent producer with WRITE on no topic is refused its producer id (measured):
+    # the ACL it lacks is WRITE on the topic it writes, not a cluster one.
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "WRITE",
+    KafkaError._AUTHENTICATION: None,
+    KafkaError.SASL_AUTHENTICATION_FAILED: None,
+}
+
+
+def refusal(
+    err: KafkaError, settings: Settings, acl: str, resource: str
+) -> NotAuthorisedError | None:
+    """The one line of a refusal by the broker, or None when ``err`` is no refusal.
+
+    ``acl`` and ``resource`` say what was asked (``WRITE``, ``TOPIC orders``); a group's
+    refusal names READ on the group, a refused login the principal.  Every client error that
+    may be a refusal passes here, so an operator reads one line naming what to grant.
+    """
+    code = err.code()
+    if code not in _REFUSALS:
+        return None
+    role = who(settings)
+    lacks = _REFUSALS[code]
+    if lacks is None:
+        message = f"not authorised: {role} was refused its login (wrong password or unknown user)"
+        return NotAuthorisedError(message, role=role, acl="", resource="login")
+    if code == KafkaError.GROUP_AUTHORIZATION_FAILED and not resource.startswith("GROUP"):
+        resource = "its GROUP"
+    needed = lacks or acl
+    return NotAuthorisedError(
+        f"not authorised: {role} lacks {needed} on {resource}",
+        role=role,
+        acl=needed,
+        resource=resource,
+    )
+
+
+def who(settings: Settings) -> str:
+    """How a refusal names this client: its fleet role, else its SASL user."""
+    user = settings.kafka.get("sasl.username")
+    if settings.role is not None:
+        return f"{settings.fleet_id} {settings.role} (User:{user})" if user else settings.role
+    return f"User:{user}" if user else "this client"
 
 
 def reachable_partitions(settings: Settings, topic: str) -> list[int]:
@@ -49,8 +97,7 @@ def topic_partitions(settings: Settings, topic: str, timeout: float = 5.0) -> li
     """Return the partitions of a topic; raise BrokerError if unreachable or unknown."""
     found = listed_topics(settings, timeout).get(topic)
     if not found:
-        where = settings.bootstrap
-        raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
+        raise _unlisted(settings, topic)
     return found
 
 
@@ -73,6 +120,24 @@ def _listed(client: AdminClient, settings: Settings, timeout: float) -> dict[str
     }
 
 
+def _unlisted(settings: Settings, topic: str) -> BrokerError:
+    """A topic the broker does not list: missing, or (authenticated) not described to us.
+
+    A principal without DESCRIBE on a topic is not told it exists (measured): on a cluster
+    with credentials the line says both, so no one creates a topic that is there.
+    """
+    where = settings.bootstrap
+    if "sasl.username" not in settings.kafka:
+        return BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
+    return NotAuthorisedError(
+        f"not authorised: {who(settings)} lacks DESCRIBE on TOPIC {topic} "
+        f"(or it does not exist on {where})",
+        role=who(settings),
+        acl="DESCRIBE",
+        resource=f"TOPIC {topic}",
+    )
+
+
 #: What a broker without topic ids (before KIP-516) answers: the all-zero UUID.
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
@@ -87,9 +152,7 @@ def topic_id(settings: Settings, topic: str, timeout: float = 5.0) -> str:
     client = admin(settings)
     # Listed first: a request naming a missing topic would create it on Tansu.
     if topic not in _listed(client, settings, timeout):
-        raise BrokerError(
-            f"topic {topic!r} does not exist on {settings.bootstrap}", retryable=False
-        )
+        raise _unlisted(settings, topic)
     try:
         futures = client.describe_topics(TopicCollection([topic]), request_timeout=timeout)
         found = str(futures[topic].result(timeout).topic_id)
@@ -132,8 +195,14 @@ def ensure_topics(
         try:
             future.result(timeout)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"cannot create topic {topic!r}: {exc}") from None
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            # Refused: a topic this principal may not describe looked missing to it.
+            resource = f"TOPIC {topic} (or DESCRIBE, if it exists)"
+            refused = refusal(exc.args[0], settings, "CREATE", resource)
+            if refused is not None:
+                raise refused from None
+            raise BrokerError(f"cannot create topic {topic!r}: {exc}") from None
     # A create is acknowledged once the controller committed it; a broker learns of the
     # topic after (under load, Apache Kafka still answered "unknown topic" right after), and
     # a daemon started at once would take it for missing: wait, bounded, until it is listed.

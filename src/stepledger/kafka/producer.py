@@ -27,7 +27,14 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from stepledger.config import Settings
-from stepledger.errors import BrokerError, ConfigError, DurabilityError, RecordTooLargeError
+from stepledger.errors import (
+    BrokerError,
+    ConfigError,
+    DurabilityError,
+    RecordRefusedError,
+    RecordTooLargeError,
+)
+from stepledger.kafka.broker import refusal
 from stepledger.kafka.release import drop_within
 
 #: Record headers; a header may carry no value (None), which stays None end to end.
@@ -114,6 +121,9 @@ class DurableProducer:
         self._last_handoff: weakref.ref[_LoopHandoff] | None = None
         """The handoff of the loop that sent last: a weak-map lookup per record costs more."""
         self._fatal: KafkaError | None = None
+        self._refused: tuple[KafkaError, float] | None = None
+        """The broker's last refusal of this principal (an ACL, its login) and when: records
+        fail with its one line, and a new client is tried at most every REFUSAL_RETRY_S."""
         self._timeouts = 0
         self._retired: list[Producer] = []
         """Clients replaced after a fatal error, served until every record they held is
@@ -122,6 +132,12 @@ class DurableProducer:
     def _client(self) -> Producer:
         if self._fatal is not None:
             self._replace_after_fatal()
+        refused = self._refused
+        if self._producer is None and refused is not None:
+            if time.monotonic() - refused[1] < REFUSAL_RETRY_S:
+                # Not a new client per record: the broker said no a moment ago.
+                raise self._refusal_of(refused[0], None)
+            self._refused = None
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
@@ -150,7 +166,19 @@ class DurableProducer:
             # their waits would run to the time limit.
             with contextlib.suppress(KafkaException):
                 old.purge()
-        logger.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
+        if self._refused is not None:
+            logger.error("%s", self._refusal_of(fatal, None).message)
+        else:
+            logger.warning("replaced the Kafka producer after a fatal error: %s", fatal.str())
+
+    def _refusal_of(self, err: KafkaError, topic: str | None) -> RecordRefusedError:
+        """The one line of the broker's refusal of a record (``err`` a refusal code)."""
+        resource = f"TOPIC {topic}" if topic else "the topic it writes"
+        found = refusal(err, self._settings, "WRITE", resource)
+        assert found is not None, "called with a refusal"
+        return RecordRefusedError(
+            found.message, role=found.role, acl=found.acl, resource=found.resource
+        )
 
     def _note(self, err: KafkaError) -> None:
         # Besides fatal errors: a client whose records keep timing out can be stuck for good
@@ -158,7 +186,13 @@ class DurableProducer:
         # epoch forever on "unknown producer id"); a new client starts clean.
         if err.code() == KafkaError._MSG_TIMED_OUT:
             self._timeouts += 1
-        if _dead(err) or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
+        if _is_login_or_cluster_refusal(err):
+            # Fatal (a cluster refusal) or not (a refused login, retried forever while the
+            # records wait out message.timeout.ms): either way this client writes nothing.
+            if self._refused is None:
+                self._refused = (err, time.monotonic())
+                self._fatal = err
+        elif _dead(err) or self._timeouts >= _STUCK_AFTER_TIMEOUTS:
             self._fatal, self._timeouts = err, 0
 
     def connect(self) -> None:
@@ -354,7 +388,13 @@ class DurableProducer:
             if err is not None:
                 if producer is self._producer:
                     self._note(err)
-                settle(_refused(err, f"record not acknowledged: {err.str()}"))
+                refused = self._refused
+                if refusal(err, self._settings, "WRITE", f"TOPIC {topic}") is not None:
+                    settle(self._refusal_of(err, topic))
+                elif refused is not None and err.code() == KafkaError._PURGE_QUEUE:
+                    settle(self._refusal_of(refused[0], topic))
+                else:
+                    settle(_refused(err, f"record not acknowledged: {err.str()}"))
             else:
                 if producer is self._producer:
                     self._timeouts = 0
@@ -395,6 +435,8 @@ class DurableProducer:
                 if isinstance(error, KafkaError) and producer is self._producer:
                     self._note(error)
                 if isinstance(error, KafkaError):
+                    if refusal(error, self._settings, "WRITE", topic) is not None:
+                        raise self._refusal_of(error, topic) from None
                     raise _refused(error, f"produce refused: {exc}") from exc
                 raise DurabilityError(f"produce refused: {exc}") from exc
 
@@ -596,6 +638,19 @@ def _refused(err: KafkaError, message: str) -> DurabilityError:
     if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
         return RecordTooLargeError(message)
     return DurabilityError(message)
+
+
+#: How long after a refusal of this principal the producer tries a new client (an operator
+#: may have granted the ACL meanwhile): a daemon refused says so and keeps running.
+REFUSAL_RETRY_S = 5.0
+
+
+def _is_login_or_cluster_refusal(err: KafkaError) -> bool:
+    return err.code() in (
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+    )
 
 
 def _dead(err: KafkaError) -> bool:

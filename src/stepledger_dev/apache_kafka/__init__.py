@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from stepledger_dev.apache_kafka.cluster import KafkaBroker, KafkaNode
 from stepledger_dev.apache_kafka.dist import KAFKA_VERSION, cache_root, java_executable, kafka_libs
+from stepledger_dev.apache_kafka.secure import Security
 
 __all__ = [
     "KAFKA_VERSION",
     "KafkaBroker",
     "KafkaNode",
+    "Security",
     "cache_root",
     "java_executable",
     "kafka_libs",

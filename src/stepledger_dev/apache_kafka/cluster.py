@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from base64 import urlsafe_b64encode
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,7 @@ from types import TracebackType
 
 from stepledger.errors import BrokerError
 from stepledger_dev.apache_kafka.dist import KAFKA_VERSION, java_executable, kafka_libs
+from stepledger_dev.apache_kafka.secure import Security
 from stepledger_dev.broker import LOOPBACK, free_port, wait_for_port
 
 #: JVM options for one node: a small heap and a quick start on a 2-core machine.
@@ -73,8 +74,16 @@ class KafkaBroker:
     version: str = KAFKA_VERSION
     server_overrides: dict[str, str] = field(default_factory=dict)
     """Broker settings that replace or add to the launcher's (``server.properties`` keys)."""
+    security: Security | None = None
+    """Secure the cluster (SASL/SCRAM clients, ACLs, this super user); None: open listeners."""
     members: list[KafkaNode] = field(default_factory=list)
     workdir: Path | None = None
+
+    @property
+    def client_settings(self) -> dict[str, str]:
+        """The librdkafka settings a client adds to ``bootstrap`` (the super user's when
+        secured; none when open)."""
+        return self.security.client_settings() if self.security else {}
 
     @property
     def bootstrap(self) -> str:
@@ -95,7 +104,8 @@ class KafkaBroker:
         self.workdir = Path(tempfile.mkdtemp(prefix="stepledger-kafka-"))
         try:
             self._layout()
-            _format_all(java, classpath, self.members, _cluster_id(), timeout)
+            extra = self.security.format_arguments() if self.security else []
+            _format_all(java, classpath, self.members, _cluster_id(), timeout, extra)
             for node in self.members:
                 self._launch(java, classpath, node)
             self.wait_ready(timeout)
@@ -119,7 +129,13 @@ class KafkaBroker:
         voters = ",".join(f"{n.node_id}@{LOOPBACK}:{n.controller_port}" for n in self.members)
         for node in self.members:
             node.directory.mkdir()
-            text = server_properties(node, voters, self.nodes, self.server_overrides)
+            secured = (
+                self.security.server_settings(node.port, node.controller_port, LOOPBACK)
+                if self.security
+                else {}
+            )
+            overrides = {**secured, **self.server_overrides}
+            text = server_properties(node, voters, self.nodes, overrides)
             (node.directory / "server.properties").write_text(text)
 
     def _launch(self, java: str, classpath: str, node: KafkaNode) -> None:
@@ -146,7 +162,8 @@ class KafkaBroker:
         running = [node for node in self.members if node.running]
         for node in running:
             wait_for_port(node.port, max(0.1, deadline - time.monotonic()), node.process)
-        _wait_brokers(",".join(n.address for n in running), len(running), deadline, running)
+        bootstrap = ",".join(n.address for n in running)
+        _wait_brokers(bootstrap, len(running), deadline, running, self.client_settings)
 
     def node(self, node_id: int) -> KafkaNode:
         """The node with this id (1-based)."""
@@ -216,7 +233,7 @@ class KafkaBroker:
 
 
 def server_properties(
-    node: KafkaNode, voters: str, nodes: int, overrides: dict[str, str] | None = None
+    node: KafkaNode, voters: str, nodes: int, overrides: Mapping[str, object] | None = None
 ) -> str:
     """The ``server.properties`` of one combined node in a cluster of ``nodes``."""
     min_isr = 2 if nodes >= 3 else 1
@@ -281,7 +298,12 @@ def _java_command(java: str, classpath: str, workdir: Path, main: str) -> list[s
 
 
 def _format_all(
-    java: str, classpath: str, nodes: list[KafkaNode], cluster_id: str, timeout: float
+    java: str,
+    classpath: str,
+    nodes: list[KafkaNode],
+    cluster_id: str,
+    timeout: float,
+    extra: list[str],
 ) -> None:
     """Format every node's storage (in parallel: each format is a JVM start)."""
     assert nodes
@@ -289,7 +311,9 @@ def _format_all(
     command = _java_command(java, classpath, workdir, "kafka.tools.StorageTool")
     running = [
         (node, subprocess.Popen(
-            [*command, "format", "-t", cluster_id, "-c", str(node.directory / "server.properties")],
+            [*command, "format", "-t", cluster_id, "-c", str(node.directory / "server.properties"),
+             *extra],
+            # The output names a SCRAM user's salted password: it is read here, never shown.
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         ))
         for node in nodes
@@ -308,11 +332,17 @@ def _format_all(
             raise BrokerError(f"formatting Kafka node {node.node_id} failed: {' '.join(last)}")
 
 
-def _wait_brokers(bootstrap: str, expected: int, deadline: float, nodes: list[KafkaNode]) -> None:
+def _wait_brokers(
+    bootstrap: str,
+    expected: int,
+    deadline: float,
+    nodes: list[KafkaNode],
+    client: dict[str, str],
+) -> None:
     from stepledger.config import Settings
     from stepledger.kafka.describe import ClusterView
 
-    cluster = ClusterView(Settings(bootstrap=bootstrap, kafka={"log_level": "2"}))
+    cluster = ClusterView(Settings(bootstrap=bootstrap, kafka={"log_level": "2", **client}))
     seen = 0
     while time.monotonic() < deadline:
         for node in nodes:

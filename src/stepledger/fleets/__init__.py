@@ -1,0 +1,30 @@
+"""Fleets: units of isolation the broker enforces (principals, prefixed ACLs, own topics).
+
+- :mod:`~stepledger.fleets.permissions`: what each role of a fleet may do, as data (pure);
+- :mod:`~stepledger.fleets.admin`: a fleet created, listed, shown and deleted with the
+  super user's settings, and each role's config file.
+"""
+
+from __future__ import annotations
+
+from stepledger.fleets.permissions import (
+    ROLES,
+    Permission,
+    Role,
+    fleet_names,
+    fleet_permissions,
+    principal,
+    role_permissions,
+    validate_fleet_name,
+)
+
+__all__ = [
+    "ROLES",
+    "Permission",
+    "Role",
+    "fleet_names",
+    "fleet_permissions",
+    "principal",
+    "role_permissions",
+    "validate_fleet_name",
+]

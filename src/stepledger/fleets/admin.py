@@ -1,0 +1,110 @@
+"""A fleet made, shown and removed with the super user's settings; each role's config file.
+
+``create`` makes the fleet's topics (the step log keeps everything, the state topics are
+compacted and partitioned like it), one SCRAM user per role with a random password, and each
+role's ACLs (:mod:`~stepledger.fleets.permissions`), then writes one config file per role,
+owner-only.  Running it again for an existing fleet gives each role a new password and keeps
+the topics: the old config files stop working, which is how an operator rotates them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from stepledger.config import Settings, config_text, write_private
+from stepledger.fleets.permissions import (
+    ROLES,
+    FleetNames,
+    Permission,
+    Role,
+    fleet_names,
+    principal,
+    role_permissions,
+)
+from stepledger.kafka import ensure_topics, topic_partitions
+from stepledger.kafka.security import (
+    acls_of,
+    create_acls,
+    delete_acls,
+    delete_scram_user,
+    scram_users,
+    upsert_scram_user,
+)
+from stepledger.topics import COMPACTED, step_log_config
+
+#: Settings of the super user's config that no role's config copies (its identity).
+_ADMIN_IDENTITY = frozenset({"sasl.username", "sasl.password"})
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    """One role's config file, written."""
+
+    role: Role
+    user: str
+    path: Path
+
+
+def create_fleet(admin: Settings, name: str, out: Path, partitions: int = 3) -> list[RoleConfig]:
+    """Create fleet ``name``'s topics, users and ACLs; write each role's config into ``out``."""
+    names = fleet_names(name)
+    _ensure_fleet_topics(admin, names, partitions)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for role in ROLES:
+        user = principal(name, role)
+        password = secrets.token_urlsafe(24)
+        upsert_scram_user(admin, user, password)
+        create_acls(admin, role_permissions(name, role))
+        path = write_private(out / f"{name}-{role}.toml", role_config(admin, names, role, password))
+        written.append(RoleConfig(role, user, path))
+    return written
+
+
+def role_config(admin: Settings, names: FleetNames, role: Role, password: str) -> str:
+    """The config file (TOML) of ``role``: bootstrap, the fleet's names, its credentials."""
+    values = {
+        "bootstrap": admin.bootstrap,
+        "fleet_id": names.fleet,
+        "role": role,
+        "topic": names.step_log,
+        "dlq_topic": names.dead_letters,
+        "checkpoint_topic": names.checkpoints,
+        "recovery_state_topic": names.recovery_state,
+    }
+    kafka = {k: v for k, v in admin.kafka.items() if k not in _ADMIN_IDENTITY}
+    kafka.update({"sasl.username": principal(names.fleet, role), "sasl.password": password})
+    return config_text(values, kafka)
+
+
+def fleet_acls(admin: Settings, name: str) -> dict[Role, list[Permission]]:
+    """The ACLs the broker holds for each role of fleet ``name``."""
+    return {role: acls_of(admin, f"User:{principal(name, role)}") for role in ROLES}
+
+
+def list_fleets(admin: Settings) -> list[str]:
+    """Every fleet with at least one role's user on the broker, sorted."""
+    suffixes = tuple(f".{role}" for role in ROLES)
+    found = {user.rsplit(".", 1)[0] for user in scram_users(admin) if user.endswith(suffixes)}
+    return sorted(found)
+
+
+def delete_fleet(admin: Settings, name: str) -> None:
+    """Remove fleet ``name``'s users and ACLs (its topics stay: they hold its history)."""
+    for role in ROLES:
+        delete_acls(admin, role_permissions(name, role))
+        delete_scram_user(admin, principal(name, role))
+
+
+def _ensure_fleet_topics(admin: Settings, names: FleetNames, partitions: int) -> None:
+    ensure_topics(
+        admin,
+        [names.step_log, names.dead_letters],
+        partitions=partitions,
+        configs={names.step_log: step_log_config(checkpoints=True)},
+    )
+    count = len(topic_partitions(admin, names.step_log))
+    state = [names.checkpoints, names.recovery_state]
+    ensure_topics(admin, state, partitions=count, configs={t: dict(COMPACTED) for t in state})

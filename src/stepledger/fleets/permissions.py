@@ -103,7 +103,7 @@ def principal(fleet: str, role: Role) -> str:
 
 
 #: What each role does on each of its fleet's topics (by FleetNames field) and which of the
-#: fleet's groups it joins (READ: commits offsets there).  Why each one is needed:
+#: fleet's groups it joins (READ: joins it, and commits offsets there).  Why each one is needed:
 #: WRITE on the step log: intents and outcomes (agent), decisions (recovery), answers (inbox);
 #: READ on checkpoints: a workflow opened or restored below the log's start;
 #: DESCRIBE: metadata, watermarks, the topic id of the log identity (without it a topic
@@ -136,6 +136,7 @@ _TOPICS: dict[Role, dict[str, tuple[Operation, ...]]] = {
 _GROUPS: dict[Role, tuple[str, ...]] = {
     "projector": (wire.PROJECTOR_ROLE,),
     "recovery": (wire.RECOVERY_ROLE,),
+    "checkpointer": (wire.CHECKPOINTER_ROLE,),
 }
 
 

@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient
 import stepledger as sl
 from stepledger.config import Settings, config_text, load_settings, write_private
 from stepledger.errors import NotAuthorisedError, RecordRefusedError
-from stepledger.fleets.admin import create_fleet
 from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions
+from stepledger.provision import create_fleet
 from stepledger_dev.apache_kafka import KafkaBroker
 
 pytestmark = pytest.mark.kafka_only

@@ -1,8 +1,8 @@
 """Fleets: units of isolation the broker enforces (principals, prefixed ACLs, own topics).
 
-- :mod:`~stepledger.fleets.permissions`: what each role of a fleet may do, as data (pure);
-- :mod:`~stepledger.fleets.admin`: a fleet created, listed, shown and deleted with the
-  super user's settings, and each role's config file.
+:mod:`~stepledger.fleets.permissions` says what each role of a fleet may do, as data (pure,
+below the Kafka adapter that applies it); :mod:`stepledger.provision` creates, lists, shows
+and deletes a fleet with the super user's settings and writes each role's config file.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from bench.concurrency import (
     stepledger_asyncio,
     stepledger_threads,
 )
-from stepledger.readers.workflows import KafkaPartitionReader
+from stepledger.history.kafka import KafkaHistory
 
 AGENTS = 32
 PER_AGENT = 400
@@ -65,10 +65,11 @@ def _many(servers: str, mode: str, agents: int, per_agent: int, rounds: int) -> 
             with _ledger(fresh_settings(servers)) as ledger:
                 agents_run = stepledger_threads if mode == "threads" else stepledger_asyncio
                 figures[how].append(agents_run(ledger, agents, per_agent, how))
-                if how == "open new" and isinstance(ledger.reader, KafkaPartitionReader):
+                history = ledger.history
+                if how == "open new" and isinstance(history, KafkaHistory):
                     opens = agents * (per_agent // STEPS)
-                    shared.append(opens / max(1, ledger.reader.index.catch_ups))
-                    on_loop.append(ledger.reader.index.answered_now / opens)
+                    shared.append(opens / max(1, history.index.catch_ups))
+                    on_loop.append(history.index.answered_now / opens)
     started = _median(figures["start"])
     rows = []
     for how in OPENS:

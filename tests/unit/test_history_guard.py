@@ -10,7 +10,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.errors import HistoryExpiredError
-from stepledger.readers.history import HistoryGuard
+from stepledger.history.guard import HistoryGuard
 from tests.unit.factories import factory, pay_tool
 
 CODEC = Codec()

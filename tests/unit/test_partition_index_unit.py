@@ -7,9 +7,10 @@ from collections.abc import Mapping
 import pytest
 
 from stepledger.config import Settings
+from stepledger.history import index as indexes
+from stepledger.history.index import Lookup, PartitionIndex
+from stepledger.kafka import Position
 from stepledger.kafka.records import Consumed, Polled, Where
-from stepledger.readers import index as indexes
-from stepledger.readers.index import Lookup, PartitionIndex
 
 WHERE = ("log", 0)
 
@@ -252,20 +253,21 @@ def test_mid_read_the_index_answers_no_id_as_unseen() -> None:
 
 
 def test_the_snapshot_reader_opts_out_of_reads_through_own_records(tmp_path: object) -> None:
-    """Its opens read first: the snapshot, not the index, knows which ids the log holds."""
-    from stepledger.readers.workflows import (
-        KafkaPartitionReader,
-        SnapshotTailReader,
-        bounded,
-    )
+    """Its opens read first: the snapshot, not the index, knows which ids the log holds; a
+    deprecated Kafka reader name stands for the Kafka history itself."""
+    from stepledger.history.adapt import as_history
+    from stepledger.history.kafka import KafkaHistory
+    from stepledger.readers.workflows import KafkaPartitionReader, SnapshotTailReader
 
     settings = Settings()
-    assert bounded(KafkaPartitionReader(settings)) is not None
-    assert bounded(SnapshotTailReader(settings, str(tmp_path))) is None
+    with pytest.warns(DeprecationWarning):
+        assert isinstance(as_history(KafkaPartitionReader(settings)), KafkaHistory)
+    snapshot = as_history(SnapshotTailReader(settings, str(tmp_path)))
+    assert snapshot.known("wf") is None and snapshot.read_now("wf", Position("t", 0, 0)) is None
 
 
 def test_past_max_notes_a_partition_answers_no_id_unseen(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepledger.readers import index as indexes
+    from stepledger.history import index as indexes
 
     monkeypatch.setattr(indexes, "MAX_NOTES", 2)
     index, _ = _tailed()
@@ -280,7 +282,7 @@ def test_past_max_notes_a_partition_answers_no_id_unseen(monkeypatch: pytest.Mon
 def test_a_history_longer_than_max_tailed_is_not_handed_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from stepledger.readers import index as indexes
+    from stepledger.history import index as indexes
 
     monkeypatch.setattr(indexes, "MAX_TAILED", 2)
     index, _ = _tailed(_record(0), _record(1), _record(2, b"short"), _record(3, b"short"))
@@ -295,7 +297,7 @@ def test_a_history_longer_than_max_tailed_is_not_handed_out(
 def test_a_lookup_that_must_not_wait_reads_at_most_now_records(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from stepledger.readers import index as indexes
+    from stepledger.history import index as indexes
 
     monkeypatch.setattr(indexes, "NOW_RECORDS", 4)
     index, tail = _tailed(*(_record(offset, b"x") for offset in range(10)))

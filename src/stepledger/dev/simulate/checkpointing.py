@@ -7,7 +7,7 @@ also notices records deleted unread), writes a round every ``ROUND_MS`` (checkpo
 directory, the partition's progress), and a killed one restores again.  Retention may
 delete a partition's head only up to what it vouches for (see ``World.retention``), and
 readers then complete a workflow's history from its checkpoint
-(:class:`~stepledger.readers.history.HistoryGuard` over the real
+(:class:`~stepledger.history.guard.HistoryGuard` over the real
 :class:`~stepledger.checkpoints.view.CheckpointView`).
 
 **Another deployment** (``other``) is a second step log under the same name (a log created
@@ -40,8 +40,8 @@ from stepledger.domain.enums import (
     WorkflowStatus,
 )
 from stepledger.domain.factory import EventFactory
+from stepledger.history.guard import HistoryGuard
 from stepledger.logid import LogIdentity
-from stepledger.readers.history import HistoryGuard
 
 if TYPE_CHECKING:
     from stepledger.dev.simulate.world import World

@@ -171,7 +171,8 @@ def recovery(world: World, actor: Actor) -> None:
     resolver = daemon.resolver
     resolver.log = FencedLog(daemon.log, daemon.fence)
     resolver.hooks = InlineHooks()
-    resolver.confirm = reader_check(checkpointing.reader(world, actor).read)
+    history = checkpointing.reader(world, actor)
+    resolver.confirm = reader_check(lambda workflow_id: history.read(workflow_id).events)
     resolver.claimant = actor.name
     world.daemon = daemon
     positions = _assign(daemon, world)
@@ -280,7 +281,7 @@ def people(world: World, actor: Actor) -> None:
     while True:
         sched.sleep(actor, PEOPLE_EVERY_S)
         for workflow_id in world.workflow_ids():
-            events = reader.read(workflow_id)
+            events = reader.read(workflow_id).events
             for item in EscalationQueue().extend(events).open():
                 verdict = _verdict(world.services, item)
                 # Answered meanwhile, or no longer open: looked at again next time.

@@ -350,6 +350,12 @@ class PartitionIndex:
             values = kept.values.get(key)
             return None if values is None or len(values) > MAX_TAILED else list(values)
 
+    def read_to(self, partition: Partition) -> int | None:
+        """The last offset of the partition the index has read (None: none yet)."""
+        with self._cond:
+            following = self._next.get(partition)
+        return None if following is None else following - 1
+
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
         return self.lookup(partition, key).first

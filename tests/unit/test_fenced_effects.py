@@ -26,10 +26,10 @@ from stepledger.errors import (
     WorkflowDeadLetteredError,
     WorkflowTakenOverError,
 )
+from stepledger.history.memory import InMemoryHistory
 from stepledger.history.protocol import History
 from stepledger.kafka import Position
 from stepledger.producer import Workflow, approval, opening
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World
 
@@ -180,7 +180,7 @@ def test_a_zombies_approved_keyed_call_is_not_made() -> None:
     with pytest.raises(ApprovalPendingError):
         zombie.step("charge", charge, CARD)
     human = EventFactory("fleet", "inbox", clock=world.clock)
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     approval.decide(world.log, human, reader, "wf", "charge", granted=True, by="ann")
     world.ledger().workflow("wf")  # the new owner claims
     with pytest.raises(WorkflowTakenOverError):

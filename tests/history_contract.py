@@ -56,8 +56,6 @@ def a_read_through_an_own_record_holds_it_and_what_came_before(
     assert position is not None
     found = history.read("t", through=position)
     assert [e.type for e in found.events][-1] == "workflow_finished"
-    now = history.read_now("t", position)
-    assert now is None or [e.event_id for e in now.events] == [e.event_id for e in found.events]
 
 
 def a_hint_never_contradicts_what_this_process_wrote(

@@ -43,10 +43,6 @@ class ReaderHistory:
         """Every event the reader returns (never known to be whole)."""
         return History(self.reader.read(workflow_id))
 
-    def read_now(self, workflow_id: str, through: Position) -> History | None:
-        """None: the reader may wait."""
-        return None
-
     def known(self, workflow_id: str) -> History | None:
         """None: the reader keeps nothing to answer from."""
         return None

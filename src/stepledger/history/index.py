@@ -78,8 +78,6 @@ _REAP_EVERY_S = 0.05
 MAX_NOTES = 16_384
 #: At most this many kept records are handed out as a workflow's tailed history.
 MAX_TAILED = 256
-#: Records a lookup that must not wait indexes at most (it runs on an event loop).
-NOW_RECORDS = 512
 
 
 @dataclass(eq=False)
@@ -149,8 +147,6 @@ class PartitionIndex:
         """Catch-ups begun (concurrent lookups share one)."""
         self.assignments = 0
         """Times the partitions were assigned afresh (a catch-up reading the tail assigns none)."""
-        self.answered_now = 0
-        """Lookups answered at once from what the tail had fetched (:meth:`lookup_now`)."""
         self._one_broker = False
         """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
@@ -191,50 +187,6 @@ class PartitionIndex:
         found = Lookup(partition, key, through)
         self._catch_up(found)
         return self._answer(found)
-
-    def lookup_now(self, partition: Partition, key: bytes, through: int) -> Lookup | None:
-        """A bounded lookup answered from what the tail has fetched already, or None.
-
-        Never waits (an event loop asks it before it hands the lookup to a thread): None
-        when a catch-up is running, the partition is not tailed, or the records through
-        ``through`` are not all fetched yet (within ``NOW_RECORDS``; what it read stays
-        indexed).
-        """
-        with self._cond:
-            reader = self._reader
-            if self._running or reader is None or partition not in self._tailing:
-                return None
-            self._running = True
-            self.catch_ups += 1
-            found = Lookup(partition, key, through, seen_from=self._next.get(partition, 0))
-        done = failed = False
-        try:
-            done = self._read_fetched(reader, found)
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            with self._cond:
-                self._ended({partition} if done else None, failed=failed)
-        if not done:
-            return None
-        self.answered_now += 1
-        return self._answer(found)
-
-    def _read_fetched(self, reader: PartitionReader, found: Lookup) -> bool:
-        """Index what the reader holds until past the lookup's bound (False: not there)."""
-        assert found.through is not None
-        keep = {(found.partition, found.key): [found]}
-        read = 0
-        while self._next.get(found.partition, 0) <= found.through:
-            if read >= NOW_RECORDS:
-                return False
-            batch = reader.poll(min(_BATCH, NOW_RECORDS - read), 0)
-            if not batch.answered:
-                return False
-            read += len(batch.records) + len(batch.at_end)
-            self._index(batch, set(), keep)  # an end the tail fetched is stale: ignored
-        return True
 
     def _answer(self, found: Lookup) -> Lookup:
         """Fill in where the key starts, from the index after the lookup's catch-up."""

@@ -87,20 +87,6 @@ class KafkaHistory:
             events = self.guard.complete(workflow_id, home[1], events)
         return History(events, end, whole=True)
 
-    def read_now(self, workflow_id: str, through: Position) -> History | None:
-        """:meth:`read` through ``through`` from what the index's tail fetched already, or None.
-
-        Never waits and makes no round trip: None when the records through ``through`` are
-        not fetched yet, or the workflow's whole history is not in the index.
-        """
-        home = self._listed_home(workflow_id)
-        if home is None or home != _where(through):
-            return None
-        found = self.index.lookup_now(home, workflow_id.encode(), through.offset)
-        if found is None or not found.whole:
-            return None
-        return History(decoded(found.records, self.codec), through, whole=True)
-
     def known(self, workflow_id: str) -> History | None:
         """The history the index's tail holds, when it is whole (no round trip): none for an
         id the tail never saw, the kept records of one it did; None when it cannot say."""

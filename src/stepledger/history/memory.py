@@ -24,10 +24,6 @@ class InMemoryHistory:
         end = Position("memory", 0, len(self.log.events) - 1)
         return History(events, end, whole=True)
 
-    def read_now(self, workflow_id: str, through: Position) -> History | None:
-        """A read never waits here."""
-        return self.read(workflow_id, through=through)
-
     def known(self, workflow_id: str) -> History | None:
         """None: an open here reads first (a read costs nothing)."""
         return None

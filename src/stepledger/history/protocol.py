@@ -4,8 +4,7 @@ A :class:`WorkflowHistory` is made for one step log.  ``read`` answers a :class:
 the workflow's events in log order, where the read ended, and whether the events are the
 workflow's whole history (data a caller branches on: an open that holds the whole history
 without a round trip may claim first and read back through its claim).  ``known`` is that
-answer when it costs no round trip, or None; ``read_now`` is a bounded read that never
-waits (an event loop asks it first); ``follow`` waits for the events after a position
+answer when it costs no round trip, or None; ``follow`` waits for the events after a position
 (an approval, the recovery daemon's decision); ``wrote`` tells the history what this
 process recorded, so a hint never contradicts it.
 """
@@ -47,10 +46,6 @@ class WorkflowHistory(Protocol):
         below it.  Raises HistoryExpiredError rather than answer a history whose head the
         log deleted and no checkpoint covers (such an id is never run as new).
         """
-        ...
-
-    def read_now(self, workflow_id: str, through: Position) -> History | None:
-        """:meth:`read` through ``through`` if it can be answered without waiting (else None)."""
         ...
 
     def known(self, workflow_id: str) -> History | None:

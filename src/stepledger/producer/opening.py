@@ -87,8 +87,7 @@ async def aopen_workflow(
     if guessed is not None:
         claimed = first_claim(guessed, spec)
         position = await guessed.arecord(claimed)
-        if not guessed.reload_now(position):  # the tail has not fetched the claim yet
-            await off_loop(guessed.reload, through=position)
+        await off_loop(guessed.reload, through=position)
         if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
         elif not alone(guessed, claimed):

@@ -248,17 +248,6 @@ class Workflow:
         self.settle_pending()
         self._refold(self.ledger.history.read(self.workflow_id, through=through).events)
 
-    def reload_now(self, through: Position) -> bool:
-        """:meth:`reload` through one of this handle's records, if the history can answer at
-        once without waiting (an event loop tries it first); False: nothing was changed."""
-        if self._pending is not None:
-            return False
-        found = self.ledger.history.read_now(self.workflow_id, through)
-        if found is None:
-            return False
-        self._refold(found.events)
-        return True
-
     def _refold(self, events: list[ev.Event]) -> None:
         """Replace the state with the fold of the events read back.
 

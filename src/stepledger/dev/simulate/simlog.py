@@ -275,10 +275,6 @@ class SimReader:
             self.check(workflow_id, events, self.actor.name)
         return History(events, whole=self.history is not None)
 
-    def read_now(self, workflow_id: str, through: Position) -> History | None:
-        """None: every read is a crossing of the scheduler."""
-        return None
-
     def known(self, workflow_id: str) -> History | None:
         """None: nothing is kept between reads (an open reads first)."""
         return None

@@ -103,6 +103,19 @@ class HistoryGuard:
             log_start=low,
         )
 
+    @property
+    def has_checkpoints(self) -> bool:
+        """True when the checkpoint topic exists (asked of the broker once)."""
+        if self._has_checkpoints is None:
+            self._has_checkpoints = topic_exists(self.settings, self.settings.checkpoint_topic)
+        return self._has_checkpoints
+
+    def covering(self, partition: int, workflow_id: str, *, fresh: bool) -> Covering | None:
+        """What the checkpoint topic says of the workflow (None: there is no checkpoint
+        topic).  Not ``fresh``: the directory's answer for a partition the view never read
+        (a handful of point reads), else what the view read so far."""
+        return self._covering(partition, workflow_id, fresh)
+
     def saw_topics(self, topics: Collection[str]) -> None:
         """A topic listing the caller made anyway: whether the checkpoint topic exists."""
         if self._has_checkpoints is None:

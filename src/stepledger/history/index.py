@@ -279,6 +279,25 @@ class PartitionIndex:
             values = kept.values.get(key)
             return None if values is None or len(values) > MAX_TAILED else list(values)
 
+    def begin(self, partition: Partition, offset: int) -> bool:
+        """Read a partition never read from ``offset`` on (not its log start): the checkpoint
+        directory vouches for what lies below.  False: the partition was read already.
+
+        The hints never answer for it (:meth:`unseen`, :meth:`tailed`: the index did not
+        read it from offset 0).
+        """
+        with self._cond:
+            if partition in self._next or partition in self._began or partition in self._tailing:
+                return False
+            self._began[partition] = self._next[partition] = offset
+            return True
+
+    def began(self, partition: Partition) -> int | None:
+        """Where the index began reading the partition, while it read every offset since
+        (None: not known, or offsets were skipped since: a head deleted under it)."""
+        with self._cond:
+            return self._began.get(partition)
+
     def read_to(self, partition: Partition) -> int | None:
         """The last offset of the partition the index has read (None: none yet)."""
         with self._cond:

@@ -1,22 +1,30 @@
-"""The Kafka :class:`~stepledger.history.protocol.WorkflowHistory`: one partition, its tail
-index, and the checkpoints where retention deleted the head.
+"""The Kafka :class:`~stepledger.history.protocol.WorkflowHistory`: the checkpoint directory,
+the workflow's checkpoint, then its partition's tail.
 
 A workflow's records share one partition, computed with the producers' partitioner
-(:mod:`stepledger.kafka.partitioner`).  The :class:`~stepledger.history.index.PartitionIndex`
-says where the workflow starts there (or that it has no record) from what it read since
-this process's previous read, and keeps unfinished workflows' records; where the
-partition's head was deleted, :class:`~stepledger.history.guard.HistoryGuard` completes the
-history from the workflow's checkpoint, or refuses it (invariant 16).  With a partitioner
-whose choice cannot be computed (``random``) every partition is read from its start.
+(:mod:`stepledger.kafka.partitioner`).  The checkpoint directory vouches for the records up
+to its *progress* (every workflow with a record there has a checkpoint holding it): a
+partition it vouches for at least ``SPLIT_RECORDS`` of is read from the progress on, and a
+workflow's events are its checkpoint's plus its records after the progress.  The
+:class:`~stepledger.history.index.PartitionIndex` is the tail index: it says where the
+workflow's records start after the progress (from offset 0 where no checkpointer vouches,
+or the partition is small), from what it read since this process's previous read, and
+keeps unfinished workflows' records; one fact, split at the progress offset.  Where the
+partition's head was deleted and nothing vouches, :class:`~stepledger.history.guard.
+HistoryGuard` completes the history from the workflow's checkpoint, or refuses it
+(invariant 16).  With a partitioner whose choice cannot be computed (``random``) every
+partition is read from its start.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
 from stepledger import wire
+from stepledger.checkpoints.points import Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
@@ -39,6 +47,13 @@ Starts = dict[tuple[str, int], int]
 FIRST_OFFSET = 0
 #: A read never waits longer than this to reach the end of the partitions it reads.
 READ_LIMIT_S = 120.0
+#: A partition is read from the checkpoint directory's progress on (not from its start)
+#: when the directory vouches for at least this many of its records; below, indexing them
+#: costs about what a directory lookup does (docs/benchmarks.md).
+SPLIT_RECORDS = 20_000
+#: Workflows of one split partition looked up in the directory (a handful of point reads
+#: each) before its checkpoints are read whole once (then each answer is in memory).
+DIRECTORY_WORKFLOWS = 8
 
 
 @dataclass
@@ -68,6 +83,14 @@ class KafkaHistory:
         self.guard = HistoryGuard(settings, self.codec)
         """Completes what the log still holds with checkpoints, or refuses (expired head)."""
         self._known: list[tuple[str, int]] | None = None
+        self._splits: dict[tuple[str, int], int | None] = {}
+        """Per partition: the directory's progress the index reads on after (None: the
+        index reads it from its log start)."""
+        self._caught: set[tuple[str, int]] = set()
+        """Split partitions whose checkpoints were read whole once (later answers from them)."""
+        self._asked: dict[tuple[str, int], set[str]] = {}
+        """The workflows of each split partition asked of the directory (up to a bound)."""
+        self._lock = threading.Lock()
 
     def read(self, workflow_id: str, *, through: Position | None = None) -> History:
         """The workflow's events: its partition from the workflow's first record on.
@@ -81,11 +104,66 @@ class KafkaHistory:
         if len(mine) != 1:
             return History(self._scan(workflow_id, mine))
         home = mine[0]
+        split, covering = self._split(home, workflow_id)
         bound = None if through is None or _where(through) != home else through.offset
-        events, whole, end = self._read_home(workflow_id, home, bound)
+        events, complete, whole, end = self._read_home(workflow_id, home, bound)
+        if split is not None:
+            # Read whole after the split: the checkpoints give what lies at or below it.
+            after = complete and self.index.began(home) == split + 1
+            below = self._below(home, workflow_id, split, covering) if after else None
+            if below is not None:
+                seen = {e.event_id for e in below}
+                return History(below + [e for e in events if e.event_id not in seen], end, True)
+            # Not vouched for now (or offsets skipped under the index): from the start.
+            events = read_to_end(self.settings, self.codec, {home: FIRST_OFFSET}, workflow_id)[0]
+            whole = False
         if not whole:
             events = self.guard.complete(workflow_id, home[1], events)
         return History(events, end, whole=True)
+
+    def _split(self, home: tuple[str, int], workflow_id: str) -> tuple[int | None, Covering | None]:
+        """Where the index reads the partition on after (None: from its start), decided at
+        the partition's first read; with the directory's answer for this workflow then."""
+        with self._lock:
+            if home in self._splits:
+                return self._splits[home], None
+            split, covering = None, None
+            if self.index.read_to(home) is None and self.guard.has_checkpoints:
+                topic, number = home
+                starts = self.guard.log_start
+                low, end = starts.of(topic, number), starts.end(topic, number)
+                if end - low >= SPLIT_RECORDS:
+                    covering = self.guard.covering(number, workflow_id, fresh=False)
+                    progress = None if covering is None else covering.progress
+                    vouched = progress is not None and progress + 1 - low >= SPLIT_RECORDS
+                    if vouched and progress is not None and self.index.begin(home, progress + 1):
+                        split = progress
+            self._splits[home] = split
+            return split, covering
+
+    def _below(
+        self, home: tuple[str, int], workflow_id: str, split: int, covering: Covering | None
+    ) -> list[Event] | None:
+        """The workflow's events at or below ``split``, from its checkpoint ([]: it has no
+        record there), or None when the checkpoint topic does not vouch for them now."""
+        if covering is None:
+            # The directory's answer (kept per workflow: a read-back costs nothing), until
+            # that many workflows were asked: then the partition's checkpoints are read
+            # whole once, and later answers come from them.
+            with self._lock:
+                fresh = False
+                if home not in self._caught:
+                    asked = self._asked.setdefault(home, set())
+                    asked.add(workflow_id)
+                    fresh = len(asked) > DIRECTORY_WORKFLOWS
+                    if fresh:
+                        self._caught.add(home)
+                        del self._asked[home]
+            covering = self.guard.covering(home[1], workflow_id, fresh=fresh)
+        if covering is None or covering.progress is None or covering.progress < split:
+            return None
+        checkpoint = covering.checkpoint
+        return [] if checkpoint is None else decoded(list(checkpoint.events), self.codec)
 
     def known(self, workflow_id: str) -> History | None:
         """The history the index's tail holds, when it is whole (no round trip): none for an
@@ -117,8 +195,9 @@ class KafkaHistory:
 
     def _read_home(
         self, workflow_id: str, home: tuple[str, int], bound: int | None
-    ) -> tuple[list[Event], bool, Position | None]:
-        """The workflow's events in its partition; whether whole for certain; where read to."""
+    ) -> tuple[list[Event], bool, bool, Position | None]:
+        """The workflow's events in its partition; whether every record of it the index began
+        at; whether whole for certain; where read to."""
         began = time.perf_counter()
         indexed = self.index.records
         found = self.index.lookup(home, workflow_id.encode(), bound)
@@ -129,11 +208,11 @@ class KafkaHistory:
             events = decoded(found.records, self.codec)
             read = self.index.records - indexed
             self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
-            return events, found.whole, position
+            return events, True, found.whole, position
         starts = {home: found.first or FIRST_OFFSET}
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
-        return events, False, position
+        return events, False, False, position
 
     def _scan(self, workflow_id: str, partitions: list[tuple[str, int]]) -> list[Event]:
         """Every partition from its start (the partitioner cannot be computed)."""

@@ -137,7 +137,7 @@ class HistoryGuard:
             stored = self._decode(checkpoint.events)
             seen = {e.event_id for e in stored}
             return stored + [e for e in tail if e.event_id not in seen]
-        if checkpoint is None and covers_start:
+        if checkpoint is None and covers_start and not covering.doubtful:
             return tail
         return None
 

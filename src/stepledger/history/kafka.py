@@ -163,6 +163,8 @@ class KafkaHistory:
         if covering is None or covering.progress is None or covering.progress < split:
             return None
         checkpoint = covering.checkpoint
+        if checkpoint is None and covering.doubtful:
+            return None  # an undecodable checkpoint may be this workflow's
         return [] if checkpoint is None else decoded(list(checkpoint.events), self.codec)
 
     def known(self, workflow_id: str) -> History | None:

@@ -64,6 +64,14 @@ def test_a_partition_the_directory_vouches_for_is_read_from_its_progress_on(
         # The index began after the progress: it never read what the directory vouched for.
         assert history.index.began((settings.topic, 0)) == progress + 1
         assert history.index.records <= 6  # b's intent and outcome, new's start and finish
+        # The hints (an open may claim first): only once the checkpoints were read whole,
+        # and only for an id without a checkpoint.
+        brand_new = history.known("brand-new")
+        if asked == 1:
+            assert brand_new is not None and brand_new.events == [] and brand_new.whole
+        else:
+            assert brand_new is None  # the directory answers per id: no proof for others
+        assert history.known("done") is None  # below the split: its checkpoint holds it
     finally:
         history.close()
     with Ledger(settings) as ledger:  # a resume through it replays, calls nothing again

@@ -40,6 +40,9 @@ class View:
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
         return self.covering
 
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        return None
+
 
 def history() -> list[ev.Event]:
     f = factory()

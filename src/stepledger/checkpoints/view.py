@@ -89,6 +89,8 @@ class CheckpointView:
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, Held]] = {}
+        self._whole: set[int] = set()
+        """Partitions read to their end at least once (what they held then, and since)."""
         self._doubtful: set[int] = set()
         """Partitions where a checkpoint could not be decoded (see ``Covering.doubtful``)."""
         self._directed: dict[tuple[int, bytes], Covering] = {}
@@ -145,6 +147,18 @@ class CheckpointView:
                 None if progress is None else progress.covered,
                 partition in self._doubtful,
             )
+
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        """Whether the partition's checkpoints, read to their end once, hold one of the
+        workflow: no round trip and no wait (None: not read whole, doubtful, or being read)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if partition not in self._whole or partition in self._doubtful:
+                return None
+            return workflow_id.encode() in self._latest.get(partition, {})
+        finally:
+            self._lock.release()
 
     def partition(self, partition: int) -> dict[bytes, WorkflowCheckpoint]:
         """Every newest checkpoint of a partition (the progress record under its key) that
@@ -264,6 +278,7 @@ class CheckpointView:
                     latest, record.key or b"", record.value, record.offset
                 ):
                     self._doubtful.add(partition)
+        self._whole.add(partition)
 
     @staticmethod
     def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> bool:

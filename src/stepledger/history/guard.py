@@ -48,6 +48,8 @@ class Checkpoints(Protocol):
 
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering: ...
 
+    def holds(self, partition: int, workflow_id: str) -> bool | None: ...
+
 
 class HistoryGuard:
     """Completes a workflow's tail with its checkpoint, or refuses when history expired.
@@ -115,6 +117,11 @@ class HistoryGuard:
         topic).  Not ``fresh``: the directory's answer for a partition the view never read
         (a handful of point reads), else what the view read so far."""
         return self._covering(partition, workflow_id, fresh)
+
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        """Whether the checkpoints read whole hold one of the workflow, with no round trip
+        (None: the view cannot say now)."""
+        return None if self._view is None else self._view.holds(partition, workflow_id)
 
     def saw_topics(self, topics: Collection[str]) -> None:
         """A topic listing the caller made anyway: whether the checkpoint topic exists."""

@@ -20,7 +20,8 @@ in docs/benchmarks.md ("The Kafka history's tail index"); here each keeps its re
   short fetch waits cost CPU), or at once when a partition runs ``TAIL_AHEAD_RECORDS``
   past the index (fetching each record as it lands slows an agent stepping on after its
   one open).
-- Hints: only a tailed partition read from offset 0 answers :meth:`PartitionIndex.unseen`
+- Hints: only a tailed partition read from offset 0 (or from where ``begin`` said: a
+  caller adds what lies below) answers :meth:`PartitionIndex.unseen`
   (an id it never saw; the keys this process wrote, :meth:`PartitionIndex.wrote`, never
   are) and :meth:`PartitionIndex.tailed` (a key's kept records, when they are its whole
   history); an open acts on them only by claiming first and reading back through its claim.
@@ -172,6 +173,8 @@ class PartitionIndex:
         self._closing = False
         self._kept: dict[Partition, _Kept] = {}
         self._kept_bytes = 0
+        self._vouched: dict[Partition, int] = {}
+        """Where :meth:`begin` started a partition (the checkpoint directory vouches below)."""
         self._written: dict[Partition, dict[bytes, int]] = {}
         """Keys this process recorded past where the index has read (never :meth:`unseen`),
         with their offsets; a catch-up drops the ones it read."""
@@ -235,10 +238,10 @@ class PartitionIndex:
 
     def _followed(self, partition: Partition) -> bool:
         """True when the hints may answer for the partition: tailed, caught up since it was
-        assigned, read from offset 0 and still indexed."""
+        assigned, read from offset 0 (or from where :meth:`begin` said) and still indexed."""
         return (
             partition in self._current
-            and self._began.get(partition) == 0
+            and self._began.get(partition) == self._vouched.get(partition, 0)
             and partition not in self._overflowed
         )
 
@@ -283,13 +286,13 @@ class PartitionIndex:
         """Read a partition never read from ``offset`` on (not its log start): the checkpoint
         directory vouches for what lies below.  False: the partition was read already.
 
-        The hints never answer for it (:meth:`unseen`, :meth:`tailed`: the index did not
-        read it from offset 0).
+        The hints then answer for what the index read from ``offset`` on: a caller combines
+        them with what lies below (the workflow's checkpoint).
         """
         with self._cond:
             if partition in self._next or partition in self._began or partition in self._tailing:
                 return False
-            self._began[partition] = self._next[partition] = offset
+            self._began[partition] = self._next[partition] = self._vouched[partition] = offset
             return True
 
     def began(self, partition: Partition) -> int | None:
@@ -314,6 +317,7 @@ class PartitionIndex:
             self._first.clear()
             self._next.clear()
             self._began.clear()
+            self._vouched.clear()
             self._overflowed.clear()
             self._keys = 0
             with self._kept_lock:

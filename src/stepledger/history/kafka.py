@@ -10,10 +10,10 @@ workflow's events are its checkpoint's plus its records after the progress.  The
 workflow's records start after the progress (from offset 0 where no checkpointer vouches,
 or the partition is small), from what it read since this process's previous read, and
 keeps unfinished workflows' records; one fact, split at the progress offset.  Where the
-partition's head was deleted and nothing vouches, :class:`~stepledger.history.guard.
-HistoryGuard` completes the history from the workflow's checkpoint, or refuses it
-(invariant 16).  With a partitioner whose choice cannot be computed (``random``) every
-partition is read from its start.
+partition's head was deleted and nothing vouches, the guard
+(:class:`~stepledger.history.guard.HistoryGuard`) completes the history from the
+workflow's checkpoint, or refuses it (invariant 16).  With a partitioner whose choice
+cannot be computed (``random``) every partition is read from its start.
 """
 
 from __future__ import annotations
@@ -169,11 +169,18 @@ class KafkaHistory:
 
     def known(self, workflow_id: str) -> History | None:
         """The history the index's tail holds, when it is whole (no round trip): none for an
-        id the tail never saw, the kept records of one it did; None when it cannot say."""
+        id the tail never saw, the kept records of one it did; None when it cannot say.  In
+        a partition read from the directory's progress on, only for an id without a
+        checkpoint, once the partition's checkpoints were read whole."""
         home = self._listed_home(workflow_id)
         if home is None:
             return None
         key = workflow_id.encode()
+        if (
+            self._splits.get(home) is not None
+            and self.guard.holds(home[1], workflow_id) is not False
+        ):
+            return None  # below the split only the checkpoints, read whole, can say
         if self.index.unseen(home, key):
             return History([], None, whole=True)
         values = self.index.tailed(home, key)

@@ -4,11 +4,11 @@ For topics of 10k, 100k and 1M events (quick: 2k and 10k), each holding one unfi
 target workflow among finished ones, a fresh ``Ledger`` opens the target
 (``ledger.workflow(id)``: read, fold, append ``workflow_resumed``), timed three ways:
 
-- default, no projection: ``KafkaPartitionReader`` reads the workflow's own partition only
+- default, no projection: ``KafkaHistory`` reads the workflow's own partition only
   (the topic has 3 partitions: about a third of the log);
 - default with ``Settings(projection=...)``: ``SnapshotTailReader``, the projector's
   snapshot lookup plus the partition's tail after it (1k events written after the snapshot);
-- the old default, ``KafkaScanReader``: every partition from the beginning (context).
+- the old default: every partition from the beginning (context).
 
 ``python -m bench.open [--quick] [--bootstrap HOST:PORT]``
 """
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from bench.common import Row, broker, cli, fresh_settings
-from bench.resume import TARGET, _events, fill
+from bench.resume import TARGET, FullScan, _events, fill
 from stepledger.config import Settings
-from stepledger.producer import KafkaScanReader, Ledger, WorkflowReader
+from stepledger.producer import Ledger, WorkflowReader
 from stepledger.projector.rebuild import rebuild
 
 TAIL = 1_000
@@ -63,7 +63,7 @@ def measure(settings: Settings, projected: Settings, repeats: int = REPEATS) -> 
             open_once(projected) for _ in range(repeats)
         ),
         "old default: full topic scan": statistics.median(
-            open_once(settings, KafkaScanReader(settings)) for _ in range(min(3, repeats))
+            open_once(settings, FullScan(settings)) for _ in range(min(3, repeats))
         ),
     }
 

@@ -32,7 +32,7 @@ from bench.concurrency import (
     stepledger_asyncio,
     stepledger_threads,
 )
-from stepledger.readers.workflows import KafkaPartitionReader
+from stepledger.history.kafka import KafkaHistory
 
 AGENTS = 32
 PER_AGENT = 400
@@ -59,16 +59,15 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
 def _many(servers: str, mode: str, agents: int, per_agent: int, rounds: int) -> list[Row]:
     figures: dict[str, list[Figure]] = {how: [] for how in ("start", *OPENS)}
     shared: list[float] = []
-    on_loop: list[float] = []
     for _ in range(rounds):
         for how in figures:
             with _ledger(fresh_settings(servers)) as ledger:
                 agents_run = stepledger_threads if mode == "threads" else stepledger_asyncio
                 figures[how].append(agents_run(ledger, agents, per_agent, how))
-                if how == "open new" and isinstance(ledger.reader, KafkaPartitionReader):
+                history = ledger.history
+                if how == "open new" and isinstance(history, KafkaHistory):
                     opens = agents * (per_agent // STEPS)
-                    shared.append(opens / max(1, ledger.reader.index.catch_ups))
-                    on_loop.append(ledger.reader.index.answered_now / opens)
+                    shared.append(opens / max(1, history.index.catch_ups))
     started = _median(figures["start"])
     rows = []
     for how in OPENS:
@@ -104,17 +103,6 @@ def _many(servers: str, mode: str, agents: int, per_agent: int, rounds: int) -> 
             "opens",
         )
     )
-    if mode == "asyncio":
-        on_loop.sort()
-        rows.append(
-            Row(
-                "opens",
-                f"{agents} agents (asyncio): share of new-id opens read back on the event loop",
-                on_loop[len(on_loop) // 2],
-                1.0,
-                "share",
-            )
-        )
     return rows
 
 

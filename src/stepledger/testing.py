@@ -26,6 +26,7 @@ from typing import Any
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Tool
+from stepledger.history.memory import InMemoryHistory
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.ledger import Ledger
 from stepledger.producer.session import ResumeOptions
@@ -35,6 +36,7 @@ from stepledger.resolution.registry import ToolRegistry
 __all__ = [
     "Crash",
     "InMemoryEventLog",
+    "InMemoryHistory",
     "InMemoryWorkflowReader",
     "ManualClock",
     "MemoryEventLetters",

@@ -27,8 +27,8 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.domain import events as ev
+from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka import ensure_topics
-from stepledger.readers.workflows import KafkaScanReader
 from tests.e2e.recovery_helpers import append_events
 from tests.integration import inbox_helpers as h
 from tests.integration.projector_helpers import snapshot_count, spawn_projector, wait_for
@@ -67,7 +67,7 @@ class Stack:
 
     def answers(self, workflow_id: str) -> list[ev.Event]:
         """The answers the log holds for a workflow (read from the topic, not the inbox)."""
-        events = KafkaScanReader(self.settings).read(workflow_id)
+        events = KafkaHistory(self.settings).read(workflow_id).events
         kinds = (ev.EscalationResolved, ev.ApprovalDecided)
         return [e for e in events if isinstance(e.body, kinds)]
 

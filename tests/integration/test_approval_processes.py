@@ -20,7 +20,7 @@ from typing import Any
 from stepledger.cli._identity import os_user
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.readers.workflows import KafkaScanReader
+from stepledger.history.kafka import KafkaHistory
 
 CLI = [sys.executable, "-m", "stepledger"]
 AGENT = [sys.executable, str(Path(__file__).parent / "agent_wire.py")]
@@ -63,7 +63,7 @@ class Bank:
         return dict(json.loads(done.stdout))
 
     def decisions(self, workflow: str) -> list[ev.ApprovalDecided]:
-        events = KafkaScanReader(self.settings).read(workflow)
+        events = KafkaHistory(self.settings).read(workflow).events
         return [e.body for e in events if isinstance(e.body, ev.ApprovalDecided)]
 
 

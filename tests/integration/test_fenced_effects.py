@@ -21,8 +21,8 @@ from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
 from stepledger.errors import WorkflowDeadLetteredError
+from stepledger.history.kafka import KafkaHistory
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
 from stepledger_dev.examples.clients import BookingsClient, RunningService
 from stepledger_dev.examples.tools import BOOKINGS, PAYMENTS, make_registry
@@ -67,9 +67,9 @@ def owner(settings: Settings, running: dict[str, RunningService]) -> tuple[Ledge
 
 
 def logged(settings: Settings, workflow: str) -> tuple[list[ev.Event], WorkflowState]:
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     try:
-        events = reader.read(workflow)
+        events = reader.read(workflow).events
     finally:
         reader.close()
     return events, replay(workflow, events)

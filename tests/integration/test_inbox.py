@@ -21,6 +21,8 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import AlreadyAnsweredError
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.memory import InMemoryHistory
 from stepledger.humanqueue import escalations
 from stepledger.humanqueue import queue as q
 from stepledger.humanqueue.answers import Answerer
@@ -28,7 +30,6 @@ from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import csrf_token
 from stepledger.log import InMemoryEventLog, KafkaEventLog
 from stepledger.projector.snapshot import snapshot_path
-from stepledger.readers.workflows import InMemoryWorkflowReader, KafkaScanReader
 from tests.integration import inbox_helpers as h
 from tests.unit.projector_harness import project, to_messages
 
@@ -49,7 +50,7 @@ class Inbox:
         self.db = tmp / "ledger.duckdb"
         self.reproject()
         self.answerer = Answerer(
-            self.log, EventFactory("inbox", "inbox-test"), InMemoryWorkflowReader(self.log)
+            self.log, EventFactory("inbox", "inbox-test"), InMemoryHistory(self.log)
         )
         config = InboxConfig(
             db_path=self.db, token=TOKEN, port=1, allowed_hosts=HOSTS, prefix=PREFIX
@@ -359,7 +360,7 @@ def test_an_answer_that_lost_the_race_is_told_whose_counted() -> None:
     log = _RacingLog(rival)
     for event in h.escalated_wire(f, "trip", "esc"):
         log.append(event)
-    answerer = Answerer(log, f, InMemoryWorkflowReader(log))
+    answerer = Answerer(log, f, InMemoryHistory(log))
     receipt = answerer.answer_escalation("trip", "esc", Verdict.HAPPENED, by="finn", note="late")
     assert not receipt.counted
     assert receipt.decision is not None and receipt.decision.by == "erin"
@@ -380,9 +381,7 @@ def test_two_inboxes_answering_at_once_on_the_broker_yield_one_decision(
     finally:
         writer.close()
     inboxes = [
-        Answerer(
-            KafkaEventLog(settings), EventFactory("x", f"inbox-{n}"), KafkaScanReader(settings)
-        )
+        Answerer(KafkaEventLog(settings), EventFactory("x", f"inbox-{n}"), KafkaHistory(settings))
         for n in range(2)
     ]
     start = threading.Barrier(2)
@@ -412,6 +411,6 @@ def test_two_inboxes_answering_at_once_on_the_broker_yield_one_decision(
         assert loser.by == winner
     else:
         assert loser.decision.by == winner and not loser.counted  # type: ignore[attr-defined]
-    events = KafkaScanReader(settings).read("trip-race")
+    events = KafkaHistory(settings).read("trip-race").events
     final = escalations.EscalationQueue().extend(events)
     assert final.open() == []

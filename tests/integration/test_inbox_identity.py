@@ -23,11 +23,11 @@ from starlette.testclient import TestClient
 from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import replay
+from stepledger.history.memory import InMemoryHistory
 from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import hash_token
 from stepledger.log import InMemoryEventLog
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.integration import inbox_helpers as h
 from tests.integration.test_inbox import HOSTS, PREFIX, ROOT, TOKEN, everything, form
 from tests.unit.projector_harness import project, to_messages
@@ -46,7 +46,7 @@ class App:
         self.db = tmp / "ledger.duckdb"
         project(self.db, to_messages(self.log.events), largest_batch=500)
         answerer = Answerer(
-            self.log, EventFactory("inbox", "inbox-test"), InMemoryWorkflowReader(self.log)
+            self.log, EventFactory("inbox", "inbox-test"), InMemoryHistory(self.log)
         )
         config = InboxConfig(
             db_path=self.db,

@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 
 import stepledger as sl
 from stepledger.config import Settings
+from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka import DURABLE_PRODUCER
-from stepledger.producer import KafkaPartitionReader
 from tests.conftest import Factory
 
 RECORDS = 48_000
@@ -51,8 +51,8 @@ def test_opening_a_workflow_in_a_large_partition_finishes(
     with sl.Ledger(settings) as ledger:
         wf = ledger.workflow("new-here")
         assert wf.attempt == 1
-        reader = ledger.reader
-        assert isinstance(reader, KafkaPartitionReader)
+        reader = ledger.history
+        assert isinstance(reader, KafkaHistory)
         assert reader.last.tail_records == RECORDS  # the index read every record
         reopened = sl.Ledger(settings)
         try:

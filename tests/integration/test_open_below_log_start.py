@@ -19,8 +19,9 @@ from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.errors import HistoryExpiredError
+from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka import admin, ensure_topics
-from stepledger.producer import KafkaPartitionReader, Ledger
+from stepledger.producer import Ledger
 from stepledger.topics import checkpoint_topic_config
 from tests.conftest import unique
 
@@ -71,8 +72,8 @@ def test_an_open_below_a_deleted_head_reads_from_the_log_start_without_an_offset
         wf = ledger.workflow("wf-paid")
         assert wf.attempt == 2
         assert wf.step("pay", PAY, {"n": 1}, _never) == "paid"
-        reader = ledger.reader
-        assert isinstance(reader, KafkaPartitionReader)
+        reader = ledger.history
+        assert isinstance(reader, KafkaHistory)
         indexed = reader.index.records
     resets = [r.getMessage() for r in caplog.records if "out of range" in r.getMessage().lower()]
     assert resets == [], resets

@@ -33,9 +33,10 @@ from stepledger.domain.events import Event
 from stepledger.domain.state import WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import DurabilityError
+from stepledger.history import index as indexes
+from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka import ensure_topics
-from stepledger.producer import KafkaPartitionReader, Ledger
-from stepledger.readers import index as indexes
+from stepledger.producer import Ledger
 from stepledger_dev.apache_kafka import KafkaBroker
 from tests.integration.test_partition_index import WRITER
 
@@ -62,10 +63,15 @@ def _replays(wf: Any) -> None:
     assert calls == []
 
 
-def _reader(ledger: Ledger) -> KafkaPartitionReader:
-    reader = ledger.reader
-    assert isinstance(reader, KafkaPartitionReader)
-    return reader
+def _reader(ledger: Ledger) -> KafkaHistory:
+    history = ledger.history
+    assert isinstance(history, KafkaHistory)
+    return history
+
+
+def _unseen(ledger: Ledger, workflow_id: str) -> bool:
+    known = _reader(ledger).known(workflow_id)
+    return known is not None and not known.events
 
 
 def _called(calls: list[int], result: str) -> str:
@@ -74,7 +80,7 @@ def _called(calls: list[int], result: str) -> str:
 
 
 def _types(ledger: Ledger, workflow_id: str) -> list[str]:
-    return [e.type for e in ledger.reader.read(workflow_id)]
+    return [e.type for e in ledger.history.read(workflow_id).events]
 
 
 def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
@@ -85,7 +91,7 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
         index = _reader(ledger).index
         assert index.tailing == {(settings.topic, 0)}
         assigned = index.assignments
-        assert _reader(ledger).unseen("second")
+        assert _unseen(ledger, "second")
         wf = ledger.workflow("second")
         assert index.assignments == assigned  # the tail read through the started event
         assert wf.attempt == 1 and wf.state.runner == wf.runner and wf.epoch == 1
@@ -99,7 +105,7 @@ def test_an_unseen_id_is_started_first_and_read_through_its_started_event(
             "step_outcome",
             "workflow_finished",
         ]
-        assert not _reader(ledger).unseen("second")
+        assert not _unseen(ledger, "second")
 
 
 def test_an_id_another_process_started_past_the_tail_is_resumed_not_run_again(
@@ -108,7 +114,7 @@ def test_an_id_another_process_started_past_the_tail_is_resumed_not_run_again(
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()  # tailing from offset 0
         _elsewhere(settings, src_env, WRITER, "late")
-        assert _reader(ledger).unseen("late")  # the tail has not read it: a wrong hint
+        assert _unseen(ledger, "late")  # the tail has not read it: a wrong hint
         # Started first, found the other runner's history before it: its started event owns
         # nothing, and the open goes on as one that read after that history: attempt 2.
         wf = ledger.workflow("late")
@@ -146,7 +152,7 @@ def test_a_resume_reads_its_claim_back_through_the_tail(
         index = _reader(ledger).index
         wf = ledger.workflow("again")  # read first (the id is known), claim, read through it
         assert wf.attempt == 2 and index.assignments == 1
-        assert [e.type for e in ledger.reader.read("again")][-1] == "workflow_resumed"
+        assert [e.type for e in ledger.history.read("again").events][-1] == "workflow_resumed"
 
 
 @pytest.mark.parametrize("path", ["read first", "claimed first from the tail"])
@@ -177,7 +183,7 @@ def test_a_resume_folds_what_it_read_once_and_holds_the_fold_of_the_log(
         opened = Counter(folded)
         if path != "read first":
             assert index.assignments == assigned  # claimed from the tail, no read first
-        logged = ledger.reader.read("long")
+        logged = ledger.history.read("long").events
         assert resumed.attempt == 2 and logged[-1].type == "workflow_resumed"
         assert {opened[e.event_id] for e in logged[:-1]} == {1}
         assert opened[logged[-1].event_id] == 2
@@ -196,7 +202,7 @@ def test_an_idle_tail_is_unassigned_and_an_unseen_id_is_read_first(
         while index.tailing:
             assert time.monotonic() < limit, "the idle tail was not unassigned"
             time.sleep(0.02)
-        assert not _reader(ledger).unseen("second")
+        assert not _unseen(ledger, "second")
         assigned = index.assignments
         assert ledger.workflow("second").attempt == 1
         assert index.assignments == assigned + 1  # the read-first path assigned afresh
@@ -311,7 +317,7 @@ def test_an_id_this_process_started_is_never_taken_for_unseen(
     with Ledger(settings) as ledger:
         ledger.workflow("first").finish()  # tailing
         ledger.start("own")  # written, not read by the tail
-        assert not _reader(ledger).unseen("own")
+        assert not _unseen(ledger, "own")
         wf = ledger.workflow("own")
         assert wf.attempt == 2 and wf.state.anomalies == []
 
@@ -361,7 +367,7 @@ def test_opens_claim_first_through_a_tail_whose_broker_was_killed_and_restarted(
             cluster.restart_node(1)
             _await_leader(settings)  # recovery after SIGKILL: writes before it time out
             _await_writes(ledger)
-            assert _reader(ledger).unseen("second")
+            assert _unseen(ledger, "second")
             wf = ledger.workflow("second")
             again = ledger.workflow("first")  # claimed first from the tail, after the restart
             assert index.assignments == assigned  # the tail carried on through the restart

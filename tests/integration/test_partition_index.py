@@ -20,8 +20,9 @@ from typing import Any
 
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
-from stepledger.producer import KafkaPartitionReader, Ledger
-from stepledger.readers.index import PartitionIndex
+from stepledger.history.index import PartitionIndex
+from stepledger.history.kafka import KafkaHistory
+from stepledger.producer import Ledger
 
 PAY = Tool(name="pay", keyed=True)
 
@@ -71,14 +72,14 @@ def test_reads_see_what_was_written_before_them_and_nothing_else(
 ) -> None:
     settings = make_settings(partitions=3)
     fill(settings, 20, "old")
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     try:
-        assert reader.read("nobody") == []
+        assert reader.read("nobody").events == []
         write_elsewhere(settings, "late", src_env)  # after the index caught up once
-        events = reader.read("late")
+        events = reader.read("late").events
         assert [e.type for e in events] == ["workflow_started", "step_intended", "step_outcome"]
-        assert reader.read("old-7")[0].type == "workflow_started"
-        assert reader.read("nobody") == []
+        assert reader.read("old-7").events[0].type == "workflow_started"
+        assert reader.read("nobody").events == []
     finally:
         reader.close()
 
@@ -88,14 +89,14 @@ def test_a_cold_read_is_one_pass_and_a_later_one_reads_what_it_lacks(
 ) -> None:
     settings = make_settings(partitions=1)
     fill(settings, 10, "c")  # 30 records
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     try:
-        assert [e.step_id for e in reader.read("c-4")] == [None, "pay", "pay"]
+        assert [e.step_id for e in reader.read("c-4").events] == [None, "pay", "pay"]
         assert reader.last.tail_records == 30  # the index's pass: no second read
         fill(settings, 2, "d")
-        assert len(reader.read("c-4")) == 3  # unfinished: the index kept its records
+        assert len(reader.read("c-4").events) == 3  # unfinished: the index kept its records
         assert reader.last.tail_records == 6  # the catch-up only, no second read
-        assert [e.type for e in reader.read("d-1")][-1] == "step_outcome"
+        assert [e.type for e in reader.read("d-1").events][-1] == "step_outcome"
     finally:
         reader.close()
 
@@ -107,13 +108,16 @@ def test_a_finished_workflow_the_index_passed_is_read_from_its_first_record(
     fill(settings, 10, "c")  # 30 records, unfinished workflows
     with Ledger(settings) as ledger:
         ledger.start("done").finish()  # 2 records: its values are not kept
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     try:
-        assert reader.read("nobody") == []  # the index reads all 32
+        assert reader.read("nobody").events == []  # the index reads all 32
         for n in range(20):  # other workflows opened after: each found without a scan
-            assert len(reader.read(f"c-{n % 10}")) == 3
+            assert len(reader.read(f"c-{n % 10}").events) == 3
             assert reader.last.tail_records == 0
-        assert [e.type for e in reader.read("done")] == ["workflow_started", "workflow_finished"]
+        assert [e.type for e in reader.read("done").events] == [
+            "workflow_started",
+            "workflow_finished",
+        ]
         assert reader.last.tail_records == 2  # from its first record to the end
     finally:
         reader.close()
@@ -157,7 +161,7 @@ def test_concurrent_opens_share_catch_ups_and_see_their_own_workflows(
             thread.start()
         for thread in threads:
             thread.join(120)
-        index = ledger.reader.index  # type: ignore[attr-defined]
+        index = ledger.history.index  # type: ignore[attr-defined]
     assert errors == []
     # 48 opens; each catch-up reads only what is new, so far fewer than 48 full reads.
     assert index.records < 10 * 3 + 48 * 4 + 8 * 3
@@ -172,11 +176,11 @@ def test_past_its_key_bound_a_partition_falls_back_to_full_reads(
     partition = (settings.topic, 0)
     assert index.first_offset(partition, b"k-11") == 0  # unindexed: read from the start
     assert index.first_offset(partition, b"nobody") == 0
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     reader.index = index
     try:
-        assert reader.read("k-11")[0].type == "workflow_started"
-        assert reader.read("nobody") == []
+        assert reader.read("k-11").events[0].type == "workflow_started"
+        assert reader.read("nobody").events == []
     finally:
         reader.close()
 

@@ -16,9 +16,10 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
+from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka.partitioner import partition_of
 from stepledger.kafka.reader import read_topic
-from stepledger.producer import KafkaPartitionReader, Ledger
+from stepledger.producer import Ledger
 
 PAY = Tool(name="pay", keyed=True)
 
@@ -51,7 +52,7 @@ def test_opening_a_workflow_scans_only_its_partition(make_settings: Callable[...
             wf.step("pay", PAY, {"n": n}, lambda a, k: 1)
         target = ledger.workflow("target")
         target.step("pay", PAY, {"n": 0}, lambda a, k: "paid")
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     with Ledger(settings, reader=reader) as ledger:
         wf = ledger.workflow("target")
         assert wf.step("pay", PAY, {"n": 0}, lambda a, k: "again") == "paid"

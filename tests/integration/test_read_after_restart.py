@@ -14,9 +14,9 @@ import pytest
 
 import stepledger as sl
 from stepledger.codec import Codec
+from stepledger.history import kafka as workflows
+from stepledger.history.kafka import read_to_end
 from stepledger.kafka import ensure_topics
-from stepledger.readers import workflows
-from stepledger.readers.workflows import read_to_end
 from stepledger.topics import step_log_config
 from stepledger_dev.broker import LocalBroker, S3Storage
 

@@ -18,17 +18,15 @@ from stepledger.domain import events as ev
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import SagaViolationError
+from stepledger.history.adapt import as_history
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.memory import InMemoryHistory
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import Position, topic_partitions
 from stepledger.kafka.partitioner import partition_of
 from stepledger.kafka.reader import read_topic
 from stepledger.log import InMemoryEventLog
-from stepledger.producer import (
-    InMemoryWorkflowReader,
-    KafkaScanReader,
-    Ledger,
-    SnapshotTailReader,
-    WorkflowReader,
-)
+from stepledger.producer import Ledger, SnapshotTailReader
 from stepledger.projector.rebuild import rebuild
 from stepledger_dev.examples.clients import RunningService, start_service
 
@@ -47,7 +45,7 @@ def record_workflows(ledger: Ledger, ids: list[str], steps: int = 3) -> None:
             wf.step(f"s{i}", PAY, {"i": i}, lambda a, k: {"key": k})
 
 
-# -- the reader contract, run against every implementation ---------------------------------
+# -- the history contract: both implementations and the snapshot reader -----------------------
 
 
 @pytest.fixture(params=["memory", "scan", "snapshot"])
@@ -56,16 +54,16 @@ def reader_setup(request: pytest.FixtureRequest, settings: Settings, tmp_path: P
     if request.param == "memory":
         log = InMemoryEventLog()
         ledger = Ledger(settings, log=log)
-        return ledger, lambda: InMemoryWorkflowReader(log)
+        return ledger, lambda: InMemoryHistory(log)
     ledger = Ledger(settings)
     if request.param == "scan":
-        return ledger, lambda: KafkaScanReader(settings)
+        return ledger, lambda: KafkaHistory(settings)
     db = tmp_path / "ledger.duckdb"
 
-    def snapshot_then_tail() -> WorkflowReader:
+    def snapshot_then_tail() -> WorkflowHistory:
         rebuild(settings, db)  # the snapshot holds what was written so far ...
         record_workflows(ledger, ["wf-a", "wf-late"], steps=5)  # ... the tail holds the rest
-        return SnapshotTailReader(settings, db)
+        return as_history(SnapshotTailReader(settings, db))
 
     return ledger, snapshot_then_tail
 
@@ -74,14 +72,14 @@ def test_a_reader_returns_one_workflows_events_in_log_order(reader_setup: Any) -
     ledger, make_reader = reader_setup
     record_workflows(ledger, ["wf-a", "wf-b", "wf-c"])
     reader = make_reader()
-    events = reader.read("wf-a")
+    events = reader.read("wf-a").events
     assert {e.workflow_id for e in events} == {"wf-a"}
     state = replay("wf-a", events)
     assert not state.anomalies and all(
         s.status is StepStatus.SUCCEEDED for s in state.steps.values()
     )
     assert [e.type for e in events[:3]] == ["workflow_started", "step_intended", "step_outcome"]
-    assert reader.read("wf-none") == []
+    assert reader.read("wf-none").events == []
     ledger.close()
 
 

@@ -27,8 +27,8 @@ from stepledger.domain.enums import EffectClass, Verdict
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ResultTypeError
+from stepledger.history.kafka import KafkaHistory
 from stepledger.producer import Ledger, ResumeOptions
-from stepledger.readers.workflows import KafkaPartitionReader
 from stepledger.resolution.registry import ToolRegistry
 from stepledger_dev.examples.clients import JsonObject, RunningService, _JsonClient, start_service
 from stepledger_dev.examples.tools import BOOKINGS, EMAIL, PAYMENTS, make_registry
@@ -200,9 +200,9 @@ def test_two_live_runners_at_one_step_make_one_effect_and_the_loser_is_told(
     assert [a.get("error") for a in losers] == ["WorkflowTakenOverError"], answers
     assert "taken over" in losers[0]["message"] and "\n" not in losers[0]["message"]
     assert "result" in answers[1], answers  # the newer claim owns the workflow
-    reader = KafkaPartitionReader(settings)
+    reader = KafkaHistory(settings)
     try:
-        events = reader.read(workflow)
+        events = reader.read(workflow).events
     finally:
         reader.close()
     intents = [e for e in events if isinstance(e.body, ev.StepIntended)]

@@ -18,9 +18,9 @@ from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, ApprovalPendingError, ToolDefinitionError
+from stepledger.history.memory import InMemoryHistory
 from stepledger.log import InMemoryEventLog
 from stepledger.producer import Ledger, approval
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.resume_fakes import World
 
 HUMAN = EventFactory("fleet", "inbox")
@@ -72,7 +72,7 @@ def requests(world: World) -> list[ev.ApprovalRequested]:
 
 
 def decide(world: World, granted: bool = True, digest: str | None = None) -> ev.Event:
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     human = EventFactory("fleet", "inbox", clock=world.clock)
     return approval.decide(
         world.log, human, reader, "wf", "wire", granted=granted, by="alice", digest=digest
@@ -262,7 +262,7 @@ def test_an_approval_of_100_on_card_a_does_not_cover_card_b() -> None:
     world, cards = keyed_world(), Cards()
     with pytest.raises(ApprovalPendingError):
         world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     approval.decide(world.log, HUMAN, reader, "wf", "pay", granted=True, by="alice")
     # The resumed agent calls the same step with the same amount on another card.
     with pytest.raises(ApprovalPendingError):
@@ -280,7 +280,7 @@ def test_a_retry_after_a_definite_failure_under_a_new_key_is_still_the_approved_
     world, cards = keyed_world(), Cards()
     with pytest.raises(ApprovalPendingError):
         world.ledger().workflow("wf").step("pay", cards.tool(), amount=100, card=CARD_A)
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     approval.decide(world.log, HUMAN, reader, "wf", "pay", granted=True, by="alice")
     wf = world.ledger().workflow("wf")
     cards.refuse_next = True

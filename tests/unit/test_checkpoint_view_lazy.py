@@ -51,7 +51,7 @@ def test_the_newest_record_per_key_wins_and_is_decoded_only_when_asked() -> None
     view.CheckpointView._take(latest, b"wf-1", encode(checkpoint(covered=50)))
     view.CheckpointView._take(latest, b"wf-1", encode(checkpoint(covered=40)))  # an older rewrite
     view.CheckpointView._take(latest, b"wf-2", encode(checkpoint("wf-2", 10)))
-    view.CheckpointView._take(latest, b"bad", b"\x00not a checkpoint")  # skipped at once
+    assert not view.CheckpointView._take(latest, b"bad", b"\x00not a checkpoint")  # skipped
     assert sorted(latest) == [b"wf-1", b"wf-2"]
     assert all(held.decoded is None for held in latest.values())
     found = view._checkpoint(latest, b"wf-1")

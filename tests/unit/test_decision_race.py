@@ -16,6 +16,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import RunStatus, StepStatus, replay
 from stepledger.errors import StepCompensatedError
+from stepledger.history.protocol import History
 from stepledger.kafka import Position
 from stepledger.producer import Ledger
 from stepledger.recovery.claims import ClaimBoard
@@ -139,13 +140,13 @@ def test_a_call_that_ended_in_time_reads_nothing_back_after_it() -> None:
     world = World()
     ledger = world.ledger()
     reads: list[str] = []
-    read_all = ledger.reader.read
+    read_all = ledger.history.read
 
-    def read(workflow_id: str) -> list[ev.Event]:
+    def read(workflow_id: str, *, through: Position | None = None) -> History:
         reads.append(workflow_id)
-        return read_all(workflow_id)
+        return read_all(workflow_id, through=through)
 
-    ledger.reader.read = read  # type: ignore[method-assign]
+    ledger.history.read = read  # type: ignore[method-assign]
     wf = ledger.start("wf")
     wf.step("book", world.services.book, ARGS["book"])
     assert reads == ["wf"]  # the intent's read back before the call, nothing after it

@@ -25,8 +25,10 @@ from stepledger.errors import (
     WorkflowDeadLetteredError,
     WorkflowTakenOverError,
 )
+from stepledger.history.memory import InMemoryHistory
+from stepledger.history.protocol import History
+from stepledger.kafka import Position
 from stepledger.producer import Workflow, approval, opening
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger_dev.simulate import defects
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World
@@ -178,7 +180,7 @@ def test_a_zombies_approved_keyed_call_is_not_made() -> None:
     with pytest.raises(ApprovalPendingError):
         zombie.step("charge", charge, CARD)
     human = EventFactory("fleet", "inbox", clock=world.clock)
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     approval.decide(world.log, human, reader, "wf", "charge", granted=True, by="ann")
     world.ledger().workflow("wf")  # the new owner claims
     with pytest.raises(WorkflowTakenOverError):
@@ -235,13 +237,13 @@ def test_a_run_of_effectful_steps_reads_the_log_back_once(pipelined: bool) -> No
     world = World(pipeline_outcomes=pipelined)
     ledger = world.ledger()
     reads: list[str] = []
-    read_all = ledger.reader.read
+    read_all = ledger.history.read
 
-    def read(workflow_id: str) -> list[ev.Event]:
+    def read(workflow_id: str, *, through: Position | None = None) -> History:
         reads.append(workflow_id)
-        return read_all(workflow_id)
+        return read_all(workflow_id, through=through)
 
-    ledger.reader.read = read  # type: ignore[method-assign]
+    ledger.history.read = read  # type: ignore[method-assign]
     wf = ledger.start("wf")
     for i in range(5):
         wf.step(f"charge-{i}", world.services.charge, CARD)

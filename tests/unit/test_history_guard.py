@@ -10,7 +10,7 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.errors import HistoryExpiredError
-from stepledger.readers.history import HistoryGuard
+from stepledger.history.guard import HistoryGuard
 from tests.unit.factories import factory, pay_tool
 
 CODEC = Codec()
@@ -32,11 +32,16 @@ class Starts:
 
 
 class View:
-    def __init__(self, checkpoint: WorkflowCheckpoint | None, progress: int | None) -> None:
-        self.covering = Covering(checkpoint, progress)
+    def __init__(
+        self, checkpoint: WorkflowCheckpoint | None, progress: int | None, doubtful: bool = False
+    ) -> None:
+        self.covering = Covering(checkpoint, progress, doubtful)
 
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering:
         return self.covering
+
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        return None
 
 
 def history() -> list[ev.Event]:
@@ -104,3 +109,15 @@ def test_anything_unproven_is_refused(checkpoint_covers: int | None, progress: i
 def test_a_snapshot_past_the_log_start_needs_nothing_more() -> None:
     events = history()[1:]
     assert guard(50).complete("wf", 0, events, read_from=60) == events
+
+
+def test_no_checkpoint_proves_nothing_where_a_checkpoint_could_not_be_decoded() -> None:
+    """The progress vouches that every workflow below it has a checkpoint; one the view
+    skipped as undecodable may be this one's, so its absence proves no id new."""
+    tail = history()[1:]  # the start expired: the tail alone is not the whole history
+    assert guard(50, progress=70).complete("wf", 0, tail) == tail
+    doubtful = HistoryGuard(
+        SETTINGS, CODEC, log_start=Starts(50), checkpoints=View(None, 70, doubtful=True)
+    )
+    with pytest.raises(HistoryExpiredError):
+        doubtful.complete("wf", 0, tail)

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 import pytest
 
 from stepledger.config import Settings
+from stepledger.history import index as indexes
+from stepledger.history.index import Lookup, PartitionIndex
 from stepledger.kafka.records import Consumed, Polled, Where
-from stepledger.readers import index as indexes
-from stepledger.readers.index import Lookup, PartitionIndex
 
 WHERE = ("log", 0)
 
@@ -216,29 +216,6 @@ def test_unseen_needs_a_tail_read_from_offset_0_that_never_saw_the_key() -> None
     assert not index.unseen(WHERE, b"new")
 
 
-def test_a_lookup_that_must_not_wait_reads_what_the_tail_fetched_through_its_bound() -> None:
-    index, tail = _tailed(_record(0, b"x"), _eof(1), _record(1), _record(2, b"x"))
-    found = index.lookup_now(WHERE, b"wf", 1)
-    assert found is not None and found.first == 1 and found.records == [b"v"]
-    assert found.whole and tail.assigned == []
-    assert index._next[WHERE] == 3  # the whole batch fetched is indexed
-
-
-def test_a_lookup_that_must_not_wait_gives_up_short_of_its_bound_and_keeps_what_it_read() -> None:
-    index, tail = _tailed(_record(0, b"x"))
-    assert index.lookup_now(WHERE, b"wf", 3) is None  # offset 3 is not fetched yet
-    assert index._next[WHERE] == 1 and not index._running
-    tail.queued = [_record(1), _record(2), _record(3)]
-    found = index.lookup(WHERE, b"wf", through=3)  # a thread's lookup reads on from there
-    assert found.first == 1 and found.complete and tail.assigned == []
-
-
-def test_a_lookup_that_must_not_wait_never_waits_for_a_running_catch_up() -> None:
-    index, _ = _tailed(_record(0))
-    index._running = True
-    assert index.lookup_now(WHERE, b"wf", 0) is None
-
-
 def test_mid_read_the_index_answers_no_id_as_unseen() -> None:
     """Assigned but not caught up, the index does not know the ids below the partition's end
     (the bench's asyncio agents opened ids started before the first catch-up ended)."""
@@ -252,20 +229,21 @@ def test_mid_read_the_index_answers_no_id_as_unseen() -> None:
 
 
 def test_the_snapshot_reader_opts_out_of_reads_through_own_records(tmp_path: object) -> None:
-    """Its opens read first: the snapshot, not the index, knows which ids the log holds."""
-    from stepledger.readers.workflows import (
-        KafkaPartitionReader,
-        SnapshotTailReader,
-        bounded,
-    )
+    """Its opens read first: the snapshot, not the index, knows which ids the log holds; a
+    deprecated Kafka reader name stands for the Kafka history itself."""
+    from stepledger.history.adapt import as_history
+    from stepledger.history.kafka import KafkaHistory
+    from stepledger.readers.workflows import KafkaPartitionReader, SnapshotTailReader
 
     settings = Settings()
-    assert bounded(KafkaPartitionReader(settings)) is not None
-    assert bounded(SnapshotTailReader(settings, str(tmp_path))) is None
+    with pytest.warns(DeprecationWarning):
+        assert isinstance(as_history(KafkaPartitionReader(settings)), KafkaHistory)
+    snapshot = as_history(SnapshotTailReader(settings, str(tmp_path)))
+    assert snapshot.known("wf") is None
 
 
 def test_past_max_notes_a_partition_answers_no_id_unseen(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stepledger.readers import index as indexes
+    from stepledger.history import index as indexes
 
     monkeypatch.setattr(indexes, "MAX_NOTES", 2)
     index, _ = _tailed()
@@ -280,7 +258,7 @@ def test_past_max_notes_a_partition_answers_no_id_unseen(monkeypatch: pytest.Mon
 def test_a_history_longer_than_max_tailed_is_not_handed_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from stepledger.readers import index as indexes
+    from stepledger.history import index as indexes
 
     monkeypatch.setattr(indexes, "MAX_TAILED", 2)
     index, _ = _tailed(_record(0), _record(1), _record(2, b"short"), _record(3, b"short"))
@@ -290,17 +268,6 @@ def test_a_history_longer_than_max_tailed_is_not_handed_out(
     index._reader.queued = [_record(4)]  # type: ignore[union-attr]
     index.lookup(WHERE, b"wf", through=4)  # a third record of wf: too long to hand out
     assert index.tailed(WHERE, b"wf") is None and index.tailed(WHERE, b"short") is not None
-
-
-def test_a_lookup_that_must_not_wait_reads_at_most_now_records(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from stepledger.readers import index as indexes
-
-    monkeypatch.setattr(indexes, "NOW_RECORDS", 4)
-    index, tail = _tailed(*(_record(offset, b"x") for offset in range(10)))
-    assert index.lookup_now(WHERE, b"wf", 9) is None  # gave up after 4 of the 10 records
-    assert index._next[WHERE] == 4 and len(tail.queued) == 6 and not index._running
 
 
 class _CachedEnd:

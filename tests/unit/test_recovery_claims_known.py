@@ -28,9 +28,9 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Found, Tool
+from stepledger.history.memory import InMemoryHistory
 from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -249,7 +249,7 @@ class Daemon:
             store=store,
             dead_letters=MemoryEventLetters(),
             clock=self.clock,
-            reader=InMemoryWorkflowReader(log),
+            reader=InMemoryHistory(log),
         )
         daemon = self.daemon
         daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted

@@ -19,9 +19,9 @@ import pytest
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Found, NotFound, Tool
+from stepledger.history.memory import InMemoryHistory
 from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -74,7 +74,7 @@ def daemon(tmp_path: Path, seed: int, store: InMemoryCheckpointStore) -> Recover
         store=store,
         dead_letters=MemoryEventLetters(),
         clock=lambda: LATE,
-        reader=InMemoryWorkflowReader(log),  # reopened steps are read back with no broker
+        reader=InMemoryHistory(log),  # reopened steps are read back with no broker
     )
     daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
     return daemon

@@ -32,9 +32,9 @@ from stepledger.domain.enums import (
 )
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
+from stepledger.history.memory import InMemoryHistory
 from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
@@ -253,7 +253,7 @@ class Harness:
             store=InMemoryCheckpointStore(),
             dead_letters=MemoryEventLetters(),
             clock=self.clock,
-            reader=InMemoryWorkflowReader(self.log),
+            reader=InMemoryHistory(self.log),
         )
         daemon = self.daemon
         daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted

@@ -29,9 +29,9 @@ from stepledger.errors import (
     SagaViolationError,
     StepInDoubtError,
 )
+from stepledger.history.memory import InMemoryHistory
 from stepledger.humanqueue.cases import Answer, escalation_case
 from stepledger.producer import approval
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from tests.unit.factories import factory
 from tests.unit.resume_fakes import Crash, World, crash_after
 
@@ -275,7 +275,7 @@ def test_deciding_a_step_that_awaits_nothing_is_refused() -> None:
 
 def decide(world: World, *, granted: bool) -> None:
     ledger = world.ledger()
-    reader = InMemoryWorkflowReader(world.log)
+    reader = InMemoryHistory(world.log)
     approval.decide(ledger.log, ledger.events, reader, "wf", "wire", granted=granted, by="ops")
 
 

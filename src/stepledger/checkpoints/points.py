@@ -33,6 +33,9 @@ class Covering:
     progress: int | None
     """Every workflow with a step-log record at or below this offset has a checkpoint
     covering it (None: no checkpointer has written progress for the partition)."""
+    doubtful: bool = False
+    """A checkpoint of the partition could not be decoded: a workflow without one is not
+    proven to have none (the progress then proves no id new)."""
 
 
 #: Whether a checkpoint-topic record (its partition and headers) is of the view's step log.

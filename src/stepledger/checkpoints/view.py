@@ -89,6 +89,10 @@ class CheckpointView:
         self._lock = threading.Lock()
         self._next: dict[int, int] = {}
         self._latest: dict[int, dict[bytes, Held]] = {}
+        self._whole: set[int] = set()
+        """Partitions read to their end at least once (what they held then, and since)."""
+        self._doubtful: set[int] = set()
+        """Partitions where a checkpoint could not be decoded (see ``Covering.doubtful``)."""
         self._directed: dict[tuple[int, bytes], Covering] = {}
         """What the latest directory lookups proved, by partition and key (at most
         ``_DIRECTED_KEPT``: a stale one only sends the guard to a whole read)."""
@@ -133,10 +137,28 @@ class CheckpointView:
                 self._catch_up(partition)
             latest = self._latest.get(partition, {})
             progress = latest.get(PROGRESS_KEY)
+            key = workflow_id.encode()
+            held = key in latest
+            newest = _checkpoint(latest, key)
+            if held and newest is None:
+                self._doubtful.add(partition)  # dropped: undecodable
             return Covering(
-                _checkpoint(latest, workflow_id.encode()),
+                newest,
                 None if progress is None else progress.covered,
+                partition in self._doubtful,
             )
+
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        """Whether the partition's checkpoints, read to their end once, hold one of the
+        workflow: no round trip and no wait (None: not read whole, doubtful, or being read)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if partition not in self._whole or partition in self._doubtful:
+                return None
+            return workflow_id.encode() in self._latest.get(partition, {})
+        finally:
+            self._lock.release()
 
     def partition(self, partition: int) -> dict[bytes, WorkflowCheckpoint]:
         """Every newest checkpoint of a partition (the progress record under its key) that
@@ -251,25 +273,31 @@ class CheckpointView:
         for records in records_to_end(self.settings, starts, group=group, within=CATCH_UP_LIMIT_S):
             for record in records:
                 self._next[partition] = record.offset + 1
-                if self._admit(partition, record.headers):
-                    self._take(latest, record.key or b"", record.value, record.offset)
+                admitted = self._admit(partition, record.headers)
+                if admitted and not self._take(
+                    latest, record.key or b"", record.value, record.offset
+                ):
+                    self._doubtful.add(partition)
+        self._whole.add(partition)
 
     @staticmethod
-    def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> None:
+    def _take(latest: dict[bytes, Held], key: bytes, value: bytes | None, offset: int = -1) -> bool:
+        """Keep a key's record if it is its newest (False: undecodable, skipped)."""
         if dirs.is_directory_key(key):
-            return  # where checkpoints are, not one
+            return True  # where checkpoints are, not one
         if value is None:
             latest.pop(key, None)  # a tombstone
-            return
+            return True
         try:
             covered = covered_offset_of(value)
         except CodecError as exc:
             # Skipped, never fatal: the reader then finds no checkpoint and refuses to guess.
             logger.error("skipped an undecodable checkpoint of key %r: %s", key, exc)
-            return
+            return False
         held = latest.get(key)
         if held is None or covered >= held.covered:
             latest[key] = Held(covered, value, offset)
+        return True
 
 
 def _checkpoint(latest: dict[bytes, Held], key: bytes) -> WorkflowCheckpoint | None:

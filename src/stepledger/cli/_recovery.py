@@ -22,13 +22,13 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
 from stepledger.health import serve_probes
+from stepledger.history.kafka import KafkaHistory
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.kafka.consumer import GroupProtocol
 from stepledger.log import KafkaEventLog, codec_for
 from stepledger.ops import Shutdown, configure_logging
-from stepledger.readers.workflows import KafkaScanReader
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
@@ -283,7 +283,7 @@ def resolve_command(
     name, auth = answerer(by)
     item = read_queue(settings, codec_for(settings)).get(escalation_id)
     log = KafkaEventLog(settings)
-    reader = KafkaScanReader(settings)
+    reader = KafkaHistory(settings, role="reader")
     try:
         # The inbox's path: checked against the log first, read back after.
         receipt = Answerer(log, _factory(settings), reader).answer_escalation(

@@ -27,10 +27,13 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
+from stepledger.history.adapt import as_history
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
-from stepledger.readers.workflows import KafkaScanReader, SnapshotTailReader, WorkflowReader
+from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.terminal import safe
 
 
@@ -44,9 +47,11 @@ def _db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def reader_for(settings: Settings, db_path: Path | None) -> WorkflowReader:
-    """The snapshot+tail reader when a projection is named, else a scan of the topic."""
-    return KafkaScanReader(settings) if db_path is None else SnapshotTailReader(settings, db_path)
+def reader_for(settings: Settings, db_path: Path | None) -> WorkflowHistory:
+    """The snapshot and its tail when a projection is named, else the step log's history."""
+    if db_path is None:
+        return KafkaHistory(settings, role="reader")
+    return as_history(SnapshotTailReader(settings, db_path))
 
 
 def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: Any) -> None:
@@ -130,7 +135,7 @@ def approvals_show_command(
     """Show what approving a step lets run: its arguments (redacted), digest and the saga."""
     reader = reader_for(settings, db_path)
     try:
-        case = approval_case(workflow_id, step_id, reader.read(workflow_id))
+        case = approval_case(workflow_id, step_id, reader.read(workflow_id).events)
     finally:
         reader.close()
     if case is None:
@@ -234,7 +239,7 @@ def show_command(
 def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:
     reader = reader_for(settings, db_path)
     try:
-        events = reader.read(workflow_id)
+        events = reader.read(workflow_id).events
     finally:
         reader.close()
     if not events:

@@ -32,12 +32,13 @@ from stepledger.errors import (
     LedgerStateError,
     UnknownEscalationError,
 )
+from stepledger.history.adapt import WorkflowReader, as_history
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.humanqueue import escalations
 from stepledger.humanqueue.cases import Answer, Case, Decision, approval_case, escalation_case
 from stepledger.humanqueue.shown import Redactor
 from stepledger.log import EventLog
 from stepledger.producer import approval
-from stepledger.readers.workflows import WorkflowReader
 
 CLI_NOTE = "answered from the command line"
 """The comment a command-line answer records when none is given."""
@@ -98,24 +99,26 @@ class Answerer:
         self,
         log: EventLog,
         factory: EventFactory,
-        reader: WorkflowReader,
+        history: WorkflowHistory | WorkflowReader,
         redactor: Redactor | None = None,
     ) -> None:
         self.log = log
         self.factory = factory
-        self.reader = reader
+        self.history = as_history(history)
         self.redactor = redactor
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
     def escalation_case(self, workflow_id: str, escalation_id: str) -> Case | None:
         """The escalation's case as the log tells it now."""
-        events = self.reader.read(workflow_id)
+        events = self.history.read(workflow_id).events
         return escalation_case(workflow_id, escalation_id, events, self.redactor)
 
     def approval_case(self, workflow_id: str, step_id: str) -> Case | None:
         """The approval's case as the log tells it now."""
-        return approval_case(workflow_id, step_id, self.reader.read(workflow_id), self.redactor)
+        return approval_case(
+            workflow_id, step_id, self.history.read(workflow_id).events, self.redactor
+        )
 
     def answer_escalation(
         self,
@@ -131,7 +134,7 @@ class Answerer:
         """Append a verdict on an open escalation (what ``escalations resolve`` appends)."""
         by, note = validate(by, note)
         with self._lock(escalation_id):
-            events = self.reader.read(workflow_id)
+            events = self.history.read(workflow_id).events
             case = escalation_case(workflow_id, escalation_id, events, self.redactor)
             _ensure_open(case, escalation_id)
             try:
@@ -180,7 +183,7 @@ class Answerer:
             event = approval.decide(
                 self.log,
                 self.factory,
-                self.reader,
+                self.history,
                 workflow_id,
                 step_id,
                 granted=granted,

@@ -26,8 +26,9 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalMismatchError, LedgerStateError
+from stepledger.history.adapt import WorkflowReader, as_history
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.log import EventLog
-from stepledger.readers.workflows import WorkflowReader
 
 if TYPE_CHECKING:
     from stepledger.producer.session import WorkflowHandle
@@ -106,15 +107,15 @@ def await_decision(workflow: WorkflowHandle, step_id: str, timeout_s: float) -> 
         return workflow.state.steps[step_id].status is not StepStatus.AWAITING_APPROVAL
 
     if workflow.state.steps[step_id].status is StepStatus.AWAITING_APPROVAL and timeout_s > 0:
-        reader = workflow.ledger.reader
-        reader.follow(workflow.workflow_id, workflow.position, decided, timeout_s)
+        history = workflow.ledger.history
+        history.follow(workflow.workflow_id, workflow.position, decided, timeout_s)
     return workflow.state.steps[step_id].status
 
 
 def decide(
     log: EventLog,
     factory: EventFactory,
-    reader: WorkflowReader,
+    history: WorkflowHistory | WorkflowReader,
     workflow_id: str,
     step_id: str,
     *,
@@ -130,7 +131,7 @@ def decide(
     one the person saw (a prefix will do): when the step now awaits approval of another call,
     ApprovalMismatchError is raised and nothing is appended.
     """
-    state = replay(workflow_id, reader.read(workflow_id))
+    state = replay(workflow_id, as_history(history).read(workflow_id).events)
     step = state.steps.get(step_id)
     if step is None or step.status is not StepStatus.AWAITING_APPROVAL:
         where = "has no such step" if step is None else f"step is {step.status.value}"

@@ -40,8 +40,8 @@ from stepledger.domain.factory import Clock
 from stepledger.domain.state import WorkflowState
 from stepledger.domain.tools import Tool
 from stepledger.errors import StepInDoubtError
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import Position
-from stepledger.readers.workflows import WorkflowReader, bounded
 from stepledger.resolution.claims import ClaimCheck, Standing, read_back, taken_over
 from stepledger.timer import SYSTEM_TIMER, Timer
 
@@ -120,21 +120,16 @@ def next_synced(synced: Position | None, landed: Position) -> Position | None:
     return landed if (landed.topic, landed.partition) == (synced.topic, synced.partition) else None
 
 
-def read_claimed(reader: WorkflowReader, claim: ev.Event, position: Position) -> list[ev.Event]:
-    """The workflow's events read back through one of this process's claims, at ``position``.
+def read_claimed(history: WorkflowHistory, claim: ev.Event, position: Position) -> list[ev.Event]:
+    """The workflow's events read back through one of this process's claims, at ``position``
+    (the fold decides a claim from what lies before it).
 
-    Through the claim's own position with a bounded reader (the fold decides a claim from
-    what lies before it), else the whole workflow.  The claim is acknowledged, so a reader
-    that reaches it returns it; one that does not (bounded retries) returns what it read,
-    without the claim, and nothing may be called.
+    The claim is acknowledged, so a read that reaches it returns it; one that does not
+    (bounded retries) returns what it read, without the claim, and nothing may be called.
     """
-    through = bounded(reader)
     events: list[ev.Event] = []
     for _ in range(READ_BACK_TRIES):
-        if through is not None:
-            events = through.read_through(claim.workflow_id, position)
-        else:
-            events = reader.read(claim.workflow_id)
+        events = history.read(claim.workflow_id, through=position).events
         if any(event.event_id == claim.event_id for event in reversed(events)):
             break
     return events

@@ -24,18 +24,17 @@ from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.saga import PlanStep
 from stepledger.domain.secrets import RedactionKey
 from stepledger.domain.tools import Tool
+from stepledger.history.adapt import HistoryReader, WorkflowReader, as_history
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.memory import InMemoryHistory
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
 from stepledger.producer.opening import STAGE, WorkflowSpec
 from stepledger.producer.session import ResumeOptions
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.readers.workflows import (
-    InMemoryWorkflowReader,
-    KafkaPartitionReader,
-    SnapshotTailReader,
-    WorkflowReader,
-)
+from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.timer import SYSTEM_TIMER, Timer
@@ -51,7 +50,7 @@ class Ledger:
         log: EventLog | None = None,
         clock: Clock = utc_now,
         tools: ToolRegistry | Iterable[Tool] | None = None,
-        reader: WorkflowReader | None = None,
+        reader: WorkflowHistory | WorkflowReader | None = None,
         dead_letters: EventLetterSink | None = None,
         options: ResumeOptions | None = None,
         timer: Timer = SYSTEM_TIMER,
@@ -70,7 +69,7 @@ class Ledger:
         """The monotonic clock of this process: runners' budgets and settling's waits."""
         self.hooks = hooks
         """Where settling runs recovery hooks (None: the process's shared pool)."""
-        self._reader = reader
+        self._history = None if reader is None else as_history(reader)
         self._dead_letters = dead_letters
         self._open_pool: ThreadPoolExecutor | None = None
         self._record_limit: int | None = None
@@ -85,18 +84,24 @@ class Ledger:
         return self._record_limit
 
     @property
-    def reader(self) -> WorkflowReader:
-        """How workflows are read back: their own partition, unless another reader was given."""
-        if self._reader is None:
+    def history(self) -> WorkflowHistory:
+        """How workflows are read back: their step log's history, unless a reader was given."""
+        if self._history is None:
             if isinstance(self.log, InMemoryEventLog):
-                self._reader = InMemoryWorkflowReader(self.log)
+                self._history = InMemoryHistory(self.log)
             elif self.settings.projection:
                 # O(the workflow): its rows in the snapshot, then its partition's tail.
-                self._reader = SnapshotTailReader(self.settings, self.settings.projection)
+                snapshot = SnapshotTailReader(self.settings, self.settings.projection)
+                self._history = as_history(snapshot)
             else:
-                # O(its partition): no projection to look the workflow up in.
-                self._reader = KafkaPartitionReader(self.settings)
-        return self._reader
+                self._history = KafkaHistory(self.settings)
+        return self._history
+
+    @property
+    def reader(self) -> WorkflowReader:
+        """The history behind the older ``read -> list[Event]`` surface (deprecated: use
+        :attr:`history`)."""
+        return HistoryReader(self.history)
 
     @property
     def dead_letters(self) -> EventLetterSink:
@@ -182,8 +187,8 @@ class Ledger:
     def close(self) -> None:
         """Flush and close the event log, the reader and the dead-letter producer."""
         self.log.close()
-        if self._reader is not None:
-            self._reader.close()
+        if self._history is not None:
+            self._history.close()
         if self._dead_letters is not None:
             self._dead_letters.close()
         if self._open_pool is not None:

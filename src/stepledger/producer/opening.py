@@ -3,9 +3,9 @@
 ``open_workflow`` is what :meth:`Ledger.workflow` does: read the workflow's events, fold
 them, then start it (first run), restart it (a read-only workflow starts over), resume it
 (a ``WorkflowResumed`` claim with the attempt number, then settling what is in doubt:
-:mod:`stepledger.producer.settling`) or, past its limit, dead-letter it.  Over a partition
-the reader tails, a first run or a resume claims first and reads through its claim
-(:func:`from_tail`, :func:`held`).
+:mod:`stepledger.producer.settling`) or, past its limit, dead-letter it.  Where the
+history knows the id without a round trip, a first run or a resume claims first and reads
+through its claim (:func:`from_tail`, :func:`held`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from stepledger.producer import fence
 from stepledger.producer.session import Session
 from stepledger.producer.settling import settle_known
 from stepledger.producer.workflow import Workflow
-from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
 STAGE = "resume"
@@ -88,8 +87,7 @@ async def aopen_workflow(
     if guessed is not None:
         claimed = first_claim(guessed, spec)
         position = await guessed.arecord(claimed)
-        if not guessed.reload_now(position):  # the tail has not fetched the claim yet
-            await off_loop(guessed.reload, through=position)
+        await off_loop(guessed.reload, through=position)
         if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
         elif not alone(guessed, claimed):
@@ -104,26 +102,22 @@ async def aopen_workflow(
 
 
 def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow | None:
-    """The workflow as the reader's tail last saw it, when an open may claim it first.
+    """The workflow as its history knows it without a round trip, when an open may claim
+    it first.
 
-    No round trip.  The reader tails the workflow's partition from offset 0 and either
-    never saw the id (a first run: its started event is recorded first) or holds its whole
-    history, running and resumable (a resume: its claim is recorded first).  Either way
-    the log is then read only through that record (``read_through``): everything
-    acknowledged before it lies below it, so no fresh end is waited for.  What the tail
-    had not read yet is in that read, and :func:`held` judges the claim on it.  None: read
-    first (any other case).  A plan is checked before anything is recorded.
+    The history knows the id's whole history (:meth:`WorkflowHistory.known`): none (a first
+    run: its started event is recorded first), or running and resumable (a resume: its
+    claim is recorded first).  Either way the log is then read only through that record
+    (``read(..., through=)``): everything acknowledged before it lies below it, so no
+    fresh end is waited for.  What the hint had not seen yet is in that read, and
+    :func:`held` judges the claim on it.  None: read first (any other case).  A plan is
+    checked before anything is recorded.
     """
-    reader = bounded(ledger.reader)
-    if reader is None:
+    known = ledger.history.known(workflow_id)
+    if known is None:
         return None
-    if reader.unseen(workflow_id):
-        workflow = Workflow(ledger, workflow_id)
-    else:
-        events = reader.tailed(workflow_id)
-        if not events:
-            return None
-        workflow = Workflow(ledger, workflow_id, events)
+    workflow = Workflow(ledger, workflow_id, known.events)
+    if known.events:
         state = workflow.state
         resumable = state.status is RunStatus.RUNNING and not state.read_only and state.attempt
         if not resumable or state.attempt + 1 > state.max_attempts:
@@ -169,7 +163,7 @@ def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
     """The workflow as its log holds it (nothing recorded yet); a plan is checked first."""
     # The producer gets its connection and id while the log is read, not after.
     ledger.log.connect()
-    workflow = Workflow(ledger, workflow_id, ledger.reader.read(workflow_id))
+    workflow = Workflow(ledger, workflow_id, ledger.history.read(workflow_id).events)
     check_plan(workflow, spec)
     return workflow
 

@@ -25,9 +25,9 @@ from stepledger.domain.tools import Tool
 if TYPE_CHECKING:
     from stepledger.config import Settings
     from stepledger.deadletters.events import EventLetterSink
+    from stepledger.history.protocol import WorkflowHistory
     from stepledger.kafka import Position
     from stepledger.log import EventLog
-    from stepledger.readers.workflows import WorkflowReader
     from stepledger.resolution.hooks import HookPool
     from stepledger.resolution.registry import ToolRegistry
     from stepledger.timer import Timer
@@ -60,7 +60,7 @@ class ResumeOptions:
 
 
 class Session(Protocol):
-    """What one process's workflows share: the log, the reader, the clock and the tools."""
+    """What one process's workflows share: the log, its history, the clock and the tools."""
 
     @property
     def settings(self) -> Settings:
@@ -71,8 +71,8 @@ class Session(Protocol):
         """Where events are appended durably."""
 
     @property
-    def reader(self) -> WorkflowReader:
-        """How a workflow's events are read back in log order."""
+    def history(self) -> WorkflowHistory:
+        """How a workflow's events are read back in log order (its step log's history)."""
 
     @property
     def dead_letters(self) -> EventLetterSink:

@@ -203,7 +203,7 @@ def wait_for_decision(workflow: WorkflowHandle, step_id: str) -> StepState:
 
     step = workflow.state.steps[step_id]
     if step.status in rs.ACTIONABLE:
-        workflow.ledger.reader.follow(
+        workflow.ledger.history.follow(
             workflow.workflow_id, workflow.position, settled, options.resolve_timeout_s
         )
     return _settled_or_raise(

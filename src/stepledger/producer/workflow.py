@@ -55,7 +55,6 @@ from stepledger.errors import (
 from stepledger.kafka import Position
 from stepledger.producer import approval, compensation, escalation, fence, settling
 from stepledger.producer._refusals import ensure_nothing_open, refusal
-from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
@@ -250,26 +249,10 @@ class Workflow:
         """Read the workflow again and fold it afresh: the log's first decisions win.
 
         ``through``: where one of this handle's own records landed (a claim); the read may
-        end there (everything acknowledged before it is below it) when the reader can.
+        end there (everything acknowledged before it is below it) when the history can.
         """
         self.settle_pending()
-        reader = bounded(self.ledger.reader) if through is not None else None
-        if reader is not None and through is not None:
-            self._refold(reader.read_through(self.workflow_id, through))
-        else:
-            self._refold(self.ledger.reader.read(self.workflow_id))
-
-    def reload_now(self, through: Position) -> bool:
-        """:meth:`reload` through one of this handle's records, if the reader can answer at
-        once without waiting (an event loop tries it first); False: nothing was changed."""
-        reader = bounded(self.ledger.reader)
-        if reader is None or self._pending is not None:
-            return False
-        events = reader.read_through_now(self.workflow_id, through)
-        if events is None:
-            return False
-        self._refold(events)
-        return True
+        self._refold(self.ledger.history.read(self.workflow_id, through=through).events)
 
     def _refold(self, events: list[ev.Event]) -> None:
         """Replace the state with the fold of the events read back.
@@ -435,7 +418,7 @@ class Workflow:
         proven = self._proven(position)
         if proven is not None:
             return proven
-        events = fence.read_claimed(self.ledger.reader, claim, position)
+        events = fence.read_claimed(self.ledger.history, claim, position)
         return self._logged(claim, position, events)
 
     def _logged(self, claim: ev.Event, position: Position, events: list[ev.Event]) -> WorkflowState:
@@ -803,11 +786,9 @@ class Workflow:
                 claim = ev.WorkflowStarted | ev.WorkflowResumed
                 if isinstance(body, claim) and body.runner == self.runner:
                     self.epoch = body.attempt
-                reader = bounded(self.ledger.reader)
-                if reader is not None:
-                    # Until its tail reads this, the index neither calls the id unseen nor
-                    # hands out its history as if this had not happened.
-                    reader.wrote(self.workflow_id, position)
+                # Until the history reads this, it never answers a hint as if this had
+                # not happened.
+                self.ledger.history.wrote(self.workflow_id, position)
 
 
 #: The events whose own writing a tailing reader must note (what an open claims from).

@@ -13,14 +13,12 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from stepledger.checkpoints.record import PROGRESS_KEY
-from stepledger.checkpoints.view import CheckpointView, LogEnds
+from stepledger.checkpoints.view import LogEnds
 from stepledger.config import Settings
 from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.kafka.records import Consumed
+from stepledger.history.checkpointed import checkpointed_records
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore, stage
-from stepledger.topics import topic_exists
 
 logger = logging.getLogger(__name__)
 
@@ -41,27 +39,13 @@ def restore_from_checkpoints(
     records' offsets; otherwise nothing is projected and False says the gap stays.  Only
     checkpoints of this step log count (a shared checkpoint topic holds others' too).
     """
-    if gap.topic != settings.topic or not topic_exists(settings, settings.checkpoint_topic):
+    if gap.topic != settings.topic:
         return False
-    view = CheckpointView(settings, log_ends=log_ends)
-    try:
-        latest = view.partition(gap.partition)
-    finally:
-        view.close()
-    progress = latest.pop(PROGRESS_KEY, None)
-    if progress is None or progress.covered_offset < gap.log_start - 1:
-        return False
-    if any(len(c.offsets) != len(c.events) or -1 in c.offsets for c in latest.values()):
-        return False
-    found = sorted(
-        (offset, key, value)
-        for key, checkpoint in latest.items()
-        for offset, value in zip(checkpoint.offsets, checkpoint.events, strict=True)
-        if gap.expected_offset <= offset < gap.log_start
+    records = checkpointed_records(
+        settings, gap.partition, gap.expected_offset, gap.log_start, log_ends
     )
-    records = [
-        Consumed(gap.topic, gap.partition, offset, key, value) for offset, key, value in found
-    ]
+    if records is None:
+        return False
     for start in range(0, len(records), _FEED):
         pipeline.feed(records[start : start + _FEED])
     pipeline.drain()

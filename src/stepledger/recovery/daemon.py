@@ -50,6 +50,9 @@ from stepledger.domain.state import StepState, replay
 from stepledger.errors import OwnershipLostError, StepLedgerError
 from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.health import partitions_unready
+from stepledger.history.adapt import WorkflowReader, as_history
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, Placement
 from stepledger.kafka.fence import Fence
@@ -57,7 +60,6 @@ from stepledger.kafka.records import BEGINNING, Consumed, Polled, Where
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
 from stepledger.ops import Shutdown
-from stepledger.readers.workflows import KafkaPartitionReader, WorkflowReader
 from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger.recovery.checkpoint import CheckpointStore
 from stepledger.recovery.claims import ClaimBoard
@@ -103,7 +105,7 @@ class RecoveryDaemon:
         codec: Codec | None = None,
         clock: Clock = utc_now,
         shutdown: Shutdown | None = None,
-        reader: WorkflowReader | None = None,
+        reader: WorkflowHistory | WorkflowReader | None = None,
         timer: Timer | None = None,
     ) -> None:
         options = options.for_settings(settings)
@@ -156,10 +158,12 @@ class RecoveryDaemon:
         """Partitions whose end was reached once, with every record before it tracked."""
         self.pending_late: dict[str, LateOutcome] = {}
         self.work = WorkPool(options.workers, options.queue_per_worker, self.fence)
-        # Reopened steps' workflows are read through the SDK's reader (no client made yet).
+        # Reopened steps' workflows are read through the SDK's history (no client made yet).
         self.histories = HistoryReads(
             self.tracker,
-            reader or KafkaPartitionReader(settings, self.codec),
+            KafkaHistory(settings, self.codec, role="recovery")
+            if reader is None
+            else as_history(reader),
             self.steady,
             on_given_up=self.metrics.poison.inc,
         )

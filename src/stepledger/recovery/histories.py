@@ -3,7 +3,7 @@
 A step the tracker holds back (``recovery.reopen``: let go of, then reopened by a
 compensation's intent; or an intent of a workflow whose claims the daemon does not know) is
 read back once it is past its own deadline plus the grace.  The read
-goes through the daemon's workflow reader (by default the SDK's own: the workflow's
+goes through the daemon's workflow history (by default the SDK's own: the workflow's
 partition from its first record on, completed from checkpoints where the log's head
 expired) on one of the daemon's workers, never on the loop, which only hands due reads out
 and takes their answers in.  One read runs at a time: reads are rare (most reopenings end
@@ -26,7 +26,7 @@ from typing import Any
 from stepledger.domain import events as ev
 from stepledger.domain.factory import Clock
 from stepledger.errors import StepLedgerError
-from stepledger.readers.workflows import WorkflowReader
+from stepledger.history.protocol import WorkflowHistory
 from stepledger.recovery.tracker import StepKey, Tracker
 from stepledger.recovery.work import WorkPool
 
@@ -47,12 +47,12 @@ class HistoryReads:
     def __init__(
         self,
         tracker: Tracker,
-        reader: WorkflowReader,
+        history: WorkflowHistory,
         clock: Clock,
         *,
         on_given_up: Callable[[], None] = lambda: None,
     ) -> None:
-        self.tracker, self.reader, self.clock = tracker, reader, clock
+        self.tracker, self.history, self.clock = tracker, history, clock
         self.on_given_up = on_given_up
         """Told when a step is let go of unread (a metric counts it)."""
         self.reading = 0
@@ -70,7 +70,7 @@ class HistoryReads:
             work.read(key, partition, self._finished, self._read, key[0])
 
     def _read(self, workflow_id: str) -> list[ev.Event]:
-        return self.reader.read(workflow_id)
+        return self.history.read(workflow_id).events
 
     def _finished(self, key: StepKey, future: Future[Any]) -> None:
         self.reading -= 1
@@ -117,5 +117,5 @@ class HistoryReads:
         )
 
     def close(self) -> None:
-        """Close the reader."""
-        self.reader.close()
+        """Close the history."""
+        self.history.close()

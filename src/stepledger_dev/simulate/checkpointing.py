@@ -7,7 +7,7 @@ also notices records deleted unread), writes a round every ``ROUND_MS`` (checkpo
 directory, the partition's progress), and a killed one restores again.  Retention may
 delete a partition's head only up to what it vouches for (see :func:`retention`), and
 readers (:meth:`.stage.Stage.reader`) then complete a workflow's history from its checkpoint
-(:class:`~stepledger.readers.history.HistoryGuard` over the real
+(:class:`~stepledger.history.guard.HistoryGuard` over the real
 :class:`~stepledger.checkpoints.view.CheckpointView`).
 
 **Another deployment** (``other``) is a second step log under the same name (a log created

@@ -171,7 +171,10 @@ def recovery(stage: Stage, actor: Actor) -> None:
     resolver = daemon.resolver
     resolver.log = FencedLog(daemon.log, daemon.fence)
     resolver.hooks = InlineHooks()
-    resolver.confirm = _claim_check(daemon, reader_check(stage.reader(actor).read))
+    history = stage.reader(actor)
+    resolver.confirm = _claim_check(
+        daemon, reader_check(lambda workflow_id: history.read(workflow_id).events)
+    )
     resolver.claimant = actor.name
     stage.daemon = daemon
     positions = _assign(daemon, stage)
@@ -293,7 +296,7 @@ def people(stage: Stage, actor: Actor) -> None:
     while True:
         sched.sleep(actor, PEOPLE_EVERY_S)
         for workflow_id in stage.workflow_ids():
-            events = reader.read(workflow_id)
+            events = reader.read(workflow_id).events
             for item in EscalationQueue().extend(events).open():
                 verdict = _verdict(stage.services, item)
                 # Answered meanwhile, or no longer open: looked at again next time.

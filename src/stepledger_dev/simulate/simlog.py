@@ -11,7 +11,7 @@ Each actor talks to it through its own clients, every call a crossing of the sch
   through.  Acknowledgement faults are taken here: ``lost`` (the record is durable but the
   caller gets a DurabilityError), ``refused`` (nothing is written, an error), ``late``
   (durable, the acknowledgement comes after a pause while others run).
-- :class:`SimReader` is the :class:`~stepledger.readers.workflows.WorkflowReader` a resume
+- :class:`SimReader` is the :class:`~stepledger.history.protocol.WorkflowHistory` a resume
   and the human queue read through: the workflow's partition from its start, undecodable
   records skipped as the Kafka reader skips them, a history whose head retention deleted
   completed from its checkpoint (the real ``HistoryGuard``).
@@ -30,10 +30,10 @@ from typing import Protocol
 from stepledger.codec import Codec
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, DurabilityError
+from stepledger.history.protocol import History, Until
 from stepledger.kafka import Position
 from stepledger.kafka.records import Consumed
 from stepledger.log import Acknowledgement, event_headers
-from stepledger.readers.workflows import Until
 from stepledger_dev.simulate.scheduler import EPOCH, Actor, Scheduler
 
 #: The client's timestamp type of a broker-stamped record (``LogAppendTime``).
@@ -235,7 +235,7 @@ def _raise(exc: DurabilityError) -> Acknowledgement:
     return wait
 
 
-class History(Protocol):
+class Completion(Protocol):
     """Completes a tail whose head retention deleted (a ``HistoryGuard``)."""
 
     def complete(
@@ -244,17 +244,18 @@ class History(Protocol):
 
 
 class SimReader:
-    """One actor's workflow reader over the broker (every read a crossing).
+    """One actor's workflow history over the broker (every read a crossing).
 
-    ``history`` completes a workflow whose partition's head was deleted from the
-    checkpoints, as the Kafka reader does; ``check`` is shown every history read.
+    Its opens read first (:meth:`known` answers None).  ``history`` completes a workflow
+    whose partition's head was deleted from the checkpoints, as the Kafka history does;
+    ``check`` is shown every history read.
     """
 
     def __init__(
         self,
         broker: Broker,
         actor: Actor,
-        history: History | None = None,
+        history: Completion | None = None,
         check: Callable[[str, list[Event], str], None] | None = None,
     ) -> None:
         self.broker = broker
@@ -262,8 +263,9 @@ class SimReader:
         self.history = history
         self.check = check
 
-    def read(self, workflow_id: str) -> list[Event]:
-        """The workflow's history: its events still held, completed from its checkpoint."""
+    def read(self, workflow_id: str, *, through: Position | None = None) -> History:
+        """The workflow's history: its events still held, completed from its checkpoint
+        (a read always reaches the partition's end, so ``through`` changes nothing)."""
         self.broker.sched.point(self.actor)
         events = self._events(self.broker.workflow_records(workflow_id))
         if self.history is not None:
@@ -271,7 +273,14 @@ class SimReader:
             events = self.history.complete(workflow_id, partition, events)
         if self.check is not None:
             self.check(workflow_id, events, self.actor.name)
-        return events
+        return History(events, whole=self.history is not None)
+
+    def known(self, workflow_id: str) -> History | None:
+        """None: nothing is kept between reads (an open reads first)."""
+        return None
+
+    def wrote(self, workflow_id: str, position: Position) -> None:
+        """Nothing to note: nothing is kept."""
 
     def follow(
         self, workflow_id: str, after: Position | None, until: Until, timeout_s: float

@@ -14,8 +14,8 @@ from pydantic import SecretStr
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
+from stepledger.history.guard import HistoryGuard
 from stepledger.logid import LogIdentity
-from stepledger.readers.history import HistoryGuard
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger_dev.simulate import services as sv

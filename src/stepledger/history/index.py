@@ -1,57 +1,37 @@
-"""Which workflows a partition holds: an index a reader keeps up to date, read incrementally.
+"""The Kafka history's tail index: which workflows a partition holds, read incrementally.
 
 Opening a workflow must know whether its id is already in the log, and where its events
-start.  Reading its partition from the beginning on every open costs the partition's size
-each time (and a new consumer's round trips); many agents in one process opening short
-workflows spend most of their time there.  :class:`PartitionIndex` keeps, per partition,
-the offset of each workflow key's first record and how far it has read, so an open reads
-only the records written since the previous one (keys only, nothing decoded).
+start.  :class:`PartitionIndex` keeps, per partition, the offset of each workflow key's
+first record and how far it has read, so an open reads only the records written since the
+previous one (keys only, nothing decoded).  What each mechanism below earned, measured, is
+in docs/benchmarks.md ("The Kafka history's tail index"); here each keeps its reason.
 
-Freshness: every lookup is answered after a catch-up that *began after the lookup was
-asked*, and a catch-up ends a partition at a partition-EOF reported by a fetch sent after
-it began (the partitions are assigned afresh at the index's offsets), or, on a one-broker
-cluster, as soon as it has read exactly up to the high watermark such a fetch reported
-(see ``_reached``); never at a fresh ListOffsets (wrong on the dev broker).  The index
-reads from partition leaders only (``client.rack`` cleared): a follower's end lags the
-leader's.  So every record acknowledged before the lookup is indexed, as with a full read.
-The watermark end matters under load: records keep landing while a catch-up reads, so a
-fetch that finds nothing new (the EOF) comes late; waiting for it took 8-15 ms p50 and ~9
-fetches per catch-up (32 agents opening workflows, one Kafka broker).  Only the partitions
-of the lookups being answered are read.  Concurrent lookups share one catch-up: one thread
-reads, the others wait for it.
-
-Bounded lookups: a lookup that names an offset of the key this process had acknowledged
-(``through``: the opener's own started event or claim) needs no fresh end: every record
-acknowledged before it was written lies below it, so the catch-up ends the partition once
-it has read through that offset.  Such a catch-up reads on from where the consumer is,
-without assigning anything: after a catch-up the partitions stay assigned and librdkafka
-keeps fetching them (the index *tails* them), so the next bounded lookup finds most records
-already fetched (a catch-up that assigned afresh and unassigned cost ~460 us of client CPU
-per open, measured on Apache Kafka: librdkafka's assignment, fetch start and stop).  An
-unbounded lookup still assigns afresh, so its ends are fresh.  After ``TAIL_IDLE_S`` with no
-lookup the partitions are unassigned: while tailed, an idle partition's short fetch waits
-cost ~4.5% of a core on Apache Kafka and ~10% on the dev broker (2 ms waits, measured).
-So are they (all of them) once one holds more than ``TAIL_AHEAD_RECORDS`` records past
-where the index has read: fetching every record as it lands costs the broker and the
-client per record, which pays for opens arriving every few ms, not for an agent stepping
-on after its one open.
-Only a partition being tailed, read from offset 0, answers :meth:`PartitionIndex.unseen`
-(an id it never saw; the keys this process wrote, :meth:`PartitionIndex.wrote`, never are)
-and :meth:`PartitionIndex.tailed` (a key's kept records, when they are its whole history):
-hints an open acts on only by claiming first and reading back through its claim.
-
-Cost: one consumer lives as long as the index (a new one per catch-up cost 23-37 ms of
-connection, metadata and close per open, measured on Apache Kafka).  A catch-up that finds
-nothing new costs about two fetch waits, so the wait starts short (2 ms).  The dev broker
-does not answer a fetch before its wait is over when assembling the answer takes longer
-(a partition of ~50k one-record batches, measured): a catch-up that sees neither a record
-nor a partition end for a while takes a new consumer with a five times longer wait, up to
-a plain consumer's 500 ms, so it reads at a plain consumer's speed instead of starving.
-
-The index also keeps the records of workflows not finished yet (their values, up to
-``max_kept_bytes`` in all), so opening a workflow the index read past earlier (a process
-resuming many workflows, an agent opening one another process started) needs no second
-read of the partition from the workflow's first record.
+- Freshness: every lookup is answered after a catch-up that *began after it was asked*; a
+  catch-up ends a partition at a partition-EOF from a fetch sent after it began (the
+  partitions are assigned afresh), or, on a one-broker cluster, once it has read exactly to
+  the high watermark such a fetch reported (``_reached``: under load the EOF comes late);
+  never at a fresh ListOffsets (wrong on the dev broker).  Leaders only (``client.rack``
+  cleared): a follower's end lags.  Concurrent lookups share one catch-up.
+- Bounded lookups: a lookup naming an offset of the key this process had acknowledged
+  (``through``) needs no fresh end: it ends once read through that offset, reading on from
+  where the consumer is.  After a catch-up the partitions stay assigned and librdkafka
+  keeps fetching them (the *tail*): a re-assignment per open costs client CPU.
+- The tail is unassigned after ``TAIL_IDLE_S`` without a lookup (an idle partition's
+  short fetch waits cost CPU), or at once when a partition runs ``TAIL_AHEAD_RECORDS``
+  past the index (fetching each record as it lands slows an agent stepping on after its
+  one open).
+- Hints: only a tailed partition read from offset 0 (or from where ``begin`` said: a
+  caller adds what lies below) answers :meth:`PartitionIndex.unseen`
+  (an id it never saw; the keys this process wrote, :meth:`PartitionIndex.wrote`, never
+  are) and :meth:`PartitionIndex.tailed` (a key's kept records, when they are its whole
+  history); an open acts on them only by claiming first and reading back through its claim.
+- One consumer lives as long as the index (a new one per catch-up costs its connection
+  each open).  The fetch wait starts short (a catch-up that finds nothing costs about two);
+  a catch-up that sees neither a record nor an end for a while takes a five times longer
+  wait, up to a plain consumer's 500 ms (the dev broker answers no fetch before its wait
+  when assembling the answer takes longer).
+- Kept records: the values of workflows not finished yet (up to ``max_kept_bytes``), so
+  opening a workflow the index read past earlier needs no second read of its partition.
 
 Memory is bounded: past ``max_keys`` workflow keys a partition is no longer indexed and its
 lookups answer "from the beginning" (a full read of the partition: correct, slower); past
@@ -91,9 +71,7 @@ _WATERMARK_TIMEOUT_S = 5.0
 #: Partitions stay assigned (fetched) this long after the last catch-up, then unassigned.
 TAIL_IDLE_S = 1.0
 #: ...or sooner (all of them), once one holds more than this many records past where the
-#: index has read: the tail serves opens, not an agent stepping on after its own open
-#: (fetching each of its records as it lands cost a sequential step ~2x on Apache Kafka:
-#: p50 1.98 against 0.96 ms before tails, docs/benchmarks.md).
+#: index has read: the tail serves opens, not an agent stepping on after its own open.
 TAIL_AHEAD_RECORDS = 64
 #: How often an idle tail is checked.
 _REAP_EVERY_S = 0.05
@@ -101,8 +79,6 @@ _REAP_EVERY_S = 0.05
 MAX_NOTES = 16_384
 #: At most this many kept records are handed out as a workflow's tailed history.
 MAX_TAILED = 256
-#: Records a lookup that must not wait indexes at most (~4 us each, on an event loop).
-NOW_RECORDS = 512
 
 
 @dataclass(eq=False)
@@ -172,8 +148,6 @@ class PartitionIndex:
         """Catch-ups begun (concurrent lookups share one)."""
         self.assignments = 0
         """Times the partitions were assigned afresh (a catch-up reading the tail assigns none)."""
-        self.answered_now = 0
-        """Lookups answered at once from what the tail had fetched (:meth:`lookup_now`)."""
         self._one_broker = False
         """The cluster had one broker when the consumer was made: the watermark end holds."""
         self._cond = threading.Condition()
@@ -199,6 +173,8 @@ class PartitionIndex:
         self._closing = False
         self._kept: dict[Partition, _Kept] = {}
         self._kept_bytes = 0
+        self._vouched: dict[Partition, int] = {}
+        """Where :meth:`begin` started a partition (the checkpoint directory vouches below)."""
         self._written: dict[Partition, dict[bytes, int]] = {}
         """Keys this process recorded past where the index has read (never :meth:`unseen`),
         with their offsets; a catch-up drops the ones it read."""
@@ -214,50 +190,6 @@ class PartitionIndex:
         found = Lookup(partition, key, through)
         self._catch_up(found)
         return self._answer(found)
-
-    def lookup_now(self, partition: Partition, key: bytes, through: int) -> Lookup | None:
-        """A bounded lookup answered from what the tail has fetched already, or None.
-
-        Never waits (an event loop asks it before it hands the lookup to a thread): None
-        when a catch-up is running, the partition is not tailed, or the records through
-        ``through`` are not all fetched yet (within ``NOW_RECORDS``; what it read stays
-        indexed).
-        """
-        with self._cond:
-            reader = self._reader
-            if self._running or reader is None or partition not in self._tailing:
-                return None
-            self._running = True
-            self.catch_ups += 1
-            found = Lookup(partition, key, through, seen_from=self._next.get(partition, 0))
-        done = failed = False
-        try:
-            done = self._read_fetched(reader, found)
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            with self._cond:
-                self._ended({partition} if done else None, failed=failed)
-        if not done:
-            return None
-        self.answered_now += 1
-        return self._answer(found)
-
-    def _read_fetched(self, reader: PartitionReader, found: Lookup) -> bool:
-        """Index what the reader holds until past the lookup's bound (False: not there)."""
-        assert found.through is not None
-        keep = {(found.partition, found.key): [found]}
-        read = 0
-        while self._next.get(found.partition, 0) <= found.through:
-            if read >= NOW_RECORDS:
-                return False
-            batch = reader.poll(min(_BATCH, NOW_RECORDS - read), 0)
-            if not batch.answered:
-                return False
-            read += len(batch.records) + len(batch.at_end)
-            self._index(batch, set(), keep)  # an end the tail fetched is stale: ignored
-        return True
 
     def _answer(self, found: Lookup) -> Lookup:
         """Fill in where the key starts, from the index after the lookup's catch-up."""
@@ -306,10 +238,10 @@ class PartitionIndex:
 
     def _followed(self, partition: Partition) -> bool:
         """True when the hints may answer for the partition: tailed, caught up since it was
-        assigned, read from offset 0 and still indexed."""
+        assigned, read from offset 0 (or from where :meth:`begin` said) and still indexed."""
         return (
             partition in self._current
-            and self._began.get(partition) == 0
+            and self._began.get(partition) == self._vouched.get(partition, 0)
             and partition not in self._overflowed
         )
 
@@ -350,6 +282,31 @@ class PartitionIndex:
             values = kept.values.get(key)
             return None if values is None or len(values) > MAX_TAILED else list(values)
 
+    def begin(self, partition: Partition, offset: int) -> bool:
+        """Read a partition never read from ``offset`` on (not its log start): the checkpoint
+        directory vouches for what lies below.  False: the partition was read already.
+
+        The hints then answer for what the index read from ``offset`` on: a caller combines
+        them with what lies below (the workflow's checkpoint).
+        """
+        with self._cond:
+            if partition in self._next or partition in self._began or partition in self._tailing:
+                return False
+            self._began[partition] = self._next[partition] = self._vouched[partition] = offset
+            return True
+
+    def began(self, partition: Partition) -> int | None:
+        """Where the index began reading the partition, while it read every offset since
+        (None: not known, or offsets were skipped since: a head deleted under it)."""
+        with self._cond:
+            return self._began.get(partition)
+
+    def read_to(self, partition: Partition) -> int | None:
+        """The last offset of the partition the index has read (None: none yet)."""
+        with self._cond:
+            following = self._next.get(partition)
+        return None if following is None else following - 1
+
     def first_offset(self, partition: Partition, key: bytes) -> int | None:
         """Where the key's records start in the partition (None: it has none; 0 when unindexed)."""
         return self.lookup(partition, key).first
@@ -360,6 +317,7 @@ class PartitionIndex:
             self._first.clear()
             self._next.clear()
             self._began.clear()
+            self._vouched.clear()
             self._overflowed.clear()
             self._keys = 0
             with self._kept_lock:
@@ -600,8 +558,8 @@ class PartitionIndex:
 
         A partition never read starts at its first record still there, not at offset 0:
         below a deleted head, offset 0 is out of range and librdkafka's reset to the
-        earliest offset was measured at ~200 ms per catch-up on Apache Kafka, twice per
-        open.  One ListOffsets round per partition and process instead; 0 if it fails.
+        earliest offset is slow, every catch-up.  One ListOffsets round per partition and
+        process instead; 0 if it fails.
         """
         known = self._next.get((topic, partition))
         if known is not None or self._reader is None:

@@ -48,6 +48,8 @@ class Checkpoints(Protocol):
 
     def lookup(self, partition: int, workflow_id: str, *, fresh: bool = True) -> Covering: ...
 
+    def holds(self, partition: int, workflow_id: str) -> bool | None: ...
+
 
 class HistoryGuard:
     """Completes a workflow's tail with its checkpoint, or refuses when history expired.
@@ -103,6 +105,24 @@ class HistoryGuard:
             log_start=low,
         )
 
+    @property
+    def has_checkpoints(self) -> bool:
+        """True when the checkpoint topic exists (asked of the broker once)."""
+        if self._has_checkpoints is None:
+            self._has_checkpoints = topic_exists(self.settings, self.settings.checkpoint_topic)
+        return self._has_checkpoints
+
+    def covering(self, partition: int, workflow_id: str, *, fresh: bool) -> Covering | None:
+        """What the checkpoint topic says of the workflow (None: there is no checkpoint
+        topic).  Not ``fresh``: the directory's answer for a partition the view never read
+        (a handful of point reads), else what the view read so far."""
+        return self._covering(partition, workflow_id, fresh)
+
+    def holds(self, partition: int, workflow_id: str) -> bool | None:
+        """Whether the checkpoints read whole hold one of the workflow, with no round trip
+        (None: the view cannot say now)."""
+        return None if self._view is None else self._view.holds(partition, workflow_id)
+
     def saw_topics(self, topics: Collection[str]) -> None:
         """A topic listing the caller made anyway: whether the checkpoint topic exists."""
         if self._has_checkpoints is None:
@@ -124,7 +144,7 @@ class HistoryGuard:
             stored = self._decode(checkpoint.events)
             seen = {e.event_id for e in stored}
             return stored + [e for e in tail if e.event_id not in seen]
-        if checkpoint is None and covers_start:
+        if checkpoint is None and covers_start and not covering.doubtful:
             return tail
         return None
 

@@ -1,0 +1,324 @@
+"""The Kafka :class:`~stepledger.history.protocol.WorkflowHistory`: the checkpoint directory,
+the workflow's checkpoint, then its partition's tail.
+
+A workflow's records share one partition, computed with the producers' partitioner
+(:mod:`stepledger.kafka.partitioner`).  The checkpoint directory vouches for the records up
+to its *progress* (every workflow with a record there has a checkpoint holding it): a
+partition it vouches for at least ``SPLIT_RECORDS`` of is read from the progress on, and a
+workflow's events are its checkpoint's plus its records after the progress.  The
+:class:`~stepledger.history.index.PartitionIndex` is the tail index: it says where the
+workflow's records start after the progress (from offset 0 where no checkpointer vouches,
+or the partition is small), from what it read since this process's previous read, and
+keeps unfinished workflows' records; one fact, split at the progress offset.  Where the
+partition's head was deleted and nothing vouches, the guard
+(:class:`~stepledger.history.guard.HistoryGuard`) completes the history from the
+workflow's checkpoint, or refuses it (invariant 16).  With a partitioner whose choice
+cannot be computed (``random``) every partition is read from its start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from stepledger import wire
+from stepledger.checkpoints.points import Covering
+from stepledger.codec import Codec
+from stepledger.config import Settings
+from stepledger.domain.events import Event
+from stepledger.errors import BrokerError, StepLedgerError
+from stepledger.history.guard import HistoryGuard
+from stepledger.history.index import PartitionIndex
+from stepledger.history.protocol import History, Until
+from stepledger.kafka import Position, listed_topics
+from stepledger.kafka.partitioner import configured, partition_of
+from stepledger.kafka.reader import PartitionReader, records_to_end
+from stepledger.log import codec_for
+from stepledger.topics import check_retention
+
+logger = logging.getLogger(__name__)
+
+Starts = dict[tuple[str, int], int]
+
+#: Where a scan starts: offset 0, not the logical "beginning" (a ListOffsets round); an
+#: offset removed by retention is reset to the earliest one (``auto.offset.reset``).
+FIRST_OFFSET = 0
+#: A read never waits longer than this to reach the end of the partitions it reads.
+READ_LIMIT_S = 120.0
+#: A partition is read from the checkpoint directory's progress on (not from its start)
+#: when the directory vouches for at least this many of its records; below, indexing them
+#: costs about what a directory lookup does (docs/benchmarks.md).
+SPLIT_RECORDS = 20_000
+#: Workflows of one split partition looked up in the directory (a handful of point reads
+#: each) before its checkpoints are read whole once (then each answer is in memory).
+DIRECTORY_WORKFLOWS = 8
+
+
+@dataclass
+class ReadStats:
+    """What the last read cost: where its events came from and how long it took."""
+
+    snapshot_events: int = 0
+    tail_records: int = 0
+    tail_events: int = 0
+    seconds: float = 0.0
+    snapshot: str | None = None
+
+
+class KafkaHistory:
+    """Reads the workflows of one step log (``settings.topic``) from their partitions."""
+
+    def __init__(
+        self, settings: Settings, codec: Codec | None = None, *, role: str = "sdk"
+    ) -> None:
+        self.settings = settings
+        self.codec = codec or codec_for(settings)
+        self.role = role
+        """Who reads (named in a retention refusal)."""
+        self.last = ReadStats()
+        self.index = PartitionIndex(settings)
+        """Where each workflow starts in its partition, kept up to date incrementally."""
+        self.guard = HistoryGuard(settings, self.codec)
+        """Completes what the log still holds with checkpoints, or refuses (expired head)."""
+        self._known: list[tuple[str, int]] | None = None
+        self._splits: dict[tuple[str, int], int | None] = {}
+        """Per partition: the directory's progress the index reads on after (None: the
+        index reads it from its log start)."""
+        self._caught: set[tuple[str, int]] = set()
+        """Split partitions whose checkpoints were read whole once (later answers from them)."""
+        self._asked: dict[tuple[str, int], set[str]] = {}
+        """The workflows of each split partition asked of the directory (up to a bound)."""
+        self._lock = threading.Lock()
+
+    def read(self, workflow_id: str, *, through: Position | None = None) -> History:
+        """The workflow's events: its partition from the workflow's first record on.
+
+        The index is caught up first (the records since the last read, keys only; through
+        ``through`` when given, no fresh end); where the head was deleted the history is
+        completed from the workflow's checkpoint, or HistoryExpiredError.
+        """
+        check_retention(self.settings, self.role)
+        mine = self._workflow_partitions(workflow_id)
+        if len(mine) != 1:
+            return History(self._scan(workflow_id, mine))
+        home = mine[0]
+        split, covering = self._split(home, workflow_id)
+        bound = None if through is None or _where(through) != home else through.offset
+        events, complete, whole, end = self._read_home(workflow_id, home, bound)
+        if split is not None:
+            # Read whole after the split: the checkpoints give what lies at or below it.
+            after = complete and self.index.began(home) == split + 1
+            below = self._below(home, workflow_id, split, covering) if after else None
+            if below is not None:
+                seen = {e.event_id for e in below}
+                return History(below + [e for e in events if e.event_id not in seen], end, True)
+            # Not vouched for now (or offsets skipped under the index): from the start.
+            events = read_to_end(self.settings, self.codec, {home: FIRST_OFFSET}, workflow_id)[0]
+            whole = False
+        if not whole:
+            events = self.guard.complete(workflow_id, home[1], events)
+        return History(events, end, whole=True)
+
+    def _split(self, home: tuple[str, int], workflow_id: str) -> tuple[int | None, Covering | None]:
+        """Where the index reads the partition on after (None: from its start), decided at
+        the partition's first read; with the directory's answer for this workflow then."""
+        with self._lock:
+            if home in self._splits:
+                return self._splits[home], None
+            split, covering = None, None
+            if self.index.read_to(home) is None and self.guard.has_checkpoints:
+                topic, number = home
+                starts = self.guard.log_start
+                low, end = starts.of(topic, number), starts.end(topic, number)
+                if end - low >= SPLIT_RECORDS:
+                    covering = self.guard.covering(number, workflow_id, fresh=False)
+                    progress = None if covering is None else covering.progress
+                    vouched = progress is not None and progress + 1 - low >= SPLIT_RECORDS
+                    if vouched and progress is not None and self.index.begin(home, progress + 1):
+                        split = progress
+            self._splits[home] = split
+            return split, covering
+
+    def _below(
+        self, home: tuple[str, int], workflow_id: str, split: int, covering: Covering | None
+    ) -> list[Event] | None:
+        """The workflow's events at or below ``split``, from its checkpoint ([]: it has no
+        record there), or None when the checkpoint topic does not vouch for them now."""
+        if covering is None:
+            # The directory's answer (kept per workflow: a read-back costs nothing), until
+            # that many workflows were asked: then the partition's checkpoints are read
+            # whole once, and later answers come from them.
+            with self._lock:
+                fresh = False
+                if home not in self._caught:
+                    asked = self._asked.setdefault(home, set())
+                    asked.add(workflow_id)
+                    fresh = len(asked) > DIRECTORY_WORKFLOWS
+                    if fresh:
+                        self._caught.add(home)
+                        del self._asked[home]
+            covering = self.guard.covering(home[1], workflow_id, fresh=fresh)
+        if covering is None or covering.progress is None or covering.progress < split:
+            return None
+        checkpoint = covering.checkpoint
+        if checkpoint is None and covering.doubtful:
+            return None  # an undecodable checkpoint may be this workflow's
+        return [] if checkpoint is None else decoded(list(checkpoint.events), self.codec)
+
+    def known(self, workflow_id: str) -> History | None:
+        """The history the index's tail holds, when it is whole (no round trip): none for an
+        id the tail never saw, the kept records of one it did; None when it cannot say.  In
+        a partition read from the directory's progress on, only for an id without a
+        checkpoint, once the partition's checkpoints were read whole."""
+        home = self._listed_home(workflow_id)
+        if home is None:
+            return None
+        key = workflow_id.encode()
+        if (
+            self._splits.get(home) is not None
+            and self.guard.holds(home[1], workflow_id) is not False
+        ):
+            return None  # below the split only the checkpoints, read whole, can say
+        if self.index.unseen(home, key):
+            return History([], None, whole=True)
+        values = self.index.tailed(home, key)
+        return None if values is None else History(decoded(values, self.codec), None, whole=True)
+
+    def follow(
+        self, workflow_id: str, after: Position | None, until: Until, timeout_s: float
+    ) -> list[Event]:
+        """The workflow's events after ``after`` in its partition, up to an accepted one."""
+        return follow_partition(self.settings, self.codec, workflow_id, after, until, timeout_s)
+
+    def wrote(self, workflow_id: str, position: Position) -> None:
+        """Note that this process recorded a claim or an end of the workflow at ``position``."""
+        if self._known is not None:
+            self.index.wrote(_where(position), workflow_id.encode(), position.offset)
+
+    def close(self) -> None:
+        """Close the index's consumer and the guard's clients."""
+        self.index.close()
+        self.guard.close()
+
+    def _read_home(
+        self, workflow_id: str, home: tuple[str, int], bound: int | None
+    ) -> tuple[list[Event], bool, bool, Position | None]:
+        """The workflow's events in its partition; whether every record of it the index began
+        at; whether whole for certain; where read to."""
+        began = time.perf_counter()
+        indexed = self.index.records
+        found = self.index.lookup(home, workflow_id.encode(), bound)
+        end = self.index.read_to(home)
+        position = None if end is None else Position(home[0], home[1], end)
+        if found.complete:
+            # The catch-up saw every record of the workflow (or there are none).
+            events = decoded(found.records, self.codec)
+            read = self.index.records - indexed
+            self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
+            return events, True, found.whole, position
+        starts = {home: found.first or FIRST_OFFSET}
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
+        return events, False, False, position
+
+    def _scan(self, workflow_id: str, partitions: list[tuple[str, int]]) -> list[Event]:
+        """Every partition from its start (the partitioner cannot be computed)."""
+        began = time.perf_counter()
+        starts = dict.fromkeys(partitions, FIRST_OFFSET)
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
+        return events
+
+    def _listed_home(self, workflow_id: str) -> tuple[str, int] | None:
+        """The workflow's one partition, when the partitions were listed already (listing
+        them would be a round trip) and the partitioner can be computed."""
+        if self._known is None:
+            return None
+        mine = self._workflow_partitions(workflow_id)
+        return mine[0] if len(mine) == 1 else None
+
+    def _workflow_partitions(self, workflow_id: str) -> list[tuple[str, int]]:
+        """The workflow's partition as the producers' partitioner picks it (all: random)."""
+        known = self._partitions()
+        partitioner = configured(self.settings.client_config())
+        chosen = partition_of(workflow_id.encode(), len(known), partitioner)
+        if chosen is None or (self.settings.topic, chosen) not in known:
+            return known
+        return [(self.settings.topic, chosen)]
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        # Asked once per history: a metadata round costs more than reading a short tail.
+        if self._known is None:
+            topic = self.settings.topic
+            listed = listed_topics(self.settings)
+            if not listed.get(topic):
+                where = self.settings.bootstrap
+                raise BrokerError(f"topic {topic!r} does not exist on {where}", retryable=False)
+            self._known = [(topic, p) for p in listed[topic]]
+            # The same listing tells the guard whether checkpoints exist.
+            self.guard.saw_topics(listed)
+        return self._known
+
+
+def _where(position: Position) -> tuple[str, int]:
+    return (position.topic, position.partition)
+
+
+def read_to_end(
+    settings: Settings, codec: Codec, starts: Starts, workflow_id: str
+) -> tuple[list[Event], int]:
+    """One workflow's events from the given offsets up to each partition's end, and how
+    many records were read."""
+    key = workflow_id.encode()
+    found: list[Event] = []
+    scanned = 0
+    group = settings.group(wire.WORKFLOW_READER_ROLE)
+    for records in records_to_end(settings, starts, group=group, within=READ_LIMIT_S):
+        scanned += len(records)
+        for record in records:
+            if record.key == key:
+                _decode_value(found, record.value or b"", codec)
+    return found, scanned
+
+
+def follow_partition(
+    settings: Settings,
+    codec: Codec,
+    workflow_id: str,
+    after: Position | None,
+    until: Until,
+    timeout_s: float,
+) -> list[Event]:
+    """The workflow's events after a position in its partition, up to an accepted one."""
+    if after is None:
+        raise BrokerError("following a workflow needs a position it wrote", retryable=False)
+    key = workflow_id.encode()
+    found: list[Event] = []
+    starts = {_where(after): after.offset + 1}
+    with PartitionReader(settings, group=settings.group(wire.WORKFLOW_READER_ROLE)) as reader:
+        for batch in reader.follow(starts, within=timeout_s):
+            for record in batch.records:
+                if record.key != key:
+                    continue
+                _decode_value(found, record.value or b"", codec)
+                if found and until(found[-1]):
+                    return found
+    return found
+
+
+def decoded(values: list[bytes], codec: Codec) -> list[Event]:
+    """The events of record values (an undecodable one skipped, with a warning)."""
+    events: list[Event] = []
+    for value in values:
+        _decode_value(events, value, codec)
+    return events
+
+
+def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:
+    try:
+        found.append(codec.decode(value))
+    except StepLedgerError as exc:
+        # The projector dead-letters such a record; a resume can only go on without it.
+        logger.warning("skipped an undecodable record of the workflow: %s", exc)

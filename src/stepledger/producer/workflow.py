@@ -8,11 +8,9 @@ the saga rules (:mod:`stepledger.domain.saga`) are checked before a new intent.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
@@ -39,14 +37,21 @@ from stepledger.domain.state import (
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
-    DurabilityError,
     LedgerStateError,
     PlanMismatchError,
     RecordTooLargeError,
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, escalation, fence, settling, stepcall
+from stepledger.producer import (
+    approval,
+    compensation,
+    escalation,
+    fence,
+    pipelining,
+    settling,
+    stepcall,
+)
 from stepledger.producer._refusals import ensure_nothing_open, refusal
 from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
@@ -94,10 +99,8 @@ class Workflow:
         self.after_intent: Callable[[str], None] | None = None
         """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
         self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
-        self._pending: _PendingOutcome | None = None
-        """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
-        self._lost: DurabilityError | None = None
-        """Set once a pipelined outcome was not acknowledged: the handle is no longer usable."""
+        self._outcomes = pipelining.OutcomeLog(ledger, workflow_id, self._lock, self._landed)
+        """Where this handle appends: the log, holding a pipelined outcome back."""
         self._synced: Position | None = None
         """Set while the state is exactly the log's fold of the workflow through this record:
         a read back of a claim ended there, and every record folded since is this handle's
@@ -118,40 +121,25 @@ class Workflow:
         """Held while the state is read or folded from several threads (helpers take it too)."""
         return self._lock
 
+    @property
+    def _pending(self) -> pipelining.HeldOutcome | None:
+        """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
+        return self._outcomes.pending
+
     def record(self, event: ev.Event) -> Position:
         """Append an event durably, then fold it into the local state.
 
         A pipelined outcome still unacknowledged is waited for together with this event
         (sent after it, so it lands before it): this returns once both are acknowledged.
         """
-        self._ensure_usable()
-        if self._pending is None:
-            position = self.ledger.log.append(event)
-        else:
-            # Sent first: the two waits overlap, and the outcome lands before this event.
-            acknowledged = self.ledger.log.send(event)
-            self.settle_pending()
-            position = acknowledged()
+        position = self._outcomes.append(event)
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
 
     async def arecord(self, event: ev.Event) -> Position:
         """Append an event durably (asyncio), then fold it into the local state."""
-        self._ensure_usable()
-        pending = self._pending
-        if pending is None:
-            position = await self.ledger.log.append_async(event)
-        else:
-            # The append produces before it first suspends, so this event lands after the
-            # outcome; the outcome's report is served before this one's (one partition, in
-            # order), so once this is acknowledged the outcome's wait returns at once.
-            try:
-                position = await self.ledger.log.append_async(event)
-            except BaseException:
-                await asyncio.to_thread(self._settle, pending)  # may still be in flight
-                raise
-            self._settle(pending)
+        position = await self._outcomes.append_async(event)
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
@@ -162,24 +150,13 @@ class Workflow:
         if not self.ledger.options.pipeline_outcomes:
             yield stepcall.Record(event)
             return
-        previous = self._send_outcome(event)
-        if previous is not None:
-            yield stepcall.Blocking(self._settle, (previous,))
-
-    def _send_outcome(self, event: ev.Event) -> _PendingOutcome | None:
-        """Send and fold a pipelined outcome; return the one it replaces, still to settle.
-
-        The pending wait is the log's thread-safe one, not an asyncio future: it is settled
-        whichever thread or loop uses the handle next (a loop that stopped included).
-        """
-        self._ensure_usable()
-        previous = self._pending
-        self._pending = _PendingOutcome(event, self.ledger.log.send(event))
+        previous = self._outcomes.hold(event)
         with self._lock:  # folded now; its position comes with the acknowledgement
             self._fold(event)
             self.appended += 1
         tracing.sent(event)
-        return previous
+        if previous is not None:
+            yield stepcall.Blocking(self._outcomes.settle_one, (previous,))
 
     def settle_pending(self) -> None:
         """Wait until a pipelined outcome is acknowledged (at once when there is none).
@@ -187,41 +164,19 @@ class Workflow:
         Raises DurabilityError if it was not: the step stays in doubt in the log, to be
         resolved by its policy, and this handle refuses further use.
         """
-        self._ensure_usable()
-        pending = self._pending
-        if pending is not None:
-            self._settle(pending)
+        self._outcomes.settle()
 
     async def asettle_pending(self) -> None:
         """Await a pipelined outcome's acknowledgement (asyncio; blocks no event loop)."""
-        self._ensure_usable()
-        pending = self._pending
-        if pending is not None:
-            await asyncio.to_thread(self._settle, pending)
+        await self._outcomes.asettle()
 
-    def _settle(self, pending: _PendingOutcome) -> None:
-        """Wait for one pending outcome; it stays pending until its wait gave an answer."""
-        try:
-            position = pending.wait()
-        except DurabilityError as exc:
-            step_id = pending.event.step_id
-            self._lost = DurabilityError(
-                f"workflow {self.workflow_id!r}: the outcome of step {step_id!r} was not "
-                f"acknowledged ({exc}); the step stays in doubt until its policy resolves "
-                "it: open the workflow again",
-                workflow_id=self.workflow_id,
-                step_id=step_id,
-            )
-            raise self._lost from exc
-        with self._lock:
-            if self._pending is pending:
-                self._pending = None
-                self.position = position
-                self._synced = fence.next_synced(self._synced, position)
+    def _landed(self, position: Position) -> None:
+        """A pipelined outcome was acknowledged at ``position`` (the lock is held)."""
+        self.position = position
+        self._synced = fence.next_synced(self._synced, position)
 
     def _ensure_usable(self) -> None:
-        if self._lost is not None:
-            raise self._lost
+        self._outcomes.ensure_usable()
 
     def adopt(self, events: Iterable[ev.Event]) -> None:
         """Fold events someone else appended (a resolver, a human) into the local state."""
@@ -658,15 +613,6 @@ _CLAIMS_AND_ENDS = (
     ev.WorkflowFinished,
     ev.WorkflowDeadLettered,
 )
-
-
-@dataclass(slots=True)
-class _PendingOutcome:
-    """A pipelined outcome: sent, folded, its acknowledgement still to be waited for."""
-
-    event: ev.Event
-    wait: Callable[[], Position]
-    """The log's wait for its acknowledgement: any thread, any number of times."""
 
 
 def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:

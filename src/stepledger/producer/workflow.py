@@ -18,7 +18,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.replay import Move, MoveKind, mismatch, next_move, steps_by_position
+from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
@@ -53,6 +53,7 @@ from stepledger.producer import (
     stepcall,
 )
 from stepledger.producer._refusals import ensure_nothing_open, refusal
+from stepledger.producer.positions import RunOrder
 from stepledger.readers.workflows import bounded
 from stepledger.terminal import shell_arg
 
@@ -86,10 +87,8 @@ class Workflow:
         self.appended = 0
         """How many events this handle appended."""
         self._lock = threading.RLock()
-        self._positions: dict[str, int] = {}
-        self._forwarded: dict[str, int] = {}
-        """Recorded steps taken as this run's prefix (fast_forward), not yet asked for."""
-        self._next_position = 0
+        self._order = RunOrder()
+        """The positions of this run's step calls."""
         self._tools: dict[str, Tool] = {}
         self._recorded_until = _last_position(self.state)
         self.runner = fence.new_runner()
@@ -98,7 +97,6 @@ class Workflow:
         """The attempt this handle claimed (0 until it claims one): its intents carry it."""
         self.after_intent: Callable[[str], None] | None = None
         """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
-        self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
         self._outcomes = pipelining.OutcomeLog(ledger, workflow_id, self._lock, self._landed)
         """Where this handle appends: the log, holding a pipelined outcome back."""
         self._synced: Position | None = None
@@ -395,10 +393,7 @@ class Workflow:
         and a new step takes the position after the last recorded one.
         """
         with self._lock:
-            for step in self.state.ordered_steps():
-                if step.sequence >= 0 and step.step_id not in self._positions:
-                    self._forwarded.setdefault(step.step_id, step.sequence)
-            self._next_position = max(self._next_position, self._recorded_until + 1)
+            self._order.fast_forward(self.state, self._recorded_until)
 
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
@@ -517,14 +512,8 @@ class Workflow:
 
     def _claim(self, step_id: str, tool: Tool, args: dict[str, Any]) -> tuple[bool, int]:
         """Give a step call its position; the first call of a step in this run is checked."""
-        if step_id in self._positions:
-            return False, self._positions[step_id]
-        forwarded = self._forwarded.get(step_id)
-        position = self._next_position if forwarded is None else forwarded
-        # Only steps recorded before this run can disagree with it: a live run skips the
-        # check.  A recorded step asked for out of order (fast_forward) is checked too: it
-        # must be the recorded call, whatever position it is asked at.
-        if position <= self._recorded_until or step_id in self.state.steps:
+
+        def check(position: int) -> None:
             shown, fingerprint = self.ledger.events.recorded_arguments(
                 self.workflow_id, step_id, tool, args
             )
@@ -534,25 +523,14 @@ class Workflow:
                 tool.name,
                 fingerprint,
                 position,
-                self._steps_by_position(),
+                self._order.steps_by_position(self.state),
                 legacy=lambda: tool.legacy_digest(args),
                 shown=lambda: shown,
             )
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
-        self._positions[step_id] = position
-        if forwarded is not None:
-            del self._forwarded[step_id]
-            return False, position  # as before: a failure asked for again is retried
-        self._next_position += 1
-        return True, position
 
-    def _steps_by_position(self) -> dict[int, list[str]]:
-        """Step ids by position, rebuilt only after the state folded another event."""
-        version = (id(self.state), len(self.state.seen))
-        if self._by_position is None or self._by_position[0] != version:
-            self._by_position = (version, steps_by_position(self.state))
-        return self._by_position[1]
+        return self._order.claim(self.state, step_id, self._recorded_until, check)
 
     def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
         if self.state.status is not RunStatus.RUNNING:

@@ -48,6 +48,20 @@ def test_step_refuses_an_async_tool_before_recording_anything() -> None:
     assert [e.type for e in log.workflow_events("w")] == ["workflow_started"]
 
 
+def test_astep_refuses_a_tool_without_a_run_hook_before_recording_anything() -> None:
+    # Before, astep looked the run hook up only after the intent was acknowledged: the
+    # refused call left an intent in doubt behind it (step refused it before any record).
+    log = InMemoryEventLog()
+    hookless = sl.Tool(name="hookless", effect="idempotent", keyed=True)
+
+    async def run() -> None:
+        await ledger_over(log).workflow("w").astep("h", hookless)
+
+    with pytest.raises(ToolDefinitionError, match="no run hook"):
+        asyncio.run(run())
+    assert [e.type for e in log.workflow_events("w")] == ["workflow_started"]
+
+
 def test_recovery_redrives_an_async_tool_by_awaiting_it() -> None:
     log, clock = InMemoryEventLog(), ManualClock()
     CALLS.clear()

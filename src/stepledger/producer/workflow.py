@@ -8,12 +8,9 @@ the saga rules (:mod:`stepledger.domain.saga`) are checked before a new intent.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
@@ -21,17 +18,14 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.replay import Move, MoveKind, mismatch, next_move, steps_by_position
-from stepledger.domain.results import Encoded
+from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
     Violation,
     ensure_plan,
-    pivot_may_have_passed,
     step_violations,
 )
-from stepledger.domain.secrets import Scrubber
 from stepledger.domain.state import (
     ENDED,
     RunStatus,
@@ -43,18 +37,23 @@ from stepledger.domain.state import (
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
     ApprovalPendingError,
-    DurabilityError,
     LedgerStateError,
     PlanMismatchError,
     RecordTooLargeError,
-    ResultTypeError,
-    StepInDoubtError,
-    ToolDefinitionError,
     effect_unknown,
 )
 from stepledger.kafka import Position
-from stepledger.producer import approval, compensation, escalation, fence, settling
+from stepledger.producer import (
+    approval,
+    compensation,
+    escalation,
+    fence,
+    pipelining,
+    settling,
+    stepcall,
+)
 from stepledger.producer._refusals import ensure_nothing_open, refusal
+from stepledger.producer.positions import RunOrder
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
@@ -87,10 +86,8 @@ class Workflow:
         self.appended = 0
         """How many events this handle appended."""
         self._lock = threading.RLock()
-        self._positions: dict[str, int] = {}
-        self._forwarded: dict[str, int] = {}
-        """Recorded steps taken as this run's prefix (fast_forward), not yet asked for."""
-        self._next_position = 0
+        self._order = RunOrder()
+        """The positions of this run's step calls."""
         self._tools: dict[str, Tool] = {}
         self._recorded_until = _last_position(self.state)
         self.runner = fence.new_runner()
@@ -99,11 +96,8 @@ class Workflow:
         """The attempt this handle claimed (0 until it claims one): its intents carry it."""
         self.after_intent: Callable[[str], None] | None = None
         """Called once a step's intent is acknowledged, before the call's checks (chaos, tests)."""
-        self._by_position: tuple[tuple[int, int], dict[int, list[str]]] | None = None
-        self._pending: _PendingOutcome | None = None
-        """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
-        self._lost: DurabilityError | None = None
-        """Set once a pipelined outcome was not acknowledged: the handle is no longer usable."""
+        self._outcomes = pipelining.OutcomeLog(ledger, workflow_id, self._lock, self._landed)
+        """Where this handle appends: the log, holding a pipelined outcome back."""
         self._synced: Position | None = None
         """Set while the state is exactly the log's fold of the workflow through this record:
         a read back of a claim ended there, and every record folded since is this handle's
@@ -124,76 +118,42 @@ class Workflow:
         """Held while the state is read or folded from several threads (helpers take it too)."""
         return self._lock
 
+    @property
+    def _pending(self) -> pipelining.HeldOutcome | None:
+        """A step's outcome sent and folded but not yet acknowledged (pipelined outcomes)."""
+        return self._outcomes.pending
+
     def record(self, event: ev.Event) -> Position:
         """Append an event durably, then fold it into the local state.
 
         A pipelined outcome still unacknowledged is waited for together with this event
         (sent after it, so it lands before it): this returns once both are acknowledged.
         """
-        self._ensure_usable()
-        if self._pending is None:
-            position = self.ledger.log.append(event)
-        else:
-            # Sent first: the two waits overlap, and the outcome lands before this event.
-            acknowledged = self.ledger.log.send(event)
-            self.settle_pending()
-            position = acknowledged()
+        position = self._outcomes.append(event)
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
 
     async def arecord(self, event: ev.Event) -> Position:
         """Append an event durably (asyncio), then fold it into the local state."""
-        self._ensure_usable()
-        pending = self._pending
-        if pending is None:
-            position = await self.ledger.log.append_async(event)
-        else:
-            # The append produces before it first suspends, so this event lands after the
-            # outcome; the outcome's report is served before this one's (one partition, in
-            # order), so once this is acknowledged the outcome's wait returns at once.
-            try:
-                position = await self.ledger.log.append_async(event)
-            except BaseException:
-                await asyncio.to_thread(self._settle, pending)  # may still be in flight
-                raise
-            self._settle(pending)
+        position = await self._outcomes.append_async(event)
         self._folded(event, position)
         tracing.recorded(event, position)
         return position
 
-    def _record_outcome(self, event: ev.Event) -> None:
-        """Record a step's outcome: durably, or (pipelined outcomes) sent and folded now."""
+    def _record_outcome(self, event: ev.Event) -> stepcall.StepProtocol:
+        """Record a step's outcome: durably, or (pipelined outcomes) sent and folded now,
+        the outcome before it settled (that wait blocks: off an event loop)."""
         if not self.ledger.options.pipeline_outcomes:
-            self.record(event)
+            yield stepcall.Record(event)
             return
-        previous = self._send_outcome(event)
-        if previous is not None:
-            self._settle(previous)
-
-    async def _arecord_outcome(self, event: ev.Event) -> None:
-        """Record a step's outcome (asyncio): durably, or sent and folded now."""
-        if not self.ledger.options.pipeline_outcomes:
-            await self.arecord(event)
-            return
-        previous = self._send_outcome(event)
-        if previous is not None:
-            await asyncio.to_thread(self._settle, previous)
-
-    def _send_outcome(self, event: ev.Event) -> _PendingOutcome | None:
-        """Send and fold a pipelined outcome; return the one it replaces, still to settle.
-
-        The pending wait is the log's thread-safe one, not an asyncio future: it is settled
-        whichever thread or loop uses the handle next (a loop that stopped included).
-        """
-        self._ensure_usable()
-        previous = self._pending
-        self._pending = _PendingOutcome(event, self.ledger.log.send(event))
+        previous = self._outcomes.hold(event)
         with self._lock:  # folded now; its position comes with the acknowledgement
             self._fold(event)
             self.appended += 1
         tracing.sent(event)
-        return previous
+        if previous is not None:
+            yield stepcall.Blocking(self._outcomes.settle_one, (previous,))
 
     def settle_pending(self) -> None:
         """Wait until a pipelined outcome is acknowledged (at once when there is none).
@@ -201,41 +161,19 @@ class Workflow:
         Raises DurabilityError if it was not: the step stays in doubt in the log, to be
         resolved by its policy, and this handle refuses further use.
         """
-        self._ensure_usable()
-        pending = self._pending
-        if pending is not None:
-            self._settle(pending)
+        self._outcomes.settle()
 
     async def asettle_pending(self) -> None:
         """Await a pipelined outcome's acknowledgement (asyncio; blocks no event loop)."""
-        self._ensure_usable()
-        pending = self._pending
-        if pending is not None:
-            await asyncio.to_thread(self._settle, pending)
+        await self._outcomes.asettle()
 
-    def _settle(self, pending: _PendingOutcome) -> None:
-        """Wait for one pending outcome; it stays pending until its wait gave an answer."""
-        try:
-            position = pending.wait()
-        except DurabilityError as exc:
-            step_id = pending.event.step_id
-            self._lost = DurabilityError(
-                f"workflow {self.workflow_id!r}: the outcome of step {step_id!r} was not "
-                f"acknowledged ({exc}); the step stays in doubt until its policy resolves "
-                "it: open the workflow again",
-                workflow_id=self.workflow_id,
-                step_id=step_id,
-            )
-            raise self._lost from exc
-        with self._lock:
-            if self._pending is pending:
-                self._pending = None
-                self.position = position
-                self._synced = fence.next_synced(self._synced, position)
+    def _landed(self, position: Position) -> None:
+        """A pipelined outcome was acknowledged at ``position`` (the lock is held)."""
+        self.position = position
+        self._synced = fence.next_synced(self._synced, position)
 
     def _ensure_usable(self) -> None:
-        if self._lost is not None:
-            raise self._lost
+        self._outcomes.ensure_usable()
 
     def adopt(self, events: Iterable[ev.Event]) -> None:
         """Fold events someone else appended (a resolver, a human) into the local state."""
@@ -304,43 +242,7 @@ class Workflow:
         this returns (docs/guarantees.md, "Pipelined outcomes").
         """
         args = {**(arguments or {}), **kwargs}
-        self._ensure_usable()
-        move = self._prepare(step_id, tool, args)
-        if move.kind is MoveKind.REPLAY:
-            return _recorded_result(tool, move.step)
-        run = _runner(tool, fn)
-        if inspect.iscoroutinefunction(run):
-            raise ToolDefinitionError(
-                f"tool {tool.name!r} is async: call it with `await wf.astep(...)`", tool=tool.name
-            )
-        call = self._call_for(step_id, tool, args, move)
-        tracing.call_attempt(call.attempt, call.key)
-        if call.event is not None:
-            self._before_call(call, tool, self.record(call.event))
-        fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
-        try:
-            result = run(call.arguments, call.key)
-        except Exception as exc:
-            if effect_unknown(exc) and tool.effectful:
-                raise self._left_in_doubt(call, tool, exc) from exc
-            self.record(self._outcome(call, OutcomeStatus.FAILED, error=exc))
-            escalated = escalation.stranded_failure(self, step_id)
-            if escalated is not None:
-                self.record(escalated)
-                escalation.note(self, step_id, exc)
-            raise
-        encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
-        try:
-            self._record_outcome(outcome)
-        except RecordTooLargeError:
-            if not oversize.can_cut(encoded):
-                raise
-            encoded, outcome = self._digest_outcome(call, encoded)
-            self._record_outcome(outcome)
-        self._ensure_outcome_stands(call, outcome)
-        _ensure_replayable(tool, step_id, encoded)
-        return result
+        return stepcall.drive(self, self._protocol(step_id, tool, args, fn, on_loop=False))
 
     @tracing.traced_step
     async def astep(
@@ -351,59 +253,66 @@ class Workflow:
         fn: Callable[[dict[str, Any], str], Any | Awaitable[Any]] | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run one tool call bracketed durably (asyncio); ``fn`` may be sync or async."""
+        """:meth:`step` for asyncio; ``fn`` may be sync or async.  The same protocol: only
+        what blocks (the call, a read back, settling, an approval's wait) leaves the loop."""
         args = {**(arguments or {}), **kwargs}
+        return await stepcall.adrive(self, self._protocol(step_id, tool, args, fn, on_loop=True))
+
+    def _protocol(
+        self,
+        step_id: str,
+        tool: Tool,
+        args: dict[str, Any],
+        fn: Callable[..., Any] | None,
+        *,
+        on_loop: bool,
+    ) -> stepcall.StepProtocol:
+        """One step call, written once (see :mod:`stepcall`): yields the I/O it needs."""
         self._ensure_usable()
         if step_id in self.state.steps:
-            # Settling or waiting for an approval blocks: keep it off the event loop.
-            await self.asettle_pending()
-            move = await asyncio.to_thread(self._prepare, step_id, tool, args)
+            # Settling or waiting for an approval reads the log: it must hold ours first.
+            yield stepcall.Settle()
+            move = yield stepcall.Blocking(self._prepare, (step_id, tool, args))
         else:
             move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:
-            return _recorded_result(tool, move.step)
-        call = self._call_for(step_id, tool, args, move)
+            return stepcall.recorded_result(tool, move.step)
+        run = stepcall.runner(tool, fn, on_loop=on_loop)
+        call = stepcall.call_for(self, step_id, tool, args, move)
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
-            position = await self.arecord(call.event)
+            position = yield stepcall.Record(call.event)
             if not self._checked_now(call, tool, position):
-                # A hook or a read back blocks: off the event loop.  Otherwise the checks
-                # were made here: a thread hop per step cost more than the step's fold.
-                await asyncio.to_thread(self._before_call, call, tool, position)
+                # A hook or a read back blocks.  Otherwise the checks were made here: a
+                # thread hop per step cost an event loop more than the step's fold.
+                yield stepcall.Blocking(self._before_call, (call, tool, position))
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
-        run = _runner(tool, fn)
         try:
-            if inspect.iscoroutinefunction(run):
-                result = await run(call.arguments, call.key)
-            else:
-                result = await asyncio.to_thread(run, call.arguments, call.key)
+            result = yield stepcall.Call(run, call.arguments, call.key)
         except Exception as exc:
             if effect_unknown(exc) and tool.effectful:
-                raise self._left_in_doubt(call, tool, exc) from exc
-            await self.arecord(self._outcome(call, OutcomeStatus.FAILED, error=exc))
+                raise stepcall.left_in_doubt(self.workflow_id, call, tool, exc) from exc
+            yield stepcall.Record(stepcall.outcome(self, call, OutcomeStatus.FAILED, error=exc))
             escalated = escalation.stranded_failure(self, step_id)
             if escalated is not None:
-                await self.arecord(escalated)
+                yield stepcall.Record(escalated)
                 escalation.note(self, step_id, exc)
             raise
         encoded = oversize.fitted(tool.results.encode(result), call.record_limit)
-        outcome = self._outcome(call, OutcomeStatus.SUCCEEDED, result=encoded)
+        outcome = stepcall.outcome(self, call, OutcomeStatus.SUCCEEDED, result=encoded)
         try:
-            await self._arecord_outcome(outcome)
+            yield from self._record_outcome(outcome)
         except RecordTooLargeError:
             if not oversize.can_cut(encoded):
                 raise
-            encoded, outcome = self._digest_outcome(call, encoded)
-            await self._arecord_outcome(outcome)
-        if self._past_deadline(call):
-            await self.asettle_pending()
-            await asyncio.to_thread(self._ensure_outcome_stands, call, outcome)
-        _ensure_replayable(tool, step_id, encoded)
+            encoded, outcome = stepcall.digest_outcome(self, call, encoded)
+            yield from self._record_outcome(outcome)
+        if call.past_deadline():
+            # One rule, sync or async: recovery may have decided the step meanwhile.
+            yield stepcall.Settle()
+            yield stepcall.Blocking(stepcall.ensure_outcome_stands, (self, call))
+        stepcall.ensure_replayable(tool, step_id, encoded)
         return result
-
-    def _past_deadline(self, call: _PendingCall) -> bool:
-        """True when recovery may have decided the step while the call ran (monotonic clock)."""
-        return call.budget is not None and call.budget.passed()
 
     def read_claim(self, claim: ev.Event, position: Position) -> WorkflowState | None:
         """The log's fold of the workflow through one of this handle's claims, at ``position``.
@@ -439,7 +348,7 @@ class Workflow:
                 return self.state
             return None
 
-    def _checked_now(self, call: _PendingCall, tool: Tool, position: Position) -> bool:
+    def _checked_now(self, call: stepcall.PendingCall, tool: Tool, position: Position) -> bool:
         """Make the checks before the call here when they need no I/O; False: they remain."""
         if self.after_intent is not None:
             return False
@@ -451,75 +360,13 @@ class Workflow:
         fence.ensure_owner(lambda claim, at: proven, call.event, self.epoch, position)
         return True
 
-    def _before_call(self, call: _PendingCall, tool: Tool, position: Position) -> None:
+    def _before_call(self, call: stepcall.PendingCall, tool: Tool, position: Position) -> None:
         """Between the intent's acknowledgement (at ``position``) and the call: only the
         owner calls (every effectful call, keyed or not: see :mod:`fence`)."""
         if self.after_intent is not None:
             self.after_intent(call.step_id)
         if call.event is not None and fence.needs_read_back(tool):
             fence.ensure_owner(self.read_claim, call.event, self.epoch, position)
-
-    def _digest_outcome(self, call: _PendingCall, encoded: Encoded) -> tuple[Encoded, ev.Event]:
-        """The outcome again with its result as a digest: the step log refused it as too large
-        (its own limit could not be read).  The effect happened: it is recorded, not retried."""
-        kept = oversize.fitted(encoded, 0)
-        return kept, self._outcome(call, OutcomeStatus.SUCCEEDED, result=kept)
-
-    def _ensure_outcome_stands(self, call: _PendingCall, outcome: ev.Event) -> None:
-        """After a call that outlived its deadline, go by the log's first decision.
-
-        Recovery never decides a step before its deadline, so a call that ended in time has
-        no competitor and costs no read.  Past it, the log is read back: if another decision
-        came first (recovery compensated or answered the step), ours is a late outcome and
-        the agent must not go on as if its effect stood.
-        """
-        if not self._past_deadline(call):
-            return
-        self.reload()
-        step = self.state.steps.get(call.step_id)
-        if step is not None and step.attempt != call.attempt:
-            # The log moved the step to another attempt while this call ran: whatever it
-            # says of that attempt is not this call's effect.
-            raise StepInDoubtError(
-                f"step {call.step_id!r}: the log moved it to attempt {step.attempt} while this "
-                f"run's call (attempt {call.attempt}) ran past its deadline; the late outcome "
-                "goes to a human (`stepledger escalations list`)",
-                workflow_id=self.workflow_id,
-                step_id=call.step_id,
-                tool=step.tool,
-            )
-        if step is None or step.status is StepStatus.SUCCEEDED:
-            return  # ours stands, or recovery found the same effect of this attempt first
-        if step.status is StepStatus.COMPENSATING:
-            # Recovery's compensation is under way: see it through before going on.
-            step = settling.settle(self, call.step_id, self.tool(step.tool))
-        if step.status in (StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED):
-            raise refusal(self.workflow_id, Move(MoveKind.UNDONE, step), call.step_id)
-        raise StepInDoubtError(
-            f"step {call.step_id!r}: the log decided it {step.status.value} "
-            f"({step.resolved_by.value if step.resolved_by else 'unknown'}) before this run's "
-            "outcome arrived; the conflict goes to a human (`stepledger escalations list`)",
-            workflow_id=self.workflow_id,
-            step_id=call.step_id,
-            tool=step.tool,
-        )
-
-    def _left_in_doubt(
-        self, call: _PendingCall, tool: Tool, exc: BaseException
-    ) -> StepInDoubtError:
-        # Recording "failed" here would let a retry repeat an effect that may have happened:
-        # the intent stays open and the tool's policy decides (recovery daemon or resume).
-        # A read-only call has no effect to be in doubt about (and recovery never settles
-        # its intent): its timeout is recorded as failed, as any other error.
-        step_id = call.step_id
-        return StepInDoubtError(
-            f"step {step_id!r} ({tool.name}): the call's effect is unknown after "
-            f"{type(exc).__name__}: {call.scrub.text(str(exc))}; it stays in doubt until its "
-            f"{tool.resolution.value} policy resolves it",
-            workflow_id=self.workflow_id,
-            step_id=step_id,
-            tool=tool.name,
-        )
 
     def fast_forward(self) -> None:
         """Take the recorded steps as this run's prefix: new steps follow them, none re-issued.
@@ -529,10 +376,7 @@ class Workflow:
         and a new step takes the position after the last recorded one.
         """
         with self._lock:
-            for step in self.state.ordered_steps():
-                if step.sequence >= 0 and step.step_id not in self._positions:
-                    self._forwarded.setdefault(step.step_id, step.sequence)
-            self._next_position = max(self._next_position, self._recorded_until + 1)
+            self._order.fast_forward(self.state, self._recorded_until)
 
     def plan(
         self, steps: Sequence[PlanStep | tuple[str, Tool]], rules: PlanRules | None = None
@@ -572,9 +416,23 @@ class Workflow:
         self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
     ) -> None:
         """Record that the workflow ended; finishing it again the same way changes nothing."""
+        event = self._finished(status, detail)
+        if event is not None:
+            self.record(event)
+
+    async def afinish(
+        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
+    ) -> None:
+        """Record that the workflow ended (asyncio): the event loop is not blocked meanwhile."""
+        event = self._finished(status, detail)
+        if event is not None:
+            await self.arecord(event)
+
+    def _finished(self, status: WorkflowStatus, detail: str | None) -> ev.Event | None:
+        """The event that ends the workflow ``status``; None when it already ended so."""
         if self.state.status is not RunStatus.RUNNING:
             if self.state.status.value == status.value:
-                return
+                return None
             raise LedgerStateError(
                 f"workflow {self.workflow_id!r} already ended {self.state.status.value}",
                 workflow_id=self.workflow_id,
@@ -582,19 +440,7 @@ class Workflow:
         if status is WorkflowStatus.COMPLETED:
             ensure_nothing_open(self.state)
         body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
-        self.record(self.ledger.events.envelope(self.workflow_id, None, body))
-
-    async def afinish(
-        self, status: WorkflowStatus = WorkflowStatus.COMPLETED, detail: str | None = None
-    ) -> None:
-        """Record that the workflow ended (asyncio): the event loop is not blocked meanwhile."""
-        if self.state.status is not RunStatus.RUNNING:
-            self.finish(status, detail)  # already ended: nothing is written, or it raises
-            return
-        if status is WorkflowStatus.COMPLETED:
-            ensure_nothing_open(self.state)
-        body = ev.WorkflowFinished(status=status, detail=detail, runner=self.runner)
-        await self.arecord(self.ledger.events.envelope(self.workflow_id, None, body))
+        return self.ledger.events.envelope(self.workflow_id, None, body)
 
     def wait_for_approval(self, step_id: str, timeout_s: float) -> StepStatus:
         """Wait up to ``timeout_s`` for a human's decision on a step; return its status.
@@ -649,14 +495,8 @@ class Workflow:
 
     def _claim(self, step_id: str, tool: Tool, args: dict[str, Any]) -> tuple[bool, int]:
         """Give a step call its position; the first call of a step in this run is checked."""
-        if step_id in self._positions:
-            return False, self._positions[step_id]
-        forwarded = self._forwarded.get(step_id)
-        position = self._next_position if forwarded is None else forwarded
-        # Only steps recorded before this run can disagree with it: a live run skips the
-        # check.  A recorded step asked for out of order (fast_forward) is checked too: it
-        # must be the recorded call, whatever position it is asked at.
-        if position <= self._recorded_until or step_id in self.state.steps:
+
+        def check(position: int) -> None:
             shown, fingerprint = self.ledger.events.recorded_arguments(
                 self.workflow_id, step_id, tool, args
             )
@@ -666,25 +506,14 @@ class Workflow:
                 tool.name,
                 fingerprint,
                 position,
-                self._steps_by_position(),
+                self._order.steps_by_position(self.state),
                 legacy=lambda: tool.legacy_digest(args),
                 shown=lambda: shown,
             )
             if problem is not None:
                 raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
-        self._positions[step_id] = position
-        if forwarded is not None:
-            del self._forwarded[step_id]
-            return False, position  # as before: a failure asked for again is retried
-        self._next_position += 1
-        return True, position
 
-    def _steps_by_position(self) -> dict[int, list[str]]:
-        """Step ids by position, rebuilt only after the state folded another event."""
-        version = (id(self.state), len(self.state.seen))
-        if self._by_position is None or self._by_position[0] != version:
-            self._by_position = (version, steps_by_position(self.state))
-        return self._by_position[1]
+        return self._order.claim(self.state, step_id, self._recorded_until, check)
 
     def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
         if self.state.status is not RunStatus.RUNNING:
@@ -709,61 +538,6 @@ class Workflow:
                 workflow_id=self.workflow_id,
                 step_id=step_id,
             )
-
-    def _call_for(self, step_id: str, tool: Tool, args: dict[str, Any], move: Move) -> _PendingCall:
-        # The first read of the record limit may ask the broker: before the intent, never
-        # between a call's effect and its outcome.
-        limit = self.ledger.record_limit
-        if move.kind is MoveKind.RERUN:
-            # A read-only call in doubt runs again under its recorded intent and key.
-            step = move.step
-            assert step is not None
-            scrub = tool.scrubber(args)
-            return _PendingCall(
-                None, step_id, step.idempotency_key, args, step.attempt, scrub, None, limit
-            )
-        with self._lock:
-            after_pivot = tool.effectful and pivot_may_have_passed(self.state, step_id)
-        # The budget starts before the intent's deadline is computed, so the runner's own
-        # clock never allows a call later than the deadline recovery goes by.
-        budget = fence.Budget.start(tool, self.ledger.clock, self.ledger.timer)
-        event = self.ledger.events.intent(
-            self.workflow_id,
-            step_id,
-            tool,
-            args,
-            sequence=move.sequence,
-            attempt=move.attempt,
-            after_pivot=after_pivot,
-            key=move.key,
-            epoch=self.epoch,
-            runner=self.runner,
-        )
-        body = event.body
-        assert isinstance(body, ev.StepIntended)
-        scrub = tool.scrubber(args)
-        key = body.idempotency_key
-        return _PendingCall(event, step_id, key, args, move.attempt, scrub, budget, limit)
-
-    def _outcome(
-        self,
-        call: _PendingCall,
-        status: OutcomeStatus,
-        *,
-        result: Encoded | None = None,
-        error: BaseException | None = None,
-    ) -> ev.Event:
-        return self.ledger.events.outcome(
-            self.workflow_id,
-            call.step_id,
-            attempt=call.attempt,
-            status=status,
-            result=None if result is None else result.value,
-            result_type=None if result is None else result.result_type,
-            error=error,
-            scrub=call.scrub,
-            runner=self.runner,
-        )
 
     def _fold(self, event: ev.Event) -> None:
         """Fold an event this handle recorded (the caller holds the lock)."""
@@ -800,30 +574,6 @@ _CLAIMS_AND_ENDS = (
 )
 
 
-@dataclass(slots=True)
-class _PendingOutcome:
-    """A pipelined outcome: sent, folded, its acknowledgement still to be waited for."""
-
-    event: ev.Event
-    wait: Callable[[], Position]
-    """The log's wait for its acknowledgement: any thread, any number of times."""
-
-
-@dataclass(slots=True)
-class _PendingCall:
-    event: ev.Event | None
-    step_id: str
-    key: str
-    arguments: dict[str, Any]
-    attempt: int
-    scrub: Scrubber
-    """Removes this call's secret values from what its outcome records."""
-    budget: fence.Budget | None
-    """The intent's deadline on this runner's monotonic clock (None for a read-only re-run)."""
-    record_limit: int
-    """The most bytes its result may take in the outcome (a larger one: its digest)."""
-
-
 def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:
     """True when ``events`` begin with the events of these ids, in this order."""
     return len(events) >= len(ids) and all(
@@ -837,37 +587,3 @@ def _last_position(state: WorkflowState) -> int:
 
 def plan_step(step: PlanStep | tuple[str, Tool]) -> PlanStep:
     return step if isinstance(step, PlanStep) else PlanStep(*step)
-
-
-def _recorded_result(tool: Tool, step: StepState | None) -> Any:
-    tracing.replayed(step)
-    if step is None or step.result_json is None:
-        return None
-    oversize.ensure_kept(tool, step)
-    try:
-        return tool.results.decode(step.result_json, step.result_type)
-    except ResultTypeError as exc:
-        exc.step_id = step.step_id
-        raise
-
-
-def _ensure_replayable(tool: Tool, step_id: str, encoded: Encoded) -> None:
-    """Raise once the outcome is recorded if the result would not replay as it was returned."""
-    oversize.ensure_fits(tool, step_id, encoded)
-    if encoded.problem is not None:
-        raise ResultTypeError(
-            f"step {step_id!r} ({tool.name}): the result was recorded, but a replay could not "
-            f"return it as it is: {encoded.problem}; declare result_type (or annotate the "
-            "tool's function) with a type the SDK can round-trip",
-            step_id=step_id,
-            tool=tool.name,
-        )
-
-
-def _runner(tool: Tool, fn: Callable[..., Any] | None) -> Callable[..., Any]:
-    run = fn or tool.run
-    if run is None:
-        raise ToolDefinitionError(
-            f"tool {tool.name!r} has no run hook and no fn was given", tool=tool.name
-        )
-    return tracing.traced_call(run, tool.name)

@@ -8,6 +8,7 @@ goes to the broker and nowhere else: it is in no message, log line or exception.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -115,19 +116,16 @@ _OPERATIONS = frozenset({"READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"})
 
 
 def _binding(permission: Permission) -> AclBinding:
-    return AclBinding(
-        ResourceType[permission.resource],
-        permission.name,
-        ResourcePatternType[permission.pattern],
-        permission.principal,
-        "*",
-        AclOperation[permission.operation],
-        AclPermissionType.ALLOW,
-    )
+    return AclBinding(*_acl_args(permission))
 
 
 def _acl_filter(permission: Permission) -> AclBindingFilter:
-    return AclBindingFilter(
+    return AclBindingFilter(*_acl_args(permission))
+
+
+def _acl_args(permission: Permission) -> tuple[Any, ...]:
+    """A binding's fields and a filter's are the same: the permission, from any host."""
+    return (
         ResourceType[permission.resource],
         permission.name,
         ResourcePatternType[permission.pattern],

@@ -134,7 +134,7 @@ class Settings(BaseModel):
         listing, a point read): ``reconnect.backoff.ms`` 20 unless the settings give one.
 
         librdkafka drops its bootstrap connection once the metadata names the brokers, and
-        waits half that backoff (100 ms by default) before it connects to a named one, which
+        waits half librdkafka's default backoff before it connects to a named one, which
         delayed every new client's first metadata request (docs/benchmarks.md, appendix).
         Long-lived clients (producers, group members) keep librdkafka's default.
         """

@@ -14,30 +14,21 @@ alone, then through the daemon taking a partition over from another's checkpoint
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stepledger.codec import Codec
-from stepledger.config import Settings
-from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Found, Tool
-from stepledger.history.memory import InMemoryHistory
-from stepledger.kafka.records import Consumed
 from stepledger.log import InMemoryEventLog
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint
-from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.options import DaemonOptions
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracker import Tracker
-from stepledger.resolution.registry import ToolRegistry
-from tests.unit.factories import T0, LogStartAtZero, factory
+from tests.unit.daemon_loop import DaemonLoop
+from tests.unit.factories import T0, factory
 
 WF = "wf-trip"
 ARGS = {"hotel": "Lisboa"}
@@ -223,67 +214,14 @@ def test_a_compensation_of_a_step_whose_entry_carried_no_claim_is_judged_by_a_re
 # -- through the daemon --------------------------------------------------------------------
 
 
-class Now:
-    """The daemon's clock, moved on by the test."""
-
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-class Daemon:
+class Daemon(DaemonLoop):
     """A recovery daemon on an in-memory log (read back through the SDK's in-memory reader),
     its checkpoints in a store that outlives it; every event appended is fed to its loop."""
 
     def __init__(
         self, tmp_path: Path, log: InMemoryEventLog, store: InMemoryCheckpointStore, tool: Tool
     ) -> None:
-        self.log, self.clock, self.codec = log, Now(), Codec()
-        self.daemon = RecoveryDaemon(
-            Settings(bootstrap="127.0.0.1:9", topic="log"),
-            ToolRegistry([tool]),
-            DaemonOptions(state_dir=tmp_path, workers=2, grace_s=GRACE.total_seconds()),
-            log=log,
-            store=store,
-            dead_letters=MemoryEventLetters(),
-            clock=self.clock,
-            reader=InMemoryHistory(log),
-        )
-        daemon = self.daemon
-        daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
-        daemon._on_assign([("log", 0)])
-        self.fed = daemon.tracker.positions.get(0, 0)
-        daemon.caught_up.add(0)
-        daemon.fence.polled()
-
-    def feed(self) -> None:
-        for offset in range(self.fed, len(self.log.events)):
-            value = self.codec.encode(self.log.events[offset])
-            self.daemon._handle(Consumed("log", 0, offset, None, value))
-        self.fed = len(self.log.events)
-
-    def turn(self) -> None:
-        """One turn of the loop: hand out what is due, take in what finished, read echoes."""
-        self.daemon.fence.polled()
-        self.daemon._dispatch()
-        self.daemon._collect(wait=0.05)
-        self.feed()
-
-    def until(self, condition: Callable[[], bool], step: timedelta) -> bool:
-        """Turn the loop, the clock moving ``step`` a turn, until ``condition`` (bounded)."""
-        pause = threading.Event()
-        for _ in range(100):
-            if condition():
-                return True
-            self.clock.now += step
-            self.turn()
-            pause.wait(0.005)
-        return condition()
-
-    def close(self) -> None:
-        self.daemon.work.shutdown(wait=True)
+        super().__init__(tmp_path, tool, grace=GRACE, log=log, store=store)
 
 
 def test_a_daemon_taking_over_past_a_claim_cancels_nothing_for_a_zombies_intent(

@@ -12,15 +12,10 @@ counted and escalated.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from stepledger.codec import Codec
-from stepledger.config import Settings
-from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain import events as ev
 from stepledger.domain import resolution as rs
 from stepledger.domain.enums import (
@@ -32,15 +27,10 @@ from stepledger.domain.enums import (
 )
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.history.memory import InMemoryHistory
-from stepledger.kafka.records import Consumed
-from stepledger.log import InMemoryEventLog
-from stepledger.recovery.checkpoint import InMemoryCheckpointStore, PartitionCheckpoint
-from stepledger.recovery.daemon import RecoveryDaemon
-from stepledger.recovery.options import DaemonOptions
+from stepledger.recovery.checkpoint import PartitionCheckpoint
 from stepledger.recovery.tracker import Tracker
-from stepledger.resolution.registry import ToolRegistry
-from tests.unit.factories import T0, LogStartAtZero, comp_key, factory
+from tests.unit.daemon_loop import DaemonLoop
+from tests.unit.factories import T0, comp_key, factory
 
 WF, STEP = "wf-trip", "book"
 ARGS = {"hotel": "Lisboa", "nights": 2}
@@ -228,39 +218,12 @@ def test_a_reopening_is_checkpointed_and_a_take_over_reads_it_back_a_timeout_lat
 # -- through the daemon --------------------------------------------------------------------
 
 
-class Now:
-    """The daemon's clock (an hour past the agent's), moved on by the test."""
-
-    def __init__(self) -> None:
-        self.now = T0 + timedelta(hours=1)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-class Harness:
+class Harness(DaemonLoop):
     """A recovery daemon on an in-memory log that it reads back through the SDK's reader
     for memory; every event appended (the agent's, the daemon's own) is fed to its loop."""
 
     def __init__(self, tmp_path: Path, tool: Tool) -> None:
-        self.log, self.clock, self.codec = InMemoryEventLog(), Now(), Codec()
-        self.fed = 0
-        self.daemon = RecoveryDaemon(
-            Settings(bootstrap="127.0.0.1:9", topic="log"),
-            ToolRegistry([tool]),
-            DaemonOptions(state_dir=tmp_path, workers=2, grace_s=GRACE.total_seconds()),
-            log=self.log,
-            store=InMemoryCheckpointStore(),
-            dead_letters=MemoryEventLetters(),
-            clock=self.clock,
-            reader=InMemoryHistory(self.log),
-        )
-        daemon = self.daemon
-        daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
-        daemon._on_assign([])
-        daemon.caught_up.add(0)
-        daemon.fence.assigned({0})
-        daemon.fence.polled()
+        super().__init__(tmp_path, tool, grace=GRACE, restore=False, turns=200)
 
     def record(self, *events: ev.Event) -> None:
         """What an agent appends, read by the daemon."""
@@ -268,35 +231,8 @@ class Harness:
             self.log.append(event)
         self.feed()
 
-    def feed(self) -> None:
-        for offset in range(self.fed, len(self.log.events)):
-            value = self.codec.encode(self.log.events[offset])
-            self.daemon._handle(Consumed("log", 0, offset, None, value))
-        self.fed = len(self.log.events)
-
-    def turn(self) -> None:
-        """One turn of the loop: hand out what is due, take in what finished, read echoes."""
-        self.daemon.fence.polled()
-        self.daemon._dispatch()
-        self.daemon._collect(wait=0.05)
-        self.feed()
-
-    def until(self, condition: Callable[[], bool], step: timedelta) -> bool:
-        """Turn the loop, the clock moving ``step`` a turn, until ``condition`` (bounded)."""
-        pause = threading.Event()
-        for _ in range(200):
-            if condition():
-                return True
-            self.clock.now += step
-            self.turn()
-            pause.wait(0.005)
-        return condition()
-
     def bodies(self, kind: type[ev.Body]) -> list[Any]:
         return [e.body for e in self.log.events if isinstance(e.body, kind)]
-
-    def close(self) -> None:
-        self.daemon.work.shutdown(wait=True)
 
 
 def unwound(harness: Harness, *, zombie: bool = False) -> None:

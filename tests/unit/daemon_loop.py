@@ -36,6 +36,17 @@ class Now:
         return self.now
 
 
+def hold_partition(daemon: RecoveryDaemon) -> RecoveryDaemon:
+    """``daemon`` with partition 0 of ``log`` its own and read to its end, on a log whose
+    head was never deleted (no broker to ask)."""
+    daemon._log_start = LogStartAtZero(daemon.settings)
+    daemon._on_assign([])
+    daemon.caught_up.add(0)
+    daemon.fence.assigned({0})
+    daemon.fence.polled()
+    return daemon
+
+
 class DaemonLoop:
     """A recovery daemon on ``log`` (read back through the in-memory history), partition 0
     of topic ``log`` its own; ``restore``: it takes the partition from ``store`` as a
@@ -64,16 +75,15 @@ class DaemonLoop:
             clock=self.clock,
             reader=InMemoryHistory(self.log),
         )
-        daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
         if restore:
+            daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
             daemon._on_assign([("log", 0)])
             self.fed = daemon.tracker.positions.get(0, 0)
+            daemon.caught_up.add(0)
+            daemon.fence.polled()
         else:
-            daemon._on_assign([])
-            daemon.fence.assigned({0})
+            hold_partition(daemon)
             self.fed = 0
-        daemon.caught_up.add(0)
-        daemon.fence.polled()
 
     def feed(self) -> None:
         for offset in range(self.fed, len(self.log.events)):

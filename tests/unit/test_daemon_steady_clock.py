@@ -28,7 +28,8 @@ from stepledger.recovery.clock import LOG_APPEND_TIME, SteadyClock
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
-from tests.unit.factories import T0, LogStartAtZero
+from tests.unit.daemon_loop import hold_partition
+from tests.unit.factories import T0
 
 TIMEOUT_S = 2.0
 GRACE = timedelta(seconds=0.5)
@@ -102,12 +103,7 @@ def _daemon(tmp_path: Path, host: Host, log: InMemoryEventLog) -> RecoveryDaemon
         clock=host.wall,
         timer=host.timer,
     )
-    daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
-    daemon._on_assign([])
-    daemon.caught_up.add(0)
-    daemon.fence.assigned({0})
-    daemon.fence.polled()
-    return daemon
+    return hold_partition(daemon)
 
 
 def _decided(daemon: RecoveryDaemon, log: InMemoryEventLog) -> list[str]:

@@ -34,7 +34,8 @@ from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
 from stepledger_dev.simulate import defects
-from tests.unit.factories import T0, LogStartAtZero
+from tests.unit.daemon_loop import hold_partition
+from tests.unit.factories import T0
 from tests.unit.resume_fakes import Crash, World, crash_after
 
 TIMEOUT_S = 2.0
@@ -150,12 +151,7 @@ def _daemon(tmp_path: Path, clock: DaemonClock, log: InMemoryEventLog) -> Recove
         dead_letters=MemoryEventLetters(),
         clock=clock,
     )
-    daemon._log_start = LogStartAtZero(daemon.settings)  # no broker: nothing deleted
-    daemon._on_assign([])
-    daemon.caught_up.add(0)
-    daemon.fence.assigned({0})
-    daemon.fence.polled()
-    return daemon
+    return hold_partition(daemon)
 
 
 def _decided(daemon: RecoveryDaemon, log: InMemoryEventLog) -> list[str]:

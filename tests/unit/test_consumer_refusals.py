@@ -79,3 +79,18 @@ def test_another_error_still_goes_the_usual_way(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.WARNING):
         member.poll(10, 0.0)
     assert any("retried by the client" in r.getMessage() for r in caplog.records)
+
+
+def test_a_partition_reader_meets_the_same_refusal_one_line_raised_or_said() -> None:
+    from stepledger.errors import NotAuthorisedError
+    from stepledger.kafka.broker import Refusals
+    from stepledger.kafka.records import any_error, fatal_error, polled
+
+    settings = Settings(topic="orders", kafka={"sasl.username": "orders.agent"})
+    refused = [_Refused(KafkaError.TOPIC_AUTHORIZATION_FAILED, "other")]
+    refusals = Refusals(settings, "GROUP orders.reader")
+    # A bounded read (a command) stops with the one line, not the client's text.
+    with pytest.raises(NotAuthorisedError, match=r"lacks READ on TOPIC other$"):
+        polled(refused, any_error("reading the log"), refusals)  # type: ignore[arg-type]
+    # A long read (a daemon's follow) says it and reads on.
+    assert polled(refused, fatal_error("following"), refusals).records == []  # type: ignore[arg-type]

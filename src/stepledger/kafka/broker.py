@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -67,6 +69,36 @@ def refusal(
         acl=needed,
         resource=resource,
     )
+
+
+#: How often a refusal a long read keeps meeting is said again (seconds).
+REFUSAL_REPEAT_S = 300.0
+
+logger = logging.getLogger(__name__)
+
+
+class Refusals:
+    """A reader's refusals by the broker: each one line naming the role, the ACL and the
+    resource (:func:`refusal`); a long read says it once, then at most every
+    ``REFUSAL_REPEAT_S``, and reads on (granting the ACL is enough).  ``asked`` names the
+    resource where the error names no topic: the reader's group."""
+
+    def __init__(self, settings: Settings, asked: str) -> None:
+        self.settings, self.asked = settings, asked
+        self._said: dict[str, float] = {}
+
+    def of(self, err: KafkaError, topic: str | None) -> NotAuthorisedError | None:
+        """The refusal ``err`` is, or None."""
+        asked = self.asked
+        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
+            asked = f"TOPIC {topic}"
+        return refusal(err, self.settings, "READ", asked)
+
+    def say(self, refused: NotAuthorisedError) -> None:
+        now = time.monotonic()
+        if now - self._said.get(refused.message, -math.inf) >= REFUSAL_REPEAT_S:
+            self._said[refused.message] = now
+            logger.error("%s (it keeps asking: granting it is enough)", refused.message)
 
 
 def who(settings: Settings) -> str:

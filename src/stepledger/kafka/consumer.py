@@ -16,18 +16,16 @@ Fixed partitions, without a group, are read by :mod:`stepledger.kafka.reader`.
 from __future__ import annotations
 
 import logging
-import math
 import re
-import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError
-from stepledger.kafka.broker import refusal
+from stepledger.kafka.broker import Refusals
 from stepledger.kafka.records import BEGINNING, Polled, Where, polled
 
 logger = logging.getLogger(__name__)
@@ -148,10 +146,6 @@ class Membership:
         return session / 1000, beat / 1000
 
 
-#: How often a refusal a consumer-group member keeps meeting is said again (seconds).
-REFUSAL_REPEAT_S = 300.0
-
-
 def consumer_failure(err: KafkaError, instance_id: str | None = None) -> str | None:
     """Why a consumer error must stop the process, or None when librdkafka retries it.
 
@@ -190,7 +184,7 @@ class GroupConsumer:
         self.membership = membership
         self.settings = settings
         self.config = membership.config(settings)
-        self._refused: dict[str, float] = {}
+        self._refusals = Refusals(settings, f"GROUP {self.config.get('group.id')}")
         if error_cb is not None:
             self.config["error_cb"] = error_cb
         if logger is not None:
@@ -275,29 +269,9 @@ class GroupConsumer:
         """Up to ``size`` records; raise BrokerError on an error that must stop the member.
 
         A refusal by the broker (no READ on the group or a topic, a refused login) is said
-        in one line naming what to grant, once and then at most every ``REFUSAL_REPEAT_S``;
-        the member keeps running and the client keeps asking, so granting the ACL is enough.
+        in one line naming what to grant, and the member keeps running (:class:`Refusals`).
         """
-        messages = [m for m in self._consumer.consume(size, timeout) if not self._refusal(m)]
-        return polled(messages, self._failure)
-
-    def _refusal(self, message: Message) -> bool:
-        err = message.error()
-        if err is None:
-            return False
-        topic = message.topic()
-        asked = f"GROUP {self.config.get('group.id')}"
-        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic:
-            asked = f"TOPIC {topic}"
-        refused = refusal(err, self.settings, "READ", asked)
-        if refused is None:
-            return False
-        now = time.monotonic()
-        line = refused.message
-        if now - self._refused.get(line, -math.inf) >= REFUSAL_REPEAT_S:
-            self._refused[line] = now
-            logger.error("%s (the member keeps asking: granting it is enough)", line)
-        return True
+        return polled(self._consumer.consume(size, timeout), self._failure, self._refusals)
 
     def _failure(self, err: KafkaError) -> BrokerError | None:
         reason = consumer_failure(err, self.membership.instance_id)

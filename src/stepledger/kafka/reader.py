@@ -40,7 +40,7 @@ from stepledger import wire
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.errors import BrokerError, StepLedgerError
-from stepledger.kafka.broker import topic_partitions
+from stepledger.kafka.broker import Refusals, topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER, LEADER_ONLY, new_consumer
 from stepledger.kafka.producer import Headers, Position
 from stepledger.kafka.records import (
@@ -114,6 +114,7 @@ class PartitionReader:
         self.grows = grows
         self.what = what
         self._failure = failure or any_error(what)
+        self._refusals = Refusals(settings, f"GROUP {group}")
         self._consumer: Consumer | None = None
         self._starts: dict[Where, int] = {}
         """Where each assigned partition started (or was reached when the wait grew)."""
@@ -190,7 +191,7 @@ class PartitionReader:
             self._progress = now
         elif self.grows and self.starved(now):
             self.grow()
-        return polled(messages, self._failure)
+        return polled(messages, self._failure, self._refusals)
 
     def starved(self, now: float | None = None) -> bool:
         """True when nothing came for :func:`starved_after` the fetch wait (since the last

@@ -17,6 +17,7 @@ from typing import cast
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, Message
 
 from stepledger.errors import BrokerError
+from stepledger.kafka.broker import Refusals
 from stepledger.kafka.producer import Headers
 
 logger = logging.getLogger(__name__)
@@ -165,12 +166,13 @@ class Polled:
 Failure = Callable[[KafkaError], "BrokerError | None"]
 
 
-def polled(messages: list[Message], failure: Failure) -> Polled:
+def polled(messages: list[Message], failure: Failure, refusals: Refusals | None = None) -> Polled:
     """Sort a batch of client messages into the library's records, ends and errors.
 
     A partition end and (asked for with ``auto.offset.reset=error``) an offset out of range
     are reported; any other error is raised when ``failure`` makes it one, and logged
-    (librdkafka retries it) when ``failure`` gives None.
+    (librdkafka retries it) when ``failure`` gives None.  A refusal by the broker is its one
+    line (``refusals``) either way: raised, or said and read on.
     """
     records: list[Consumed] = []
     result = Polled(records, answered=bool(messages))
@@ -187,6 +189,11 @@ def polled(messages: list[Message], failure: Failure) -> Polled:
             result.out_of_range.add(where)
         else:
             error = failure(err)
+            if refusals is not None and (refused := refusals.of(err, msg.topic())) is not None:
+                if error is not None:
+                    raise refused
+                refusals.say(refused)
+                continue
             if error is not None:
                 raise error
             logger.warning("consumer error (retried by the client): %s", err.str())

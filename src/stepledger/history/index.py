@@ -28,8 +28,8 @@ in docs/benchmarks.md ("The Kafka history's tail index"); here each keeps its re
 - One consumer lives as long as the index (a new one per catch-up costs its connection
   each open).  The fetch wait starts short (a catch-up that finds nothing costs about two);
   a catch-up that sees neither a record nor an end for a while takes a five times longer
-  wait, up to a plain consumer's ``fetch.wait.max.ms`` (the dev broker answers no fetch before its wait
-  when assembling the answer takes longer).
+  wait, up to a plain consumer's ``fetch.wait.max.ms`` (the dev broker answers no fetch
+  before its wait when assembling the answer takes longer).
 - Kept records: the values of workflows not finished yet (up to ``max_kept_bytes``), so
   opening a workflow the index read past earlier needs no second read of its partition.
 

@@ -25,6 +25,7 @@ from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.rebuild import rebuild
 from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
+from stepledger.readers.lake import LakeConfig
 from stepledger.readers.snapshots import is_shard_dir
 
 _DB = click.option(
@@ -36,6 +37,23 @@ _DB = click.option(
     type=click.Path(path_type=Path),
     help="The projection's DuckDB file, or a shard directory (one file per partition, "
     "for several projectors in one group); readers use the published snapshots.",
+)
+_LAKE = click.option(
+    "--lake",
+    "lake",
+    envvar="STEPLEDGER_LAKE",
+    metavar="CATALOG_DSN",
+    help="A DuckLake instead of --db: its PostgreSQL catalog as a libpq DSN or a "
+    "postgresql:// URL (needs the [lake] extra; the bucket's key from AWS_ACCESS_KEY_ID, "
+    "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL).",
+)
+_DATA_PATH = click.option(
+    "--data-path",
+    envvar="STEPLEDGER_LAKE_DATA_PATH",
+    default="",
+    metavar="URL",
+    help="With --lake: where its data files go, e.g. s3://bucket/stepledger/ (a new lake "
+    "needs one; an existing lake remembers its own).",
 )
 _EXTRA_TOPICS = click.option(
     "--extra-topic",
@@ -55,6 +73,8 @@ def register(group: click.Group) -> None:
 @click.command()
 @with_settings
 @_DB
+@_LAKE
+@_DATA_PATH
 @_EXTRA_TOPICS
 @click.option(
     "--group",
@@ -121,7 +141,8 @@ def register(group: click.Group) -> None:
 )
 @click.option("--log-level", default="INFO", show_default=True, help="DEBUG logs every batch.")
 def project(settings: Settings, **opts: Any) -> None:
-    """Project the step log into DuckDB until SIGTERM/SIGINT."""
+    """Project the step log into DuckDB (a file, a shard directory or a lake) until
+    SIGTERM/SIGINT."""
 
     configure_logging(json_logs=opts["log_format"] == "json", level=opts["log_level"])
     options = ProjectorOptions(
@@ -136,6 +157,7 @@ def project(settings: Settings, **opts: Any) -> None:
         memory_limit=opts["memory_limit"],
         instance_id=opts["instance_id"],
         group_protocol=opts["group_protocol"],
+        lake=LakeConfig.from_env(opts["lake"], opts["data_path"]) if opts["lake"] else None,
     )
     metrics = ProjectorMetrics()
     serve_probes(opts["metrics_port"], metrics.health, metrics.registry)

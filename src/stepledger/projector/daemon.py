@@ -29,17 +29,21 @@ from stepledger.kafka.records import BEGINNING, Consumed
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
 from stepledger.ops import Shutdown
+from stepledger.projector.boundary import ViewStore
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
     BatchReport,
     Projector,
 )
 from stepledger.projector.gaps import record_gaps, restore_from_checkpoints
+from stepledger.projector.lake import LakeDatabase
+from stepledger.projector.lake_shards import LakeShards
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
+from stepledger.readers.lake import LakeConfig
 from stepledger.readers.snapshots import is_shard_dir
 from stepledger.topics import check_retention
 
@@ -84,6 +88,9 @@ class ProjectorOptions:
     """Static group membership: a restart within the session timeout moves no partition."""
     group_protocol: GroupProtocol | None = None
     """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
+    lake: LakeConfig | None = None
+    """Project into this DuckLake instead of ``db_path`` (each partition's tables, shared by
+    every projector of the group, on any machine)."""
 
     def for_settings(self, settings: Settings) -> ProjectorOptions:
         """These options with the group named (the settings' when none was given)."""
@@ -179,7 +186,7 @@ def run_projector(
     try:
         with fewer_collections():
 
-            def make(store: ProjectionStore) -> Pipeline:
+            def make(store: ViewStore) -> Pipeline:
                 projector = Projector(
                     store,
                     codec_for(settings),
@@ -191,7 +198,7 @@ def run_projector(
                 pipeline.on_snapshot = lambda _, took: metrics.published(took)
                 return pipeline
 
-            loop.shards = _open_state(options, make)
+            loop.shards = _open_state(options, make, settings.topic)
             _serve(loop, topics, shutdown)
     finally:
         try:
@@ -225,7 +232,11 @@ def fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _open_state(options: ProjectorOptions, make: Callable[[ProjectionStore], Pipeline]) -> Shards:
+def _open_state(
+    options: ProjectorOptions, make: Callable[[ViewStore], Pipeline], log: str
+) -> Shards:
+    if options.lake is not None:
+        return LakeShards(LakeDatabase(options.lake, log), make)
     path = options.db_path
     if is_shard_dir(path):
         return ShardDir(
@@ -248,9 +259,8 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         on_revoke=lambda ps: _on_revoke(loop, ps),
         on_lost=lambda ps: _on_lost(loop, ps),
     )
-    logger.info(
-        "projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group
-    )
+    into = loop.options.db_path if loop.options.lake is None else "the lake"
+    logger.info("projecting %s into %s as group %s", topics, into, loop.options.group)
     try:
         while not shutdown.requested:
             _step(loop)
@@ -333,7 +343,7 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
     if loop.log_start is None:
         loop.log_start = LogStart(loop.settings)
 
-    def store_of(where: Where) -> ProjectionStore | None:
+    def store_of(where: Where) -> ViewStore | None:
         pipeline = loop.state.pipeline(where)
         return None if pipeline is None else pipeline.projector.store
 

@@ -49,3 +49,30 @@ def lake_contents(con: Any) -> dict[str, list[tuple[Any, ...]]]:
     from stepledger.projector.schema import TABLES
 
     return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in TABLES}
+
+
+def read_lake(config: LakeConfig, log: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every projected table of a log in a lake, sorted (what an analyst reads)."""
+    from stepledger.readers.lake import connect_lake_reader
+
+    con = connect_lake_reader(config, log)
+    try:
+        return lake_contents(con)
+    finally:
+        con.close()
+
+
+def lake_offsets(config: LakeConfig, log: str) -> dict[tuple[str, int], int]:
+    """Each partition's next offset in the lake ({} before any table exists)."""
+    from stepledger.errors import ViewStoreError
+    from stepledger.readers.lake import connect_lake_reader
+
+    try:
+        con = connect_lake_reader(config, log)
+    except ViewStoreError:
+        return {}
+    try:
+        rows = con.execute("SELECT topic, partition, next_offset FROM offsets").fetchall()
+    finally:
+        con.close()
+    return {(str(t), int(p)): int(o) for t, p, o in rows}

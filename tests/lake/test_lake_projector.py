@@ -1,17 +1,29 @@
 """The projector into a DuckLake (real PostgreSQL catalog, S3 from moto, the test broker).
 
 The lake is a second implementation of the projector's one store boundary, so the rows it
-holds must be the file's rows: the same log projected both ways gives the same tables.
+holds must be the file's rows: the same log projected both ways gives the same tables, a
+restart resumes from the lake's offsets, and a rebuild into a fresh lake equals the
+incremental build.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
 
 from stepledger.config import Settings
-from stepledger.readers.lake import LakeConfig, connect_lake_reader
+from stepledger.errors import ConfigError
+from stepledger.projector.lake import LakeDatabase, LakeFencedError, LakeStore
+from stepledger.projector.rebuild_lake import rebuild_lake
+from stepledger.projector.store import stage
+from stepledger.readers.lake import LakeConfig, LakeSource
+from stepledger.readers.query import run_query, workflow_status
+from stepledger_dev.lake_stack import LakeStack
 from tests.integration.projector_helpers import produce_events, projecting
-from tests.lake.conftest import lake_contents
+from tests.lake.conftest import lake_offsets, read_lake
 from tests.unit.projector_harness import table_contents
 from tests.unit.projector_logs import random_log
 
@@ -26,11 +38,71 @@ def test_the_lake_holds_what_the_file_holds(
         daemon.wait_received(sent)
     with projecting(settings, tmp_path / "unused.duckdb", lake=lake, group="lake-a") as daemon:
         daemon.wait_received(sent)
-    con = connect_lake_reader(lake, settings.topic)
+    assert read_lake(lake, settings.topic) == table_contents(db)
+    assert sum(lake_offsets(lake, settings.topic).values()) == sent
+    # The analysts' read path: SQL and one workflow's steps, from the lake.
+    source = LakeSource(lake, settings.topic)
+    [result] = run_query(source, "SELECT count(*) AS n FROM steps")
+    assert result.rows == [(len(table_contents(db)["steps"]),)]
+    wf = log[0].workflow_id
+    assert workflow_status(source, wf).workflow["workflow_id"] == wf
+
+
+def test_a_restarted_projector_resumes_from_the_lake_and_a_rebuild_equals_it(
+    settings: Settings, stack: LakeStack, lake: LakeConfig, tmp_path: Path
+) -> None:
+    log = random_log(11, 60)
+    half = len(log) // 2
+    unused = tmp_path / "unused.duckdb"
+    first = produce_events(settings, log[:half])
+    with projecting(settings, unused, lake=lake) as daemon:
+        daemon.wait_received(first)
+    rest = produce_events(settings, log[half:])
+    with projecting(settings, unused, lake=lake) as daemon:
+        daemon.wait_received(rest)
+        # Nothing below the lake's offsets was read again.
+        assert daemon.received == rest
+    incremental = read_lake(lake, settings.topic)
+    assert sum(lake_offsets(lake, settings.topic).values()) == len(log)
+
+    fresh = stack.new_lake()
+    report = rebuild_lake(settings, fresh)
+    assert report.records == len(log)
+    assert read_lake(fresh, settings.topic) == incremental
+    with pytest.raises(ConfigError, match="rebuild into a fresh lake"):
+        rebuild_lake(settings, fresh)
+
+
+def _batch(topic: str, partition: int, reached: int, event_id: str) -> dict[str, pa.Table]:
+    rows: dict[str, list[Any]] = {
+        "topic": [topic],
+        "partition": [partition],
+        "expected_offset": [reached],
+        "log_start": [reached],
+        "records_lost": [0],
+        "detected_at": [None],
+        "detected_by": [event_id],
+    }
+    return stage({"gaps": rows}, {(topic, partition): reached})
+
+
+def test_a_writer_whose_partition_moved_commits_nothing(lake: LakeConfig) -> None:
+    db = LakeDatabase(lake, "log-z")
+    zombie = LakeStore(db, "log-z", 0)
+    owner = LakeStore(db, "log-z", 0)
     try:
-        in_lake = lake_contents(con)
-        offsets = con.execute("SELECT sum(next_offset) FROM offsets").fetchone()
+        assert zombie.offsets() == {} and owner.offsets() == {}
+        zombie.write(_batch("log-z", 0, 5, "zombie"), [])
+        # The new owner read the offset (5) on assignment and commits on from there.
+        assert owner.offsets() == {("log-z", 0): 5}
+        owner.write(_batch("log-z", 0, 9, "owner"), [])
+        # The zombie's next batch started at 5: the lake is at 9, so nothing lands.
+        with pytest.raises(LakeFencedError, match="another projector owns the partition"):
+            zombie.write(_batch("log-z", 0, 7, "late"), [])
+        assert owner.offsets() == {("log-z", 0): 9}
+        writers = owner._read(f"SELECT detected_by FROM {owner.names['gaps']} ORDER BY 1", [])
+        assert writers == [("owner",), ("zombie",)]
     finally:
-        con.close()
-    assert in_lake == table_contents(db)
-    assert offsets is not None and offsets[0] == sent
+        zombie.close()
+        owner.close()
+        db.close()

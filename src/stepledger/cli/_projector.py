@@ -23,6 +23,7 @@ from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projec
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.rebuild import rebuild
+from stepledger.projector.rebuild_lake import rebuild_lake
 from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
 from stepledger.readers.lake import LakeConfig
@@ -167,6 +168,8 @@ def project(settings: Settings, **opts: Any) -> None:
 @click.command("rebuild")
 @with_settings
 @_DB
+@_LAKE
+@_DATA_PATH
 @_EXTRA_TOPICS
 @click.option(
     "--force", is_flag=True, help="Replace the file (or rebuild the shards) if it exists."
@@ -196,9 +199,13 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
     """Rebuild a fresh projection file, or a shard directory's shards, from offset 0.
 
     A shard directory's shards are rebuilt in place, each under its file lock: a shard a
-    live projector holds is refused.
+    live projector holds is refused.  With --lake, into a fresh lake (one that holds no
+    table of the step log yet).
     """
     topics = (settings.topic, *opts["extra_topics"])
+    if opts["lake"]:
+        _rebuild_lake(settings, topics, opts)
+        return
     sharded = is_shard_dir(opts["db_path"])
     if opts["partitions"] and not sharded:
         raise click.ClickException("--partition needs --db naming a shard directory")
@@ -229,6 +236,24 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
         f"rebuilt {opts['db_path']}: {report.records} records, {report.projected} events, "
         f"{report.duplicates} duplicates, {report.dead_letters} refused, "
         f"{report.rate:,.0f} records/s{report.since()}"
+    )
+
+
+def _rebuild_lake(settings: Settings, topics: tuple[str, ...], opts: dict[str, Any]) -> None:
+    if opts["partitions"] or opts["force"] or opts["republish_dead_letters"]:
+        raise click.ClickException(
+            "--lake rebuilds every partition into a fresh lake: "
+            "--partition, --force and --republish-dead-letters do not apply"
+        )
+    lake = LakeConfig.from_env(opts["lake"], opts["data_path"])
+    with _ProgressBar(enabled=not opts["no_progress"]) as hook:
+        report = rebuild_lake(
+            settings, lake, topics=topics, batch_size=opts["batch_size"], progress=hook
+        )
+    click.echo(
+        f"rebuilt the lake's tables of {settings.topic}: {report.records} records, "
+        f"{report.projected} events, {report.duplicates} duplicates, "
+        f"{report.dead_letters} refused, {report.rate:,.0f} records/s{report.since()}"
     )
 
 

@@ -135,6 +135,15 @@ class LakeDatabase:
             self.con.close()
 
 
+def lake_tables(db: LakeDatabase) -> set[str]:
+    """The tables the lake holds in the log's schema (none: a fresh lake for this log)."""
+    con = db.cursor()
+    try:
+        return _tables(con, db.schema)
+    finally:
+        con.close()
+
+
 def _tables(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
     rows = con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND schema_name = ?",

@@ -76,9 +76,6 @@ class LakeDatabase:
         self.compact_every_s = compact_every_s
         self.con = connect_lake(config, read_only=False)
         self._lock = threading.Lock()
-        with self._lock:
-            for setting in ("SET http_timeout = 10000", "SET http_retries = 2"):
-                self.con.execute(setting)
 
     def qualified(self, name: str) -> str:
         """A table or view of the log's schema, as SQL."""
@@ -101,11 +98,12 @@ class LakeDatabase:
     def _create(
         self, con: duckdb.DuckDBPyConnection, topic: str, partition: int, names: dict[str, str]
     ) -> None:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{self.schema}")
         if _tables(con, self.schema) >= set(names.values()):
             return
+        # One transaction: a reader finds the schema with its views, or no schema at all.
         con.execute("BEGIN TRANSACTION")
         try:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{self.schema}")
             for table, name in names.items():
                 columns = ", ".join(columns_sql(table))
                 con.execute(f"CREATE TABLE IF NOT EXISTS {self.qualified(name)} ({columns})")

@@ -43,7 +43,7 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
-from stepledger.readers.lake import LakeConfig
+from stepledger.readers.lake import LakeConfig, extension_directory
 from stepledger.readers.snapshots import is_shard_dir
 from stepledger.topics import check_retention
 
@@ -166,6 +166,8 @@ def run_projector(
     """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
     options = options.for_settings(settings)
     membership = options.membership()  # a bad group setting fails before any network
+    if options.lake is not None:
+        extension_directory()  # so does a lake without the [lake] extra
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
         reachable_partitions(settings, topic)

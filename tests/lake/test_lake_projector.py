@@ -22,7 +22,9 @@ from stepledger.projector.store import stage
 from stepledger.readers.lake import LakeConfig, LakeSource
 from stepledger.readers.query import run_query, workflow_status
 from stepledger_dev.lake_stack import LakeStack
+from tests.conftest import Factory
 from tests.integration.projector_helpers import produce_events, projecting
+from tests.integration.test_retention import delete_head, kafka_only
 from tests.lake.conftest import lake_offsets, read_lake
 from tests.unit.projector_harness import table_contents
 from tests.unit.projector_logs import random_log
@@ -106,3 +108,23 @@ def test_a_writer_whose_partition_moved_commits_nothing(lake: LakeConfig) -> Non
         zombie.close()
         owner.close()
         db.close()
+
+
+@kafka_only
+def test_a_gap_below_the_log_start_is_a_row_in_the_lake(
+    make_settings: Factory, lake: LakeConfig, tmp_path: Path
+) -> None:
+    settings = make_settings(partitions=1)
+    log = random_log(41, 20)
+    unused = tmp_path / "unused.duckdb"
+    with projecting(settings, unused, lake=lake) as daemon:
+        daemon.wait_received(produce_events(settings, log[:30]))
+    produce_events(settings, log[30:50])  # projected by nobody: the projector is down
+    assert delete_head(settings, 0) == 50
+    with projecting(settings, unused, lake=lake) as daemon:
+        daemon.wait_received(produce_events(settings, log[50:]))
+    found = read_lake(lake, settings.topic)
+    assert [row[:5] for row in found["gaps"]] == [(settings.topic, 0, 30, 50, 20)]
+    read = {row[9] for row in found["events"]}  # log_offset
+    assert min(read) < 30 and max(read) >= 50 and not read & set(range(30, 50))
+    assert lake_offsets(lake, settings.topic) == {(settings.topic, 0): len(log)}

@@ -8,9 +8,11 @@ incremental build.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -19,7 +21,7 @@ from stepledger.errors import ConfigError
 from stepledger.projector.lake import LakeDatabase, LakeFencedError, LakeStore
 from stepledger.projector.rebuild_lake import rebuild_lake
 from stepledger.projector.store import stage
-from stepledger.readers.lake import LakeConfig, LakeSource
+from stepledger.readers.lake import LakeConfig, LakeSource, connect_lake, schema_name
 from stepledger.readers.query import run_query, workflow_status
 from stepledger_dev.lake_stack import LakeStack
 from tests.conftest import Factory
@@ -128,3 +130,53 @@ def test_a_gap_below_the_log_start_is_a_row_in_the_lake(
     read = {row[9] for row in found["events"]}  # log_offset
     assert min(read) < 30 and max(read) >= 50 and not read & set(range(30, 50))
     assert lake_offsets(lake, settings.topic) == {(settings.topic, 0): len(log)}
+
+
+def test_an_analyst_with_a_select_only_role_reads_the_lake_and_writes_nothing(
+    settings: Settings, stack: LakeStack, lake: LakeConfig, tmp_path: Path
+) -> None:
+    sent = produce_events(settings, random_log(51, 10))
+    with projecting(settings, tmp_path / "unused.duckdb", lake=lake) as daemon:
+        daemon.wait_received(sent)
+    database = lake.catalog.rsplit("dbname=", 1)[1]
+    # The role of docs/operators.md: it reads the catalog's tables and nothing else.
+    for statement in (
+        "CREATE ROLE analyst LOGIN",
+        "GRANT USAGE ON SCHEMA public TO analyst",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA public TO analyst",
+    ):
+        stack.postgres.sql(database, statement)
+    analyst = replace(lake, catalog=lake.catalog.replace("user=postgres", "user=analyst"))
+    source = LakeSource(analyst, settings.topic)
+    [result] = run_query(source, "SELECT sum(next_offset) FROM offsets")
+    assert result.rows == [(sent,)]
+    con = connect_lake(analyst, read_only=False)
+    try:
+        with pytest.raises(duckdb.Error):
+            con.execute(f"CREATE TABLE lake.{schema_name(settings.topic)}.mine (x INTEGER)")
+    finally:
+        con.close()
+    assert sum(lake_offsets(lake, settings.topic).values()) == sent
+
+
+def test_the_owner_compacts_its_tables_and_expires_old_snapshots(lake: LakeConfig) -> None:
+    db = LakeDatabase(lake, "log-c", compact_every_s=0, expire_every_s=0, keep_snapshots_s=0)
+    store = LakeStore(db, "log-c", 0)
+    try:
+        store.offsets()
+        for reached in range(1, 6):
+            store.write(_batch("log-c", 0, reached, f"batch-{reached}"), [])
+        table = store.names["gaps"].rsplit(".", 1)[1].strip('"')
+
+        def files() -> int:
+            sql = "SELECT count(*) FROM ducklake_list_files('lake', ?, schema => ?)"
+            return int(store._read(sql, [table, db.schema])[0][0])
+
+        before = files()
+        assert store.publish() == f"compacted {store.path}"
+        assert before > 1 and files() == 1  # a file per batch, then one
+        assert store.count("gaps") == 5
+        assert store.offsets() == {("log-c", 0): 5}
+    finally:
+        store.close()
+        db.close()

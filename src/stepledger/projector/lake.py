@@ -49,6 +49,11 @@ _RETRY_MAX_S = 5.0
 _CONFLICTS = 20
 #: How often the owner compacts its tables (small files made by every batch).
 DEFAULT_COMPACT_EVERY_S = 60.0
+#: How often a projector expires the lake's old snapshots and deletes the files no snapshot
+#: needs any more (lake-wide: whichever projector is due does it; a race loses harmlessly).
+DEFAULT_EXPIRE_EVERY_S = 3600.0
+#: How long an expired snapshot stays readable (a reader's query that began before it).
+DEFAULT_KEEP_SNAPSHOTS_S = 3600.0
 #: What a failure of the catalog's or the bucket's connection looks like.
 _OUTAGE = (duckdb.IOException, duckdb.HTTPException, duckdb.ConnectionException)
 _OUTAGE_SIGNS = ("connection", "could not connect", "timeout", "timed out", "server closed")
@@ -68,14 +73,19 @@ class LakeDatabase:
         *,
         outage_s: float = DEFAULT_OUTAGE_S,
         compact_every_s: float = DEFAULT_COMPACT_EVERY_S,
+        expire_every_s: float = DEFAULT_EXPIRE_EVERY_S,
+        keep_snapshots_s: float = DEFAULT_KEEP_SNAPSHOTS_S,
     ) -> None:
         self.config = config
         self.log = log
         self.schema = schema_name(log)
         self.outage_s = outage_s
         self.compact_every_s = compact_every_s
+        self.expire_every_s = expire_every_s
+        self.keep_snapshots_s = keep_snapshots_s
         self.con = connect_lake(config, read_only=False)
         self._lock = threading.Lock()
+        self._expired = time.monotonic()
 
     def qualified(self, name: str) -> str:
         """A table or view of the log's schema, as SQL."""
@@ -126,6 +136,22 @@ class LakeDatabase:
             con.execute(f"CREATE OR REPLACE VIEW {self.qualified(table)} AS {union}")
         for view, sql in view_sql().items():
             con.execute(f"CREATE OR REPLACE VIEW {self.qualified(view)} AS {sql}")
+
+    def expire(self, con: duckdb.DuckDBPyConnection) -> bool:
+        """Expire old snapshots and delete unneeded files when due; whether it ran."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._expired < self.expire_every_s:
+                return False
+            self._expired = now
+        older = f"now() - INTERVAL {int(self.keep_snapshots_s)} SECOND"
+        try:
+            con.execute(f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => {older})")
+            con.execute(f"CALL ducklake_cleanup_old_files('{ALIAS}', older_than => {older})")
+        except duckdb.Error as exc:
+            logger.warning("lake snapshot expiry skipped: %s", first_line(exc))
+            return False
+        return True
 
     def close(self) -> None:
         """Detach the lake."""
@@ -305,6 +331,7 @@ class LakeStore:
             # A compaction that loses a race or an outage is tried again at the next one.
             logger.warning("compaction of %s skipped: %s", self.path, first_line(exc))
             return None
+        self.db.expire(con)
         return f"compacted {self.path}"
 
     def count(self, table: str) -> int:

@@ -128,6 +128,12 @@ class PostgresServer:
                          "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-At",
                          "-c", statement)  # fmt: skip
 
+    def sql_file(self, database: str, path: Path) -> str:
+        """Run a SQL script with psql (its backquoted variables read this environment)."""
+        return self._run(str(self.bindir / "psql"), "-h", "127.0.0.1", "-p", str(self.port),
+                         "-U", "postgres", "-d", database, "-v", "ON_ERROR_STOP=1", "-f",
+                         str(path))  # fmt: skip
+
     def _run(self, *argv: str) -> str:
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         done = subprocess.run(

@@ -17,7 +17,8 @@ from stepledger.health import Health, serve_probes
 from stepledger.history.adapt import as_history
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
-from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
+from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, new_token
+from stepledger.inbox.users import load_users
 from stepledger.log import KafkaEventLog
 from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry

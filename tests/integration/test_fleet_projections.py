@@ -7,6 +7,7 @@ with fleets ``pa`` and ``pb`` made by ``fleet create`` and the exact commands it
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,10 @@ ANA = "ana-of-fleet-pa-0123456789"
 @sl.tool(keyed=True, policy="redrive", timeout_s=5)
 def count(n: int, *, idempotency_key: str) -> int:
     return n + 1
+
+
+def _projected(db: Path, workflows: int) -> bool:
+    return snapshot_count(db, "workflows") >= workflows
 
 
 def _query(db: Path, sql: str, env: dict[str, str]) -> str:
@@ -73,7 +78,7 @@ def test_each_fleets_projector_writes_only_its_fleets_rows_into_its_own_director
         for fleet, workflows in (("pa", 3), ("pb", 2)):
             db = tmp_path / fleet / "ledger.duckdb"
             wait_for(
-                lambda db=db, n=workflows: snapshot_count(db, "workflows") >= n,
+                functools.partial(_projected, db, workflows),
                 90,
                 f"{fleet}'s projection ({(tmp_path / f'{fleet}.log').read_text()[-400:]})",
             )

@@ -50,7 +50,10 @@ def test_credentials_prove_a_users_name_or_only_the_shared_token() -> None:
     assert creds.check("shared-token-0123456789") == Identity("", AuthMethod.INBOX_TOKEN)
     for wrong in (None, "", "alice", ALICE + "x", hash_token(ALICE), "x" * 10_000):
         assert creds.check(wrong) is None
-    assert Credentials(None, {"alice": User(hash_token(ALICE))}).check("shared-token-0123456789") is None
+    assert (
+        Credentials(None, {"alice": User(hash_token(ALICE))}).check("shared-token-0123456789")
+        is None
+    )
     with pytest.raises(ConfigError, match="needs a token or a users file"):
         Credentials(None, {})
 

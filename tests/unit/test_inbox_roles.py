@@ -132,7 +132,13 @@ def test_the_queue_filter_lists_and_counts_only_the_persons_fleets() -> None:
 
 
 def _request(identity: Identity | None, method: str = "POST") -> Request:
-    scope = {"type": "http", "method": method, "path": "/", "headers": [], "query_string": b""}
+    scope: dict[str, object] = {
+        "type": "http",
+        "method": method,
+        "path": "/",
+        "headers": [],
+        "query_string": b"",
+    }
     if identity is not None:
         scope[IDENTITY_KEY] = identity
     return Request(scope)

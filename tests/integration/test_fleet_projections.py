@@ -1,5 +1,6 @@
 """A projection per fleet: each fleet's projector, with its own credentials, writes its own
-DuckDB directory, which holds that fleet's rows and no other's; a rebuild works the same way.
+DuckDB directory, which holds that fleet's rows and no other's; a rebuild works the same way,
+and the fleet's inbox serves and answers that projection's cases under its own role.
 
 What docs/analysts.md ("Fleets: one projection each") promises, on a secured Apache Kafka
 with fleets ``pa`` and ``pb`` made by ``fleet create`` and the exact commands it shows.
@@ -16,13 +17,19 @@ import pytest
 
 import stepledger as sl
 from stepledger.config import config_text, load_settings, write_private
+from stepledger.domain import events as ev
+from stepledger.history.kafka import KafkaHistory
 from stepledger.inbox.auth import hash_token
 from stepledger.inbox.roles import Grant
 from stepledger.inbox.users import user_line
 from stepledger.provision import create_fleet
 from stepledger_dev.apache_kafka import KafkaBroker
+from tests.e2e.recovery_helpers import append_events
+from tests.integration import inbox_helpers as h
 from tests.integration.projector_helpers import snapshot_count, wait_for
-from tests.integration.test_inbox_identity import _serve, _status
+from tests.integration.test_inbox import form
+from tests.integration.test_inbox_fleets import _request
+from tests.integration.test_inbox_identity import _serve
 
 pytestmark = pytest.mark.kafka_only
 CLI = [sys.executable, "-m", "stepledger"]
@@ -61,8 +68,10 @@ def test_each_fleets_projector_writes_only_its_fleets_rows_into_its_own_director
         create_fleet(admin, fleet, configs, partitions=2)
         agent = load_settings(config_file=configs / f"{fleet}-agent.toml", env={})
         with sl.Ledger(agent, tools=[count]) as ledger:
-            for i in range(workflows):
+            for i in range(workflows - 1):
                 ledger.workflow(f"{fleet}-w{i}", name="demo").step("count", count, n=i)
+        # And one escalated wire each, for the fleet's inbox to answer.
+        append_events(agent, h.escalated_wire(h.factory(fleet), f"{fleet}-wire", f"esc-{fleet}"))
     procs = {}
     for fleet in ("pa", "pb"):
         home = tmp_path / fleet
@@ -115,9 +124,20 @@ def test_each_fleets_projector_writes_only_its_fleets_rows_into_its_own_director
         str(tmp_path / "pa" / "ledger.duckdb"),
     ]
     inbox, url = _serve([*argv, "--users", str(users)], env)
+    base = url.split("/?")[0]
     try:
-        assert _status(url.split("/?")[0] + "/", ANA) == 200
+        status, queue = _request(base + "/", ANA)
+        assert status == 200 and 'data-case="esc-pa"' in queue
+        status, page = _request(base + "/escalations/esc-pa", ANA)
+        assert status == 200, page
+        answer = form(page, answer="not_happened", note="no wire at the bank")
+        status, done = _request(base + "/escalations/esc-pa", ANA, answer)
+        assert status == 303, done
     finally:
         inbox.terminate()
         output = inbox.communicate(timeout=30)[0]
     assert "not authorised" not in output, output
+    agent = load_settings(config_file=configs / "pa-agent.toml", env={})
+    events = KafkaHistory(agent).read("pa-wire").events
+    (resolved,) = [e for e in events if isinstance(e.body, ev.EscalationResolved)]
+    assert (resolved.body.by, resolved.body.auth, resolved.fleet_id) == ("ana", "users_file", "pa")

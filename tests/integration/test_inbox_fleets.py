@@ -109,6 +109,25 @@ def test_behind_a_proxy_the_users_file_binds_the_named_people(tmp_path: Path) ->
     assert TestClient(app.app).get("/", headers={"Authorization": "Bearer -"}).status_code == 401
 
 
+def test_an_inbox_that_serves_one_fleet_shows_no_case_claiming_another(tmp_path: Path) -> None:
+    # A fleet's inbox (its config pins fleet-a) reads fleet-a's log: a record there claiming
+    # fleet-b (a misconfigured or hostile client of fleet-a) is nobody's case, even for a
+    # person of every fleet or of fleet-b.
+    everyone = User(hash_token(TOKEN + "-all"), Grant(None, InboxRole.OPERATOR))
+    users = {"alice": ALICE, "bob": BOB, "root": everyone}
+    app = App(tmp_path, token=None, users=users, serves=frozenset({"fleet-a"}))
+    root, bob = app.client(TOKEN + "-all"), app.client(BOB_TOKEN)
+    assert _rows(root.get("/").text) == {"esc-old", "esc-dead"}
+    assert 'id="grant">operator of fleets fleet-a<' in root.get("/").text
+    assert _rows(bob.get("/").text) == set()
+    own = root.get("/escalations/esc-old").text
+    for client in (root, bob):
+        assert client.get("/escalations/esc-new").status_code == 403
+        crafted = form(own, answer="not_happened", note="n")
+        assert client.post("/escalations/esc-new", data=crafted).status_code == 403
+    assert app.answers() == []
+
+
 # The real processes: a broker, a projector publishing snapshots, `stepledger inbox`.
 
 

@@ -63,6 +63,18 @@ def test_a_refusal_says_which_fleets_are_yours_or_that_it_takes_an_operator() ->
     assert EVERY_FLEET.describe() == "approver of every fleet"
 
 
+def test_a_grant_is_narrowed_to_the_fleets_an_inbox_serves() -> None:
+    ab = Grant(frozenset({"fa", "fb"}), InboxRole.OPERATOR)
+    assert ab.within(None) == ab
+    assert ab.within(frozenset({"fa"})) == Grant(frozenset({"fa"}), InboxRole.OPERATOR)
+    assert EVERY_FLEET.within(frozenset({"fa"})) == Grant(frozenset({"fa"}))
+    nothing = APPROVER_A.within(frozenset({"fb"}))
+    assert nothing.fleets == frozenset() and not nothing.covers("fb")
+    assert (
+        nothing.refusal(Action.SEE, "fb") == "this case is not of your fleets (none on this inbox)"
+    )
+
+
 def test_a_users_file_line_carries_fleets_and_role_and_an_old_line_means_every_fleet(
     tmp_path: Path,
 ) -> None:

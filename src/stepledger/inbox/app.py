@@ -76,6 +76,8 @@ class InboxConfig:
     """The users file's people (token hashes, fleets, roles): answers record the name."""
     proxy_header: str | None = None
     """A header naming the user, set by a reverse proxy the operator trusts."""
+    serves: frozenset[str] | None = None
+    """The fleets served (a fleet's inbox config pins one); None: every fleet of the log."""
     session_ttl_s: float = SESSION_TTL_S
     """How long a browser session lives."""
     prefix: str = field(default_factory=lambda: "/s/" + secrets.token_urlsafe(12))
@@ -115,6 +117,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
         cookie=session_cookie(config.port),
         prefix=config.prefix,
         proxy_header=config.proxy_header,
+        serves=config.serves,
     )
     pages.gate = gate
     middleware = [

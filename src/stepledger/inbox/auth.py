@@ -35,7 +35,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -208,6 +208,10 @@ class GateConfig:
     """The random path every browser page lives under; the cookie is scoped to it."""
     proxy_header: str | None = None
     """A header naming the user, set by a reverse proxy the operator trusts."""
+    serves: frozenset[str] | None = None
+    """The fleets this inbox serves (its config pins one); None: every fleet its log holds.
+    Every identity's grant is narrowed to them, so a record claiming another fleet in this
+    fleet's log is nobody's case here."""
 
 
 class TokenGate:
@@ -237,9 +241,10 @@ class TokenGate:
                 response = PlainTextResponse(problem, status_code=401)
             else:
                 under = path.startswith(config.prefix + "/")
+                grant = identity.grant.within(config.serves)
                 scope = {
                     **scope,
-                    IDENTITY_KEY: identity,
+                    IDENTITY_KEY: replace(identity, grant=grant),
                     "root_path": config.prefix if under else "",
                 }
         if response is not None:

@@ -76,9 +76,17 @@ class Grant:
             return f"this case is not of your fleets ({self.describe_fleets()})"
         return None
 
+    def within(self, serves: frozenset[str] | None) -> Grant:
+        """This grant narrowed to the fleets an inbox serves (None: it serves every fleet)."""
+        if serves is None:
+            return self
+        return Grant(serves if self.fleets is None else self.fleets & serves, self.role)
+
     def describe_fleets(self) -> str:
         """The fleets as a person reads them."""
-        return "every fleet" if self.fleets is None else ", ".join(sorted(self.fleets))
+        if self.fleets is None:
+            return "every fleet"
+        return ", ".join(sorted(self.fleets)) or "none on this inbox"
 
     def describe(self) -> str:
         """One phrase: ``approver of fleets a, b`` or ``operator of every fleet``."""

@@ -146,6 +146,10 @@ def serve(
         token=token,
         users=users,
         proxy_header=options.proxy_header,
+        # A fleet's config (`fleet create`) pins its fleet: the broker lets this inbox read
+        # and answer that fleet's log only, and a record claiming another fleet there is
+        # nobody's case.
+        serves=None if settings.role is None else frozenset({settings.fleet_id}),
         session_ttl_s=options.session_ttl_s,
         port=port,
         allowed_hosts=hosts,

@@ -30,10 +30,10 @@ from stepledger.errors import LedgerStateError
 from stepledger.history.adapt import as_history
 from stepledger.history.kafka import KafkaHistory
 from stepledger.history.protocol import WorkflowHistory
+from stepledger.history.snapshot_tail import SnapshotTailReader
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.terminal import safe
 
 

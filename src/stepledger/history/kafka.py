@@ -35,8 +35,8 @@ from stepledger.history.protocol import History, Until
 from stepledger.kafka import Position, listed_topics
 from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.kafka.reader import PartitionReader, records_to_end
+from stepledger.kafka.topics import check_retention
 from stepledger.log import codec_for
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 

@@ -11,17 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import Settings
+from stepledger.daemon.health import Health, serve_probes
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError, StepLedgerError
-from stepledger.health import Health, serve_probes
 from stepledger.history.adapt import as_history
+from stepledger.history.snapshot_tail import SnapshotTailReader
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
+from stepledger.kafka.topics import check_retention
 from stepledger.log import KafkaEventLog
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 

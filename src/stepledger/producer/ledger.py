@@ -28,13 +28,13 @@ from stepledger.history.adapt import HistoryReader, WorkflowReader, as_history
 from stepledger.history.kafka import KafkaHistory
 from stepledger.history.memory import InMemoryHistory
 from stepledger.history.protocol import WorkflowHistory
+from stepledger.history.snapshot_tail import SnapshotTailReader
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
 from stepledger.producer.opening import STAGE, WorkflowSpec
 from stepledger.producer.session import ResumeOptions
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.timer import SYSTEM_TIMER, Timer

@@ -1,72 +1,25 @@
-"""The reader names from before :mod:`stepledger.history`: deprecated, still importable.
+"""A workflow read from the projector's snapshot plus its partition's tail after it.
 
-Every caller reads a workflow through :class:`~stepledger.history.protocol.WorkflowHistory`
-(``KafkaHistory``, ``InMemoryHistory``).  The names below keep users' code working:
-``KafkaPartitionReader`` and ``KafkaScanReader`` are the Kafka history, and
-``InMemoryWorkflowReader`` the in-memory one, behind the older ``read -> list[Event]``
-surface; ``Ledger(reader=...)`` takes either kind.  ``SnapshotTailReader`` reads the
-projector's snapshot plus the partition's tail after it.
+Where a deployment runs a projector, a resume need not read a long partition from its
+start: the snapshot holds what was projected below its offset, and the partition is read
+only after it.  The snapshot files are read through :mod:`stepledger.readers.snapshots`
+(imported when first used: the SDK needs DuckDB only with this reader).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import warnings
 from pathlib import Path
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.history.adapt import HistoryReader, WorkflowReader
 from stepledger.history.kafka import FIRST_OFFSET, KafkaHistory, ReadStats, read_to_end
-from stepledger.history.memory import InMemoryHistory
 from stepledger.history.protocol import Until
 from stepledger.kafka import Position
-from stepledger.log import InMemoryEventLog
-
-__all__ = [
-    "InMemoryWorkflowReader",
-    "KafkaPartitionReader",
-    "KafkaScanReader",
-    "ReadStats",
-    "SnapshotTailReader",
-    "Until",
-    "WorkflowReader",
-]
 
 logger = logging.getLogger(__name__)
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=3)
-
-
-class InMemoryWorkflowReader(HistoryReader):
-    """Deprecated: :class:`~stepledger.history.memory.InMemoryHistory`."""
-
-    def __init__(self, log: InMemoryEventLog, poll_s: float = 0.005) -> None:
-        _deprecated("InMemoryWorkflowReader", "stepledger.testing.InMemoryHistory")
-        super().__init__(InMemoryHistory(log, poll_s))
-
-
-class KafkaPartitionReader(HistoryReader):
-    """Deprecated: :class:`~stepledger.history.kafka.KafkaHistory`."""
-
-    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
-        _deprecated(type(self).__name__, "stepledger.history.kafka.KafkaHistory")
-        self.kafka = KafkaHistory(settings, codec)
-        super().__init__(self.kafka)
-
-    @property
-    def last(self) -> ReadStats:
-        """What the last read cost."""
-        return self.kafka.last
-
-
-class KafkaScanReader(KafkaPartitionReader):
-    """Deprecated: :class:`~stepledger.history.kafka.KafkaHistory` (it reads the workflow's
-    partition, every partition only when the partitioner cannot be computed)."""
 
 
 class SnapshotTailReader:

@@ -22,7 +22,7 @@ from stepledger.history.kafka import KafkaHistory
 from stepledger.inbox.auth import hash_token
 from stepledger.inbox.roles import Grant
 from stepledger.inbox.users import user_line
-from stepledger.provision import create_fleet
+from stepledger.kafka.provision import create_fleet
 from stepledger_dev.apache_kafka import KafkaBroker
 from tests.e2e.recovery_helpers import append_events
 from tests.integration import inbox_helpers as h

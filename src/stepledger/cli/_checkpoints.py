@@ -70,9 +70,9 @@ def checkpoint_command(
     """
     from stepledger.checkpoints.member import Member, membership
     from stepledger.checkpoints.writer import Checkpointer, CheckpointOptions
-    from stepledger.health import Health, serve_probes
+    from stepledger.daemon.health import Health, serve_probes
+    from stepledger.daemon.process import Shutdown, configure_logging
     from stepledger.kafka import topic_partitions
-    from stepledger.ops import Shutdown, configure_logging
 
     configure_logging(json_logs=log_format == "json", level=log_level)
     if partitions is not None:

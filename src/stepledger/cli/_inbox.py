@@ -59,7 +59,7 @@ TOKEN_ON_COMMAND_LINE = (
     envvar="STEPLEDGER_INBOX_USERS",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Users file (`stepledger inbox-user NAME`): each person opens the inbox with their "
-    "own token and answers under their name.",
+    "own token and sees and answers, under their name, only the fleets their line names.",
 )
 @click.option(
     "--proxy-user-header",

@@ -15,8 +15,10 @@ Browsers do not isolate cookies by port: a cookie with ``Path=/`` reaches every 
 127.0.0.1.  Scoped to a path no other server knows, the session id is sent to this inbox
 only; and it is not the token: it expires, dies with the process and opens nothing else.
 
-**Who answers.** With a users file, the name an answer records is the one the token
-proved (``users_file``); behind a reverse proxy the operator trusts, the name is the one
+**Who answers, for which fleets.** With a users file, the name an answer records is the
+one the token proved (``users_file``), and the person's line says which fleets they act
+for and in which role (:mod:`~stepledger.inbox.users`; the gate narrows it to the fleets
+this inbox serves); behind a reverse proxy the operator trusts, the name is the one
 the proxy puts in the configured header, accepted only on requests that also carry the
 inbox token (``proxy_header``), so a local process that reaches the port directly cannot
 pick a name.  With the shared token alone the name is typed, and recorded as such

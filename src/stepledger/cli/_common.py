@@ -61,7 +61,7 @@ def kafka_options(fn: F) -> F:
     return fn
 
 
-class Seconds(click.ParamType):
+class Seconds(click.ParamType[float]):
     """A duration as ``90s``, ``1m``, ``250ms`` or bare seconds (``6``), given as seconds."""
 
     name = "duration"
@@ -69,7 +69,9 @@ class Seconds(click.ParamType):
     def __init__(self, low: float, high: float) -> None:
         self.low, self.high = low, high
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, int | float):
             seconds = float(value)
         else:

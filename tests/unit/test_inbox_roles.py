@@ -134,6 +134,8 @@ def test_a_token_proves_its_persons_grant_and_a_proxy_only_line_no_token() -> No
     assert SHARED.grant == EVERY_FLEET
     for guess in ("-", "", "None", "erin"):
         assert creds.check(guess) is None
+    with pytest.raises(ConfigError, match="needs a token or a users file with people's tokens"):
+        Credentials(None, {"erin": User(None, APPROVER_A)})  # nobody could open it
 
 
 def test_the_queue_filter_lists_and_counts_only_the_persons_fleets() -> None:

@@ -132,8 +132,9 @@ class Credentials:
     def __init__(self, token: str | None, users: Mapping[str, User] | None = None) -> None:
         self.token = token or None
         self.users = dict(users or {})
-        if self.token is None and not self.users:
-            raise ConfigError("the inbox needs a token or a users file")
+        if self.token is None and not any(u.hashed for u in self.users.values()):
+            # Proxy-only lines ("-") open nothing by themselves: the proxy sends the token.
+            raise ConfigError("the inbox needs a token or a users file with people's tokens")
 
     def check(self, given: str | None) -> Identity | None:
         """The identity a presented token proves, or None."""

@@ -12,12 +12,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import duckdb
+
 from stepledger.config import Settings
+from stepledger.errors import ViewStoreError
 from stepledger.projector.rebuild import rebuild as rebuild_file
-from stepledger.readers.lake import LakeConfig
+from stepledger.readers.lake import LakeConfig, connect_lake_reader
 from stepledger_dev.lake_stack import LakeStack
 from tests.conftest import Factory
 from tests.integration.projector_helpers import (
@@ -32,6 +36,43 @@ from tests.unit.projector_logs import random_log
 
 #: How long the bucket stays unreachable (the issue's figure).
 S3_DOWN_S = 10.0
+#: One query an analyst runs: rows past their partition's offset, and workflows without
+#: their events (or events without their workflow): both 0 in a consistent cut.
+CUT = """
+    SELECT (SELECT count(*) FROM events e JOIN offsets o USING (topic, partition)
+             WHERE e.log_offset >= o.next_offset),
+           (SELECT count(DISTINCT workflow_id) FROM events) - (SELECT count(*) FROM workflows),
+           (SELECT sum(next_offset) FROM offsets)
+"""
+
+
+class Analyst(threading.Thread):
+    """Reads the lake over and over on a connection of its own while the projector writes."""
+
+    def __init__(self, lake: LakeConfig, log: str) -> None:
+        super().__init__(daemon=True)
+        self.lake, self.log = lake, log
+        self.stop = threading.Event()
+        self.cuts: list[tuple[int, int, int]] = []
+
+    def run(self) -> None:
+        con: duckdb.DuckDBPyConnection | None = None
+        while not self.stop.is_set():
+            row = None
+            try:
+                # One connection, one transaction per query: each reads the newest commit.
+                con = con or connect_lake_reader(self.lake, self.log)
+                row = con.execute(CUT).fetchone()
+            except (duckdb.Error, ViewStoreError):
+                # Before the first commit, or the catalog restarting: connect again.
+                if con is not None:
+                    con.close()
+                con = None
+            if row is not None and row[2] is not None:
+                self.cuts.append((int(row[0]), int(row[1]), int(row[2])))
+            self.stop.wait(0.02)
+        if con is not None:
+            con.close()
 
 
 def test_the_projector_waits_through_a_catalog_restart_and_a_stopped_bucket(
@@ -43,6 +84,8 @@ def test_the_projector_waits_through_a_catalog_restart_and_a_stopped_bucket(
         log[len(log) // 3 : 2 * len(log) // 3],
         log[2 * len(log) // 3 :],
     ]
+    analyst = Analyst(lake, settings.topic)
+    analyst.start()
     with projecting(settings, tmp_path / "unused.duckdb", lake=lake) as daemon:
         sent = produce_events(settings, thirds[0])
         daemon.wait_received(sent, timeout=120)
@@ -63,8 +106,13 @@ def test_the_projector_waits_through_a_catalog_restart_and_a_stopped_bucket(
             "the lake to reach the log's end",
         )
         assert daemon.error is None
+    analyst.stop.set()
+    analyst.join(30)
     # A commit waited through the outage (its batch's time spans it) and then landed.
     assert max(r.seconds for r in daemon.reports) >= S3_DOWN_S / 2
+    # Every cut the analyst read was consistent, and it saw the lake grow.
+    assert analyst.cuts and all(cut[:2] == (0, 0) for cut in analyst.cuts), analyst.cuts
+    assert len({cut[2] for cut in analyst.cuts}) > 1
     rebuilt = tmp_path / "rebuilt.duckdb"
     rebuild_file(settings, rebuilt)
     assert read_lake(lake, settings.topic) == table_contents(rebuilt)

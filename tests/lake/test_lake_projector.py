@@ -8,6 +8,7 @@ incremental build.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from stepledger.readers.lake import LakeConfig, LakeSource, connect_lake, schema
 from stepledger.readers.query import run_query, workflow_status
 from stepledger_dev.lake_stack import LakeStack
 from tests.conftest import Factory
-from tests.integration.projector_helpers import produce_events, projecting
+from tests.integration.projector_helpers import cli, produce_events, projecting
 from tests.integration.test_retention import delete_head, kafka_only
 from tests.lake.conftest import lake_offsets, read_lake
 from tests.unit.projector_harness import table_contents
@@ -50,6 +51,36 @@ def test_the_lake_holds_what_the_file_holds(
     assert result.rows == [(len(table_contents(db)["steps"]),)]
     wf = log[0].workflow_id
     assert workflow_status(source, wf).workflow["workflow_id"] == wf
+
+
+def test_the_command_line_queries_a_lake_and_rebuilds_into_a_fresh_one(
+    settings: Settings, stack: LakeStack, lake: LakeConfig, src_env: dict[str, str]
+) -> None:
+    sent = produce_events(settings, random_log(17, 8))
+    env = {**src_env, **stack.env()}
+    fresh = stack.new_lake()
+    common = ["--bootstrap", settings.bootstrap, "--topic", settings.topic]
+    into = ["--lake", fresh.catalog, "--data-path", fresh.data_path, "--no-progress"]
+    rebuilt = cli(env, "rebuild", *common, "--dlq-topic", settings.dlq_topic, *into)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"rebuilt the lake's tables of {settings.topic}: {sent} records" in rebuilt.stdout
+    sql = "SELECT sum(next_offset) AS n, (SELECT count(*) FROM workflows) AS w FROM offsets"
+    asked = cli(env, "query", "--lake", fresh.catalog, "--topic", settings.topic, "--json", sql)
+    assert asked.returncode == 0, asked.stderr
+    assert json.loads(asked.stdout) == [{"n": sent, "w": 8}]
+    shown = cli(
+        env, "status", "--lake", fresh.catalog, "--topic", settings.topic, "--json", "wf-17-0000"
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["workflow"]["workflow_id"] == "wf-17-0000"
+    # A lake that holds the log already is refused in one line.
+    again = cli(env, "rebuild", *common, "--lake", fresh.catalog, "--no-progress")
+    assert again.returncode == 1
+    assert again.stderr.strip().splitlines() == [
+        f"Error: the lake already holds 21 table(s) of step log {settings.topic} "
+        f"(schema {schema_name(settings.topic)}): rebuild into a fresh lake "
+        "(another catalog database)"
+    ]
 
 
 def test_a_restarted_projector_resumes_from_the_lake_and_a_rebuild_equals_it(

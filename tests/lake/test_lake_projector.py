@@ -9,6 +9,7 @@ incremental build.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,15 @@ import duckdb
 import pyarrow as pa
 import pytest
 
+from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ConfigError
+from stepledger.projector.boundary import ViewStore
+from stepledger.projector.engine import Projector
 from stepledger.projector.lake import LakeDatabase, LakeFencedError, LakeStore
+from stepledger.projector.lake_shards import LakeShards
+from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.rebuild_lake import rebuild_lake
 from stepledger.projector.store import stage
 from stepledger.readers.lake import LakeConfig, LakeSource, connect_lake, schema_name
@@ -29,7 +36,7 @@ from tests.conftest import Factory
 from tests.integration.projector_helpers import cli, produce_events, projecting
 from tests.integration.test_retention import delete_head, kafka_only
 from tests.lake.conftest import lake_offsets, read_lake
-from tests.unit.projector_harness import table_contents
+from tests.unit.projector_harness import table_contents, to_messages
 from tests.unit.projector_logs import random_log
 
 
@@ -211,3 +218,31 @@ def test_the_owner_compacts_its_tables_and_expires_old_snapshots(lake: LakeConfi
     finally:
         store.close()
         db.close()
+
+
+def test_a_paused_owner_gives_up_its_partition_without_error_after_a_refused_batch(
+    lake: LakeConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = LakeDatabase(lake, "log-f")
+
+    def make(store: ViewStore) -> Pipeline:
+        return Pipeline(Projector(store, Codec(), MemoryRecordLetters(), group="g"))
+
+    zombie = LakeShards(db, make)
+    owner = LakeStore(db, "log-f", 0)
+    try:
+        assert zombie.open([("log-f", 0)]) == {}
+        assert owner.offsets() == {}
+        # The new owner commits first; the paused one's batch (also from 0) comes late.
+        owner.write(_batch("log-f", 0, 3, "owner"), [])
+        pipeline = zombie.pipeline(("log-f", 0))
+        assert pipeline is not None
+        pipeline.feed(to_messages(random_log(3, 2), topic="log-f", partitions=1))
+        caplog.set_level(logging.WARNING, logger="stepledger")
+        zombie.close([("log-f", 0)])  # as the daemon does when the group says it was lost
+        assert "nothing committed after the partition moved" in caplog.text
+        assert owner.count("events") == 0
+        assert owner.offsets() == {("log-f", 0): 3}
+    finally:
+        owner.close()
+        zombie.shutdown()

@@ -22,7 +22,7 @@ from stepledger.daemon.clientid import client_id
 from stepledger.daemon.health import partitions_unready
 from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.records import KafkaRecordLetters
-from stepledger.errors import BrokerError
+from stepledger.errors import BrokerError, ViewStoreError
 from stepledger.kafka import ensure_topics, reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
 from stepledger.kafka.gaps import Gap, LogStart
@@ -38,7 +38,7 @@ from stepledger.projector.engine import (
 )
 from stepledger.projector.gaps import record_gaps, restore_from_checkpoints
 from stepledger.projector.lake import LakeDatabase
-from stepledger.projector.lake_shards import LakeShards
+from stepledger.projector.lake_shards import LakeShards, fenced
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
@@ -408,9 +408,16 @@ def _on_lost(loop: _Loop, partitions: list[Where]) -> None:
 
 def _give_up(loop: _Loop, partitions: list[Where], *, commit: bool) -> list[Where]:
     gone = list(partitions)
+    leaving = {id(p) for w in gone if (p := loop.state.pipeline(w)) is not None}
     try:
         for pipeline in loop.state.pipelines():
-            pipeline.drain()
+            try:
+                pipeline.drain()
+            except ViewStoreError:
+                # A lake partition another projector took over while this one was paused:
+                # its late batch was refused (nothing committed); it is given up here.
+                if id(pipeline) not in leaving or fenced(pipeline) is None:
+                    raise
         if commit:
             _commit_to_kafka(loop)
     finally:

@@ -192,6 +192,8 @@ class LakeStore:
         self._next = 0
         """The partition's next offset as this writer last saw it in the lake (the guard)."""
         self._compacted = time.monotonic()
+        self.fenced: str | None = None
+        """Why a commit was refused because another projector owns the partition now."""
 
     def offsets(self) -> Offsets:
         """The partition's next offset (nothing while it is 0: no record projected yet)."""
@@ -213,7 +215,8 @@ class LakeStore:
             try:
                 self._commit(staged, replaced_workflows, start, reached)
                 break
-            except LakeFencedError:
+            except LakeFencedError as exc:
+                self.fenced = exc.message
                 raise
             except duckdb.TransactionException as exc:
                 conflicts += 1
@@ -256,6 +259,7 @@ class LakeStore:
         if now == reached:
             return True
         if now != start:
+            self.fenced = f"{self.path}: the lake's offset moved to {now}"
             raise LakeFencedError(
                 f"{self.path}: the lake's offset is {now}, not {start} where this batch "
                 "started: another projector owns the partition now; nothing was committed"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from stepledger.errors import ViewStoreError
 from stepledger.projector.boundary import Offsets, ViewStore
 from stepledger.projector.lake import LakeDatabase, LakeStore
 from stepledger.projector.pipeline import Pipeline
@@ -20,6 +21,15 @@ from stepledger.projector.pipeline import Pipeline
 logger = logging.getLogger(__name__)
 
 Where = tuple[str, int]
+
+
+def fenced(pipeline: Pipeline) -> str | None:
+    """Why the pipeline's lake store refused a commit for a partition moved elsewhere."""
+    store = pipeline.projector.store
+    if isinstance(store, LakeStore) and store.fenced is not None:
+        logger.warning("nothing committed after the partition moved: %s", store.fenced)
+        return store.fenced
+    return None
 
 
 class LakeShards:
@@ -54,6 +64,11 @@ class LakeShards:
                 pipeline.drain()
                 pipeline.publish()
                 pipeline.close()
+            except ViewStoreError as exc:
+                # A partition given up after another projector took it over (this one was
+                # paused past its session): nothing of it was committed, nothing is lost.
+                if fenced(pipeline) is None:
+                    failures.append(exc)
             except BaseException as exc:  # every store must still be closed
                 failures.append(exc)
             finally:

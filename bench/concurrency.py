@@ -191,7 +191,8 @@ class RawFloor:
 # -- stepledger ------------------------------------------------------------------------------
 
 
-def _ledger(settings: Settings, pipelined: bool = False) -> sl.Ledger:
+def warm_ledger(settings: Settings, pipelined: bool = False) -> sl.Ledger:
+    """A Ledger whose producer id and connection are made by one finished warm-up step."""
     options = ResumeOptions(pipeline_outcomes=pipelined)
     ledger = sl.Ledger(settings, tools=[act], options=options)
     wf = ledger.start(f"warm-up-{uuid.uuid4().hex[:6]}")  # the producer id, the connection
@@ -243,7 +244,7 @@ def stepledger_figure(
     settings: Settings, mode: str, agents: int, steps: int, how: str, pipelined: bool = False
 ) -> Figure:
     """One stepledger measurement on a fresh, warmed-up ledger."""
-    with _ledger(settings, pipelined) as ledger:
+    with warm_ledger(settings, pipelined) as ledger:
         run = stepledger_threads if mode == "threads" else stepledger_asyncio
         return run(ledger, agents, steps, how)
 

@@ -78,7 +78,7 @@ class Sizes:
     grace_s: float = 2.0
 
 
-QUICK = Sizes(50, (1, 2), 8, 10, 1, 3.0, 30, 2, 6.0, 1.0)
+QUICK = Sizes(50, (1, 2), 8, 10, 1, 2.0, 30, 2, 4.0, 0.5)
 LIMIT_S = 600.0
 
 
@@ -256,13 +256,17 @@ def _watch(
 
 def freshness(
     where: Cluster, per_s: float, processes: int, sizes: Sizes, work: Path
-) -> tuple[list[float], int]:
-    """(seconds from ack to visible for each step, steps never seen) at ``per_s`` steps/s."""
+) -> tuple[list[float], int, list[float]]:
+    """(seconds from ack to visible for each step, steps never seen, each batch's commit
+    lag from the projector's log) at ``per_s`` steps/s."""
     settings = where.settings()
     db, log = work / "fresh.duckdb", work / "projector.log"
     with open(log, "w") as err:
         projector = subprocess.Popen(
-            [sys.executable, "-m", "stepledger", "project", "--db", str(db)],
+            [
+                *(sys.executable, "-m", "stepledger", "project", "--db", str(db)),
+                *("--log-format", "json", "--log-level", "DEBUG"),  # each batch's commit lag
+            ],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=agent_env(settings),
@@ -298,7 +302,20 @@ def freshness(
             projector.wait(60)
         except subprocess.TimeoutExpired:
             projector.kill()
-    return lags(acked, seen)
+    return (*lags(acked, seen), commit_lags(log.read_text()))
+
+
+def commit_lags(log: str) -> list[float]:
+    """Each batch's lag, oldest event to committed in DuckDB, from the projector's JSON log:
+    what the published snapshot adds to it is its interval and its copy.  The first batch
+    is left out: it holds the warm-up workflow, written before the projector joined."""
+    found = []
+    for line in log.splitlines():
+        if line.startswith("{") and '"lag_s"' in line:
+            lag = json.loads(line).get("lag_s")
+            if lag is not None:
+                found.append(float(lag))
+    return found[1:]
 
 
 def _until(check: Any, what: str, limit_s: float = 120.0, quiet: bool = False) -> None:
@@ -371,8 +388,8 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         print(f"[fleet] throughput done at {time.perf_counter() - began:.0f}s", flush=True)
         best = max(rates, key=lambda p: rates[p]["stepledger"]["rate"])
         sustained = rates[best]["stepledger"]["rate"]
-        seen, missed = freshness(where, sustained / 2, best, sizes, Path(tmp))
-        rows += fleet_rows.freshness_rows(seen, missed, sustained, best)
+        seen, missed, committed = freshness(where, sustained / 2, best, sizes, Path(tmp))
+        rows += fleet_rows.freshness_rows(seen, missed, sustained, best, committed)
         print(f"[fleet] freshness done at {time.perf_counter() - began:.0f}s", flush=True)
         decided, expected = time_to_decision(where, sizes, Path(tmp))
         rows += fleet_rows.decision_rows(decided, expected, sizes.timeout_s, sizes.grace_s)

@@ -76,9 +76,7 @@ def test_paced_steps_interleave_the_agents_evenly() -> None:
 def _events(timeout_s: float, decided_after_s: float) -> list[ev.Event]:
     tool = Tool(name="t", keyed=True, timeout_s=timeout_s)
     agent = EventFactory("bench", "agent", clock=lambda: T0)
-    later = EventFactory(
-        "bench", "recovery", clock=lambda: T0 + timedelta(seconds=decided_after_s)
-    )
+    later = EventFactory("bench", "recovery", clock=lambda: T0 + timedelta(seconds=decided_after_s))
     return [
         agent.intent("doubt-1", "s0", tool, {"i": 1}, sequence=0),
         agent.intent("other-1", "s0", tool, {"i": 1}, sequence=0),

@@ -54,6 +54,7 @@ from bench.concurrency import _step_records, act, warm_ledger
 from bench.fleet_agent import doubt_tools
 from bench.fleet_figures import DECIDING, Doubt, decisions, doubts, lags, span_rate
 from bench.recovery import Running
+from bench.restate_peer import restate_missing, restate_running
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.kafka import DURABLE_PRODUCER
@@ -181,11 +182,11 @@ def latency(settings: Settings, steps: int, warm: int) -> tuple[list[float], lis
 
 
 def rate_round(
-    where: Cluster, kind: str, processes: int, agents: int, steps: int
+    where: Cluster, kind: str, processes: int, agents: int, steps: int, *extra: str
 ) -> dict[str, float]:
     """One round: ``processes`` agent processes started together; the aggregate figures."""
     settings = where.settings()
-    procs = [_agents(settings, "rate", kind, agents, steps) for _ in range(processes)]
+    procs = [_agents(settings, "rate", kind, agents, steps, *extra) for _ in range(processes)]
     _ready(procs, 120)
     brokers = broker_pids(where.bootstrap)
     served = cpu_seconds(brokers)
@@ -208,15 +209,20 @@ def rate_round(
     }
 
 
-def throughput(where: Cluster, sizes: Sizes) -> dict[int, dict[str, dict[str, float]]]:
-    """Per process count, per kind (raw, stepledger): the medians of the rounds."""
+def throughput(
+    where: Cluster, sizes: Sizes, restate: str | None = None
+) -> dict[int, dict[str, dict[str, float]]]:
+    """Per process count, per kind (raw, stepledger, and Restate at its ``restate`` ingress
+    if given): the medians of the rounds."""
     found: dict[int, dict[str, dict[str, float]]] = {}
+    kinds = ("raw", "stepledger", *(("restate",) if restate else ()))
     for processes in sizes.processes:
-        rounds: dict[str, list[dict[str, float]]] = {"raw": [], "stepledger": []}
-        for _ in range(sizes.rounds):  # interleaved: both kinds see the same moments of load
+        rounds: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+        for _ in range(sizes.rounds):  # interleaved: every kind sees the same moments of load
             for kind in rounds:
+                extra = (restate,) if kind == "restate" and restate else ()
                 rounds[kind].append(
-                    rate_round(where, kind, processes, sizes.agents, sizes.steps_per_agent)
+                    rate_round(where, kind, processes, sizes.agents, sizes.steps_per_agent, *extra)
                 )
         found[processes] = {
             kind: {k: statistics.median(r[k] for r in figures) for k in figures[0]}
@@ -373,6 +379,19 @@ def time_to_decision(where: Cluster, sizes: Sizes, work: Path) -> Any:
 # -- the run -----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _restate(quick: bool, work: Path) -> Iterator[str | None]:
+    """Restate's ingress for the throughput row's peer (one node), or None: not with
+    ``--quick``, nor where it is not installed (the reason printed)."""
+    missing = "not in --quick" if quick else restate_missing()
+    if missing:
+        print(f"[fleet] Restate left out: {missing}", flush=True)
+        yield None
+        return
+    with restate_running(work) as restate:
+        yield restate.ingress
+
+
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """The four row groups on one cluster (see the module docstring)."""
     sizes = QUICK if quick else Sizes()
@@ -383,7 +402,8 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         raw, ours = latency(where.settings(), sizes.latency_steps, sizes.latency_steps // 5)
         rows += fleet_rows.latency_rows(raw, ours)
         print(f"[fleet] latency done at {time.perf_counter() - began:.0f}s", flush=True)
-        rates = throughput(where, sizes)
+        with _restate(quick, Path(tmp)) as restate:
+            rates = throughput(where, sizes, restate)
         rows += fleet_rows.throughput_rows(rates, sizes.agents)
         print(f"[fleet] throughput done at {time.perf_counter() - began:.0f}s", flush=True)
         best = max(rates, key=lambda p: rates[p]["stepledger"]["rate"])

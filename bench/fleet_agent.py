@@ -4,10 +4,11 @@
 stepledger process takes them (``STEPLEDGER_BOOTSTRAP``, ``STEPLEDGER_TOPIC``,
 ``STEPLEDGER_KAFKA_*`` for SASL):
 
-- ``rate raw|stepledger AGENTS STEPS``: connect and warm up, print ``ready``, wait for a
-  line on stdin (every process of a round starts together), then run AGENTS asyncio agents
-  of STEPS steps each: raw clients (``bench.concurrency.RawFloor``: two records a step, each
-  awaited) or stepledger (``bench.concurrency.stepledger_asyncio``: 10-step workflows).
+- ``rate raw|stepledger|restate AGENTS STEPS [INGRESS]``: connect and warm up, print
+  ``ready``, wait for a line on stdin (every process of a round starts together), then run
+  AGENTS asyncio agents of STEPS steps each: raw clients (``bench.concurrency.RawFloor``:
+  two records a step, each awaited), stepledger (``bench.concurrency.stepledger_asyncio``:
+  10-step workflows) or Restate's ingress clients (10-step workflows, ``bench.peers``'s).
   Prints one JSON line: the span's wall-clock start and end, the steps, and the process's
   CPU seconds in Python's threads and in librdkafka's.
 - ``paced AGENTS RATE SECONDS PREFIX``: AGENTS agents make RATE steps/s together for
@@ -87,19 +88,39 @@ def _thread_cpu() -> tuple[float, float]:
     return (sum(ticks.values()) - kafka) / tick, kafka / tick
 
 
-def rate(settings: Settings, kind: str, agents: int, steps: int) -> dict[str, Any]:
+def restate_agents(ingress: str, agents: int, steps: int) -> None:
+    """Asyncio agents as Restate's ingress clients: each workflow one ``peer/work``
+    invocation of STEPS steps (``bench.restate_service``), as ``bench.peers`` runs them."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=agents, max_keepalive_connections=agents)
+
+    async def every() -> None:
+        async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+
+            async def agent() -> None:
+                for _ in range(steps // STEPS):
+                    (await client.post(f"{ingress}/peer/work", json=STEPS)).raise_for_status()
+
+            await asyncio.gather(*(agent() for _ in range(agents)))
+
+    asyncio.run(every())
+
+
+def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) -> dict[str, Any]:
     """One round of the throughput row (see the module docstring)."""
     raw = RawFloor(settings) if kind == "raw" else None
-    ledger = None if raw is not None else warm_ledger(settings)
+    ledger = warm_ledger(settings) if kind == "stepledger" else None
     print("ready", flush=True)
     sys.stdin.readline()
     python, kafka = _thread_cpu()
     began = time.time()
     if raw is not None:
         raw.asyncio(agents, steps)
-    else:
-        assert ledger is not None
+    elif ledger is not None:
         stepledger_asyncio(ledger, agents, steps, "start")
+    else:
+        restate_agents(where[0], agents, steps)
     ended = time.time()
     python_after, kafka_after = _thread_cpu()
     if raw is not None:
@@ -170,7 +191,8 @@ def main(argv: list[str]) -> None:
     settings = load_settings({"producer_id": f"fleet-{uuid.uuid4().hex[:6]}"})
     mode = argv[0]
     if mode == "rate":
-        print(json.dumps(rate(settings, argv[1], int(argv[2]), int(argv[3]))), flush=True)
+        figures = rate(settings, argv[1], int(argv[2]), int(argv[3]), *argv[4:])
+        print(json.dumps(figures), flush=True)
     elif mode == "paced":
         acked = paced(settings, int(argv[1]), float(argv[2]), float(argv[3]), argv[4])
         print(json.dumps(acked), flush=True)

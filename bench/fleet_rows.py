@@ -64,6 +64,16 @@ def throughput_rows(rates: dict[int, dict[str, dict[str, float]]], agents: int) 
                 higher_is_better=False,
             ),
         ]
+        if "restate" in kinds:
+            rows.append(
+                Row(
+                    BENCH,
+                    f"{label}, steps/s (vs Restate 1.7, one node, same processes and concurrency)",
+                    ours["rate"],
+                    kinds["restate"]["rate"],
+                    "steps/s",
+                )
+            )
         if ours["broker_us"]:
             rows.append(
                 Row(

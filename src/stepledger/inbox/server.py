@@ -14,8 +14,7 @@ from stepledger.config import Settings
 from stepledger.daemon.health import Health, serve_probes
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError, StepLedgerError
-from stepledger.history.adapt import as_history
-from stepledger.history.snapshot_tail import SnapshotTailReader
+from stepledger.history.kafka import KafkaHistory
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
@@ -60,7 +59,7 @@ class ServeOptions:
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
     """An answerer that appends to the settings' topic and reads through the snapshot."""
     factory = EventFactory(settings.fleet_id, settings.producer_id)
-    reader = as_history(SnapshotTailReader(settings, options.db_path))
+    reader = KafkaHistory(settings, snapshot=options.db_path)
     return Answerer(KafkaEventLog(settings), factory, reader, redactor_for(options.tools))
 
 

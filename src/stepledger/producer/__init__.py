@@ -6,9 +6,9 @@ from stepledger.history.legacy import (
     InMemoryWorkflowReader,
     KafkaPartitionReader,
     KafkaScanReader,
+    SnapshotTailReader,
     WorkflowReader,
 )
-from stepledger.history.snapshot_tail import SnapshotTailReader
 from stepledger.producer.ledger import Ledger, Workflow
 from stepledger.producer.session import ResumeOptions
 

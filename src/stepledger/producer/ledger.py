@@ -28,7 +28,6 @@ from stepledger.history.adapt import HistoryReader, WorkflowReader, as_history
 from stepledger.history.kafka import KafkaHistory
 from stepledger.history.memory import InMemoryHistory
 from stepledger.history.protocol import WorkflowHistory
-from stepledger.history.snapshot_tail import SnapshotTailReader
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
@@ -91,8 +90,7 @@ class Ledger:
                 self._history = InMemoryHistory(self.log)
             elif self.settings.projection:
                 # O(the workflow): its rows in the snapshot, then its partition's tail.
-                snapshot = SnapshotTailReader(self.settings, self.settings.projection)
-                self._history = as_history(snapshot)
+                self._history = KafkaHistory(self.settings, snapshot=self.settings.projection)
             else:
                 self._history = KafkaHistory(self.settings)
         return self._history

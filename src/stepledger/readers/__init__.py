@@ -6,6 +6,6 @@
 
 Nothing here writes the log or a projection, and nothing here reads Kafka: the import
 contract ``readers-below`` keeps every other part of the library above this package (the
-history wing's :class:`~stepledger.history.snapshot_tail.SnapshotTailReader` reads a
+history wing's :class:`~stepledger.history.legacy.SnapshotTailReader` reads a
 workflow's snapshot through it).
 """

@@ -221,8 +221,11 @@ def stepledger_threads(ledger: sl.Ledger, agents: int, steps: int, how: str) -> 
     return _measured(agents * steps, lambda: _in_threads(agents, agent))
 
 
-def stepledger_asyncio(ledger: sl.Ledger, agents: int, steps: int, how: str) -> Figure:
-    """Agents as coroutines: ``astart`` (or ``aworkflow``), STEPS ``astep``, ``afinish``."""
+def stepledger_asyncio(
+    ledger: sl.Ledger, agents: int, steps: int, how: str, tool: sl.Tool = aact
+) -> Figure:
+    """Agents as coroutines: ``astart`` (or ``aworkflow``), STEPS ``astep`` of ``tool``,
+    ``afinish``."""
     run = uuid.uuid4().hex[:6]
     ids = [[f"{run}-{a}-{w}" for w in range(steps // STEPS)] for a in range(agents)]
     if how == "open existing":
@@ -234,7 +237,7 @@ def stepledger_asyncio(ledger: sl.Ledger, agents: int, steps: int, how: str) -> 
         for wid in ids[a]:
             wf = await (ledger.astart(wid) if how == "start" else ledger.aworkflow(wid))
             for i in range(STEPS):
-                await wf.astep(f"s{i}", aact, i=i)
+                await wf.astep(f"s{i}", tool, i=i)
             await wf.afinish()
 
     return _measured(agents * steps, lambda: _in_asyncio(agents, agent))

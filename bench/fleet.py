@@ -23,7 +23,9 @@ the rows' names and targets; docs/benchmarks.md, "A fleet", the budgets):
    intent's deadline + grace.
 
 ``python -m bench.fleet [--quick] [--bootstrap HOST:PORT] [--json FILE]``; ``python -m bench
---only fleet`` runs it on the run's broker.
+--only fleet`` runs it on the run's broker.  ``--diagnose`` runs row 2 alone at 1 and 4
+processes beside the same agents stepping a read-only tool (intent and outcome, no claim
+read back): what the read-back costs the clients and the brokers.
 """
 
 from __future__ import annotations
@@ -210,12 +212,12 @@ def rate_round(
 
 
 def throughput(
-    where: Cluster, sizes: Sizes, restate: str | None = None
+    where: Cluster, sizes: Sizes, restate: str | None = None, extra: tuple[str, ...] = ()
 ) -> dict[int, dict[str, dict[str, float]]]:
-    """Per process count, per kind (raw, stepledger, and Restate at its ``restate`` ingress
-    if given): the medians of the rounds."""
+    """Per process count, per kind (raw, stepledger, Restate at its ``restate`` ingress if
+    given, and ``extra`` kinds of ``bench.fleet_agent rate``): the medians of the rounds."""
     found: dict[int, dict[str, dict[str, float]]] = {}
-    kinds = ("raw", "stepledger", *(("restate",) if restate else ()))
+    kinds = ("raw", "stepledger", *extra, *(("restate",) if restate else ()))
     for processes in sizes.processes:
         rounds: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
         for _ in range(sizes.rounds):  # interleaved: every kind sees the same moments of load
@@ -417,15 +419,28 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     return rows
 
 
+def diagnose(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
+    """Where row 2's CPU goes: 1 and 4 processes of keyed steps beside the same steps of a
+    read-only tool (an intent and an outcome, no claim read back) and raw clients."""
+    sizes = QUICK if quick else Sizes(processes=(1, 4))
+    with cluster(quick, bootstrap) as where:
+        rates = throughput(where, sizes, extra=("readonly",))
+    return fleet_rows.diagnosis_rows(rates, sizes.agents)
+
+
 def main() -> None:
     """``python -m bench.fleet``: the rows as a table, with the machine and its load."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny workloads on one Tansu node")
     parser.add_argument("--bootstrap", help="use this broker instead of starting a cluster")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    parser.add_argument(
+        "--diagnose", action="store_true", help="only row 2, beside a read-only tool's steps"
+    )
     args = parser.parse_args()
     load, started = os.getloadavg()[0], time.time()
-    rows = run(quick=args.quick, bootstrap=args.bootstrap)
+    measure = diagnose if args.diagnose else run
+    rows = measure(quick=args.quick, bootstrap=args.bootstrap)
     print(
         f"\nmachine: {machine()}; quick={args.quick}; {time.time() - started:.0f}s in all; "
         f"load average {load:.2f} -> {os.getloadavg()[0]:.2f}\n"

@@ -4,11 +4,12 @@
 stepledger process takes them (``STEPLEDGER_BOOTSTRAP``, ``STEPLEDGER_TOPIC``,
 ``STEPLEDGER_KAFKA_*`` for SASL):
 
-- ``rate raw|stepledger|restate AGENTS STEPS [INGRESS]``: connect and warm up, print
+- ``rate raw|stepledger|readonly|restate AGENTS STEPS [INGRESS]``: connect and warm up, print
   ``ready``, wait for a line on stdin (every process of a round starts together), then run
   AGENTS asyncio agents of STEPS steps each: raw clients (``bench.concurrency.RawFloor``:
   two records a step, each awaited), stepledger (``bench.concurrency.stepledger_asyncio``:
-  10-step workflows) or Restate's ingress clients (10-step workflows, ``bench.peers``'s).
+  10-step workflows; ``readonly``: the same with a read-only tool, which reads no claim
+  back) or Restate's ingress clients (10-step workflows, ``bench.peers``'s).
   Prints one JSON line: the span's wall-clock start and end, the steps, and the process's
   CPU seconds in Python's threads and in librdkafka's.
 - ``paced AGENTS RATE SECONDS PREFIX``: AGENTS agents make RATE steps/s together for
@@ -88,6 +89,13 @@ def _thread_cpu() -> tuple[float, float]:
     return (sum(ticks.values()) - kafka) / tick, kafka / tick
 
 
+@sl.tool(name="fleet.look", read_only=True)
+async def look(i: int) -> int:
+    """A read-only tool: its steps write an intent and an outcome but read no claim back
+    (docs/guarantees.md): the diagnostic beside the keyed tool's steps."""
+    return i
+
+
 def restate_agents(ingress: str, agents: int, steps: int) -> None:
     """Asyncio agents as Restate's ingress clients: each workflow one ``peer/work``
     invocation of STEPS steps (``bench.restate_service``), as ``bench.peers`` runs them."""
@@ -110,7 +118,7 @@ def restate_agents(ingress: str, agents: int, steps: int) -> None:
 def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) -> dict[str, Any]:
     """One round of the throughput row (see the module docstring)."""
     raw = RawFloor(settings) if kind == "raw" else None
-    ledger = warm_ledger(settings) if kind == "stepledger" else None
+    ledger = warm_ledger(settings) if kind in ("stepledger", "readonly") else None
     print("ready", flush=True)
     sys.stdin.readline()
     python, kafka = _thread_cpu()
@@ -118,7 +126,7 @@ def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) ->
     if raw is not None:
         raw.asyncio(agents, steps)
     elif ledger is not None:
-        stepledger_asyncio(ledger, agents, steps, "start")
+        stepledger_asyncio(ledger, agents, steps, "start", look if kind == "readonly" else aact)
     else:
         restate_agents(where[0], agents, steps)
     ended = time.time()

@@ -190,3 +190,35 @@ def decision_rows(found: Decisions, expected: int, timeout_s: float, grace_s: fl
             higher_is_better=False,
         ),
     ]
+
+
+def diagnosis_rows(rates: dict[int, dict[str, dict[str, float]]], agents: int) -> list[Row]:
+    """``--diagnose``: keyed steps against a read-only tool's, steps/s and CPU per step
+    (Python threads, librdkafka's, the brokers'), and each against raw clients."""
+    rows: list[Row] = []
+    for processes, kinds in sorted(rates.items()):
+        label = f"{processes} process{'es' if processes > 1 else ''} x {agents} asyncio agents"
+        for kind in ("stepledger", "readonly"):
+            figures, raw = kinds[kind], kinds["raw"]
+            what = "keyed steps" if kind == "stepledger" else "read-only steps (no read-back)"
+            rows.append(
+                Row(
+                    BENCH,
+                    f"{label}, {what}, steps/s (vs raw)",
+                    figures["rate"],
+                    raw["rate"],
+                    "steps/s",
+                )
+            )
+            for part in ("python_us", "librdkafka_us", "broker_us"):
+                rows.append(
+                    Row(
+                        BENCH,
+                        f"{label}, {what}, CPU per step, {part[:-3]} (vs raw)",
+                        figures[part],
+                        raw[part],
+                        "us",
+                        higher_is_better=False,
+                    )
+                )
+    return rows

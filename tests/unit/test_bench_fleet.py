@@ -144,3 +144,22 @@ def test_freshness_p99_is_judged_against_two_seconds() -> None:
     assert rows[1].baseline == 2.0
     assert rows[1].met == "no"
     assert fleet_rows.freshness_rows([0.5] * 100, 0, 1000.0, 4)[1].met == "yes"
+
+
+def test_the_diagnosis_sets_keyed_and_read_only_steps_against_raw() -> None:
+    def figures(rate: float, broker_us: float) -> dict[str, float]:
+        return {"rate": rate, "python_us": 100.0, "librdkafka_us": 50.0, "broker_us": broker_us}
+
+    rates = {
+        1: {
+            "raw": figures(1000.0, 100.0),
+            "stepledger": figures(250.0, 400.0),
+            "readonly": figures(500.0, 200.0),
+        }
+    }
+    rows = fleet_rows.diagnosis_rows(rates, 32)
+    by_name = {r.name: r for r in rows}
+    assert by_name["1 process x 32 asyncio agents, keyed steps, steps/s (vs raw)"].ratio == 0.25
+    read_only = "1 process x 32 asyncio agents, read-only steps (no read-back)"
+    assert by_name[f"{read_only}, CPU per step, broker (vs raw)"].ratio == 2.0
+    assert len(rows) == 8

@@ -34,120 +34,27 @@ import argparse
 import contextlib
 import json
 import os
-import select
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Producer
 
 from bench import fleet_rows
-from bench.common import Row, broker, broker_pids, cpu_seconds, fresh_settings, machine, table
+from bench.common import Row, broker_pids, cpu_seconds, machine, table
 from bench.concurrency import _step_records, act, warm_ledger
-from bench.fleet_agent import doubt_tools
-from bench.fleet_figures import DECIDING, Doubt, decisions, doubts, lags, span_rate
-from bench.recovery import Running
+from bench.fleet_cluster import LIMIT_S, QUICK, Cluster, Sizes, agent_process, cluster, ready
+from bench.fleet_daemons import freshness, time_to_decision
+from bench.fleet_figures import span_rate
 from bench.restate_peer import restate_missing, restate_running
-from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.kafka import DURABLE_PRODUCER
-from stepledger.kafka.reader import read_topic
-from stepledger.readers.snapshots import connect_read_only, latest_snapshot
-from stepledger.resolution.registry import ToolRegistry
 
-
-@dataclass(frozen=True)
-class Sizes:
-    """One run's workload (full or quick)."""
-
-    latency_steps: int = 1000
-    processes: tuple[int, ...] = (1, 2, 4)
-    agents: int = 32
-    steps_per_agent: int = 60
-    rounds: int = 2
-    fresh_s: float = 30.0
-    in_doubt: int = 1000
-    doubt_processes: int = 4
-    timeout_s: float = 15.0
-    grace_s: float = 2.0
-
-
-QUICK = Sizes(50, (1, 2), 8, 10, 1, 2.0, 30, 2, 4.0, 0.5)
-LIMIT_S = 600.0
 #: Seconds the brokers' idle CPU is sampled before each throughput round.
 IDLE_S = 1.0
-
-
-@dataclass
-class Cluster:
-    """Where the run measures: the bootstrap, the clients' extra settings, a label."""
-
-    bootstrap: str
-    kafka: dict[str, str] = field(default_factory=dict)
-    label: str = ""
-
-    def settings(self, partitions: int = 3) -> Settings:
-        """Fresh topics on this cluster, with its client settings."""
-        return fresh_settings(self.bootstrap, partitions=partitions, kafka=self.kafka)
-
-
-@contextlib.contextmanager
-def cluster(quick: bool, bootstrap: str | None) -> Iterator[Cluster]:
-    """The given broker; else one Tansu node (quick) or the 3-node SASL Apache Kafka."""
-    if bootstrap or quick:
-        with broker(bootstrap) as servers:
-            yield Cluster(servers, label="the given broker" if bootstrap else "Tansu, 1 node")
-        return
-    from stepledger_dev.apache_kafka import KafkaBroker
-    from stepledger_dev.apache_kafka.secure import Security
-
-    with KafkaBroker(nodes=3, security=Security()) as kafka:
-        yield Cluster(
-            kafka.bootstrap,
-            kafka.client_settings,
-            "Apache Kafka 4.4, 3 nodes, replication 3, min.insync.replicas=2, SASL/SCRAM",
-        )
-
-
-def agent_env(settings: Settings) -> dict[str, str]:
-    """The environment a stepledger process reads these settings from (SASL included)."""
-    env = {**os.environ, "STEPLEDGER_BOOTSTRAP": settings.bootstrap}
-    env["STEPLEDGER_TOPIC"] = settings.topic
-    for key, value in settings.kafka.items():
-        env["STEPLEDGER_KAFKA_" + key.upper().replace(".", "_")] = value
-    return env
-
-
-def _agents(settings: Settings, *args: object) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.fleet_agent", *map(str, args)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=agent_env(settings),
-    )
-
-
-def _ready(procs: list[subprocess.Popen[str]], limit_s: float) -> None:
-    """Wait (bounded) for each process's ``ready`` line."""
-    deadline = time.monotonic() + limit_s
-    for proc in procs:
-        assert proc.stdout is not None
-        readable, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        line = proc.stdout.readline() if readable else ""
-        if line.strip() != "ready":
-            for other in procs:
-                other.kill()
-            raise SystemExit(f"bench.fleet: an agent process did not get ready ({line!r})")
 
 
 # -- 1. replicated step latency ----------------------------------------------------------------
@@ -190,8 +97,8 @@ def rate_round(
 ) -> dict[str, float]:
     """One round: ``processes`` agent processes started together; the aggregate figures."""
     settings = where.settings()
-    procs = [_agents(settings, "rate", kind, agents, steps, *extra) for _ in range(processes)]
-    _ready(procs, 120)
+    procs = [agent_process(settings, "rate", kind, agents, steps, *extra) for _ in range(processes)]
+    ready(procs, 120)
     brokers = broker_pids(where.bootstrap)
     # The brokers' own background (the controllers' quorum, heartbeats): measured idle for
     # IDLE_S and taken off, else it is charged to the steps, more to the slower side.
@@ -241,150 +148,6 @@ def throughput(
         }
         print(f"[fleet] {processes} processes: {found[processes]}", flush=True)
     return found
-
-
-# -- 3. freshness ------------------------------------------------------------------------------
-
-_SEEN = "SELECT workflow_id, step_id FROM steps WHERE status = 'succeeded' AND workflow_id LIKE ?"
-
-
-def _watch(
-    db: Path, prefix: str, seen: dict[tuple[str, str], float], stop: threading.Event
-) -> None:
-    """Note when each step of ``prefix`` first shows in the published snapshot (every 50 ms)."""
-    while not stop.wait(0.05):
-        snap = latest_snapshot(db)
-        if snap is None:
-            continue
-        try:
-            con = connect_read_only(snap)
-        except Exception:  # replaced between listing and opening: the next poll reads it
-            continue
-        try:
-            rows = con.execute(_SEEN, [f"{prefix}%"]).fetchall()
-        except Exception:
-            continue
-        finally:
-            con.close()
-        now = time.time()
-        for wf, step in rows:
-            seen.setdefault((wf, step), now)
-
-
-def freshness(
-    where: Cluster, per_s: float, processes: int, sizes: Sizes, work: Path
-) -> tuple[list[float], int, list[float]]:
-    """(seconds from ack to visible for each step, steps never seen, each batch's commit
-    lag from the projector's log) at ``per_s`` steps/s."""
-    settings = where.settings()
-    db, log = work / "fresh.duckdb", work / "projector.log"
-    with open(log, "w") as err:
-        projector = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "stepledger", "project", "--db", str(db)),
-                *("--log-format", "json", "--log-level", "DEBUG"),  # each batch's commit lag
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=agent_env(settings),
-        )
-    seen: dict[tuple[str, str], float] = {}
-    stop = threading.Event()
-    try:
-        with warm_ledger(settings):  # one workflow, so the first snapshot shows the join done
-            pass
-        _until(lambda: latest_snapshot(db) is not None, "the projector's first snapshot")
-        prefix = f"fresh-{uuid.uuid4().hex[:6]}"
-        watcher = threading.Thread(target=_watch, args=(db, prefix, seen, stop), daemon=True)
-        watcher.start()
-        procs = [
-            _agents(
-                settings, "paced", sizes.agents, per_s / processes, sizes.fresh_s, f"{prefix}{p}"
-            )
-            for p in range(processes)
-        ]
-        acked: dict[tuple[str, str], float] = {}
-        for proc in procs:
-            out, _ = proc.communicate(timeout=LIMIT_S)
-            if proc.returncode != 0:
-                raise SystemExit(f"bench.fleet: a paced agent process failed ({proc.returncode})")
-            acked.update({(wf, s): at for wf, s, at in json.loads(out.strip().splitlines()[-1])})
-        _until(lambda: len(seen) >= len(acked), "every step in the snapshot", 30, quiet=True)
-        stop.set()
-        watcher.join(10)
-    finally:
-        stop.set()
-        projector.send_signal(signal.SIGTERM)
-        try:
-            projector.wait(60)
-        except subprocess.TimeoutExpired:
-            projector.kill()
-    return (*lags(acked, seen), commit_lags(log.read_text()))
-
-
-def commit_lags(log: str) -> list[float]:
-    """Each batch's lag, oldest event to committed in DuckDB, from the projector's JSON log:
-    what the published snapshot adds to it is its interval and its copy.  The first batch
-    is left out: it holds the warm-up workflow, written before the projector joined."""
-    found = []
-    for line in log.splitlines():
-        if line.startswith("{") and '"lag_s"' in line:
-            lag = json.loads(line).get("lag_s")
-            if lag is not None:
-                found.append(float(lag))
-    return found[1:]
-
-
-def _until(check: Any, what: str, limit_s: float = 120.0, quiet: bool = False) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():
-        if time.monotonic() > deadline:
-            if quiet:
-                return
-            raise SystemExit(f"bench.fleet: timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-# -- 4. time to decision ---------------------------------------------------------------------
-
-
-def time_to_decision(where: Cluster, sizes: Sizes, work: Path) -> Any:
-    """Kill every agent process with steps in doubt; the decisions, read from the log."""
-    settings = where.settings()
-    tools = doubt_tools(sizes.timeout_s)
-    daemon = Running(settings, work / "recovery", ToolRegistry(list(tools)), grace_s=sizes.grace_s)
-    daemon.caught_up_after()
-    prefix = f"doubt-{uuid.uuid4().hex[:6]}"
-    per = sizes.in_doubt // sizes.doubt_processes
-    procs = [
-        _agents(settings, "doubt", per, sizes.timeout_s, f"{prefix}-{p}")
-        for p in range(sizes.doubt_processes)
-    ]
-    try:
-        _ready(procs, 60 + sizes.timeout_s)
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(30)
-    killed = time.time()
-    expected = per * sizes.doubt_processes
-    found: dict[tuple[str, str], Doubt] = {}
-    limit = sizes.timeout_s + sizes.grace_s + 120
-    try:
-        for record in read_topic(settings, Codec(), follow=True, max_time=limit):
-            event = record.event
-            if event is None or not event.workflow_id.startswith(prefix):
-                continue
-            doubts([event], prefix, found)
-            complete = isinstance(event.body, DECIDING) and len(found) >= expected
-            if complete and all(d.decided_at is not None for d in found.values()):
-                break
-    finally:
-        daemon.stop()
-    first_deadline = min(d.deadline for d in found.values()).timestamp() if found else killed
-    if killed > first_deadline:
-        print("[fleet] agents were killed after the first deadline: raise timeout_s", flush=True)
-    return decisions(found, sizes.grace_s), expected
 
 
 # -- the run -----------------------------------------------------------------------------------

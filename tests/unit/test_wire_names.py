@@ -83,6 +83,7 @@ EVENT_TYPES = (
     "approval_requested",
     "approval_decided",
     "anomaly_observed",
+    "model_turn_reused",
 )
 
 

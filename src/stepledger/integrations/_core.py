@@ -57,6 +57,9 @@ from stepledger.domain.context import StepSummary
 from stepledger.domain.replay import mismatch, occurrences, same_call
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
+from stepledger.domain.usage import TurnUsage
+from stepledger.domain.usage import recorded as usage_record
+from stepledger.domain.usage import unrecorded as usage_unrecord
 from stepledger.errors import (
     PlanMismatchError,
     StepLedgerError,
@@ -64,6 +67,7 @@ from stepledger.errors import (
     ToolDefinitionError,
     UnrecordedToolWarning,
 )
+from stepledger.integrations._turns import Asked, Spending, Turn, TurnCosts
 from stepledger.integrations._turnstile import Turnstile
 from stepledger.producer.workflow import Workflow
 from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
@@ -115,10 +119,14 @@ def to_json_text(value: Any) -> str:
 class AgentSteps:
     """Names, orders and runs the steps a model asks for in one run of one workflow."""
 
-    def __init__(self, workflow: Workflow, *, model: Tool | None = None) -> None:
+    def __init__(
+        self, workflow: Workflow, *, model: Tool | None = None, spending: Spending | None = None
+    ) -> None:
         self.workflow = workflow
         self.model = model
         """The tool model turns are recorded under, or None: turns are not recorded."""
+        self.costs = TurnCosts(workflow, spending or Spending(), recording=model is not None)
+        """Digest, price, budget and reuse marks of the run's model turns."""
         self.turnstile = Turnstile()
         self._used: set[str] = set()
         self._known: dict[str, Tool] = {}
@@ -230,14 +238,25 @@ class AgentSteps:
                 self._tool_failure(step_id, exc, raised)
                 raise
 
-    def model_turn_sync(self, digest: str, ask: Callable[[], Any]) -> Any:
+    def model_turn_sync(self, request: Any, ask: Callable[[], Asked]) -> Turn:
         """The model's answer to one request from synchronous code (recorded or asked)."""
         if self.model is None or not self.records_model:
-            return ask()
-        tool, args = self.model, {"request": digest}
+            self.costs.before_asking(None)
+            response, usage = ask()
+            return self._asked(response, usage)
+        tool, args = self.model, {"request": self.digest(request)}
+        fresh: list[TurnUsage | None] = []
+
+        def asking(_a: dict[str, Any], _k: str) -> Any:
+            return self._record(ask(), fresh)
+
         with self._sync_lock:
             step_id = self.step_id(tool, args)
-            return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
+            self.costs.before_asking(step_id)
+            result = self.workflow.step(step_id, tool, args, fn=asking)
+            if not fresh:
+                self.workflow.record(self.costs.reuse(step_id))
+        return self._turn(result, reused=not fresh)
 
     def _raise_recorded_failure(self, step_id: str, tool: Tool, args: dict[str, Any]) -> None:
         known = self.workflow.state.steps.get(step_id)
@@ -290,19 +309,52 @@ class AgentSteps:
         known = [*self.workflow.ledger.tools, *self._known.values()]
         return not any(t.secret_args for t in known)
 
-    async def model_turn(self, digest: str, ask: Callable[[], Awaitable[Any]]) -> Any:
-        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
-        if self.model is None or not self.records_model:
-            return await ask()
-        tool = self.model
-        args = {"request": digest}
+    async def model_turn(self, request: Any, ask: Callable[[], Awaitable[Asked]]) -> Turn:
+        """The model's answer to one request: the recorded one, or asked and recorded.
 
-        async def asked(_: dict[str, Any], __: str) -> Any:
-            return await ask()
+        ``request`` is what the request says (JSON-like, without what the framework makes
+        up per run); ``ask`` asks the model and returns its response as JSON with its usage.
+        Raises BudgetExceededError, before asking, when the workflow spent its budget.
+        """
+        if self.model is None or not self.records_model:
+            self.costs.before_asking(None)
+            response, usage = await ask()
+            return self._asked(response, usage)
+        tool, args = self.model, {"request": self.digest(request)}
+        fresh: list[TurnUsage | None] = []
+
+        async def asking(_: dict[str, Any], __: str) -> Any:
+            return self._record(await ask(), fresh)
 
         async with self._lock:
             step_id = self.step_id(tool, args)
-            return await self.workflow.astep(step_id, tool, args, fn=asked)
+            self.costs.before_asking(step_id)
+            result = await self.workflow.astep(step_id, tool, args, fn=asking)
+            if not fresh:
+                await self.workflow.arecord(self.costs.reuse(step_id))
+        return self._turn(result, reused=not fresh)
+
+    def digest(self, request: Any) -> str:
+        """The digest a turn is recorded under: the request without its volatile parts."""
+        return request_digest(self.costs.request(request))
+
+    def _record(self, answer: Asked, fresh: list[TurnUsage | None]) -> Any:
+        """A turn just asked, as its step's result (priced); notes that it was asked."""
+        response, usage = answer
+        priced = self.costs.priced(usage)
+        fresh.append(priced)
+        self.costs.asked(priced)
+        return usage_record(response, priced)
+
+    def _asked(self, response: Any, usage: TurnUsage | None) -> Turn:
+        priced = self.costs.priced(usage)
+        self.costs.asked(priced)
+        return Turn(response, priced, reused=False)
+
+    @staticmethod
+    def _turn(result: Any, *, reused: bool) -> Turn:
+        response, usage = usage_unrecord(result)
+        return Turn(response, usage, reused=reused)
 
 
 def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:
@@ -320,6 +372,13 @@ def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:
     if strict:
         raise ToolDefinitionError(message.replace(", or run with strict=True to refuse them", ""))
     warnings.warn(message, UnrecordedToolWarning, stacklevel=3)
+
+
+def agent_steps(
+    workflow: Workflow, *, record_model: bool = True, spending: Spending | None = None
+) -> AgentSteps:
+    """The step namer and runner of one run on ``workflow`` (each integration's ``steps_for``)."""
+    return AgentSteps(workflow, model=model_tool() if record_model else None, spending=spending)
 
 
 def _auto_id(tool: str, occurrence: int) -> str:

@@ -283,7 +283,8 @@ def fold_model_calls(events: list[Event]) -> list[dict[str, Any]]:
     for offset, event in enumerate(events):
         fold.add(projection, event, ("t", 0, offset), b"")
     columns = fold.tables()["model_calls"]
-    return [dict(zip(MODEL_CALL_COLUMNS, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    rows = zip(*columns.values(), strict=True)
+    return [dict(zip(MODEL_CALL_COLUMNS, row, strict=True)) for row in rows]
 
 
 @pytest.fixture(params=FRAMEWORKS)

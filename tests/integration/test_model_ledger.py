@@ -25,6 +25,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from pydantic import SecretStr
 
 import stepledger as sl
 from stepledger.config import Settings
@@ -35,6 +36,9 @@ from stepledger.integrations import Budget, Spending, Volatile
 from stepledger.integrations import langgraph as sll
 from stepledger.integrations import openai_agents as sla
 from stepledger.integrations import pydantic_ai as slp
+from stepledger.integrations._core import AgentSteps
+from stepledger.kafka.reader import read_topic
+from stepledger.log import codec_for
 from stepledger.projector.costs import MODEL_CALL_COLUMNS
 from stepledger.projector.fold import BatchFold
 from stepledger.projector.projection import WorkflowProjection
@@ -63,6 +67,15 @@ def usage(turn: int) -> TurnUsage:
     )
 
 
+CARD = "card-4242-SECRET-9817"
+#: The plan of the secret test: the payment carries a card (a secret argument).
+SECRET_PLAN: list[tuple[str, dict[str, Any]] | None] = [
+    ("pay", {"amount": 100, "memo": "rent", "card": CARD}),
+    ("track", {"ref": "r-1"}),
+    None,
+]
+
+
 @dataclass
 class Shop:
     """The tools: a keyed payment and a lookup that can crash the process once."""
@@ -70,12 +83,15 @@ class Shop:
     crash_lookup: bool = False
     paid: dict[str, int] = field(default_factory=dict)
     pay_calls: int = 0
+    cards: list[str] = field(default_factory=list)
 
     def tools(self) -> list[sl.Tool]:
-        @sl.tool(keyed=True)
-        def pay(amount: int, memo: str, *, idempotency_key: str) -> dict[str, Any]:
-            """Pay an amount."""
+        # A secret argument cannot be re-driven by recovery (it has only the marks).
+        @sl.tool(keyed=True, secret_args=frozenset({"card"}), policy="escalate")
+        def pay(amount: int, memo: str, card: str = "", *, idempotency_key: str) -> dict[str, Any]:
+            """Pay an amount (with a card, a secret)."""
             self.pay_calls += 1
+            self.cards.append(card)
             return {"paid": self.paid.setdefault(idempotency_key, amount)}
 
         @sl.tool(read_only=True)
@@ -90,6 +106,18 @@ class Shop:
 
 def turn_of(results: int) -> int:
     return min(results, len(PLAN) - 1)
+
+
+def planned(turn: int) -> tuple[str, dict[str, Any]] | None:
+    """The call a turn asks for (the secret test's plan while it runs)."""
+    return (SECRET_PLAN if SECRET.on else PLAN)[turn]
+
+
+class _Secret:
+    on = False
+
+
+SECRET = _Secret()
 
 
 # -- each framework's offline model, reporting usage -------------------------------------------
@@ -117,7 +145,7 @@ class OpenAIScript(Model):
             ),
             output_tokens_details=OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
         )
-        step = PLAN[turn]
+        step = planned(turn)
         if step is not None:
             call = ResponseFunctionToolCall(
                 type="function_call",
@@ -166,7 +194,7 @@ def run_pydantic_ai(steps: Any, shop: Shop, prompt: str, asked: list[int]) -> An
             cache_read_tokens=u.cached_tokens,
             output_reasoning_tokens=u.reasoning_tokens,
         )
-        step = PLAN[turn]
+        step = planned(turn)
         parts: list[Any] = (
             [ToolCallPart(step[0], step[1], tool_call_id=uuid.uuid4().hex)]
             if step is not None
@@ -202,7 +230,7 @@ def run_langgraph(steps: Any, shop: Shop, prompt: str, asked: list[int]) -> Any:
                 "input_token_details": {"cache_read": u.cached_tokens},
                 "output_token_details": {"reasoning": u.reasoning_tokens},
             }
-            step = PLAN[turn]
+            step = planned(turn)
             calls = [] if step is None else [{"name": step[0], "args": step[1], "id": "c1"}]
             message = AIMessage(
                 content="" if calls else "done",
@@ -333,3 +361,55 @@ def test_a_budget_stops_the_call_that_would_spend_past_it(runs: Runs) -> None:
     events = read_events(runs.settings)
     reuses = [e for e in events if isinstance(e.body, ModelTurnReused)]
     assert len(reuses) == 2
+
+
+@pytest.fixture
+def secret_plan() -> Any:
+    SECRET.on = True
+    yield
+    SECRET.on = False
+
+
+@pytest.mark.usefixtures("secret_plan")
+def test_turns_with_a_secret_argument_are_recorded_replayed_and_never_hold_it(
+    runs: Runs,
+) -> None:
+    runs.settings = runs.settings.model_copy(update={"redaction_key": SecretStr("k" * 32)})
+    assert runs.crashing() == [0, 1]
+    assert runs.run() == [2], "both turns replayed: the payment's step replays its outcome"
+    assert runs.shop.cards == [CARD], "the tool never received a mark in place of the card"
+    assert runs.shop.pay_calls == 1
+    records = list(
+        read_topic(runs.settings, codec_for(runs.settings), idle_timeout=0.2, max_time=30)
+    )
+    assert len(records) > 10
+    for record in records:
+        for part in (record.key or b"", record.value or b"", *(v for _, v in record.headers)):
+            assert CARD.encode() not in part, record.position
+    turns = [r.event for r in records if r.event is not None and r.event.type == "step_outcome"]
+    marked = [e for e in turns if "redacted:hmac-sha256" in (e.body.result_json or "")]
+    assert marked, "the recorded turn keeps the card as its keyed mark"
+
+
+@pytest.mark.usefixtures("secret_plan")
+def test_a_secret_call_with_no_intent_yet_asks_the_model_again(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs.settings = runs.settings.model_copy(update={"redaction_key": SecretStr("k" * 32)})
+    named = AgentSteps.step_id
+
+    def dies_before_the_payment(self: AgentSteps, tool: sl.Tool, args: Any) -> str:
+        if tool.name == "pay":
+            raise Crash("SIGKILL before the payment's intent")
+        return named(self, tool, args)
+
+    monkeypatch.setattr(AgentSteps, "step_id", dies_before_the_payment)
+    asked: list[int] = []
+    with pytest.raises(Crash):
+        runs.run(asked=asked)
+    assert asked == [0]
+    monkeypatch.setattr(AgentSteps, "step_id", named)
+    # The turn was recorded with the card as a mark, and its payment has no step: replaying
+    # the turn would hand the tool the mark, so the model is asked again for the card.
+    assert runs.run() == [0, 1, 2]
+    assert runs.shop.cards == [CARD] and runs.shop.pay_calls == 1

@@ -99,10 +99,8 @@ def _two_runs() -> list[ev.Event]:
     model = Tool(name=MODEL_STEP_TOOL, read_only=True)
     wf = ledger_over(log, tools=[model]).workflow("wf-1")
     for n, tokens in ((1, 100), (2, 200)):
-        usage = TurnUsage(model="m", input_tokens=tokens, output_tokens=10, cost=0.5)
-        wf.step(
-            f"model#{n}", model, {"request": f"d{n}"}, fn=lambda _a, _k, u=usage: recorded(n, u)
-        )
+        turn = recorded(n, TurnUsage(model="m", input_tokens=tokens, output_tokens=10, cost=0.5))
+        wf.step(f"model#{n}", model, {"request": f"d{n}"}, fn=lambda _a, _k, t=turn: t)
     for n in (1, 2):
         wf.record(wf.ledger.events.envelope("wf-1", f"model#{n}", ev.ModelTurnReused(attempt=2)))
     usage = TurnUsage(model="m", input_tokens=300, output_tokens=10)

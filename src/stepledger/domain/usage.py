@@ -32,6 +32,8 @@ RESPONSE_KEY = "response"
 """The key of a recorded turn's response in its step's result."""
 USAGE_KEY = "usage"
 """The key of a recorded turn's usage in its step's result."""
+SECRET_CALLS_KEY = "secret_calls"
+"""The key, in a recorded turn's result, of the tools whose calls in it carried secrets."""
 _PER = 1_000_000
 """Prices are per million tokens."""
 
@@ -120,10 +122,13 @@ def recorded(response: Any, usage: TurnUsage | None) -> dict[str, Any]:
 
 def unrecorded(result: Any) -> tuple[Any, TurnUsage | None]:
     """A model step's result as (response, usage); a turn recorded before usage has none."""
-    if isinstance(result, dict) and set(result) == {RESPONSE_KEY, USAGE_KEY}:
+    if isinstance(result, dict) and _TURN_KEYS <= set(result) <= _TURN_KEYS | {SECRET_CALLS_KEY}:
         usage = result[USAGE_KEY]
         return result[RESPONSE_KEY], None if usage is None else TurnUsage.model_validate(usage)
     return result, None
+
+
+_TURN_KEYS = frozenset({RESPONSE_KEY, USAGE_KEY})
 
 
 def usage_of(result_json: str | None) -> TurnUsage | None:

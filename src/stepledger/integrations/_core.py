@@ -52,14 +52,10 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from stepledger.domain import fingerprint
 from stepledger.domain.context import StepSummary
 from stepledger.domain.replay import mismatch, occurrences, same_call
 from stepledger.domain.state import StepState, StepStatus
 from stepledger.domain.tools import Tool
-from stepledger.domain.usage import TurnUsage
-from stepledger.domain.usage import recorded as usage_record
-from stepledger.domain.usage import unrecorded as usage_unrecord
 from stepledger.errors import (
     PlanMismatchError,
     StepLedgerError,
@@ -67,15 +63,17 @@ from stepledger.errors import (
     ToolDefinitionError,
     UnrecordedToolWarning,
 )
-from stepledger.integrations._turns import Asked, Spending, Turn, TurnCosts
+from stepledger.integrations._asking import ModelTurns
+from stepledger.integrations._turn_secrets import Calls
+from stepledger.integrations._turns import Asked, Spending, Turn
+from stepledger.integrations._turns import request_digest as request_digest
 from stepledger.integrations._turnstile import Turnstile
+from stepledger.producer.stepcall import recorded_result
 from stepledger.producer.workflow import Workflow
 from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
 
 MODEL_TOOL = MODEL_STEP_TOOL
 """The tool name of recorded model turns (a read-only step)."""
-_VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
-"""Keys left out of a request's digest: the framework makes them up anew on every run."""
 
 
 class ToolFailure(Exception):
@@ -90,23 +88,6 @@ class ToolFailure(Exception):
 def model_tool(name: str = MODEL_TOOL) -> Tool:
     """The read-only tool a model turn is recorded under."""
     return Tool(name=name, read_only=True, timeout_s=600.0)
-
-
-def request_digest(*parts: Any) -> str:
-    """A digest of a model request that ignores what a framework regenerates per run.
-
-    The canonical digest call fingerprints use (:func:`stepledger.domain.fingerprint.of_value`)
-    of the request without the keys in ``_VOLATILE``.
-    """
-    return fingerprint.of_value(_stable(to_jsonable_python(list(parts), fallback=repr)))
-
-
-def _stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_stable(v) for v in value]
-    return value
 
 
 def to_json_text(value: Any) -> str:
@@ -125,20 +106,23 @@ class AgentSteps:
         self.workflow = workflow
         self.model = model
         """The tool model turns are recorded under, or None: turns are not recorded."""
-        self.costs = TurnCosts(workflow, spending or Spending(), recording=model is not None)
-        """Digest, price, budget and reuse marks of the run's model turns."""
         self.turnstile = Turnstile()
-        self._used: set[str] = set()
+        self.used: set[str] = set()
+        """The steps this run has named (a recorded step is used once per run)."""
         self._known: dict[str, Tool] = {}
-        self._lock = asyncio.Lock()
-        self._sync_lock = threading.Lock()
+        self.lock = asyncio.Lock()
+        """Held while a step of the run is named and run on the event loop."""
+        self.sync_lock = threading.Lock()
+        """Held while a step of the run is named and run from synchronous code."""
         workflow.fast_forward()
+        self.turns = ModelTurns(self, spending or Spending())
+        """The run's model turns: asked or replayed, priced, budgeted, secrets marked."""
 
     def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
         """The step this call is (see the module doc): by occurrence, or by fingerprint for
         a read-only tool; a call past the recorded steps is a new one."""
         unused = [
-            s for s in occurrences(self.workflow.state, tool.name) if s.step_id not in self._used
+            s for s in occurrences(self.workflow.state, tool.name) if s.step_id not in self.used
         ]
         if not tool.read_only and unused:
             return self._use(unused[0].step_id)
@@ -149,7 +133,7 @@ class AgentSteps:
                     return self._use(step.step_id)
         state = self.workflow.state
         n = len(occurrences(state, tool.name)) + 1
-        while _auto_id(tool.name, n) in self._used or _auto_id(tool.name, n) in state.steps:
+        while _auto_id(tool.name, n) in self.used or _auto_id(tool.name, n) in state.steps:
             n += 1
         return self._use(_auto_id(tool.name, n))
 
@@ -158,7 +142,7 @@ class AgentSteps:
         return wf.ledger.events.fingerprint(wf.workflow_id, step_id, tool, arguments)
 
     def _use(self, step_id: str) -> str:
-        self._used.add(step_id)
+        self.used.add(step_id)
         return step_id
 
     async def call(
@@ -176,7 +160,7 @@ class AgentSteps:
         """
         self.turnstile.enter(call_id)
         try:
-            async with self._lock:
+            async with self.lock:
                 return await self._call(tool, dict(arguments), fn)
         finally:
             self.turnstile.leave(call_id)
@@ -185,6 +169,9 @@ class AgentSteps:
         self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
     ) -> Any:
         self.know([tool])
+        marked, replayed = self._replay_marked(tool, args)
+        if marked:
+            return replayed
         step_id = self.step_id(tool, args)
         self._raise_recorded_failure(step_id, tool, args)
         run = fn or tool.run
@@ -215,9 +202,12 @@ class AgentSteps:
         fn: Callable[[dict[str, Any], str], Any] | None = None,
     ) -> Any:
         """Run one tool call as a step from synchronous code (one at a time per run)."""
-        with self._sync_lock:
+        with self.sync_lock:
             args = dict(arguments)
             self.know([tool])
+            marked, replayed = self._replay_marked(tool, args)
+            if marked:
+                return replayed
             step_id = self.step_id(tool, args)
             self._raise_recorded_failure(step_id, tool, args)
             raised: list[BaseException] = []
@@ -238,25 +228,35 @@ class AgentSteps:
                 self._tool_failure(step_id, exc, raised)
                 raise
 
-    def model_turn_sync(self, request: Any, ask: Callable[[], Asked]) -> Turn:
-        """The model's answer to one request from synchronous code (recorded or asked)."""
-        if self.model is None or not self.records_model:
-            self.costs.before_asking(None)
-            response, usage = ask()
-            return self._asked(response, usage)
-        tool, args = self.model, {"request": self.digest(request)}
-        fresh: list[TurnUsage | None] = []
+    def model_turn_sync(
+        self, request: Any, ask: Callable[[], Asked], calls: Calls | None = None
+    ) -> Turn:
+        """The model's answer to one request from synchronous code (see :meth:`model_turn`)."""
+        return self.turns.turn(request, ask, calls)
 
-        def asking(_a: dict[str, Any], _k: str) -> Any:
-            return self._record(ask(), fresh)
+    def _replay_marked(self, tool: Tool, args: dict[str, Any]) -> tuple[bool, Any]:
+        """(True, the recorded result) for a call of a replayed turn whose secrets are marks.
 
-        with self._sync_lock:
-            step_id = self.step_id(tool, args)
-            self.costs.before_asking(step_id)
-            result = self.workflow.step(step_id, tool, args, fn=asking)
-            if not fresh:
-                self.workflow.record(self.costs.reuse(step_id))
-        return self._turn(result, reused=not fresh)
+        Such a call is its tool's next settled step this run has not used (the turn was
+        replayed only because that step exists), replayed without calling anything: the
+        tool never receives a mark in place of a value.  (False, None) for any other call.
+        """
+        step_id = self.turns.secrets.replayed_step(tool, args, self.used)
+        if step_id is None:
+            return False, None
+        wf = self.workflow
+        if not step_id:
+            raise StepLedgerError(
+                f"tool {tool.name!r}: a replayed model turn asks for a call whose secret "
+                "arguments the log holds only as marks, and no settled step of it is left to "
+                "replay; the tool is not called",
+                workflow_id=wf.workflow_id,
+                tool=tool.name,
+            )
+        step = wf.state.steps[self._use(step_id)]
+        if step.status is StepStatus.FAILED:
+            raise ToolFailure(ToolCallError(f"{step.error}", step_id=step_id), step_id)
+        return True, recorded_result(tool, step)
 
     def _raise_recorded_failure(self, step_id: str, tool: Tool, args: dict[str, Any]) -> None:
         known = self.workflow.state.steps.get(step_id)
@@ -296,65 +296,21 @@ class AgentSteps:
                 )
             self._known[tool.name] = tool
 
-    @property
-    def records_model(self) -> bool:
-        """Whether model turns are recorded: asked for, and no known tool has secret arguments.
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run may call, by name (the ledger's and the framework's)."""
+        return {**{t.name: t for t in self.workflow.ledger.tools}, **self._known}
 
-        A model's response holds the arguments of the calls it asks for, secrets included,
-        and the log must never hold a secret (nor could a replay give it back): with a tool
-        that declares ``secret_args``, turns are asked anew on a resume instead.
-        """
-        if self.model is None:
-            return False
-        known = [*self.workflow.ledger.tools, *self._known.values()]
-        return not any(t.secret_args for t in known)
-
-    async def model_turn(self, request: Any, ask: Callable[[], Awaitable[Asked]]) -> Turn:
+    async def model_turn(
+        self, request: Any, ask: Callable[[], Awaitable[Asked]], calls: Calls | None = None
+    ) -> Turn:
         """The model's answer to one request: the recorded one, or asked and recorded.
 
         ``request`` is what the request says (JSON-like, without what the framework makes
-        up per run); ``ask`` asks the model and returns its response as JSON with its usage.
+        up per run); ``ask`` asks the model and returns its response as JSON with its usage;
+        ``calls`` gives the tool calls of a response (their secrets are recorded as marks).
         Raises BudgetExceededError, before asking, when the workflow spent its budget.
         """
-        if self.model is None or not self.records_model:
-            self.costs.before_asking(None)
-            response, usage = await ask()
-            return self._asked(response, usage)
-        tool, args = self.model, {"request": self.digest(request)}
-        fresh: list[TurnUsage | None] = []
-
-        async def asking(_: dict[str, Any], __: str) -> Any:
-            return self._record(await ask(), fresh)
-
-        async with self._lock:
-            step_id = self.step_id(tool, args)
-            self.costs.before_asking(step_id)
-            result = await self.workflow.astep(step_id, tool, args, fn=asking)
-            if not fresh:
-                await self.workflow.arecord(self.costs.reuse(step_id))
-        return self._turn(result, reused=not fresh)
-
-    def digest(self, request: Any) -> str:
-        """The digest a turn is recorded under: the request without its volatile parts."""
-        return request_digest(self.costs.request(request))
-
-    def _record(self, answer: Asked, fresh: list[TurnUsage | None]) -> Any:
-        """A turn just asked, as its step's result (priced); notes that it was asked."""
-        response, usage = answer
-        priced = self.costs.priced(usage)
-        fresh.append(priced)
-        self.costs.asked(priced)
-        return usage_record(response, priced)
-
-    def _asked(self, response: Any, usage: TurnUsage | None) -> Turn:
-        priced = self.costs.priced(usage)
-        self.costs.asked(priced)
-        return Turn(response, priced, reused=False)
-
-    @staticmethod
-    def _turn(result: Any, *, reused: bool) -> Turn:
-        response, usage = usage_unrecord(result)
-        return Turn(response, usage, reused=reused)
+        return await self.turns.aturn(request, ask, calls)
 
 
 def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:

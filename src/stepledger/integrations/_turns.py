@@ -20,8 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic_core import to_jsonable_python
+
 from stepledger import tracing
 from stepledger.domain import events as ev
+from stepledger.domain import fingerprint
 from stepledger.domain.state import StepStatus
 from stepledger.domain.usage import Budget, PriceTable, TurnUsage, Volatile, usage_of
 from stepledger.errors import BudgetExceededError, ToolDefinitionError
@@ -30,8 +33,28 @@ from stepledger.wire import MODEL_STEP_TOOL
 if TYPE_CHECKING:
     from stepledger.producer.workflow import Workflow
 
+_VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
+"""Keys left out of a request's digest: the framework makes them up anew on every run."""
+
 Asked = tuple[Any, TurnUsage | None]
 """What an integration's ``ask`` returns: the response as JSON, and its usage if reported."""
+
+
+def request_digest(*parts: Any) -> str:
+    """A digest of a model request that ignores what a framework regenerates per run.
+
+    The canonical digest call fingerprints use (:func:`stepledger.domain.fingerprint.of_value`)
+    of the request without the keys in ``_VOLATILE``.
+    """
+    return fingerprint.of_value(_stable(to_jsonable_python(list(parts), fallback=repr)))
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True, slots=True)

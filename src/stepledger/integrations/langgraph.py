@@ -161,7 +161,7 @@ class _ModelNode:
             answer = message_to_dict(self.model.invoke(messages))
             return answer, usage_of(answer, _model_name(self.model))
 
-        turn = _core.current().model_turn_sync(_said(messages), ask)
+        turn = _core.current().model_turn_sync(_said(messages), ask, calls_of)
         return {self.messages_key: messages_from_dict([turn.response])}
 
 
@@ -173,6 +173,13 @@ def _model_name(model: Any) -> str | None:
         if isinstance(name, str) and name:
             return name
     return None
+
+
+def calls_of(message: Any) -> list[tuple[str, Any]]:
+    """The tool calls of an answer as a message dict (``message_to_dict``)."""
+    data = message.get("data") if isinstance(message, dict) else None
+    calls = (data or {}).get("tool_calls") or []
+    return [(str(c.get("name")), c.get("args")) for c in calls if isinstance(c, dict)]
 
 
 def usage_of(message: Mapping[str, Any], model: str | None = None) -> TurnUsage | None:

@@ -171,7 +171,7 @@ class RecordedModel(Model):
             answer = {"output": output, "response_id": response.response_id}
             return answer, usage_of(response.usage, _model_name(self.model))
 
-        turn = await steps.model_turn(request, ask)
+        turn = await steps.model_turn(request, ask, calls_of)
         recorded = turn.response
         items = [_OUTPUT_ITEM.validate_python(item) for item in recorded["output"]]
         ours = {t.name for t in tools if hasattr(t, _MARK)}
@@ -190,6 +190,18 @@ class RecordedModel(Model):
         raise ToolDefinitionError(
             "a RecordedModel does not stream: run the agent with Runner.run (sla.run)"
         )
+
+
+def calls_of(response: Any) -> list[tuple[str, Any]]:
+    """The function calls of a recorded response (``{"output": [...]}``), arguments parsed."""
+    found: list[tuple[str, Any]] = []
+    for item in response.get("output", []) if isinstance(response, dict) else []:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            try:
+                found.append((str(item.get("name")), json.loads(item.get("arguments") or "{}")))
+            except ValueError:
+                continue  # arguments that are not JSON reach no tool as a step
+    return found
 
 
 def usage_of(usage: Usage | None, model: str | None = None) -> TurnUsage | None:

@@ -155,7 +155,7 @@ class _Backend(CallableOperationBackend[None]):
                 payload = await body()
                 return payload, usage_of(payload)
 
-            turn = await steps.model_turn(_said(params.messages), ask)
+            turn = await steps.model_turn(_said(params.messages), ask, calls_of)
             return turn.response
         if isinstance(operation_id, ToolsetCallToolId) and isinstance(
             params, ToolsetCallToolParams
@@ -181,6 +181,24 @@ def _said(messages: Sequence[Any]) -> list[Any]:
         [m.get("kind"), [{k: p.get(k) for k in _PART_FIELDS} for p in m.get("parts", [])]]
         for m in dumped
     ]
+
+
+def calls_of(payload: Any) -> list[tuple[str, Any]]:
+    """The tool calls of a ``ModelResponse`` as JSON, arguments parsed."""
+    found: list[tuple[str, Any]] = []
+    for part in payload.get("parts", []) if isinstance(payload, dict) else []:
+        if isinstance(part, dict) and part.get("part_kind") == "tool-call":
+            args = part.get("args")
+            try:
+                found.append(
+                    (
+                        str(part.get("tool_name")),
+                        json.loads(args) if isinstance(args, str) else args,
+                    )
+                )
+            except ValueError:
+                continue  # arguments that are not JSON reach no tool as a step
+    return found
 
 
 def usage_of(payload: object) -> TurnUsage | None:

@@ -15,6 +15,7 @@ import pytest
 from stepledger.codec import Codec
 from stepledger.config import load_prices
 from stepledger.domain import events as ev
+from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.spend import spend_of
 from stepledger.domain.state import replay
 from stepledger.domain.tools import Tool
@@ -142,3 +143,43 @@ def test_the_projections_model_calls_agree_in_any_batches(tmp_path: Path) -> Non
     ]
     assert by_workflow == [(3, 2, 630, 320, 1.0, 1.0)]
     assert day_total == (630,)
+
+
+def test_a_case_page_says_what_the_workflows_turns_cost_and_what_was_reused() -> None:
+    from stepledger.humanqueue.cases import escalation_case
+    from tests.integration import inbox_helpers as h
+
+    f = h.factory()
+    model = Tool(name=MODEL_STEP_TOOL, read_only=True)
+    usage = TurnUsage(model="m", input_tokens=90, output_tokens=10)
+    turn = [
+        f.intent("trip-1", "model#1", model, {"request": "d"}, sequence=0),
+        f.outcome(
+            "trip-1",
+            "model#1",
+            attempt=1,
+            status=OutcomeStatus.SUCCEEDED,
+            result=recorded({"text": "wire"}, usage),
+        ),
+        f.envelope("trip-1", "model#1", ev.ModelTurnReused(attempt=2)),
+    ]
+    wire = list(h.escalated_wire(f, "trip-1", "esc-1"))
+    case = escalation_case("trip-1", "esc-1", [*turn, *wire])
+    assert case is not None
+    assert case.spend == "1 model turns, 100 tokens (reused on resume: 1 turns, 100 tokens)"
+    bare = escalation_case("trip-1", "esc-1", wire)
+    assert bare is not None and bare.spend == ""
+
+
+def test_the_projector_counts_tokens_incurred_and_reused_per_fleet_and_model() -> None:
+    from stepledger.projector.engine import BatchReport
+    from stepledger.projector.metrics import ProjectorMetrics
+
+    metrics = ProjectorMetrics()
+    report = BatchReport(tokens={("f1", "m", "incurred"): 630, ("f1", "m", "reused"): 320})
+    metrics.record(report, 0.01)
+    metrics.record(report, 0.01)
+    value = metrics.registry.get_sample_value
+    labels = {"fleet": "f1", "model": "m"}
+    assert value("stepledger_projector_model_tokens_incurred_total", labels) == 1260
+    assert value("stepledger_projector_model_tokens_reused_total", labels) == 640

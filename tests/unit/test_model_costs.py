@@ -7,11 +7,17 @@ say the same as the workflow's own reading, in random batches.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from stepledger import tracing
 from stepledger.codec import Codec
 from stepledger.config import load_prices
 from stepledger.domain import events as ev
@@ -30,7 +36,7 @@ from stepledger.domain.usage import (
     usage_of,
 )
 from stepledger.errors import ConfigError
-from stepledger.integrations._core import request_digest
+from stepledger.integrations._core import agent_steps, request_digest
 from stepledger.log import InMemoryEventLog
 from stepledger.testing import ledger_over
 from stepledger.wire import MODEL_STEP_TOOL
@@ -183,3 +189,37 @@ def test_the_projector_counts_tokens_incurred_and_reused_per_fleet_and_model() -
     labels = {"fleet": "f1", "model": "m"}
     assert value("stepledger_projector_model_tokens_incurred_total", labels) == 1260
     assert value("stepledger_projector_model_tokens_reused_total", labels) == 640
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    monkeypatch.setattr(tracing, "_provider", lambda: provider)
+    yield memory
+    provider.shutdown()
+
+
+def test_a_turns_span_has_genai_usage_and_a_replayed_one_says_so(
+    exporter: InMemorySpanExporter,
+) -> None:
+    log = InMemoryEventLog()
+    usage = TurnUsage(model="m", input_tokens=90, output_tokens=10, cached_tokens=5)
+    asked: list[int] = []
+
+    def ask() -> tuple[Any, TurnUsage | None]:
+        asked.append(1)
+        return {"text": "hi"}, usage
+
+    for _ in range(2):  # a run, then a resume: "another process" over the same log
+        steps = agent_steps(ledger_over(log).workflow("wf-t"))
+        turn = steps.model_turn_sync([["user", "hello"]], ask)
+        assert turn.response == {"text": "hi"} and turn.usage == usage
+    assert len(asked) == 1 and turn.reused
+    spans = [s for s in exporter.get_finished_spans() if s.name == "stepledger.step model"]
+    first, again = (dict(s.attributes or {}) for s in spans)
+    assert first["gen_ai.usage.input_tokens"] == 90 and first["gen_ai.response.model"] == "m"
+    assert first["gen_ai.usage.cache_read.input_tokens"] == 5
+    assert first["stepledger.replayed"] is False
+    assert again["gen_ai.usage.output_tokens"] == 10 and again["stepledger.replayed"] is True

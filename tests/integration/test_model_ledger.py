@@ -270,6 +270,8 @@ class Runs:
     settings: Settings
     shop: Shop = field(default_factory=Shop)
     workflow_id: str = field(default_factory=lambda: f"shop-{uuid.uuid4().hex[:8]}")
+    result: Any = None
+    """What the last run's framework reported (its usage, or the graph's state)."""
 
     def run(
         self,
@@ -282,7 +284,7 @@ class Runs:
         with sl.Ledger(self.settings, tools=self.shop.tools(), options=options) as ledger:
             wf = ledger.workflow(self.workflow_id)
             steps = STEPS_FOR[self.framework](wf, spending=spending)
-            RUNNERS[self.framework](steps, self.shop, prompt, asked)
+            self.result = RUNNERS[self.framework](steps, self.shop, prompt, asked)
         return asked
 
     def crashing(self, **kwargs: Any) -> list[int]:
@@ -324,6 +326,11 @@ def test_a_crash_after_two_turns_and_a_tool_call_reuses_both_turns_once(runs: Ru
     assert runs.crashing() == [0, 1]
     assert runs.run() == [2], "the two recorded turns were replayed, not asked again"
     assert runs.shop.pay_calls == 1
+    if runs.framework != "langgraph":
+        # The framework's run total is what the turns cost: a replayed turn reports the
+        # usage it was recorded with (the OpenAI replay gave an empty Usage before).
+        assert runs.result.input_tokens == sum(usage(t).input_tokens for t in (0, 1, 2))
+        assert runs.result.output_tokens == sum(usage(t).output_tokens for t in (0, 1, 2))
     rows = runs.model_calls()
     incurred = sorted((r["step_id"], r["attempt"]) for r in rows if r["kind"] == "incurred")
     reused = sorted((r["step_id"], r["attempt"]) for r in rows if r["kind"] == "reused")

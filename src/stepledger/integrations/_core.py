@@ -23,10 +23,11 @@ call that was made, and a call never made becomes a new step after the recorded 
 
 A **model turn** is a read-only step (tool ``model``) whose argument is a digest of the
 request (:func:`request_digest`, the canonical digest fingerprints use) and whose result is
-the serialized response: a resume replays the recorded turn instead of asking the model
-again, and recovery never resolves it (a read-only intent in doubt is simply asked again).
-Recording turns is opt-in: it saves the cost of asking the model again and keeps its plan,
-while correctness comes from the tool steps alone.
+the serialized response with its usage: a resume replays the recorded turn instead of
+asking the model again, and recovery never resolves it (a read-only intent in doubt is
+simply asked again).  Recording turns saves the cost of asking the model again and keeps its
+plan, while correctness comes from the tool steps alone; when a turn is asked or replayed,
+its usage, budget, volatile parts and secrets are :mod:`stepledger.integrations._asking`'s.
 
 Tool calls of one model turn run one at a time, in the order of the turn's response: the
 framework is made to dispatch them so, and a turnstile

@@ -223,3 +223,9 @@ def test_a_turns_span_has_genai_usage_and_a_replayed_one_says_so(
     assert first["gen_ai.usage.cache_read.input_tokens"] == 5
     assert first["stepledger.replayed"] is False
     assert again["gen_ai.usage.output_tokens"] == 10 and again["stepledger.replayed"] is True
+
+
+def test_the_domains_model_tool_is_the_wires() -> None:
+    from stepledger.domain import spend
+
+    assert spend.MODEL_TOOL == MODEL_STEP_TOOL  # the pure domain cannot import wire

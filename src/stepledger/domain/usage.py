@@ -37,8 +37,6 @@ SECRET_CALLS_KEY = "secret_calls"
 _PER = 1_000_000
 """Prices are per million tokens."""
 
-Count = int
-
 
 class TurnUsage(BaseModel):
     """The tokens one model request spent, as the framework reported them, and its cost."""
@@ -47,13 +45,13 @@ class TurnUsage(BaseModel):
 
     model: str | None = None
     """The model that answered (the framework's name for it), when known."""
-    input_tokens: Count = Field(0, ge=0)
+    input_tokens: int = Field(0, ge=0)
     """Every prompt token (cached ones included)."""
-    output_tokens: Count = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
     """Every generated token (reasoning ones included)."""
-    cached_tokens: Count = Field(0, ge=0)
+    cached_tokens: int = Field(0, ge=0)
     """Prompt tokens read from the provider's cache (part of ``input_tokens``)."""
-    reasoning_tokens: Count = Field(0, ge=0)
+    reasoning_tokens: int = Field(0, ge=0)
     """Generated tokens spent reasoning (part of ``output_tokens``)."""
     cost: float | None = None
     """The turn's cost by the configured price table, or None without a price for the model."""

@@ -408,7 +408,7 @@ def test_pydantic_ai_and_langgraph_continue_from_the_log(
     plan: Plan = [*lookup, [("book", {"hotel_name": "Ritz", "nights": 2})]]
     pai_id, lg_id = f"pai-ff-{uuid.uuid4().hex[:6]}", f"lg-ff-{uuid.uuid4().hex[:6]}"
     turns: list[int] = []
-    quiet = {"record_model": False}
+    quiet: dict[str, Any] = {"record_model": False}
     asyncio.run(
         slp.run(
             pai_agent(tools, lookup, turns), "go", slp.steps_for(ledger.workflow(pai_id), **quiet)

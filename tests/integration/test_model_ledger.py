@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 import stepledger as sl
 from stepledger.config import Settings
-from stepledger.domain.events import Event, ModelTurnReused
+from stepledger.domain.events import Event, ModelTurnReused, StepOutcome
 from stepledger.domain.usage import TurnUsage
 from stepledger.errors import BudgetExceededError
 from stepledger.integrations import Budget, Spending, Volatile
@@ -171,7 +171,7 @@ def _get(item: Any, name: str) -> Any:
 
 def run_openai(steps: Any, shop: Shop, prompt: str, asked: list[int]) -> Any:
     set_tracing_disabled(True)
-    tools = [sla.function_tool(t) for t in shop.tools()]
+    tools: list[Any] = [sla.function_tool(t) for t in shop.tools()]
     agent = Agent(name="shop", model=sla.RecordedModel(OpenAIScript(asked)), tools=tools)
     return asyncio.run(sla.run(agent, prompt, steps)).context_wrapper.usage
 
@@ -235,7 +235,7 @@ def run_langgraph(steps: Any, shop: Shop, prompt: str, asked: list[int]) -> Any:
             message = AIMessage(
                 content="" if calls else "done",
                 tool_calls=calls,
-                usage_metadata=metadata,  # type: ignore[arg-type]
+                usage_metadata=metadata,
                 response_metadata={"model_name": MODEL},
             )
             return ChatResult(generations=[ChatGeneration(message=message)])
@@ -391,10 +391,15 @@ def test_turns_with_a_secret_argument_are_recorded_replayed_and_never_hold_it(
     )
     assert len(records) > 10
     for record in records:
-        for part in (record.key or b"", record.value or b"", *(v for _, v in record.headers)):
+        headers = [v or b"" for _, v in record.headers]
+        for part in (record.key or b"", record.value or b"", *headers):
             assert CARD.encode() not in part, record.position
-    turns = [r.event for r in records if r.event is not None and r.event.type == "step_outcome"]
-    marked = [e for e in turns if "redacted:hmac-sha256" in (e.body.result_json or "")]
+    outcomes = [r.event.body for r in records if r.event is not None]
+    marked = [
+        b
+        for b in outcomes
+        if isinstance(b, StepOutcome) and "redacted:hmac-sha256" in (b.result_json or "")
+    ]
     assert marked, "the recorded turn keeps the card as its keyed mark"
 
 

@@ -100,6 +100,10 @@ def test_the_reuse_mark_round_trips_the_codec() -> None:
     assert codec.decode(codec.encode(event)) == event
 
 
+def _returning(result: Any) -> Any:
+    return lambda _a, _k: result
+
+
 def _two_runs() -> list[ev.Event]:
     """Two turns recorded, then a resume that reused both and asked a third."""
     log = InMemoryEventLog()
@@ -107,7 +111,7 @@ def _two_runs() -> list[ev.Event]:
     wf = ledger_over(log, tools=[model]).workflow("wf-1")
     for n, tokens in ((1, 100), (2, 200)):
         turn = recorded(n, TurnUsage(model="m", input_tokens=tokens, output_tokens=10, cost=0.5))
-        wf.step(f"model#{n}", model, {"request": f"d{n}"}, fn=lambda _a, _k, t=turn: t)
+        wf.step(f"model#{n}", model, {"request": f"d{n}"}, fn=_returning(turn))
     for n in (1, 2):
         wf.record(wf.ledger.events.envelope("wf-1", f"model#{n}", ev.ModelTurnReused(attempt=2)))
     usage = TurnUsage(model="m", input_tokens=300, output_tokens=10)

@@ -45,13 +45,13 @@ class TurnUsage(BaseModel):
 
     model: str | None = None
     """The model that answered (the framework's name for it), when known."""
-    input_tokens: int = Field(0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
     """Every prompt token (cached ones included)."""
-    output_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
     """Every generated token (reasoning ones included)."""
-    cached_tokens: int = Field(0, ge=0)
+    cached_tokens: int = Field(default=0, ge=0)
     """Prompt tokens read from the provider's cache (part of ``input_tokens``)."""
-    reasoning_tokens: int = Field(0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
     """Generated tokens spent reasoning (part of ``output_tokens``)."""
     cost: float | None = None
     """The turn's cost by the configured price table, or None without a price for the model."""
@@ -71,7 +71,7 @@ class ModelPrice(BaseModel):
     """Price of an uncached prompt token."""
     output: float = Field(ge=0)
     """Price of a generated token (reasoning tokens included)."""
-    cached_input: float | None = Field(None, ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
     """Price of a cached prompt token; the input price when not given."""
 
 
@@ -201,9 +201,9 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tokens: int | None = Field(None, ge=0)
+    tokens: int | None = Field(default=None, ge=0)
     """Input and output tokens."""
-    cost: float | None = Field(None, ge=0)
+    cost: float | None = Field(default=None, ge=0)
     """Cost by the price table (a turn without a price adds nothing)."""
 
     def refusal(self, tokens: int, cost: float) -> str | None:

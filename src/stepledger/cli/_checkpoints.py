@@ -33,13 +33,6 @@ from stepledger.kafka.consumer import GroupProtocol
     is_flag=True,
     help="Catch up every partition to the log's end, write a round and exit (no group).",
 )
-@click.option(
-    "--session-timeout",
-    type=click.FloatRange(1, 300),
-    default=6.0,
-    show_default=True,
-    help="Consumer-group session timeout (s): how soon a dead checkpointer's partitions move.",
-)
 @group_options
 @click.option(
     "--metrics-port",

@@ -93,13 +93,6 @@ def register(group: click.Group) -> None:
     type=click.IntRange(1),
     help="Workflow states kept in memory (others are rebuilt from stored events).",
 )
-@click.option(
-    "--session-timeout",
-    default=6.0,
-    show_default=True,
-    type=click.FloatRange(1.0),
-    help="Consumer-group session timeout in seconds (how soon a killed member expires).",
-)
 @group_options
 @click.option(
     "--memory-limit",

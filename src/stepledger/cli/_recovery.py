@@ -107,12 +107,6 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Keep decisions this long to judge late outcomes.",
 )
-@click.option(
-    "--session-timeout",
-    default="6s",
-    show_default=True,
-    help="Consumer-group session timeout: how soon a dead daemon's partitions move.",
-)
 @group_options
 @click.option(
     "--metrics-port",
@@ -135,7 +129,7 @@ def recover_command(
     grace: str,
     workers: int,
     retain: str,
-    session_timeout: str,
+    session_timeout: float,
     instance_id: str | None,
     group_protocol: GroupProtocol | None,
     metrics_port: int | None,
@@ -156,7 +150,7 @@ def recover_command(
         grace_s=parse_duration(grace).total_seconds(),
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
-        session_timeout_s=parse_duration(session_timeout).total_seconds(),
+        session_timeout_s=session_timeout,
         instance_id=instance_id,
         group_protocol=group_protocol,
     )

@@ -28,6 +28,7 @@ BENCHES = (
     "checkpoint",
     "sdk_cpu",
     "model_turns",
+    "fleet",
 )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_core import to_jsonable_python
 
@@ -32,13 +32,37 @@ from stepledger.integrations._turn_secrets import Calls, TurnSecrets
 from stepledger.integrations._turns import Asked, Spending, Turn, TurnCosts, request_digest
 
 if TYPE_CHECKING:
-    from stepledger.integrations._core import AgentSteps
+    import asyncio
+    import threading
+    from collections.abc import Mapping
+
+    from stepledger.producer.ledger import Workflow
+
+
+class RunSteps(Protocol):
+    """What the turns of a run use of its steps (``_core.AgentSteps`` is the one kind)."""
+
+    workflow: Workflow
+    model: Tool | None
+    """The model's read-only tool (None: turns are not recorded)."""
+    lock: asyncio.Lock
+    sync_lock: threading.Lock
+    used: set[str]
+    """The step ids this run has matched so far."""
+
+    def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
+        """The id of the next step of ``tool`` with these arguments."""
+        ...
+
+    def tools(self) -> dict[str, Tool]:
+        """The run's tools by name."""
+        ...
 
 
 class ModelTurns:
     """Asks or replays the model turns of one run (the integrations' ``model_turn``)."""
 
-    def __init__(self, steps: AgentSteps, spending: Spending) -> None:
+    def __init__(self, steps: RunSteps, spending: Spending) -> None:
         self.steps = steps
         self.costs = TurnCosts(steps.workflow, spending, recording=steps.model is not None)
         """Digest, price, budget and reuse marks of the run's turns."""

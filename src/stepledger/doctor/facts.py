@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from stepledger.config import Settings
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
 from stepledger.errors import BrokerError
+from stepledger.kafka.broker import unreachable
 from stepledger.kafka.describe import ClusterView
 from stepledger.logid import resolve
 from stepledger.statetopics import origins
@@ -22,7 +23,7 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
     try:
         layout = cluster.layout(timeout=_TIMEOUT)
     except BrokerError as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc.message}") from None
+        raise unreachable(settings, exc.message) from None
     names = [settings.topic, settings.dlq_topic, checkpoint_topic, settings.recovery_state_topic]
     problems: list[str] = []
     topics = {}

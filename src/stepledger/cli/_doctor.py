@@ -6,7 +6,7 @@ import json
 
 import click
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import with_admin_settings
 from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
 from stepledger.doctor.checks import check, unsafe
@@ -16,7 +16,7 @@ from stepledger.terminal import safe
 
 
 @click.command("doctor")
-@with_settings
+@with_admin_settings
 @click.option(
     "--group",
     "groups",

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import with_admin_settings
 from stepledger.config import Settings
 from stepledger.errors import ConfigError
 from stepledger.fleets import ROLES, fleet_names, role_permissions, validate_fleet_name
@@ -81,7 +81,7 @@ def quota_options(defaults: bool) -> Callable[[Callable[..., Any]], Callable[...
 )
 @click.option("--partitions", type=int, default=3, show_default=True)
 @quota_options(defaults=True)
-@with_settings
+@with_admin_settings
 def create(
     settings: Settings,
     name: str,
@@ -110,7 +110,7 @@ def create(
 @fleet.command("quota")
 @click.argument("name", callback=lambda _c, _p, v: _name(v))
 @quota_options(defaults=False)
-@with_settings
+@with_admin_settings
 def quota_command(settings: Settings, name: str, **rates: float | None) -> None:
     """Change fleet NAME's quota: each option given replaces that rate on every role's user
     (none: no limit); the rates not given stay as the broker holds them."""
@@ -155,7 +155,7 @@ def acls(name: str, produce: float | None, fetch: float | None, requests: float 
 
 
 @fleet.command("list")
-@with_settings
+@with_admin_settings
 def list_command(settings: Settings) -> None:
     """The fleets whose users the broker holds."""
     from stepledger.provision import list_fleets
@@ -166,7 +166,7 @@ def list_command(settings: Settings) -> None:
 
 @fleet.command("show")
 @click.argument("name", callback=lambda _c, _p, v: _name(v))
-@with_settings
+@with_admin_settings
 def show(settings: Settings, name: str) -> None:
     """Fleet NAME's quotas and ACLs as the broker holds them, and any ACL the table asks for
     that is missing."""
@@ -189,7 +189,7 @@ def show(settings: Settings, name: str) -> None:
 
 @fleet.command("delete")
 @click.argument("name", callback=lambda _c, _p, v: _name(v))
-@with_settings
+@with_admin_settings
 def delete(settings: Settings, name: str) -> None:
     """Remove fleet NAME's users and ACLs; its topics stay (they hold its history)."""
     from stepledger.provision import delete_fleet

@@ -115,6 +115,13 @@ def unreachable(settings: Settings, exc: BaseException | str) -> BrokerError:
     return BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {detail or exc}")
 
 
+def check_login(settings: Settings) -> None:
+    """Raise the one line of a refused login now, when these settings authenticate and the
+    broker refuses them (an unreachable broker is left to the request that follows)."""
+    if "sasl.username" in settings.kafka and login_refused(settings):
+        raise refused_login(settings)
+
+
 def reachable_partitions(settings: Settings, topic: str) -> list[int]:
     """:func:`topic_partitions`, waiting up to ``settings.startup_wait_s`` for the broker.
 

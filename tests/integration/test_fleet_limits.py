@@ -11,22 +11,33 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+import duckdb
 import pytest
 from confluent_kafka import Producer
 
+import stepledger as sl
+from stepledger.codec import Codec
 from stepledger.config import Settings, config_text, load_settings, write_private
+from stepledger.domain.enums import OutcomeStatus
+from stepledger.domain.factory import EventFactory
 from stepledger.errors import NotAuthorisedError
 from stepledger.fleets import ROLES
 from stepledger.fleets.quotas import Quota
 from stepledger.kafka.quotas import alter_user_quotas
+from stepledger.kafka.reader import Record, read_topic
 from stepledger.provision import create_fleet, fleet_quotas, list_fleets
 from stepledger_dev.apache_kafka import KafkaBroker
+from tests.e2e.recovery_helpers import append_events
 
 pytestmark = pytest.mark.kafka_only
 CLI = [sys.executable, "-m", "stepledger"]
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 #: Fleet qa's produce quota (bytes/s per broker): far below what one client can write.
 FLOOD_QUOTA = 200_000
 
@@ -182,3 +193,86 @@ def test_a_library_call_with_a_wrong_password_says_the_login_was_refused(fleets:
     # still say what happened, not that the broker cannot be reached.
     with pytest.raises(NotAuthorisedError, match=r"^not authorised: User:admin was refused"):
         list_fleets(wrong)
+
+
+def test_a_record_claiming_another_fleet_is_dead_lettered_by_the_fleets_daemons_never_applied(
+    fleets: Path, tmp_path: Path
+) -> None:
+    """A misconfigured client with fleet qb's agent credentials writes fleet qa's id into
+    qb's step log: qb's projector dead-letters each such record (stage ``fleet``), qb's
+    recovery daemon decides nothing on them, while qb's own in-doubt step is escalated."""
+    agent = _settings(fleets, "qb-agent")
+    run = uuid.uuid4().hex[:6]
+    own, foreign = f"own-{run}", f"foreign-{run}"
+    events = [
+        EventFactory("qb", "agent").intent(own, "s", QUICK, {"n": 1}, sequence=0),
+        EventFactory("qa", "misconfigured").intent(foreign, "s", QUICK, {"n": 1}, sequence=0),
+        EventFactory("qa", "misconfigured").outcome(foreign, "s", attempt=1,
+                                                    status=OutcomeStatus.SUCCEEDED),
+    ]  # fmt: skip
+    append_events(agent, events)
+    db = tmp_path / "qb.duckdb"
+    daemons = {
+        "projector": ["project", "--db", str(db), "--session-timeout", "2"],
+        "recovery": ["recover", "--tools", "none", "--state-in-kafka", "--grace", "0s"],
+    }
+    procs = {
+        role: subprocess.Popen(
+            [*CLI, *args, "--config", str(fleets / f"qb-{role}.toml")], cwd=ROOT,
+            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{role}.log", "w"),  # noqa: SIM115 - the child keeps it
+        )
+        for role, args in daemons.items()
+    }  # fmt: skip
+    admin = _settings(fleets, "admin")
+    try:
+        letters = _wait_for(lambda: _records(admin, "qb.deadletters", 2), 60, "dead letters")
+        decided = _wait_for(lambda: _decisions(admin, own, "agent"), 60, "a decision on qb's")
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            proc.wait(30)
+    assert [(r.key, _header(r, "dlq_stage")) for r in letters] == [(foreign.encode(), "fleet")] * 2
+    assert "claims fleet 'qa' in the step log of fleet 'qb'" in _header(letters[0], "dlq_error")
+    assert decided
+    # Nothing was decided for the foreign workflow, and the projection has none of it.
+    assert not _decisions(admin, foreign, "misconfigured")
+    with duckdb.connect(str(db), read_only=True) as con:
+        projected = {row[0] for row in con.execute("SELECT workflow_id FROM workflows").fetchall()}
+    assert own in projected and foreign not in projected
+    assert "not authorised" not in (tmp_path / "recovery.log").read_text()
+
+
+@sl.tool(keyed=True, policy="redrive", timeout_s=1)
+def quick(n: int, *, idempotency_key: str) -> int:
+    return n
+
+
+QUICK = quick
+
+
+def _wait_for(probe: Callable[[], T], seconds: float, what: str) -> T:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if found := probe():
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"no {what} within {seconds}s")
+
+
+def _records(admin: Settings, topic: str, count: int) -> list[Record]:
+    found = list(read_topic(admin, Codec(), topic=topic, idle_timeout=0.3, max_time=5))
+    return found if len(found) >= count else []
+
+
+def _decisions(admin: Settings, workflow: str, writer: str) -> list[str]:
+    """The types of the events of ``workflow`` that another than ``writer`` appended."""
+    return [
+        r.event.type
+        for r in read_topic(admin, Codec(), topic="qb", idle_timeout=0.3, max_time=5)
+        if r.event is not None and r.event.workflow_id == workflow and r.event.producer_id != writer
+    ]
+
+
+def _header(record: Record, name: str) -> str:
+    return (dict(record.headers).get(name) or b"").decode()

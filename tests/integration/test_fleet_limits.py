@@ -26,10 +26,11 @@ from stepledger.config import Settings, config_text, load_settings, write_privat
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import NotAuthorisedError
-from stepledger.fleets import ROLES
+from stepledger.fleets import ROLES, Permission
 from stepledger.fleets.quotas import Quota
 from stepledger.kafka.quotas import alter_user_quotas
 from stepledger.kafka.reader import Record, read_topic
+from stepledger.kafka.security import create_acls, delete_acls
 from stepledger.provision import create_fleet, fleet_quotas, list_fleets
 from stepledger_dev.apache_kafka import KafkaBroker
 from tests.e2e.recovery_helpers import append_events
@@ -276,3 +277,43 @@ def _decisions(admin: Settings, workflow: str, writer: str) -> list[str]:
 
 def _header(record: Record, name: str) -> str:
     return (dict(record.headers).get(name) or b"").decode()
+
+
+def test_doctor_checks_each_role_with_its_own_credentials_and_finds_wide_acls(
+    fleets: Path,
+) -> None:
+    admin = _settings(fleets, "admin")
+    for role in ("agent", "projector"):
+        done = _cli(fleets, "doctor", config=f"qa-{role}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"OK     access      qa {role}: holds what its table says on qa" in done.stdout
+        assert (f"OK     access      qa {role}: can touch no other fleet's topic nor alter "
+                "ACLs or quotas") in done.stdout  # fmt: skip
+    assert "OK     acls        cluster: no ACL lets any principal write" in _cli(
+        fleets, "doctor").stdout  # fmt: skip
+    widened = [
+        Permission("User:qa.agent", "TOPIC", "qb", "LITERAL", "WRITE"),
+        Permission("User:*", "TOPIC", "qb", "PREFIXED", "WRITE"),
+    ]
+    taken = Permission("User:qa.projector", "TOPIC", "qa", "LITERAL", "READ")
+    create_acls(admin, widened)
+    delete_acls(admin, [taken])
+    try:
+        agent = _cli(fleets, "doctor", config="qa-agent")
+        projector = _cli(fleets, "doctor", config="qa-projector")
+        wide = _cli(fleets, "doctor")
+    finally:
+        delete_acls(admin, widened)
+        create_acls(admin, [taken])
+    assert agent.returncode == 1
+    assert ("UNSAFE access      qa agent: may WRITE TOPIC qb of another fleet: a fleet role "
+            "must not") in agent.stdout  # fmt: skip
+    assert "OK     access      qa agent: holds what its table says" in agent.stdout
+    assert projector.returncode == 1
+    assert ("UNSAFE access      qa projector: lacks READ on TOPIC qa: it cannot do its job"
+            in projector.stdout)  # fmt: skip
+    assert wide.returncode == 1
+    assert ("UNSAFE acls        fleet qb: any principal may write qb, qb.checkpoints, "
+            "qb.deadletters, qb.recovery-state (ACL User:* WRITE TOPIC qb (prefix))"
+            in wide.stdout)  # fmt: skip
+    assert "fleet qa" not in wide.stdout

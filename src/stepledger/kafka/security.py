@@ -112,6 +112,26 @@ def acls_of(settings: Settings, principal: str) -> list[Permission]:
     )
 
 
+def wildcard_topic_acls(settings: Settings) -> list[tuple[str, str, str]]:
+    """Every ALLOW ACL of the wildcard principal ``User:*`` on topics, as (topic name or
+    prefix, pattern ``LITERAL``/``PREFIXED``, operation); the super user's question."""
+    query = AclBindingFilter(
+        ResourceType.TOPIC,
+        None,  # type: ignore[arg-type]  # any name: the client's stubs say str
+        ResourcePatternType.ANY,
+        "User:*",
+        None,  # type: ignore[arg-type]  # any host
+        AclOperation.ANY,
+        AclPermissionType.ALLOW,
+    )
+    try:
+        client = admin(settings)
+        found = client.describe_acls(query, request_timeout=_TIMEOUT_S).result(_TIMEOUT_S)
+    except (KafkaException, TimeoutError) as exc:
+        raise _failed(settings, exc, "describe ACLs") from None
+    return sorted((b.name, b.resource_pattern_type.name, b.operation.name) for b in found)
+
+
 _OPERATIONS = frozenset({"READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"})
 
 

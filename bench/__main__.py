@@ -27,6 +27,7 @@ BENCHES = (
     "peers",
     "checkpoint",
     "sdk_cpu",
+    "fleets_quota",
 )
 
 

@@ -1,7 +1,8 @@
 """One fleet's runaway client: produce to its step log as fast as the broker takes records.
 
 ``python -m bench.flooder CONFIG SECONDS`` (a role's config file from ``fleet create``)
-floods the config's step log with 1 KB records for SECONDS, then prints one JSON line: the
+floods the config's step log with 1 KB records for SECONDS (or until SIGTERM), then prints
+one JSON line: the
 bytes acknowledged while it flooded, the seconds it flooded, and the throttle time the broker
 reported (the ``throttle_time_ms`` of its answers, as librdkafka's ``throttle_cb`` hands it
 over).  Undelivered records at the end are abandoned: the flood's rate is what was acked.
@@ -12,6 +13,7 @@ that must not notice it.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,9 +42,11 @@ def flood(config: Path, seconds: float) -> dict[str, float]:
             **{"linger.ms": 5, "acks": "all", "throttle_cb": throttle, "log_level": 0}
         )
     )
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda number, _frame: stopped.append(number))
     started = time.monotonic()
     sent = 0
-    while (elapsed := time.monotonic() - started) < seconds:
+    while (elapsed := time.monotonic() - started) < seconds and not stopped:
         try:
             producer.produce(settings.topic, RECORD, str(sent).encode(), on_delivery=delivered)
             sent += 1

@@ -28,10 +28,10 @@ from stepledger.domain.factory import EventFactory
 from stepledger.errors import NotAuthorisedError
 from stepledger.fleets import ROLES, Permission
 from stepledger.fleets.quotas import Quota
+from stepledger.kafka.provision import create_fleet, fleet_quotas, list_fleets
 from stepledger.kafka.quotas import alter_user_quotas
 from stepledger.kafka.reader import Record, read_topic
 from stepledger.kafka.security import create_acls, delete_acls
-from stepledger.provision import create_fleet, fleet_quotas, list_fleets
 from stepledger_dev.apache_kafka import KafkaBroker
 from tests.e2e.recovery_helpers import append_events
 

@@ -321,3 +321,69 @@ def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
     finally:
         owner.close()
     assert calls == []  # the booking B made stands
+
+
+def test_an_assumed_first_start_saved_in_a_checkpoint_is_still_only_assumed_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Seed 78's race, with one more restart: the daemon tracks A's intent under A's losing
+    # start (assumed to be the first claim) and checkpoints it before the intent falls due.
+    # The checkpoint kept the claims a tracked step was folded with; restored, they were
+    # taken as known for sure, so the next daemon trusted its own fold and cancelled the
+    # booking of a trip B completed.  An assumed claim is no longer saved: the restored
+    # step is held and its workflow read back, and the log's fold refuses A's intent.
+    calls: list[str] = []
+
+    def cancel(args: dict[str, Any], key: str, known: Any) -> Any:
+        calls.append("cancel")
+        return {"cancelled": key}
+
+    tool = Tool(
+        name="bookings.book",
+        effect="compensatable",
+        keyed=True,
+        timeout_s=30,
+        run=lambda args, key: {"booking": key},
+        compensate=cancel,
+    )
+    log, store = InMemoryEventLog(), InMemoryCheckpointStore()
+    b_start = F.workflow_started(
+        WF, name="trip", attempt=1, read_only=False, max_attempts=3, runner="B"
+    )
+    a_start = F.workflow_started(
+        WF, name="trip", attempt=1, read_only=False, max_attempts=3, runner="A"
+    )
+    log.append(b_start)
+    first = Daemon(tmp_path, log, store, tool)
+    first.feed()
+    first.daemon.checkpoint()  # past B's start, nothing tracked
+    first.close()
+    a_book = F.intent(WF, "book", tool, ARGS, sequence=0, epoch=1, runner="A")
+    b_book = F.intent(WF, "book", tool, ARGS, sequence=0, epoch=1, runner="B")
+    booked = F.outcome(WF, "book", attempt=1, status=OutcomeStatus.SUCCEEDED, runner="B")
+    for event in [a_start, a_book, b_book, booked]:
+        log.append(event)
+    key = (WF, "book")
+    second = Daemon(tmp_path, log, store, tool)
+    second.feed()
+    assert key in second.daemon.tracker.steps  # tracked under the assumed start
+    second.daemon.checkpoint()  # before A's intent falls due
+    second.close()
+    owner = Daemon(tmp_path, log, store, tool)
+    try:
+        owner.feed()
+        tracker = owner.daemon.tracker
+        # Saved without the assumed claim: held, to be read back before it is decided.
+        assert key in tracker.reopenings.steps and key not in tracker.steps
+        assert not tracker.vouches_claims(WF, 0)
+        owner.until(
+            lambda: any(type(e.body) is ev.CompensationIntended for e in log.events),
+            timedelta(seconds=5),
+        )
+        for _ in range(10):
+            owner.clock.now += timedelta(seconds=5)
+            owner.turn()
+        assert calls == []  # the booking B made stands
+    finally:
+        owner.close()
+    assert calls == []

@@ -7,8 +7,8 @@ import json
 import click
 
 from stepledger.cli._common import with_admin_settings
-from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
+from stepledger.daemon.clientid import stepledger_version
 from stepledger.doctor.access import ACCESS, ACLS, access_findings, wildcard_findings
 from stepledger.doctor.checks import Finding, check, unsafe
 from stepledger.doctor.facts import gather, gather_access, gather_wildcards

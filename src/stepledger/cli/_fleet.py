@@ -97,7 +97,7 @@ def create(
     Again for an existing fleet: new passwords (the old config files stop working), the
     topics and ACLs kept, the quota set to the options'.
     """
-    from stepledger.provision import create_fleet
+    from stepledger.kafka.provision import create_fleet
 
     quota = Quota(produce, fetch, requests)
     for written in create_fleet(settings, name, out, partitions=partitions, quota=quota):
@@ -114,7 +114,7 @@ def create(
 def quota_command(settings: Settings, name: str, **rates: float | None) -> None:
     """Change fleet NAME's quota: each option given replaces that rate on every role's user
     (none: no limit); the rates not given stay as the broker holds them."""
-    from stepledger.provision import change_fleet_quota
+    from stepledger.kafka.provision import change_fleet_quota
 
     context = click.get_current_context()
     changes = {
@@ -158,7 +158,7 @@ def acls(name: str, produce: float | None, fetch: float | None, requests: float 
 @with_admin_settings
 def list_command(settings: Settings) -> None:
     """The fleets whose users the broker holds."""
-    from stepledger.provision import list_fleets
+    from stepledger.kafka.provision import list_fleets
 
     for name in list_fleets(settings):
         click.echo(name)
@@ -170,7 +170,7 @@ def list_command(settings: Settings) -> None:
 def show(settings: Settings, name: str) -> None:
     """Fleet NAME's quotas and ACLs as the broker holds them, and any ACL the table asks for
     that is missing."""
-    from stepledger.provision import fleet_acls, fleet_quotas
+    from stepledger.kafka.provision import fleet_acls, fleet_quotas
 
     held = fleet_acls(settings, name)
     for user, rates in fleet_quotas(settings, name).items():
@@ -192,7 +192,7 @@ def show(settings: Settings, name: str) -> None:
 @with_admin_settings
 def delete(settings: Settings, name: str) -> None:
     """Remove fleet NAME's users and ACLs; its topics stay (they hold its history)."""
-    from stepledger.provision import delete_fleet
+    from stepledger.kafka.provision import delete_fleet
 
     delete_fleet(settings, name)
     kept = ", ".join(fleet_names(name).topics())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from stepledger.checkpoints.statetopics import origins
 from stepledger.config import Settings
 from stepledger.doctor.access import AccessFacts
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
@@ -12,10 +13,9 @@ from stepledger.errors import BrokerError
 from stepledger.fleets.permissions import fleet_names, role_permissions
 from stepledger.kafka.broker import unreachable
 from stepledger.kafka.describe import ClusterView
+from stepledger.kafka.logid import resolve
+from stepledger.kafka.provision import list_fleets
 from stepledger.kafka.security import wildcard_topic_acls
-from stepledger.logid import resolve
-from stepledger.provision import list_fleets
-from stepledger.statetopics import origins
 
 _TIMEOUT = 10.0
 #: The newest records read of each partition of a state topic.

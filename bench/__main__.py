@@ -27,6 +27,7 @@ BENCHES = (
     "peers",
     "checkpoint",
     "sdk_cpu",
+    "model_turns",
     "fleets_quota",
 )
 

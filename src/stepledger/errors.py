@@ -26,7 +26,8 @@
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     │   ├── HistoryExpiredError          the log's head expired and no checkpoint covers it
     │   ├── WorkflowTakenOverError       another runner claimed the workflow: nothing was called
-    │   └── AlreadyAnsweredError         a person's answer came after the case was decided
+    │   ├── AlreadyAnsweredError         a person's answer came after the case was decided
+    │   └── BudgetExceededError          a model call would spend past the workflow's budget
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
@@ -160,6 +161,29 @@ class WorkflowTakenOverError(LedgerStateError):
     a competing one), and when a resume finds that its claim was not the first of its
     attempt.
     """
+
+
+class BudgetExceededError(LedgerStateError):
+    """The workflow spent its model budget: the next model call is not made.
+
+    Raised before the call, so nothing was spent on it; a replayed turn is never refused
+    (it spends nothing).  ``spent_tokens`` and ``spent_cost`` are the workflow's recorded
+    turns, ``limit`` the budget that stopped it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        workflow_id: str,
+        spent_tokens: int,
+        spent_cost: float,
+        limit: str,
+    ) -> None:
+        super().__init__(message, workflow_id=workflow_id, retryable=False)
+        self.spent_tokens = spent_tokens
+        self.spent_cost = spent_cost
+        self.limit = limit
 
 
 class AlreadyAnsweredError(LedgerStateError):

@@ -71,6 +71,8 @@ class BatchReport:
     """From the start of preparing the batch to its commit."""
     lag_s: float | None = None
     """From the oldest event's ``occurred_at`` to the commit (clocks of two hosts)."""
+    tokens: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Tokens of the model turns projected, by (fleet, model, incurred or reused)."""
 
 
 def stage_of(error: StepLedgerError) -> str:
@@ -308,4 +310,5 @@ class Projector:
 def _summarise(report: BatchReport, fold: BatchFold) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
     report.anomalies = len(fold.anomalies)
+    report.tokens = dict(fold.tokens)
     report.oldest_at = fold.oldest

@@ -9,6 +9,7 @@
     ├── CodecError                       bytes that are not a valid event
     │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
     ├── EventValidationError             a decoded or JSON event that breaks the model
+    │   └── ForeignFleetError            an event claiming another fleet than its step log's
     ├── BrokerError                      the event log cannot be reached or refused a request
     │   ├── NotAuthorisedError           the broker refused this principal an ACL (one line)
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
@@ -98,6 +99,11 @@ class UnknownSchemaError(CodecError):
 
 class EventValidationError(StepLedgerError):
     """An event does not satisfy the event model."""
+
+
+class ForeignFleetError(EventValidationError):
+    """An event names another fleet than the one whose step log it is in (a misconfigured or
+    hostile client): refused by every reader pinned to the fleet, never applied."""
 
 
 class BrokerError(StepLedgerError):

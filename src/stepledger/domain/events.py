@@ -233,6 +233,14 @@ class AnomalyObserved(_Frozen):
     source: Source
 
 
+class ModelTurnReused(_Frozen):
+    """A run replayed a recorded model turn instead of asking the model: no tokens spent."""
+
+    type: Literal["model_turn_reused"] = "model_turn_reused"
+    attempt: Positive
+    runner: str | None = None
+
+
 Body = Annotated[
     WorkflowStarted
     | WorkflowResumed
@@ -247,7 +255,8 @@ Body = Annotated[
     | EscalationResolved
     | ApprovalRequested
     | ApprovalDecided
-    | AnomalyObserved,
+    | AnomalyObserved
+    | ModelTurnReused,
     Field(discriminator="type"),
 ]
 
@@ -266,6 +275,7 @@ BODY_TYPES: tuple[type[BaseModel], ...] = (
     ApprovalRequested,
     ApprovalDecided,
     AnomalyObserved,
+    ModelTurnReused,
 )
 
 EventType = Literal[
@@ -283,6 +293,7 @@ EventType = Literal[
     "approval_requested",
     "approval_decided",
     "anomaly_observed",
+    "model_turn_reused",
 ]
 
 

@@ -160,6 +160,8 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         return _on_workflow_cleared(wf, body)
     if isinstance(body, ev.AnomalyObserved):
         return (body.kind, body.detail)
+    if isinstance(body, ev.ModelTurnReused):
+        return None  # a replay's mark for the cost ledger: the turn's step is unchanged
     if event.step_id is None:
         return ("missing_step_id", f"{body.type} needs a step id")
     return _apply_step(wf, event, event.step_id)

@@ -28,6 +28,7 @@ from stepledger.projector.lake import LakeDatabase, LakeFencedError, LakeStore
 from stepledger.projector.lake_shards import LakeShards
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.rebuild_lake import rebuild_lake
+from stepledger.projector.schema import TABLES
 from stepledger.projector.store import stage
 from stepledger.readers.lake import LakeConfig, LakeSource, connect_lake, schema_name
 from stepledger.readers.query import run_query, workflow_status
@@ -84,7 +85,7 @@ def test_the_command_line_queries_a_lake_and_rebuilds_into_a_fresh_one(
     again = cli(env, "rebuild", *common, "--lake", fresh.catalog, "--no-progress")
     assert again.returncode == 1
     assert again.stderr.strip().splitlines() == [
-        f"Error: the lake already holds 21 table(s) of step log {settings.topic} "
+        f"Error: the lake already holds {3 * len(TABLES)} table(s) of step log {settings.topic} "
         f"(schema {schema_name(settings.topic)}): rebuild into a fresh lake "
         "(another catalog database)"
     ]

@@ -224,7 +224,7 @@ def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
         state.workflow_id,
         state.fleet_id,
         state.name,
-        state.status._value_,
+        state.shown_status._value_,  # paused (or cancelling) while an operator holds it
         state.attempt,
         state.max_attempts,
         state.read_only,

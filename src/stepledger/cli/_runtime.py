@@ -19,6 +19,7 @@ import click
 from stepledger.cli._approvals import approval_lines, approval_summary
 from stepledger.cli._common import with_settings
 from stepledger.cli._identity import BY_HELP, answerer
+from stepledger.cli._operators import cancel_command, pause_command, unpause_command
 from stepledger.cli._turns import step_line
 from stepledger.config import Settings
 from stepledger.domain import events as ev
@@ -154,7 +155,7 @@ def approvals_show_command(
 
 @click.group("workflows")
 def workflows_group() -> None:
-    """Inspect workflows and clear dead-lettered ones."""
+    """Inspect workflows, clear dead-lettered ones, pause, unpause or cancel them."""
 
 
 @workflows_group.command("clear")
@@ -245,6 +246,10 @@ def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> Workfl
     if not events:
         raise LedgerStateError(f"no workflow {workflow_id!r} in {settings.topic}")
     return replay(workflow_id, events)
+
+
+for _command in (pause_command, unpause_command, cancel_command):
+    workflows_group.add_command(_command)
 
 
 def register(group: click.Group) -> None:

@@ -60,13 +60,16 @@ def standing(state: WorkflowState) -> list[StepState]:
     return left_standing(state)
 
 
-def finish(workflow: WorkflowHandle, reason: str) -> None:
-    """End the workflow compensated, or compensation_incomplete with an escalation."""
+def finish(
+    workflow: WorkflowHandle, reason: str, *, ended: WorkflowStatus = WorkflowStatus.COMPENSATED
+) -> None:
+    """End the workflow ``ended`` (compensated; an operator's cancel: cancelled) when
+    nothing that happened is left standing, else compensation_incomplete with an escalation."""
     if workflow.state.status is not RunStatus.RUNNING:
         return
     left = standing(workflow.state)
     if not left:
-        workflow.finish(WorkflowStatus.COMPENSATED, reason)
+        workflow.finish(ended, reason)
         return
     wf = workflow.workflow_id
     escalation = ids.escalation_id(wf, None, "left_standing", workflow.attempt)

@@ -29,17 +29,16 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.state import StepStatus, WorkflowState
 from stepledger.errors import WorkflowCancelledError, WorkflowPausedError
+from stepledger.producer.stepcall import Blocking, PendingCall, Sleep, StepProtocol
 from stepledger.terminal import shell_arg
 
 if TYPE_CHECKING:
     from stepledger.producer.session import WorkflowHandle
-    from stepledger.producer.stepcall import PendingCall
 
 logger = logging.getLogger(__name__)
 
-#: A wait for the unpause follows the log in slices this long (then reads the state again).
-FOLLOW_SLICE_S = 5.0
-_LIFTS = (ev.WorkflowUnpaused, ev.WorkflowCancelRequested, ev.WorkflowFinished)
+#: How often a runner waiting for the unpause reads its workflow again (the unpause's latency).
+PAUSE_POLL_S = 0.5
 
 
 def holds(state: WorkflowState, step_id: str) -> bool:
@@ -73,32 +72,27 @@ def halted_error(state: WorkflowState, step_id: str | None) -> WorkflowPausedErr
     )
 
 
-def hold(workflow: WorkflowHandle, step_id: str) -> None:
+def hold(workflow: WorkflowHandle, step_id: str) -> StepProtocol:
     """Return once the step may start; raise WorkflowPausedError while the hold stands.
 
-    With ``ResumeOptions(on_pause="wait")`` a pause is waited out (the log followed for
-    the unpause, up to ``pause_wait_s``); a request to cancel is never waited out.
+    With ``ResumeOptions(on_pause="wait")`` a pause is waited out: the workflow is read
+    again every ``PAUSE_POLL_S`` (a catch-up of its partition's index), up to
+    ``pause_wait_s``, holding no thread while it sleeps (a fleet on one event loop waits
+    with every workflow paused); a request to cancel is never waited out.
     """
-    if not holds(workflow.state, step_id):
-        return
-    options = workflow.ledger.options
-    timer = workflow.ledger.timer
-    if options.on_pause == "wait" and workflow.state.cancel_requested_by is None:
+    options, timer = workflow.ledger.options, workflow.ledger.timer
+    if options.on_pause == "wait" and holds(workflow.state, step_id):
         ends = timer.monotonic() + options.pause_wait_s
         logger.info("workflow %s is paused: step %s waits", workflow.workflow_id, step_id)
-        while holds(workflow.state, step_id) and workflow.state.cancel_requested_by is None:
-            left = ends - timer.monotonic()
-            if left <= 0 or workflow.position is None:
-                break
-            workflow.ledger.history.follow(
-                workflow.workflow_id,
-                workflow.position,
-                lambda e: isinstance(e.body, _LIFTS),
-                min(left, FOLLOW_SLICE_S),
-            )
-            workflow.reload()
+        while _waits(workflow.state, step_id) and timer.monotonic() < ends:
+            yield Sleep(PAUSE_POLL_S)
+            yield Blocking(workflow.reload, ())
     if holds(workflow.state, step_id):
         raise halted_error(workflow.state, step_id)
+
+
+def _waits(state: WorkflowState, step_id: str) -> bool:
+    return holds(state, step_id) and state.cancel_requested_by is None
 
 
 def not_called(workflow: WorkflowHandle, call: PendingCall) -> ev.Event:

@@ -271,7 +271,7 @@ class Workflow:
         """One step call, written once (see :mod:`stepcall`): yields the I/O it needs."""
         self._ensure_usable()
         if steering.holds(self.state, step_id):  # a pause this handle knows: nothing recorded
-            yield stepcall.Blocking(steering.hold, (self, step_id))
+            yield from steering.hold(self, step_id)
         if step_id in self.state.steps:
             # Settling or waiting for an approval reads the log: it must hold ours first.
             yield stepcall.Settle()
@@ -294,7 +294,7 @@ class Workflow:
                 # Paused before the intent in the log's order: nothing is called.
                 yield stepcall.Record(steering.not_called(self, call))
                 yield stepcall.Blocking(self.reload, ())
-                yield stepcall.Blocking(steering.hold, (self, step_id))
+                yield from steering.hold(self, step_id)
                 return (yield from self._protocol(step_id, tool, args, fn, on_loop=on_loop))
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         try:

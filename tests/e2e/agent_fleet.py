@@ -1,0 +1,58 @@
+"""A fleet of agents in one process: N workflows, each charging K times, one step a beat.
+
+``python agent_fleet.py PREFIX N K [BEAT_S]`` with the settings in ``STEPLEDGER_*`` and the
+payments service's URL in ``STEPLEDGER_PAYMENTS_URL``.  Workflows ``PREFIX-0`` ..
+``PREFIX-{N-1}`` run concurrently on one event loop; each charges K times (keyed, one
+customer per workflow) with ``BEAT_S`` between steps, so a pause finds them mid-run.  A
+paused workflow's step waits for its unpause (``on_pause="wait"``).  It prints
+``opened ID`` once each workflow is claimed, then one JSON line per workflow: ``{"id":
+ID, "result": N}`` or ``{"id": ID, "error": CLASS, "message": TEXT}``; exit code 3 when
+any failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import json
+import os
+import signal
+import sys
+
+from stepledger.config import load_settings
+from stepledger.errors import StepLedgerError
+from stepledger.producer import Ledger, ResumeOptions
+from stepledger_dev.examples.tools import PAYMENTS, registry
+
+
+async def run_one(ledger: Ledger, workflow_id: str, steps: int, beat_s: float) -> dict[str, object]:
+    charge = ledger.tools.require(PAYMENTS)
+    try:
+        wf = await ledger.aworkflow(workflow_id, name="fleet")
+        print(f"opened {workflow_id}", flush=True)
+        for n in range(steps):
+            args = {"amount": 100 + n, "currency": "EUR", "customer": workflow_id}
+            await wf.astep(f"charge-{n}", charge, args)
+            await asyncio.sleep(beat_s)
+        await wf.afinish()
+    except StepLedgerError as exc:
+        return {"id": workflow_id, "error": type(exc).__name__, "message": str(exc)}
+    return {"id": workflow_id, "result": steps}
+
+
+async def main(prefix: str, count: int, steps: int, beat_s: float) -> int:
+    options = ResumeOptions(grace_s=0.3, resolve_timeout_s=30.0, on_pause="wait")
+    settings = load_settings({"app_version": os.environ.get("FLEET_APP_VERSION") or None})
+    with Ledger(settings, tools=registry(), options=options) as ledger:
+        runs = [run_one(ledger, f"{prefix}-{i}", steps, beat_s) for i in range(count)]
+        reports = await asyncio.gather(*runs)
+    for report in reports:
+        print(json.dumps(report), flush=True)
+    return 3 if any("error" in r for r in reports) else 0
+
+
+if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1)  # a stuck fleet says where each thread waits
+    prefix, count, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    beat = float(sys.argv[4]) if len(sys.argv) > 4 else 0.2
+    sys.exit(asyncio.run(main(prefix, count, steps, beat)))

@@ -102,3 +102,8 @@ def test_cancel_at_each_saga_position_undoes_what_it_can_and_escalates_the_rest(
     assert again.returncode == 0, again.stderr
     assert all(f"{wf}: not cancelled, it ended" in again.stdout for wf in CASES), again.stdout
     assert sum(refunds(stack, wf) for wf in CASES) == 3  # nothing undone twice
+
+    # A restart from the charge would leave the sent email standing: refused, naming it.
+    refused = stack.cli("workflows", "restart", "cx-after-pivot", "--from", "charge", "--yes")
+    assert refused.returncode == 1 and "email (email.send" in refused.stderr, refused.stderr
+    assert stack.workflows()["cx-after-pivot"].status is RunStatus.COMPENSATION_INCOMPLETE

@@ -166,3 +166,41 @@ def test_a_paused_fleet_stays_paused_through_a_sigkill_and_completes_once_unpaus
         assert state.versions[1][0] == "v1" and state.versions[2][0] == "v2"
         outcomes = [e.body for e in logs[wf] if isinstance(e.body, ev.StepOutcome)]
         assert sum(o.status is OutcomeStatus.SUCCEEDED for o in outcomes) == STEPS
+
+
+def test_a_restart_after_a_fixed_tool_bug_replays_the_prefix_without_a_call(
+    settings: Settings, payments: RunningService, src_env: dict[str, str]
+) -> None:
+    env = {
+        **src_env,
+        "STEPLEDGER_BOOTSTRAP": settings.bootstrap,
+        "STEPLEDGER_TOPIC": settings.topic,
+        "STEPLEDGER_FLEET_ID": settings.fleet_id,
+        "STEPLEDGER_PAYMENTS_URL": payments.url,
+    }
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), env={**env, **extra}, capture_output=True, text=True, timeout=90
+        )
+
+    buggy = run(*FLEET, "rs", "1", "4", "0", FLEET_BUG_AT="2")
+    assert buggy.returncode == 3 and "tool bug" in buggy.stdout, buggy.stdout + buggy.stderr
+    assert len(charged(payments)) == 2
+    restart = [*CLI, "workflows", "restart", "rs-0", "--from", "charge-2", "--as", "rs2-0"]
+    shown = run(*restart)
+    assert shown.returncode == 0 and "nothing done" in shown.stdout, shown.stderr
+    assert "replays the recorded outcomes of charge-0, charge-1 (no call)" in shown.stdout
+    done = run(*restart, "--yes", "--by", "ops", "--reason", "fixed the unit bug")
+    assert "rs-0: restarted as rs2-0 from charge-2" in done.stdout, done.stdout + done.stderr
+    fixed = run(*FLEET, "rs2", "1", "4", "0")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    paid = charged(payments)
+    assert len(paid) == 4 and set(paid.values()) == {1}  # the prefix made no second call
+    logs = workflow_events(settings)
+    old, new = replay("rs-0", logs["rs-0"]), replay("rs2-0", logs["rs2-0"])
+    assert old.status is RunStatus.RESTARTED and old.restarted_as == "rs2-0"
+    assert new.status is RunStatus.COMPLETED and new.restarted_from == "rs-0"
+    keys = {s.step_id: s.idempotency_key for s in new.steps.values()}
+    assert keys["charge-0"] == old.steps["charge-0"].idempotency_key  # the effect's own key
+    assert keys["charge-2"] != old.steps["charge-2"].idempotency_key  # anew: the new id's

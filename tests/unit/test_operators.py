@@ -15,16 +15,18 @@ import pytest
 
 from stepledger.codec import Codec, load_envelope_schema, schema_dir
 from stepledger.domain import events as ev
-from stepledger.domain import operators
+from stepledger.domain import operators, restart
 from stepledger.domain.enums import WorkflowStatus
 from stepledger.domain.state import RunStatus, StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import (
+    LedgerStateError,
     PlanMismatchError,
     UnknownSchemaError,
     WorkflowCancelledError,
     WorkflowPausedError,
 )
+from stepledger.humanqueue.operators import carry_restart
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.session import ResumeOptions
 from stepledger.testing import ledger_over
@@ -200,3 +202,60 @@ def test_operator_events_round_trip_and_a_0_3_reader_refuses_them_by_fingerprint
     old = Codec(load_envelope_schema(schema_dir() / "released" / "0.3.0"))
     with pytest.raises(UnknownSchemaError):
         old.decode(Codec().encode(events[0]))
+
+
+def trip_tools(calls: list[str]) -> dict[str, Tool]:
+    def run(name: str) -> Any:
+        def call(args: dict[str, Any], key: str) -> str:
+            calls.append(f"{name}:{key}")
+            return name
+
+        return call
+
+    def undo(args: dict[str, Any], key: str, result: Any) -> None:
+        calls.append(f"undo:{key}")
+
+    return {
+        "book": Tool(
+            name="book", effect="compensatable", keyed=True, run=run("book"), compensate=undo
+        ),
+        "email": Tool(name="email", effect="irreversible", run=run("email")),
+    }
+
+
+def test_a_restart_undoes_what_follows_the_step_and_replays_what_precedes_it() -> None:
+    log, calls = InMemoryEventLog(), []
+    tools = trip_tools(calls)
+    old = ledger_over(log, tools=tools.values()).workflow("trip")
+    old.step("hotel", tools["book"], hotel="A")
+    old.step("car", tools["book"], hotel="garage")
+    plan = restart.plan(old.state, "car", "trip.r1")
+    assert [s.step_id for s in plan.replayed] == ["hotel"] and plan.refusal is None
+    assert [s.step_id for s in plan.undo] == ["car"]
+    calls.clear()
+    line = carry_restart(ledger_over(log, tools=tools.values()), plan, "fixed the car tool")
+    assert line == "trip: restarted as trip.r1 from car"
+    assert calls == [f"undo:{plan.undo[0].idempotency_key}"]
+    ended = replay("trip", log.workflow_events("trip"))
+    assert ended.status is RunStatus.RESTARTED and ended.restarted_as == "trip.r1"
+    calls.clear()
+    new = ledger_over(log, tools=tools.values()).workflow("trip.r1")
+    assert new.state.restarted_from == "trip" and new.state.restart_step == "car"
+    assert new.step("hotel", tools["book"], hotel="A") == "book"  # replayed: no call
+    new.step("car", tools["book"], hotel="garage")
+    new.finish()
+    assert len(calls) == 1 and calls[0].startswith("book:")
+    assert calls[0] != f"book:{plan.undo[0].idempotency_key}"  # the new workflow's key
+
+
+def test_a_restart_across_a_standing_irreversible_effect_is_refused_naming_it() -> None:
+    log, calls = InMemoryEventLog(), []
+    tools = trip_tools(calls)
+    old = ledger_over(log, tools=tools.values()).workflow("trip")
+    old.step("hotel", tools["book"], hotel="A")
+    old.step("email", tools["email"], to="a@example.test")
+    plan = restart.plan(old.state, "hotel", "trip.r1")
+    assert plan.refusal is not None and "email (email, happened, cannot be undone)" in plan.refusal
+    with pytest.raises(LedgerStateError, match="refused"):
+        carry_restart(ledger_over(log, tools=tools.values()), plan, "r")
+    assert replay("trip", log.workflow_events("trip")).status is RunStatus.RUNNING

@@ -20,10 +20,14 @@ from stepledger.cli._common import with_settings
 from stepledger.cli._identity import answerer
 from stepledger.cli._tools import NO_TOOLS, load_tools
 from stepledger.config import Settings
+from stepledger.domain import restart as restarting
 from stepledger.domain.factory import EventFactory
+from stepledger.errors import LedgerStateError
 from stepledger.history.kafka import KafkaHistory
-from stepledger.humanqueue.operators import Operator, Operators, carry_cancel
+from stepledger.humanqueue.operators import Operator, Operators, carry_cancel, carry_restart
 from stepledger.log import KafkaEventLog
+from stepledger.producer import Ledger
+from stepledger.resolution.registry import ToolRegistry
 from stepledger.terminal import safe
 
 WHO_HELP = "Who asks (default: your operating-system user; another name is recorded as declared)."
@@ -126,5 +130,65 @@ def cancel_command(settings: Settings, tool_specs: tuple[str, ...], **params: An
     tools = load_tools(tool_specs, no_entry_points=False)
     name, _ = answerer(params["by"])
     reason = params["reason"] or f"cancelled by {name}"
-    for workflow_id in ids:
-        click.echo(safe(carry_cancel(settings, tools, workflow_id, reason)))
+    with Ledger(settings, tools=tools) as ledger:
+        for workflow_id in ids:
+            click.echo(safe(carry_cancel(ledger, workflow_id, reason)))
+
+
+@click.command("restart")
+@with_settings
+@click.argument("workflow_id")
+@click.option("--from", "step_id", required=True, help="The step that runs anew (and all after).")
+@click.option("--as", "new_id", default=None, help="The new workflow's id (default: ID.rN).")
+@click.option(
+    "--tools",
+    "tool_specs",
+    multiple=True,
+    help="Tool registry whose compensations undo effects at or after the step (repeatable).",
+)
+@click.option("--by", default=None, help=WHO_HELP)
+@click.option("--reason", default="", help="Why (recorded in the old workflow's end).")
+@click.option("--yes", is_flag=True, help="Do what the printed plan says (without: print it).")
+def restart_command(
+    settings: Settings,
+    workflow_id: str,
+    step_id: str,
+    new_id: str | None,
+    tool_specs: tuple[str, ...],
+    by: str | None,
+    reason: str,
+    yes: bool,
+) -> None:
+    """Restart a workflow from a step as a new workflow: earlier steps replay their recorded
+    outcomes, the step and what follows run anew.  Refused, naming them, while effects at or
+    after the step stand and cannot be undone first; undoable ones are compensated first."""
+    log, history = KafkaEventLog(settings), KafkaHistory(settings, role="reader")
+    try:
+        operators = Operators(log, EventFactory(settings.fleet_id, settings.producer_id), history)
+        state = operators.state(workflow_id)
+        plan = restarting.plan(state, step_id, new_id or _next_id(operators, workflow_id))
+    finally:
+        log.close()
+        history.close()
+    if plan.refusal is not None:
+        raise LedgerStateError(plan.refusal, workflow_id=workflow_id, step_id=step_id)
+    for line in plan.lines():
+        click.echo(safe(line))
+    if not yes:
+        click.echo("nothing done: run again with --yes to do it")
+        return
+    if plan.undo and (not tool_specs or tool_specs == (NO_TOOLS,)):
+        raise click.UsageError("the plan compensates first: give --tools MODULE:ATTR")
+    tools = load_tools(tool_specs, no_entry_points=False) if tool_specs else ToolRegistry()
+    name, _ = answerer(by)
+    with Ledger(settings, tools=tools) as ledger:
+        click.echo(safe(carry_restart(ledger, plan, reason or f"restarted by {name}")))
+
+
+def _next_id(operators: Operators, workflow_id: str) -> str:
+    """The first ``ID.rN`` the log does not hold yet."""
+    for n in range(1, 100):
+        candidate = f"{workflow_id}.r{n}"
+        if not operators.history.read(candidate).events:
+            return candidate
+    raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id with --as")

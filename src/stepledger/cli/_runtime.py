@@ -19,7 +19,12 @@ import click
 from stepledger.cli._approvals import approval_lines, approval_summary
 from stepledger.cli._common import with_settings
 from stepledger.cli._identity import BY_HELP, answerer
-from stepledger.cli._operators import cancel_command, pause_command, unpause_command
+from stepledger.cli._operators import (
+    cancel_command,
+    pause_command,
+    restart_command,
+    unpause_command,
+)
 from stepledger.cli._turns import step_line
 from stepledger.config import Settings
 from stepledger.domain import events as ev
@@ -155,7 +160,7 @@ def approvals_show_command(
 
 @click.group("workflows")
 def workflows_group() -> None:
-    """Inspect workflows, clear dead-lettered ones, pause, unpause or cancel them."""
+    """Inspect workflows, clear dead-lettered ones, pause, unpause, cancel or restart them."""
 
 
 @workflows_group.command("clear")
@@ -248,7 +253,7 @@ def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> Workfl
     return replay(workflow_id, events)
 
 
-for _command in (pause_command, unpause_command, cancel_command):
+for _command in (pause_command, unpause_command, cancel_command, restart_command):
     workflows_group.add_command(_command)
 
 

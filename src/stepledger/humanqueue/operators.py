@@ -18,17 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from stepledger.config import Settings
+from stepledger.domain import events as ev
 from stepledger.domain import operators
+from stepledger.domain import restart as restarting
 from stepledger.domain.enums import WorkflowStatus
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.operators import Steer
+from stepledger.domain.restart import RestartPlan
 from stepledger.domain.state import ENDED, WorkflowState, replay
 from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.history.protocol import WorkflowHistory
 from stepledger.log import EventLog
 from stepledger.producer import Ledger, compensation
-from stepledger.resolution.registry import ToolRegistry
 
 Decide = Callable[[WorkflowState, str, str, str | None], Steer]
 
@@ -79,13 +80,13 @@ class Operators:
         return done
 
 
-def carry_cancel(settings: Settings, tools: ToolRegistry, workflow_id: str, reason: str) -> str:
+def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
     """Carry a requested cancel through as a runner of the workflow; one line says the end.
 
-    A workflow that ended before is left as it ended; a step waiting for a person (or a
-    settling that could not finish) leaves it cancelling, and the line says why.
+    ``ledger`` holds the tools whose compensations run.  A workflow that ended before is
+    left as it ended; a step waiting for a person (or a settling that could not finish)
+    leaves it cancelling, and the line says why.
     """
-    ledger = Ledger(settings, tools=tools)
     try:
         workflow = ledger.workflow(workflow_id, reason=f"cancel: {reason}")
         if workflow.state.status in ENDED:
@@ -97,5 +98,45 @@ def carry_cancel(settings: Settings, tools: ToolRegistry, workflow_id: str, reas
         return f"{workflow_id}: {state.status.value}{left}"
     except StepLedgerError as exc:
         return f"{workflow_id}: cancel asked, not carried through yet: {exc}"
-    finally:
-        ledger.close()
+
+
+def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
+    """Restart a workflow from a step as a new one (the plan :func:`restart.plan` made).
+
+    The old workflow is opened as a runner (a running one is claimed: its runner calls
+    nothing more); the undoable effects at or after the step are compensated through the
+    one compensation path, the plan is made again on what the log then says (an undo that
+    failed refuses it), the new workflow's head is written (its start, linked to the old
+    one, and the replayed prefix), and the old one ends ``restarted``.  Run again after a
+    crash, it writes the same events again (their ids are derived: duplicates change
+    nothing).  ``ledger`` holds the tools whose compensations run.
+    """
+    if restart.refusal is not None:
+        raise LedgerStateError(restart.refusal, workflow_id=restart.old)
+    old = ledger.workflow(restart.old, reason=f"restart as {restart.new}: {reason}")
+    if restart.undo:
+        compensation.compensate(old, reason, only={s.step_id for s in restart.undo})
+    again = restarting.plan(old.state, restart.step_id, restart.new)
+    if again.refusal is not None or again.undo:
+        raise LedgerStateError(again.refusal or "an undo did not finish", workflow_id=again.old)
+    state, events = old.state, ledger.events
+    head = events.workflow_started(
+        restart.new,
+        name=state.name,
+        attempt=1,
+        read_only=False,
+        max_attempts=state.max_attempts,
+        restarted_from=restart.old,
+        restart_step=restart.step_id,
+    )
+    ledger.log.append(head)
+    for step_id, body in restarting.replayed_events(state, again):
+        ledger.log.append(events.envelope(restart.new, step_id, body))
+    end = ev.WorkflowFinished(
+        status=WorkflowStatus.RESTARTED,
+        detail=f"restarted from {restart.step_id} as {restart.new}: {reason}",
+        restarted_as=restart.new,
+        runner=old.runner if old.epoch else None,
+    )
+    old.record(events.envelope(restart.old, None, end))
+    return f"{restart.old}: restarted as {restart.new} from {restart.step_id}"

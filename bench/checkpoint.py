@@ -51,9 +51,9 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import admin, ensure_topics, topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
+from stepledger.kafka.topics import COMPACTED, checkpoint_topic_config, step_log_config
 from stepledger.producer import Ledger
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.topics import COMPACTED, checkpoint_topic_config, step_log_config
 
 TOOL = Tool(name="charge", effect="idempotent", keyed=True)
 STEPS = 10

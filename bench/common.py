@@ -21,8 +21,8 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.factory import EventFactory
 from stepledger.kafka import ensure_topics
+from stepledger.kafka.topics import step_log_config
 from stepledger.log import event_headers
-from stepledger.topics import step_log_config
 from stepledger_dev.broker import LocalBroker
 
 #: One finished workflow's events (a module-level function: worker processes import it).

@@ -35,13 +35,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.common import Row, broker, cli, fresh_settings, percentile, produce_bulk
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.daemon.process import Shutdown
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.factory import Clock, EventFactory
 from stepledger.domain.tools import Tool
 from stepledger.kafka import topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
-from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport
 from stepledger.projector.metrics import ProjectorMetrics

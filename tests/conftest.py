@@ -24,7 +24,7 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.kafka import ensure_topics
-from stepledger.topics import step_log_config
+from stepledger.kafka.topics import step_log_config
 from stepledger_dev.apache_kafka import KafkaBroker, Security
 from stepledger_dev.broker import LocalBroker
 

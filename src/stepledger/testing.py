@@ -26,11 +26,11 @@ from typing import Any
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
 from stepledger.domain.tools import Tool
+from stepledger.history.legacy import InMemoryWorkflowReader
 from stepledger.history.memory import InMemoryHistory
 from stepledger.log import InMemoryEventLog
 from stepledger.producer.ledger import Ledger
 from stepledger.producer.session import ResumeOptions
-from stepledger.readers.workflows import InMemoryWorkflowReader
 from stepledger.resolution.registry import ToolRegistry
 
 __all__ = [

@@ -71,7 +71,7 @@ def derived_name(step_log: str, role: str) -> str:
 
 LOG_IDENTITY_HEADER = "stepledger_log"
 """On every state record (checkpoint, progress, directory, recovery changelog): the identity
-of the step log it describes, ``<topic>@<topic id>`` (:mod:`stepledger.logid`)."""
+of the step log it describes, ``<topic>@<topic id>`` (:mod:`stepledger.kafka.logid`)."""
 
 # -- the defaults of releases up to 0.3.0 (upgrade steps, `dlq list`, `doctor`) --------------
 

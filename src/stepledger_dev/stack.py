@@ -30,9 +30,9 @@ import duckdb
 from stepledger.config import DERIVED_NAMES, Settings
 from stepledger.errors import ViewStoreError
 from stepledger.kafka import ensure_topics
+from stepledger.kafka.topics import checkpoint_topic_config, step_log_config
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.readers.snapshots import connect_union, shard_snapshots
-from stepledger.topics import checkpoint_topic_config, step_log_config
 from stepledger_dev.apache_kafka import KafkaBroker
 from stepledger_dev.broker import LocalBroker, S3Storage
 from stepledger_dev.chaos.procs import STEPLEDGER, Proc, wait_until

@@ -26,8 +26,8 @@ from stepledger.domain.enums import OutcomeStatus
 from stepledger.domain.tools import Tool
 from stepledger.kafka import ensure_topics
 from stepledger.kafka.reader import PartitionReader
+from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger.producer import Ledger
-from stepledger.topics import checkpoint_topic_config
 from tests.conftest import Factory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka_only, pytest.mark.timeout(120)]

@@ -16,10 +16,10 @@ from confluent_kafka import Producer
 
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.daemon.process import Shutdown
 from stepledger.domain import events as ev
 from stepledger.errors import ViewStoreError
 from stepledger.log import event_headers
-from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.engine import BatchReport
 from stepledger.projector.snapshot import connect_read_only, latest_snapshot

@@ -22,12 +22,12 @@ from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.tools import Tool
-from stepledger.gaps import LogStart
 from stepledger.kafka import DurableProducer, admin, ensure_topics
+from stepledger.kafka.gaps import LogStart
+from stepledger.kafka.logid import resolve
 from stepledger.kafka.producer import Headers
-from stepledger.logid import resolve
+from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger.producer import Ledger
-from stepledger.topics import checkpoint_topic_config
 
 CHARGE = Tool(name="charge", effect="idempotent")
 WORKFLOWS = 60

@@ -16,7 +16,7 @@ import pytest
 
 from stepledger.config import Settings
 from stepledger.kafka import ensure_topics
-from stepledger.topics import checkpoint_topic_config
+from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger_dev.broker import free_port
 
 TOKEN = "probe-token-" + "x" * 16

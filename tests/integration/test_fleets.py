@@ -22,7 +22,7 @@ import stepledger as sl
 from stepledger.config import Settings, config_text, load_settings, write_private
 from stepledger.errors import NotAuthorisedError, RecordRefusedError
 from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions
-from stepledger.provision import create_fleet
+from stepledger.kafka.provision import create_fleet
 from stepledger_dev.apache_kafka import KafkaBroker
 
 pytestmark = pytest.mark.kafka_only

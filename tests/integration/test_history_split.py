@@ -14,9 +14,9 @@ from stepledger.domain.tools import Tool
 from stepledger.history import kafka as histories
 from stepledger.history.kafka import KafkaHistory, read_to_end
 from stepledger.kafka import ensure_topics
+from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger.log import codec_for
 from stepledger.producer import Ledger
-from stepledger.topics import checkpoint_topic_config
 
 PAY = Tool(name="pay", keyed=True)
 

@@ -21,8 +21,8 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import HistoryExpiredError
 from stepledger.history.kafka import KafkaHistory
 from stepledger.kafka import admin, ensure_topics
+from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger.producer import Ledger
-from stepledger.topics import checkpoint_topic_config
 from tests.conftest import unique
 
 PAY = Tool(name="pay", keyed=True)

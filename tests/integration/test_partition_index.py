@@ -189,7 +189,7 @@ def test_an_open_over_a_partition_indexed_from_offset_0_asks_no_log_start(
     make_settings: Callable[..., Settings], monkeypatch: Any
 ) -> None:
     """Retention's guard costs nothing while the index has read the partition from 0."""
-    from stepledger.gaps import LogStart
+    from stepledger.kafka.gaps import LogStart
 
     asked: list[tuple[str, int]] = []
     real = LogStart.of

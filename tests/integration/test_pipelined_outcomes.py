@@ -29,8 +29,8 @@ from stepledger.domain.enums import Source
 from stepledger.errors import DurabilityError
 from stepledger.kafka import ensure_topics
 from stepledger.kafka.reader import read_topic
+from stepledger.kafka.topics import step_log_config
 from stepledger.producer.session import ResumeOptions
-from stepledger.topics import step_log_config
 from stepledger_dev.broker import LocalBroker
 from tests.integration.test_resume_found import charge_tool
 

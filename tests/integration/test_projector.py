@@ -10,13 +10,13 @@ import pytest
 
 from stepledger.codec import SINGLE_OBJECT_MAGIC, Codec
 from stepledger.config import Settings
+from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.letter import dead_letter_info, original_headers
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source
 from stepledger.domain.state import replay
 from stepledger.errors import ViewStoreError
 from stepledger.kafka.reader import read_topic
-from stepledger.ops import Shutdown
 from stepledger.projector.daemon import ProjectorOptions, run_projector
 from stepledger.projector.rows import step_row
 from stepledger.projector.store import ProjectionStore

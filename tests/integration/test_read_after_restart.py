@@ -17,7 +17,7 @@ from stepledger.codec import Codec
 from stepledger.history import kafka as workflows
 from stepledger.history.kafka import read_to_end
 from stepledger.kafka import ensure_topics
-from stepledger.topics import step_log_config
+from stepledger.kafka.topics import step_log_config
 from stepledger_dev.broker import LocalBroker, S3Storage
 
 WORKFLOWS = 40

@@ -24,9 +24,9 @@ from stepledger.domain.tools import Tool
 from stepledger.errors import ApprovalPendingError, HistoryExpiredError
 from stepledger.kafka import admin, ensure_topics
 from stepledger.kafka.partitioner import configured, partition_of
+from stepledger.kafka.topics import checkpoint_topic_config, describe_retention
 from stepledger.producer import Ledger
 from stepledger.recovery.changelog import KafkaCheckpointStore
-from stepledger.topics import checkpoint_topic_config, describe_retention
 from tests.conftest import unique
 from tests.integration.projector_helpers import projecting, query_one, wait_for
 

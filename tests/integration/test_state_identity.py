@@ -15,14 +15,13 @@ from collections.abc import Callable
 
 import pytest
 
-from stepledger import logid
 from stepledger.checkpoints.record import WorkflowCheckpoint, encode
 from stepledger.checkpoints.view import CheckpointView
 from stepledger.config import Settings
-from stepledger.kafka import DurableProducer, Headers, admin, ensure_topics, listed_topics
+from stepledger.kafka import DurableProducer, Headers, admin, ensure_topics, listed_topics, logid
+from stepledger.kafka.topics import COMPACTED, checkpoint_topic_config, step_log_config
 from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger.recovery.checkpoint import CheckpointBatch
-from stepledger.topics import COMPACTED, checkpoint_topic_config, step_log_config
 from tests.integration.test_retention import CLI, run_paid, watermarks
 
 pytestmark = pytest.mark.kafka_only

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from stepledger import topics
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.deadletters.events import MemoryEventLetters
@@ -26,13 +25,13 @@ from stepledger.domain import oversize
 from stepledger.domain.state import StepStatus, replay
 from stepledger.domain.tools import Tool
 from stepledger.errors import BrokerError, RecordTooLargeError, ResultTypeError
-from stepledger.kafka import DurableProducer, ensure_topics
+from stepledger.kafka import DurableProducer, ensure_topics, topics
 from stepledger.kafka.reader import read_topic
+from stepledger.kafka.topics import step_log_config
 from stepledger.producer import Ledger
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.options import DaemonOptions
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.topics import step_log_config
 
 pytestmark = pytest.mark.kafka_only
 TOPIC_LIMIT = 20_000
@@ -114,7 +113,7 @@ def test_without_describe_configs_the_agent_falls_back_and_still_records_a_diges
 ) -> None:
     calls: list[str] = []
     tool = fetch_tool(calls)
-    with caplog.at_level(logging.WARNING, logger="stepledger.topics"):
+    with caplog.at_level(logging.WARNING, logger="stepledger.kafka.topics"):
         for workflow_id in ("wf-a", "wf-b"):
             with Ledger(small) as ledger:
                 assert ledger.record_limit == oversize.record_limit(1_000_000)

@@ -22,7 +22,7 @@ from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.errors import HistoryExpiredError
 from stepledger.kafka import DurableProducer, Headers, admin
-from stepledger.logid import LogIdentity, resolve
+from stepledger.kafka.logid import LogIdentity, resolve
 from stepledger.producer import Ledger
 from tests.conftest import unique
 from tests.integration.projector_helpers import projecting, query_one, wait_for

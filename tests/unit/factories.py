@@ -8,7 +8,7 @@ from typing import Any
 from stepledger.domain import ids
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Found, NotFound, Tool
-from stepledger.gaps import LogStart
+from stepledger.kafka.gaps import LogStart
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

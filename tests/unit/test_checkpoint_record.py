@@ -10,8 +10,8 @@ import pytest
 
 from stepledger.checkpoints.record import PROGRESS_KEY, WorkflowCheckpoint, decode, encode
 from stepledger.errors import CodecError, ConfigError
-from stepledger.gaps import Gap
-from stepledger.topics import Retention, step_log_config
+from stepledger.kafka.gaps import Gap
+from stepledger.kafka.topics import Retention, step_log_config
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "stepledger.WorkflowCheckpoint.avsc"
 

@@ -7,7 +7,7 @@ import pytest
 from stepledger.checkpoints.record import WorkflowCheckpoint
 from stepledger.checkpoints.view import CheckpointView, Covering
 from stepledger.config import Settings
-from stepledger.logid import LogIdentity
+from stepledger.kafka.logid import LogIdentity
 
 SETTINGS = Settings(topic="events")
 END = 100

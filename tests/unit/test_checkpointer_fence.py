@@ -17,9 +17,9 @@ from stepledger.cli import cli
 from stepledger.cli._common import run_guarded
 from stepledger.config import Settings
 from stepledger.kafka.fence import Fence
+from stepledger.kafka.logid import LogIdentity
 from stepledger.kafka.producer import Headers, Position
 from stepledger.kafka.records import Consumed
-from stepledger.logid import LogIdentity
 
 
 class _Producer:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from stepledger.cli import cli
-from stepledger.health import Health, probe_app
+from stepledger.daemon.health import Health, probe_app
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

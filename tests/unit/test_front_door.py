@@ -156,7 +156,7 @@ def test_the_sdk_imports_neither_the_daemons_package_nor_the_projectors() -> Non
 
     code = (
         "import sys, stepledger, stepledger.producer, stepledger.testing\n"
-        "from stepledger.readers import workflows\n"
+        "from stepledger.history import legacy\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('stepledger.recovery', "
         "'stepledger.projector')))\n"
         "print(','.join(bad))\n"

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from stepledger.daemon.health import Health, partitions_unready, serve_probes
 from stepledger.errors import ConfigError
-from stepledger.health import Health, partitions_unready, serve_probes
 
 
 class Clock:

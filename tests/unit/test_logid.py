@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from stepledger import wire
-from stepledger.logid import LogIdentity, Origin, Refusals, named_in, stamped
+from stepledger.kafka.logid import LogIdentity, Origin, Refusals, named_in, stamped
 
 OWN = LogIdentity("events", "lsvKBaINTsW0J7Cm3Q2/WQ")
 
@@ -45,7 +45,7 @@ def test_refused_records_are_counted_and_said_once_per_topic_and_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     refusals = Refusals(OWN, "checkpoints")
-    caplog.set_level(logging.WARNING, logger="stepledger.logid")
+    caplog.set_level(logging.WARNING, logger="stepledger.kafka.logid")
     assert refusals.admit("ckpt", 0, [OWN.header])
     foreign = [(wire.LOG_IDENTITY_HEADER, b"orders@B")]
     for _ in range(3):

@@ -233,7 +233,7 @@ def test_the_snapshot_reader_opts_out_of_reads_through_own_records(tmp_path: obj
     deprecated Kafka reader name stands for the Kafka history itself."""
     from stepledger.history.adapt import as_history
     from stepledger.history.kafka import KafkaHistory
-    from stepledger.readers.workflows import KafkaPartitionReader, SnapshotTailReader
+    from stepledger.history.legacy import KafkaPartitionReader, SnapshotTailReader
 
     settings = Settings()
     with pytest.warns(DeprecationWarning):

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from stepledger import topics
 from stepledger.config import Settings
 from stepledger.deadletters import letter
 from stepledger.domain import events as ev
@@ -24,7 +23,7 @@ from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import StepStatus, WorkflowState, replay
 from stepledger.domain.tools import Found, Tool
 from stepledger.errors import RecordTooLargeError, ResultTypeError
-from stepledger.kafka import Position
+from stepledger.kafka import Position, topics
 from stepledger.log import InMemoryEventLog
 from stepledger.resolution import MemoryEventLetters, Resolver, ToolRegistry
 from tests.unit.factories import Clock
@@ -88,7 +87,7 @@ def test_a_refused_describe_is_one_line_and_read_once(
     monkeypatch.setattr(topics, "_describe", refused)
     monkeypatch.setattr(topics, "_max_bytes", {})
     settings = Settings(bootstrap="127.0.0.1:1")
-    with caplog.at_level(logging.WARNING, logger="stepledger.topics"):
+    with caplog.at_level(logging.WARNING, logger="stepledger.kafka.topics"):
         assert topics.topic_max_message_bytes(settings, "log") is None
         assert topics.topic_max_message_bytes(settings, "log") is None
     assert asked == ["log"]

@@ -255,29 +255,22 @@ def test_a_daemon_taking_over_past_a_claim_cancels_nothing_for_a_zombies_intent(
     assert not owner.daemon.tracker.steps
 
 
-def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
-    tmp_path: Path,
-) -> None:
-    # Found by the simulator (seed 78): B and A start the workflow at once, B first; the
-    # daemon's checkpoint falls between the two starts, so after its restart A's losing
-    # start is the first claim it reads and is taken as the workflow's first (enough to
-    # track A's intent). B books and finishes; A's intent (fenced off in the log) falls
-    # due and the daemon claims its compensation. Its claim board used to answer from the
-    # tracker's fold, which took the claim (and would again at the next turn): the
-    # booking of a trip B completed was cancelled. A compensation now needs claims vouched
-    # for: the claim is held and judged by the log's fold, which refuses it.
-    calls: list[str] = []
+def _racing_starts(
+    tmp_path: Path, calls: list[str], timeout_s: float
+) -> tuple[InMemoryEventLog, InMemoryCheckpointStore, Tool]:
+    """Seed 78's race: B and A start the workflow at once, B first, and a daemon's checkpoint
+    falls between the two starts; then A's intent (fenced off in the log), B's, and B's
+    booking.  No query hook: the step's policy is to compensate it."""
 
     def cancel(args: dict[str, Any], key: str, known: Any) -> Any:
         calls.append("cancel")
         return {"cancelled": key}
 
-    # No query hook: the step's policy is to compensate it.
     tool = Tool(
         name="bookings.book",
         effect="compensatable",
         keyed=True,
-        timeout_s=2,
+        timeout_s=timeout_s,
         run=lambda args, key: {"booking": key},
         compensate=cancel,
     )
@@ -298,6 +291,22 @@ def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
     booked = F.outcome(WF, "book", attempt=1, status=OutcomeStatus.SUCCEEDED, runner="B")
     for event in [a_start, a_book, b_book, booked]:
         log.append(event)
+    return log, store, tool
+
+
+def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
+    tmp_path: Path,
+) -> None:
+    # Found by the simulator (seed 78): B and A start the workflow at once, B first; the
+    # daemon's checkpoint falls between the two starts, so after its restart A's losing
+    # start is the first claim it reads and is taken as the workflow's first (enough to
+    # track A's intent). B books and finishes; A's intent (fenced off in the log) falls
+    # due and the daemon claims its compensation. Its claim board used to answer from the
+    # tracker's fold, which took the claim (and would again at the next turn): the
+    # booking of a trip B completed was cancelled. A compensation now needs claims vouched
+    # for: the claim is held and judged by the log's fold, which refuses it.
+    calls: list[str] = []
+    log, store, tool = _racing_starts(tmp_path, calls, timeout_s=2)
     owner = Daemon(tmp_path, log, store, tool)
     key = (WF, "book")
     try:
@@ -321,3 +330,40 @@ def test_a_racing_start_read_after_a_take_over_vouches_for_no_compensation(
     finally:
         owner.close()
     assert calls == []  # the booking B made stands
+
+
+def test_an_assumed_first_start_saved_in_a_checkpoint_is_still_only_assumed_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Seed 78's race, with one more restart: the daemon tracks A's intent under A's losing
+    # start (assumed to be the first claim) and checkpoints it before the intent falls due.
+    # The checkpoint kept the claims a tracked step was folded with; restored, they were
+    # taken as known for sure, so the next daemon trusted its own fold and cancelled the
+    # booking of a trip B completed.  An assumed claim is no longer saved: the restored
+    # step is held and its workflow read back, and the log's fold refuses A's intent.
+    calls: list[str] = []
+    log, store, tool = _racing_starts(tmp_path, calls, timeout_s=30)
+    key = (WF, "book")
+    second = Daemon(tmp_path, log, store, tool)
+    second.feed()
+    assert key in second.daemon.tracker.steps  # tracked under the assumed start
+    second.daemon.checkpoint()  # before A's intent falls due
+    second.close()
+    owner = Daemon(tmp_path, log, store, tool)
+    try:
+        owner.feed()
+        tracker = owner.daemon.tracker
+        # Saved without the assumed claim: held, to be read back before it is decided.
+        assert key in tracker.reopenings.steps and key not in tracker.steps
+        assert not tracker.vouches_claims(WF, 0)
+        owner.until(
+            lambda: any(type(e.body) is ev.CompensationIntended for e in log.events),
+            timedelta(seconds=5),
+        )
+        for _ in range(10):
+            owner.clock.now += timedelta(seconds=5)
+            owner.turn()
+        assert calls == []  # the booking B made stands
+    finally:
+        owner.close()
+    assert calls == []

@@ -50,7 +50,7 @@ def test_the_approval_hint_quotes_a_hostile_workflow_id() -> None:
 def test_text_logs_escape_what_agents_wrote() -> None:
     import logging
 
-    from stepledger.ops import SafeTextFormatter
+    from stepledger.daemon.process import SafeTextFormatter
 
     record = logging.LogRecord(
         "stepledger", logging.INFO, "", 0, "step %s", ("a\n\x1b]0;t\x07",), None

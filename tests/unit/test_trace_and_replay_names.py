@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stepledger import tracing, wire
-from stepledger.clientid import client_id, stepledger_version
+from stepledger.daemon.clientid import client_id, stepledger_version
 from stepledger.deadletters import readback
 
 

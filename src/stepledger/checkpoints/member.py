@@ -33,8 +33,8 @@ from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints.writer import Checkpointer
-from stepledger.clientid import client_id
-from stepledger.health import Health
+from stepledger.daemon.clientid import client_id
+from stepledger.daemon.health import Health
 from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
 from stepledger.kafka.fence import Fence
 from stepledger.kafka.records import Where
@@ -48,7 +48,7 @@ _POLL_S = 0.05
 
 
 class Stop(Protocol):
-    """Asked every turn: stop when requested (a :class:`~stepledger.ops.Shutdown`)."""
+    """Asked every turn: stop when requested (a :class:`~stepledger.daemon.process.Shutdown`)."""
 
     @property
     def requested(self) -> bool: ...

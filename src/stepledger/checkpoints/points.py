@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from stepledger.checkpoints import directory as dirs
 from stepledger.checkpoints.record import WorkflowCheckpoint, covered_offset_of, decode
 from stepledger.errors import BrokerError
+from stepledger.kafka.logid import HeaderPairs
 from stepledger.kafka.reader import PartitionReader
 from stepledger.kafka.records import Consumed
-from stepledger.logid import HeaderPairs
 
 #: A directory lookup gives up (and the partition is read) after this long.
 DIRECTORY_LIMIT_S = 10.0

@@ -46,9 +46,9 @@ from stepledger.checkpoints.record import (
 )
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, CodecError
-from stepledger.gaps import LogStart
+from stepledger.kafka.gaps import LogStart
+from stepledger.kafka.logid import HeaderPairs, LogIdentity, Refusals, resolve
 from stepledger.kafka.reader import PartitionReader, records_to_end
-from stepledger.logid import HeaderPairs, LogIdentity, Refusals, resolve
 
 __all__ = ["CATCH_UP_LIMIT_S", "CheckpointView", "Covering", "LogEnds"]
 
@@ -61,7 +61,7 @@ _DIRECTED_KEPT = 256
 
 
 class LogEnds(Protocol):
-    """Where each step-log partition ends now (a :class:`~stepledger.gaps.LogStart`)."""
+    """Where each step-log partition ends now (a :class:`~stepledger.kafka.gaps.LogStart`)."""
 
     def end(self, topic: str, partition: int) -> int: ...
 

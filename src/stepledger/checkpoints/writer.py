@@ -45,14 +45,14 @@ from stepledger.config import Settings
 from stepledger.domain.state import replay
 from stepledger.domain.steps import ENDED
 from stepledger.errors import CodecError, OwnershipLostError
-from stepledger.gaps import LogStart, report_gap
 from stepledger.kafka import DurableProducer, Position, topic_partitions
 from stepledger.kafka.fence import Fence
+from stepledger.kafka.gaps import LogStart, report_gap
+from stepledger.kafka.logid import LogIdentity, resolve
 from stepledger.kafka.producer import Headers
 from stepledger.kafka.reader import PartitionReader
 from stepledger.kafka.records import Consumed, Where
 from stepledger.log import codec_for
-from stepledger.logid import LogIdentity, resolve
 
 logger = logging.getLogger(__name__)
 

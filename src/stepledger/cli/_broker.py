@@ -12,7 +12,7 @@ from stepledger.cli._common import with_settings
 from stepledger.config import Settings, config_text, write_private
 from stepledger.errors import BrokerError
 from stepledger.kafka import ensure_topics
-from stepledger.topics import step_log_config
+from stepledger.kafka.topics import step_log_config
 
 if TYPE_CHECKING:
     from stepledger_dev.apache_kafka import KafkaBroker
@@ -70,7 +70,7 @@ def broker(
     admin_config: Path | None,
 ) -> None:
     """Run a development broker on 127.0.0.1 until Ctrl-C or SIGTERM."""
-    from stepledger.ops import Shutdown
+    from stepledger.daemon.process import Shutdown
 
     if engine == "tansu" and (nodes != 1 or log_dir is not None or secure):
         raise click.UsageError("--nodes, --log-dir and --secure need --engine kafka")

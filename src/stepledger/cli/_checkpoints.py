@@ -33,13 +33,6 @@ from stepledger.kafka.consumer import GroupProtocol
     is_flag=True,
     help="Catch up every partition to the log's end, write a round and exit (no group).",
 )
-@click.option(
-    "--session-timeout",
-    type=click.FloatRange(1, 300),
-    default=6.0,
-    show_default=True,
-    help="Consumer-group session timeout (s): how soon a dead checkpointer's partitions move.",
-)
 @group_options
 @click.option(
     "--metrics-port",
@@ -70,9 +63,9 @@ def checkpoint_command(
     """
     from stepledger.checkpoints.member import Member, membership
     from stepledger.checkpoints.writer import Checkpointer, CheckpointOptions
-    from stepledger.health import Health, serve_probes
+    from stepledger.daemon.health import Health, serve_probes
+    from stepledger.daemon.process import Shutdown, configure_logging
     from stepledger.kafka import topic_partitions
-    from stepledger.ops import Shutdown, configure_logging
 
     configure_logging(json_logs=log_format == "json", level=log_level)
     if partitions is not None:

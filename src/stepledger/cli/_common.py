@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from stepledger.config import Settings, load_settings, parse_kafka_options
+from stepledger.domain import times
 from stepledger.errors import StepLedgerError
 from stepledger.kafka.broker import client_error
 from stepledger.kafka.consumer import GROUP_PROTOCOLS
@@ -60,8 +61,40 @@ def kafka_options(fn: F) -> F:
     return fn
 
 
+class Seconds(click.ParamType[float]):
+    """A duration as ``90s``, ``1m``, ``250ms`` or bare seconds (``6``), given as seconds."""
+
+    name = "duration"
+
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        else:
+            try:
+                seconds = times.parse_duration(str(value)).total_seconds()
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if not self.low <= seconds <= self.high:
+            self.fail(f"{value!r} is not between {self.low:g}s and {self.high:g}s", param, ctx)
+        return seconds
+
+
 def group_options(fn: F) -> F:
-    """Add --instance-id and --group-protocol (how a daemon takes part in its group)."""
+    """Add how a daemon takes part in its consumer group: --session-timeout, --instance-id
+    and --group-protocol (the same three for every daemon with a group)."""
+    fn = click.option(
+        "--session-timeout",
+        type=Seconds(1, 1800),
+        default="6s",
+        show_default=True,
+        help="Consumer-group session timeout (6s, 1m; bare seconds too): how soon a dead "
+        "member's partitions move to the others.",
+    )(fn)
     fn = click.option(
         "--group-protocol",
         envvar="STEPLEDGER_GROUP_PROTOCOL",

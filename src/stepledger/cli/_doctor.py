@@ -7,8 +7,8 @@ import json
 import click
 
 from stepledger.cli._common import with_settings
-from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
+from stepledger.daemon.clientid import stepledger_version
 from stepledger.doctor.checks import check, unsafe
 from stepledger.doctor.facts import gather
 from stepledger.doctor.passed import CHECKS, passed

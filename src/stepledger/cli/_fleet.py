@@ -43,7 +43,7 @@ def create(settings: Settings, name: str, out: Path, partitions: int) -> None:
     Again for an existing fleet: new passwords (the old config files stop working), the
     topics and ACLs kept.
     """
-    from stepledger.provision import create_fleet
+    from stepledger.kafka.provision import create_fleet
 
     for written in create_fleet(settings, name, out, partitions=partitions):
         click.echo(f"{written.role}: User:{written.user} -> {written.path}")
@@ -68,7 +68,7 @@ def acls(name: str) -> None:
 @with_settings
 def list_command(settings: Settings) -> None:
     """The fleets whose users the broker holds."""
-    from stepledger.provision import list_fleets
+    from stepledger.kafka.provision import list_fleets
 
     for name in list_fleets(settings):
         click.echo(name)
@@ -79,7 +79,7 @@ def list_command(settings: Settings) -> None:
 @with_settings
 def show(settings: Settings, name: str) -> None:
     """Fleet NAME's ACLs as the broker holds them, and any the table asks for that are missing."""
-    from stepledger.provision import fleet_acls
+    from stepledger.kafka.provision import fleet_acls
 
     held = fleet_acls(settings, name)
     missing = 0
@@ -99,7 +99,7 @@ def show(settings: Settings, name: str) -> None:
 @with_settings
 def delete(settings: Settings, name: str) -> None:
     """Remove fleet NAME's users and ACLs; its topics stay (they hold its history)."""
-    from stepledger.provision import delete_fleet
+    from stepledger.kafka.provision import delete_fleet
 
     delete_fleet(settings, name)
     kept = ", ".join(fleet_names(name).topics())

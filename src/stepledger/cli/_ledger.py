@@ -13,18 +13,18 @@ from stepledger.config import Settings
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, ConfigError
-from stepledger.gaps import Gap, LogStart
 from stepledger.kafka import DurableProducer, Headers, ensure_topics, topic_partitions
+from stepledger.kafka.gaps import Gap, LogStart
 from stepledger.kafka.reader import read_topic
-from stepledger.log import codec_for, event_headers
-from stepledger.terminal import safe
-from stepledger.topics import (
+from stepledger.kafka.topics import (
     INFINITE,
     checkpoint_topic_config,
     retention_notice,
     step_log_config,
     topic_exists,
 )
+from stepledger.log import codec_for, event_headers
+from stepledger.terminal import safe
 
 
 @click.command()
@@ -94,7 +94,7 @@ def init(
     if notice is not None and notice.level >= logging.WARNING:
         click.echo(f"warning: {notice.message}", err=True)
     click.echo(f"topics ready: {', '.join(f'{t} ({n} partitions)' for t, n in counts.items())}")
-    from stepledger.logid import resolve
+    from stepledger.kafka.logid import resolve
 
     # What every state record of this deployment will name (the broker gave it the id).
     click.echo(f"step log identity: {resolve(settings)}")
@@ -104,8 +104,8 @@ def init(
 
 def _adopt(settings: Settings) -> None:
     """Name this step log on the unnamed records of its state topics (the 0.3.0 upgrade)."""
-    from stepledger.logid import resolve
-    from stepledger.statetopics import adopt_unnamed, changelog_of, checkpoint_of
+    from stepledger.checkpoints.statetopics import adopt_unnamed, changelog_of, checkpoint_of
+    from stepledger.kafka.logid import resolve
 
     identity = resolve(settings)
     kinds = (

@@ -17,8 +17,8 @@ from rich.progress import (
 
 from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
-from stepledger.health import serve_probes
-from stepledger.ops import Shutdown, configure_logging
+from stepledger.daemon.health import serve_probes
+from stepledger.daemon.process import Shutdown, configure_logging
 from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
@@ -92,13 +92,6 @@ def register(group: click.Group) -> None:
     show_default=True,
     type=click.IntRange(1),
     help="Workflow states kept in memory (others are rebuilt from stored events).",
-)
-@click.option(
-    "--session-timeout",
-    default=6.0,
-    show_default=True,
-    type=click.FloatRange(1.0),
-    help="Consumer-group session timeout in seconds (how soon a killed member expires).",
 )
 @group_options
 @click.option(

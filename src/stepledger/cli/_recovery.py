@@ -17,18 +17,18 @@ from stepledger.cli._common import group_options, with_settings
 from stepledger.cli._identity import BY_HELP, answerer
 from stepledger.cli._tools import NO_TOOLS_NOTICE, load_tools, tools_options
 from stepledger.config import Settings
+from stepledger.daemon.health import serve_probes
+from stepledger.daemon.process import Shutdown, configure_logging
 from stepledger.domain import times
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory, utc_now
 from stepledger.errors import ConfigError
-from stepledger.health import serve_probes
 from stepledger.history.kafka import KafkaHistory
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.escalations import read_queue, select
 from stepledger.kafka.consumer import GroupProtocol
 from stepledger.log import KafkaEventLog, codec_for
-from stepledger.ops import Shutdown, configure_logging
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger.recovery.metrics import RecoveryMetrics
 from stepledger.recovery.options import DaemonOptions
@@ -107,12 +107,6 @@ def _fleet_filter(fn: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="Keep decisions this long to judge late outcomes.",
 )
-@click.option(
-    "--session-timeout",
-    default="6s",
-    show_default=True,
-    help="Consumer-group session timeout: how soon a dead daemon's partitions move.",
-)
 @group_options
 @click.option(
     "--metrics-port",
@@ -135,7 +129,7 @@ def recover_command(
     grace: str,
     workers: int,
     retain: str,
-    session_timeout: str,
+    session_timeout: float,
     instance_id: str | None,
     group_protocol: GroupProtocol | None,
     metrics_port: int | None,
@@ -156,7 +150,7 @@ def recover_command(
         grace_s=parse_duration(grace).total_seconds(),
         workers=workers,
         retain_s=parse_duration(retain).total_seconds(),
-        session_timeout_s=parse_duration(session_timeout).total_seconds(),
+        session_timeout_s=session_timeout,
         instance_id=instance_id,
         group_protocol=group_protocol,
     )

@@ -33,13 +33,11 @@ from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
-from stepledger.history.adapt import as_history
 from stepledger.history.kafka import KafkaHistory
 from stepledger.history.protocol import WorkflowHistory
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.terminal import safe
 
 
@@ -57,7 +55,7 @@ def reader_for(settings: Settings, db_path: Path | None) -> WorkflowHistory:
     """The snapshot and its tail when a projection is named, else the step log's history."""
     if db_path is None:
         return KafkaHistory(settings, role="reader")
-    return as_history(SnapshotTailReader(settings, db_path))
+    return KafkaHistory(settings, role="reader", snapshot=db_path)
 
 
 def _decide(settings: Settings, db_path: Path | None, granted: bool, **answer: Any) -> None:

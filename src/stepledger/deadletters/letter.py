@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, Headers, Position
-from stepledger.topics import topic_max_message_bytes
+from stepledger.kafka.topics import topic_max_message_bytes
 
 TRUNCATED = "truncated"
 #: librdkafka's default ``message.max.bytes``.

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from stepledger import wire
-from stepledger.clientid import PREFIX
+from stepledger.daemon.clientid import PREFIX
 
 Level = Literal["unsafe", "off", "info", "ok"]
 

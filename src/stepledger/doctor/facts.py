@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from stepledger.checkpoints.statetopics import origins
 from stepledger.config import Settings
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
 from stepledger.errors import BrokerError
 from stepledger.kafka.describe import ClusterView
-from stepledger.logid import resolve
-from stepledger.statetopics import origins
+from stepledger.kafka.logid import resolve
 
 _TIMEOUT = 10.0
 #: The newest records read of each partition of a state topic.

@@ -1,7 +1,7 @@
 """Fleets: units of isolation the broker enforces (principals, prefixed ACLs, own topics).
 
 :mod:`~stepledger.fleets.permissions` says what each role of a fleet may do, as data (pure,
-below the Kafka adapter that applies it); :mod:`stepledger.provision` creates, lists, shows
+below the Kafka adapter that applies it); :mod:`stepledger.kafka.provision` creates, lists, shows
 and deletes a fleet with the super user's settings and writes each role's config file.
 """
 

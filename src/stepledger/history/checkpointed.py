@@ -11,7 +11,7 @@ from stepledger.checkpoints.record import PROGRESS_KEY
 from stepledger.checkpoints.view import CheckpointView, LogEnds
 from stepledger.config import Settings
 from stepledger.kafka.records import Consumed
-from stepledger.topics import topic_exists
+from stepledger.kafka.topics import topic_exists
 
 
 def checkpointed_records(

@@ -27,14 +27,14 @@ from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
 from stepledger.errors import CodecError, HistoryExpiredError
-from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.topics import topic_exists
+from stepledger.kafka.gaps import Gap, LogStart, report_gap
+from stepledger.kafka.topics import topic_exists
 
 logger = logging.getLogger(__name__)
 
 
 class LogStarts(Protocol):
-    """Where each partition starts and ends now (a :class:`~stepledger.gaps.LogStart`)."""
+    """Where each partition starts and ends now (a :class:`~stepledger.kafka.gaps.LogStart`)."""
 
     def of(self, topic: str, partition: int) -> int: ...
 

@@ -14,6 +14,13 @@ partition's head was deleted and nothing vouches, the guard
 (:class:`~stepledger.history.guard.HistoryGuard`) completes the history from the
 workflow's checkpoint, or refuses it (invariant 16).  With a partitioner whose choice
 cannot be computed (``random``) every partition is read from its start.
+
+Given the projector's database (``snapshot=``: a DuckDB file or a shard directory), the head
+of a workflow is the projector's published snapshot instead, and the partition is read
+after the snapshot's offset (``Settings.projection``; the snapshot files are read through
+:mod:`stepledger.readers.snapshots`, imported when first used, so the SDK needs DuckDB only
+then).  Such a history is never known to be whole (the snapshot, not an index, knows which
+ids the log holds): every open reads first.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from stepledger import wire
 from stepledger.checkpoints.points import Covering
@@ -35,8 +43,8 @@ from stepledger.history.protocol import History, Until
 from stepledger.kafka import Position, listed_topics
 from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.kafka.reader import PartitionReader, records_to_end
+from stepledger.kafka.topics import check_retention
 from stepledger.log import codec_for
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +79,16 @@ class KafkaHistory:
     """Reads the workflows of one step log (``settings.topic``) from their partitions."""
 
     def __init__(
-        self, settings: Settings, codec: Codec | None = None, *, role: str = "sdk"
+        self,
+        settings: Settings,
+        codec: Codec | None = None,
+        *,
+        role: str = "sdk",
+        snapshot: str | Path | None = None,
     ) -> None:
         self.settings = settings
+        self.snapshot = None if snapshot is None else Path(snapshot)
+        """The projector's database whose published snapshot is the workflows' head."""
         self.codec = codec or codec_for(settings)
         self.role = role
         """Who reads (named in a retention refusal)."""
@@ -101,6 +116,10 @@ class KafkaHistory:
         """
         check_retention(self.settings, self.role)
         mine = self._workflow_partitions(workflow_id)
+        if self.snapshot is not None:
+            events = self._snapshot_and_tail(workflow_id, mine, self.snapshot)
+            if events is not None:
+                return History(events)
         if len(mine) != 1:
             return History(self._scan(workflow_id, mine))
         home = mine[0]
@@ -173,7 +192,7 @@ class KafkaHistory:
         a partition read from the directory's progress on, only for an id without a
         checkpoint, once the partition's checkpoints were read whole."""
         home = self._listed_home(workflow_id)
-        if home is None:
+        if home is None or self.snapshot is not None:
             return None
         key = workflow_id.encode()
         if (
@@ -222,6 +241,46 @@ class KafkaHistory:
         events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events, False, False, position
+
+    def _snapshot_and_tail(
+        self, workflow_id: str, mine: list[tuple[str, int]], projection: Path
+    ) -> list[Event] | None:
+        """The workflow's events from the projector's snapshot, then its partition's tail
+        after the snapshot's offset (only the shards of its partitions are opened); None
+        with no snapshot yet (the partition is read as without one)."""
+        from stepledger.readers.snapshots import (
+            is_shard_dir,
+            latest_snapshot,
+            workflow_events_from_shards,
+            workflow_events_from_snapshot,
+        )
+
+        began = time.perf_counter()
+        source: str | None
+        if is_shard_dir(projection):
+            stored, offsets, read = workflow_events_from_shards(
+                projection, mine, workflow_id, self.codec
+            )
+            source = ", ".join(str(p) for p in read) or None
+        else:
+            path = latest_snapshot(projection)
+            if path is None:
+                logger.info("no snapshot of %s yet: reading the partition", projection)
+                return None
+            stored, offsets = workflow_events_from_snapshot(path, workflow_id, self.codec)
+            source = str(path)
+        stored = [e for e in stored if e.workflow_id == workflow_id]
+        starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in mine}
+        tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        seen = {e.event_id for e in stored}
+        events = stored + [e for e in tail if e.event_id not in seen]
+        elapsed = time.perf_counter() - began
+        self.last = ReadStats(len(stored), scanned, len(tail), elapsed, source)
+        if len(mine) != 1:
+            return events
+        # The snapshot holds what was projected below its offset: only a log start past
+        # that offset lost something the reader needs.
+        return self.guard.complete(workflow_id, mine[0][1], events, starts[mine[0]])
 
     def _scan(self, workflow_id: str, partitions: list[tuple[str, int]]) -> list[Event]:
         """Every partition from its start (the partitioner cannot be computed)."""

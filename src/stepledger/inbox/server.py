@@ -11,17 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from stepledger.config import Settings
+from stepledger.daemon.health import Health, serve_probes
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import ConfigError, StepLedgerError
-from stepledger.health import Health, serve_probes
-from stepledger.history.adapt import as_history
+from stepledger.history.kafka import KafkaHistory
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
 from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
+from stepledger.kafka.topics import check_retention
 from stepledger.log import KafkaEventLog
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.registry import ToolRegistry
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class ServeOptions:
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
     """An answerer that appends to the settings' topic and reads through the snapshot."""
     factory = EventFactory(settings.fleet_id, settings.producer_id)
-    reader = as_history(SnapshotTailReader(settings, options.db_path))
+    reader = KafkaHistory(settings, snapshot=options.db_path)
     return Answerer(KafkaEventLog(settings), factory, reader, redactor_for(options.tools))
 
 

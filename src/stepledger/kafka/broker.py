@@ -210,7 +210,7 @@ def ensure_topics(
     ``default.replication.factor`` says (a fixed factor of 1 would leave the log on one
     broker of a cluster, where ``acks=all`` means only that broker).
 
-    ``configs`` gives a created topic its settings (see :mod:`stepledger.topics`); an
+    ``configs`` gives a created topic its settings (see :mod:`stepledger.kafka.topics`); an
     existing topic keeps its own."""
     client = admin(settings)
     try:

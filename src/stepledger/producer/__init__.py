@@ -2,15 +2,15 @@
 
 from stepledger.domain.context import StepSummary, keep_last, render
 from stepledger.domain.saga import PlanRules, PlanStep, Violation, check_plan
-from stepledger.producer.ledger import Ledger, Workflow
-from stepledger.producer.session import ResumeOptions
-from stepledger.readers.workflows import (
+from stepledger.history.legacy import (
     InMemoryWorkflowReader,
     KafkaPartitionReader,
     KafkaScanReader,
     SnapshotTailReader,
     WorkflowReader,
 )
+from stepledger.producer.ledger import Ledger, Workflow
+from stepledger.producer.session import ResumeOptions
 
 __all__ = [
     "InMemoryWorkflowReader",

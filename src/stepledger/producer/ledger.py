@@ -35,7 +35,6 @@ from stepledger.producer import opening
 from stepledger.producer.opening import STAGE, WorkflowSpec
 from stepledger.producer.session import ResumeOptions
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
-from stepledger.readers.workflows import SnapshotTailReader
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.timer import SYSTEM_TIMER, Timer
@@ -99,8 +98,7 @@ class Ledger:
                 self._history = InMemoryHistory(self.log)
             elif self.settings.projection:
                 # O(the workflow): its rows in the snapshot, then its partition's tail.
-                snapshot = SnapshotTailReader(self.settings, self.settings.projection)
-                self._history = as_history(snapshot)
+                self._history = KafkaHistory(self.settings, snapshot=self.settings.projection)
             else:
                 self._history = KafkaHistory(self.settings)
         return self._history

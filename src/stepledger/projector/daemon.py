@@ -17,18 +17,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from stepledger.clientid import client_id
 from stepledger.config import Settings
+from stepledger.daemon.clientid import client_id
+from stepledger.daemon.health import partitions_unready
+from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.records import KafkaRecordLetters
 from stepledger.errors import BrokerError
-from stepledger.gaps import Gap, LogStart
-from stepledger.health import partitions_unready
 from stepledger.kafka import ensure_topics, reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
+from stepledger.kafka.gaps import Gap, LogStart
 from stepledger.kafka.records import BEGINNING, Consumed
+from stepledger.kafka.topics import check_retention
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
-from stepledger.ops import Shutdown
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
     BatchReport,
@@ -41,7 +42,6 @@ from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.readers.snapshots import is_shard_dir
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 

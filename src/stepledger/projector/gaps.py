@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 from stepledger.checkpoints.view import LogEnds
 from stepledger.config import Settings
-from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.history.checkpointed import checkpointed_records
+from stepledger.kafka.gaps import Gap, LogStart, report_gap
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.store import Offsets, ProjectionStore, stage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from stepledger.health import Health
+from stepledger.daemon.health import Health
 from stepledger.projector.engine import BatchReport
 
 
@@ -13,7 +13,7 @@ class ProjectorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        #: What /healthz and /readyz answer (stepledger.health), served beside the metrics.
+        #: What /healthz and /readyz answer (stepledger.daemon.health), served beside the metrics.
         self.health = Health("projector")
         r = self.registry
         self.events = Counter("stepledger_projector_events", "New events projected.", registry=r)

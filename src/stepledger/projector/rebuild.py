@@ -18,8 +18,8 @@ import duckdb
 from stepledger.config import Settings
 from stepledger.deadletters.records import KafkaRecordLetters, MemoryRecordLetters, RecordLetterSink
 from stepledger.errors import BrokerError, ConfigError, ViewStoreError
-from stepledger.gaps import Gap, LogStart, report_gap
 from stepledger.kafka import topic_partitions
+from stepledger.kafka.gaps import Gap, LogStart, report_gap
 from stepledger.kafka.reader import PartitionReader
 from stepledger.kafka.records import BEGINNING, Consumed, Where, fatal_error
 from stepledger.log import codec_for

@@ -16,7 +16,7 @@ the older position, and the fold ignores events it already holds (event ids), so
 it ends with is the one the lost position would have given.
 
 Every record names the step log in its ``stepledger_log`` header; a restore reads only the
-records of its own log (:mod:`stepledger.logid`): a changelog shared with another
+records of its own log (:mod:`stepledger.kafka.logid`): a changelog shared with another
 deployment, or one written for a step log since deleted and created again under the same
 name, never moves a daemon's position nor gives it another log's steps.
 """
@@ -31,10 +31,10 @@ from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import ConfigError, RecoveryError, StepLedgerError
 from stepledger.kafka import DurableProducer, Headers, Position, ensure_topics, topic_partitions
+from stepledger.kafka.logid import LogIdentity, Refusals, resolve
 from stepledger.kafka.reader import records_to_end
-from stepledger.logid import LogIdentity, Refusals, resolve
+from stepledger.kafka.topics import COMPACTED
 from stepledger.recovery.checkpoint import CheckpointBatch, PartitionCheckpoint, StepKey
-from stepledger.topics import COMPACTED
 
 #: Restoring a partition never takes longer than this.
 RESTORE_LIMIT_S = 120.0

@@ -37,9 +37,11 @@ from concurrent.futures import Future
 from datetime import datetime, timedelta
 
 from stepledger import tracing
-from stepledger.clientid import client_id
 from stepledger.codec import Codec
 from stepledger.config import Settings
+from stepledger.daemon.clientid import client_id
+from stepledger.daemon.health import partitions_unready
+from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import events as ev
@@ -48,18 +50,17 @@ from stepledger.domain import resolution as rs
 from stepledger.domain.factory import Clock, EventFactory, utc_now
 from stepledger.domain.state import StepState, replay
 from stepledger.errors import OwnershipLostError, StepLedgerError
-from stepledger.gaps import Gap, LogStart, report_gap
-from stepledger.health import partitions_unready
 from stepledger.history.adapt import WorkflowReader, as_history
 from stepledger.history.kafka import KafkaHistory
 from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, Placement
 from stepledger.kafka.fence import Fence
+from stepledger.kafka.gaps import Gap, LogStart, report_gap
 from stepledger.kafka.records import BEGINNING, Consumed, Polled, Where
+from stepledger.kafka.topics import check_retention
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import EventLog, KafkaEventLog, codec_for
-from stepledger.ops import Shutdown
 from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger.recovery.checkpoint import CheckpointStore
 from stepledger.recovery.claims import ClaimBoard
@@ -76,7 +77,6 @@ from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver, Settle
 from stepledger.timer import SYSTEM_TIMER, Timer
-from stepledger.topics import check_retention
 
 logger = logging.getLogger(__name__)
 #: A tracked step's events as handed to a worker.

@@ -15,8 +15,8 @@ from stepledger.domain.enums import Source
 from stepledger.domain.resolution import ACTIONABLE
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import CheckpointBatch, StepKey
-from stepledger.recovery.reopen import Reopenings
-from stepledger.recovery.tracked import FoldCache, Tracked, json_lines
+from stepledger.recovery.reopen import CLAIMS, Reopenings
+from stepledger.recovery.tracked import FoldCache, Tracked, decoded, json_lines
 
 
 class CheckpointDiff:
@@ -85,9 +85,21 @@ class CheckpointDiff:
         folded = self._folds.get(key, tracked.values)
         if folded is not None and not tracked.busy and not self._echo_pending(tracked):
             self._folds.drop(key)  # written, and no resolution of it under way: done
+        if not self.vouches_claims(key[0], tracked.partition):
+            # Claims only assumed here (a start read after a take-over taken as the first)
+            # are not saved: restored, a checkpoint's claims are taken as known for sure.
+            # Saved without them, the step is held at the next take-over and its workflow
+            # read back before it is decided (:meth:`Reopenings.restore`).
+            events = folded.events if folded is not None else decoded(tracked.values)
+            return [e.model_dump_json() for e in events if not isinstance(e.body, CLAIMS)]
         if folded is not None:
             return [event.model_dump_json() for event in folded.events]
         return json_lines(tracked.values)
+
+    def vouches_claims(self, workflow_id: str, partition: int) -> bool:
+        """Whether the workflow's claims are known without an assumed first start (the
+        tracker knows; a diff alone vouches for what it is given)."""
+        return True
 
     def _keep(self, tracked: Tracked, now: datetime) -> bool:
         if tracked.status in ACTIONABLE or tracked.escalated:

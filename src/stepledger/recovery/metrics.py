@@ -6,10 +6,10 @@ import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from stepledger.daemon.health import Health
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
 from stepledger.domain.tools import Tool
-from stepledger.health import Health
 from stepledger.resolution.resolver import Resolution
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800)
@@ -20,7 +20,7 @@ class RecoveryMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        #: What /healthz and /readyz answer (stepledger.health), served beside the metrics.
+        #: What /healthz and /readyz answer (stepledger.daemon.health), served beside the metrics.
         self.health = Health("recovery")
         r = self.registry
         self.open_intents = Gauge(

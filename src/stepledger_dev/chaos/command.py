@@ -153,7 +153,7 @@ def chaos(
         two_deployments=two_deployments,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
-    from stepledger.ops import sigterm_interrupts
+    from stepledger.daemon.process import sigterm_interrupts
 
     with sigterm_interrupts():  # a SIGTERM still stops every process the run started
         result = run_chaos(options, echo=click.echo)

@@ -19,11 +19,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from stepledger.checkpoints.statetopics import origins
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
-from stepledger.logid import resolve
-from stepledger.statetopics import origins
-from stepledger.topics import topic_exists
+from stepledger.kafka.logid import resolve
+from stepledger.kafka.topics import topic_exists
 from stepledger_dev.chaos.invariants import InvariantViolation
 from stepledger_dev.chaos.plan import ChaosPlan
 from stepledger_dev.stack import LocalStack, StackOptions

@@ -25,10 +25,10 @@ from typing import Any
 from rich.console import Console
 
 from stepledger.config import Settings
+from stepledger.daemon.process import sigterm_interrupts
 from stepledger.domain.events import Event
 from stepledger.humanqueue.escalations import OpenEscalation, read_queue
 from stepledger.log import codec_for
-from stepledger.ops import sigterm_interrupts
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.readers.query import QueryResult, run_query, to_records
 from stepledger_dev.demo import show

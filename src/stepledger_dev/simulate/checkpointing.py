@@ -35,7 +35,7 @@ from stepledger.domain.enums import (
     WorkflowStatus,
 )
 from stepledger.domain.factory import EventFactory
-from stepledger.logid import LogIdentity
+from stepledger.kafka.logid import LogIdentity
 from stepledger_dev.simulate.scheduler import Actor, Scheduler
 from stepledger_dev.simulate.simlog import Broker
 from stepledger_dev.simulate.stage import OTHER_ID, Stage

@@ -15,7 +15,7 @@ from stepledger.checkpoints.view import CheckpointView
 from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
 from stepledger.history.guard import HistoryGuard
-from stepledger.logid import LogIdentity
+from stepledger.kafka.logid import LogIdentity
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.daemon import RecoveryDaemon
 from stepledger_dev.simulate import services as sv

@@ -12,7 +12,7 @@ their Kafka clients are replaced:
   ``wait`` is the actor's crossing, as an acknowledgement's wait is);
 - :func:`step_message`: a step-log record as the checkpointer's consumer hands it over;
 - :class:`SimLogStart`: where a step log's partitions start and end (retention moves the
-  start), as :class:`~stepledger.gaps.LogStart` says it;
+  start), as :class:`~stepledger.kafka.gaps.LogStart` says it;
 - :func:`clients`: the view's reads (``PartitionReader``, ``records_to_end``) pointed at
   memory topics for the length of a run.
 """
@@ -31,8 +31,8 @@ from stepledger.checkpoints import view as view_module
 from stepledger.checkpoints.record import PROGRESS_KEY, decode
 from stepledger.codec import Codec
 from stepledger.errors import CodecError
-from stepledger.gaps import Gap, gaps_below
 from stepledger.kafka import Position
+from stepledger.kafka.gaps import Gap, gaps_below
 from stepledger.kafka.reader import BATCH, PartitionReader
 from stepledger.kafka.records import Consumed, Polled, Where
 from stepledger_dev.simulate.scheduler import Actor, Scheduler

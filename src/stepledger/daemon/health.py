@@ -29,7 +29,7 @@ from stepledger.errors import ConfigError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-logger = logging.getLogger("stepledger.health")
+logger = logging.getLogger("stepledger.daemon.health")
 
 #: A loop silent this long is not alive (a batch, a rebalance and a snapshot fit well within).
 STALE_AFTER_S = 120.0

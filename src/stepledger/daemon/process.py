@@ -1,4 +1,4 @@
-"""What every daemon shares: JSON logs and graceful signals (its probes: stepledger.health)."""
+"""What every daemon shares: JSON logs and graceful signals (its probes: daemon.health)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from stepledger.kafka.security import (
     scram_users,
     upsert_scram_user,
 )
-from stepledger.topics import COMPACTED, step_log_config
+from stepledger.kafka.topics import COMPACTED, step_log_config
 
 #: Settings of the super user's config that no role's config copies (its identity).
 _ADMIN_IDENTITY = frozenset({"sasl.username", "sasl.password"})

@@ -2,7 +2,7 @@
 
 A state topic (the checkpoint topic, the recovery changelog) holds, per key, the newest
 record of one deployment's state; since 0.4.0 each record names its step log
-(:mod:`stepledger.logid`).  Two operations read such a topic whole, outside any daemon:
+(:mod:`stepledger.kafka.logid`).  Two operations read such a topic whole, outside any daemon:
 
 - :func:`origins`: whose records the newest ones of each partition are (``stepledger
   doctor`` reports a topic shared with another step log, or holding records naming none);
@@ -27,11 +27,11 @@ from stepledger.checkpoints import directory as dirs
 from stepledger.checkpoints.record import decode
 from stepledger.config import Settings
 from stepledger.errors import CodecError
-from stepledger.gaps import LogStart
 from stepledger.kafka import DurableProducer, Headers, Position, topic_partitions
+from stepledger.kafka.gaps import LogStart
+from stepledger.kafka.logid import LogIdentity, Origin, named_in, stamped
 from stepledger.kafka.reader import records_to_end
 from stepledger.kafka.records import Consumed
-from stepledger.logid import LogIdentity, Origin, named_in, stamped
 
 #: Reading a state topic never takes longer than this.
 READ_LIMIT_S = 120.0

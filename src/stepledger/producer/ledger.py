@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from stepledger.clientid import stepledger_version
 from stepledger.config import Settings
+from stepledger.daemon.clientid import stepledger_version
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import oversize

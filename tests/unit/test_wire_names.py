@@ -83,6 +83,9 @@ EVENT_TYPES = (
     "approval_requested",
     "approval_decided",
     "anomaly_observed",
+    "workflow_paused",
+    "workflow_unpaused",
+    "workflow_cancel_requested",
 )
 
 

@@ -5,7 +5,8 @@ payments service's URL in ``STEPLEDGER_PAYMENTS_URL``.  Workflows ``PREFIX-0`` .
 ``PREFIX-{N-1}`` run concurrently on one event loop; each charges K times (keyed, one
 customer per workflow, ``c{i}``: a restart under another prefix asks for the same calls)
 with ``BEAT_S`` between steps, so a pause finds them mid-run; ``FLEET_BUG_AT=n`` makes
-step n's call fail (a tool bug, fixed by running without it).  A
+step n's call fail (a tool bug, fixed by running without it); ``FLEET_STEP_NAME`` renames
+the steps (``charge`` by default: another plan, as a new version of the agent may have).  A
 paused workflow's step waits for its unpause (``on_pause="wait"``).  It prints
 ``opened ID`` once each workflow is claimed, then one JSON line per workflow: ``{"id":
 ID, "result": N}`` or ``{"id": ID, "error": CLASS, "message": TEXT}``; exit code 3 when
@@ -42,7 +43,8 @@ async def run_one(
         print(f"opened {workflow_id}", flush=True)
         for n in range(steps):
             args = {"amount": 100 + n, "currency": "EUR", "customer": customer}
-            await wf.astep(f"charge-{n}", charge, args, fn=buggy if n == bug_at else None)
+            step_id = f"{os.environ.get('FLEET_STEP_NAME', 'charge')}-{n}"
+            await wf.astep(step_id, charge, args, fn=buggy if n == bug_at else None)
             await asyncio.sleep(beat_s)
         await wf.afinish()
     except (StepLedgerError, RuntimeError) as exc:

@@ -187,6 +187,12 @@ def test_a_restart_after_a_fixed_tool_bug_replays_the_prefix_without_a_call(
     buggy = run(*FLEET, "rs", "1", "4", "0", FLEET_BUG_AT="2")
     assert buggy.returncode == 3 and "tool bug" in buggy.stdout, buggy.stdout + buggy.stderr
     assert len(charged(payments)) == 2
+    # A deploy mid-run: version 2 names its steps otherwise.  It stops in one line naming
+    # both versions and calls nothing.
+    other = run(*FLEET, "rs", "1", "4", "0", FLEET_STEP_NAME="pay", FLEET_APP_VERSION="v2")
+    assert other.returncode == 3 and "PlanMismatchError" in other.stdout, other.stdout
+    assert "recorded by app version unset" in other.stdout, other.stdout
+    assert "this run is app version v2" in other.stdout and len(charged(payments)) == 2
     restart = [*CLI, "workflows", "restart", "rs-0", "--from", "charge-2", "--as", "rs2-0"]
     shown = run(*restart)
     assert shown.returncode == 0 and "nothing done" in shown.stdout, shown.stderr

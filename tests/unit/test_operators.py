@@ -9,10 +9,13 @@ the step runs again under its key once unpaused), and a step already in flight f
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
+from stepledger.cli._operators import selected
 from stepledger.codec import Codec, load_envelope_schema, schema_dir
 from stepledger.domain import events as ev
 from stepledger.domain import operators, restart
@@ -23,6 +26,7 @@ from stepledger.errors import (
     LedgerStateError,
     PlanMismatchError,
     UnknownSchemaError,
+    ViewStoreError,
     WorkflowCancelledError,
     WorkflowPausedError,
 )
@@ -259,3 +263,20 @@ def test_a_restart_across_a_standing_irreversible_effect_is_refused_naming_it() 
     with pytest.raises(LedgerStateError, match="refused"):
         carry_restart(ledger_over(log, tools=tools.values()), plan, "r")
     assert replay("trip", log.workflow_events("trip")).status is RunStatus.RUNNING
+
+
+def test_where_selects_over_the_projections_workflows_table(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    db = tmp_path / "projection.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE TABLE workflows (workflow_id VARCHAR, name VARCHAR, status VARCHAR)")
+        con.execute(
+            "INSERT INTO workflows VALUES ('t-1', 'trip', 'running'), ('t-2', 'trip', 'paused'),"
+            " ('t-3', 'trip', 'running'), ('o-1', 'order', 'running')"
+        )
+    where = "status = 'running' AND name = 'trip'"
+    assert selected(("o-1", "t-3"), where, db) == ["o-1", "t-3", "t-1"]
+    with pytest.raises(click.UsageError, match="--db"):
+        selected((), where, None)
+    with pytest.raises(ViewStoreError):
+        selected((), "1=1; DROP TABLE workflows", db)

@@ -13,7 +13,10 @@ import pyarrow as pa
 from stepledger.errors import ViewStoreError
 
 #: 2: ``escalations`` keyed by ``(workflow_id, escalation_id)`` (was ``escalation_id``).
-SCHEMA_VERSION = 2
+#: 3: ``steps.app_version`` and ``workflows.app_version`` (the application that ran them).
+SCHEMA_VERSION = 3
+#: Columns a version added at the end of a table (ALTER TABLE ADD COLUMN appends them).
+_ADDED = {3: (("steps", "app_version", "VARCHAR"), ("workflows", "app_version", "VARCHAR"))}
 
 _TS = pa.timestamp("ms", tz="UTC")
 
@@ -62,6 +65,7 @@ ARROW: dict[str, pa.Schema] = {
             ("intended_at", _TS),
             ("resolved_at", _TS),
             ("duration_ms", pa.int64()),
+            ("app_version", pa.string()),
         ]
     ),
     "workflows": pa.schema(
@@ -91,6 +95,7 @@ ARROW: dict[str, pa.Schema] = {
             ("abandoned", pa.int32()),
             ("anomalies", pa.int32()),
             ("events", pa.int32()),
+            ("app_version", pa.string()),
         ]
     ),
     "escalations": pa.schema(
@@ -250,6 +255,10 @@ def create_schema(con: Any) -> None:
         _migrate_escalations_key(con)
     for table in TABLES:
         con.execute(table_ddl(table))
+    for added, columns in _ADDED.items():
+        if version is not None and version < added:
+            for table, column, kind in columns:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{column}" {kind}')
     # Resume and `status` read one workflow's events; an ART index keeps that a point lookup.
     con.execute("CREATE INDEX IF NOT EXISTS events_workflow ON events (workflow_id)")
     con.execute(

@@ -218,7 +218,7 @@ def show_command(
     if as_json:
         summary = {
             "workflow_id": workflow_id,
-            "status": state.status.value,
+            "status": state.shown_status.value,
             "attempt": state.attempt,
             "max_attempts": state.max_attempts,
             "escalation_id": state.escalation_id,
@@ -231,7 +231,8 @@ def show_command(
         return
     click.echo(
         safe(
-            f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
+            f"{workflow_id}: {state.shown_status.value}, "
+            f"attempt {state.attempt} of {state.max_attempts}"
             + (f", escalation {state.escalation_id}" if state.escalation_id else "")
         )
     )

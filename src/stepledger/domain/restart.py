@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
@@ -99,6 +100,12 @@ def plan(state: WorkflowState, step_id: str, new: str) -> RestartPlan:
     return RestartPlan(old, new, step_id, tuple(before), tuple(undo), tuple(standing))
 
 
+def _timeout(step: StepState) -> timedelta:
+    if step.deadline is None or step.intended_at is None:
+        return timedelta(0)
+    return max(step.deadline - step.intended_at, timedelta(0))
+
+
 def _why(step: StepState) -> str:
     if step.status is StepStatus.SUCCEEDED:
         return "happened, cannot be undone"
@@ -107,11 +114,15 @@ def _why(step: StepState) -> str:
     return f"{step.status.value}: settle it first"
 
 
-def replayed_events(state: WorkflowState, restart: RestartPlan) -> list[tuple[str, ev.Body]]:
+def replayed_events(
+    state: WorkflowState, restart: RestartPlan, now: datetime
+) -> list[tuple[str, ev.Body]]:
     """The prefix copied into the new workflow, (step id, body): an intent and an outcome each.
 
     The intents keep the keys their effects were made with and name no runner (epoch 0:
-    no claim fences them); the outcomes say the recorded result, as the old log has it.
+    no claim fences them); each keeps its timeout from ``now`` (an old deadline would make
+    the copy look overdue to recovery before its outcome is read); the outcomes say the
+    recorded result, as the old log has it.
     """
     bodies: list[tuple[str, ev.Body]] = []
     for step in restart.replayed:

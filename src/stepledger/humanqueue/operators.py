@@ -130,7 +130,7 @@ def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
         restart_step=restart.step_id,
     )
     ledger.log.append(head)
-    for step_id, body in restarting.replayed_events(state, again):
+    for step_id, body in restarting.replayed_events(state, again, ledger.clock()):
         ledger.log.append(events.envelope(restart.new, step_id, body))
     end = ev.WorkflowFinished(
         status=WorkflowStatus.RESTARTED,

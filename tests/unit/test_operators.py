@@ -109,7 +109,7 @@ def test_each_claim_records_the_app_and_stepledger_versions() -> None:
 
 
 def test_a_known_pause_stops_the_next_step_before_its_intent() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     wf = ledger_over(log).workflow("wf")
     steer(log, "wf", operators.pause)
     wf.adopt(log.workflow_events("wf")[-1:])
@@ -120,7 +120,7 @@ def test_a_known_pause_stops_the_next_step_before_its_intent() -> None:
 
 def test_a_pause_before_the_intent_in_the_log_stops_the_call_then_it_runs_once() -> None:
     """The runner did not know the pause; the fence's read through its intent finds it."""
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     wf = ledger_over(log).workflow("wf")
     steer(log, "wf", operators.pause)  # another process: this handle has not read it
     with pytest.raises(WorkflowPausedError):
@@ -134,7 +134,7 @@ def test_a_pause_before_the_intent_in_the_log_stops_the_call_then_it_runs_once()
 
 
 def test_a_step_in_flight_finishes_and_the_next_one_stops() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     wf = ledger_over(log).workflow("wf")
     wf.after_intent = lambda step_id: steer(log, "wf", operators.pause)
     assert wf.step("c1", charge_tool(calls)) == {"charge": calls[0]}
@@ -145,7 +145,7 @@ def test_a_step_in_flight_finishes_and_the_next_one_stops() -> None:
 
 
 def test_a_runner_that_waits_goes_on_at_the_unpause() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     options = ResumeOptions(grace_s=0.0, on_pause="wait", pause_wait_s=10.0)
     wf = ledger_over(log, options=options).workflow("wf")
     steer(log, "wf", operators.pause)
@@ -160,7 +160,7 @@ def test_a_runner_that_waits_goes_on_at_the_unpause() -> None:
 
 
 def test_a_restarted_runner_of_a_paused_workflow_stays_paused() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     ledger_over(log).workflow("wf").step("c1", charge_tool(calls))
     steer(log, "wf", operators.pause)
     again = ledger_over(log).workflow("wf")  # a new process: replays, then stops
@@ -171,7 +171,7 @@ def test_a_restarted_runner_of_a_paused_workflow_stays_paused() -> None:
 
 
 def test_a_cancel_request_is_never_waited_out() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     options = ResumeOptions(on_pause="wait", pause_wait_s=30.0)
     wf = ledger_over(log, options=options).workflow("wf")
     steer(log, "wf", operators.request_cancel)
@@ -182,7 +182,7 @@ def test_a_cancel_request_is_never_waited_out() -> None:
 
 
 def test_a_plan_mismatch_names_both_versions() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     ledger_over(log, app_version="1.0").workflow("wf").step("c1", charge_tool(calls))
     newer = ledger_over(log, app_version="2.0").workflow("wf")
     with pytest.raises(PlanMismatchError) as caught:
@@ -228,7 +228,7 @@ def trip_tools(calls: list[str]) -> dict[str, Tool]:
 
 
 def test_a_restart_undoes_what_follows_the_step_and_replays_what_precedes_it() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     tools = trip_tools(calls)
     old = ledger_over(log, tools=tools.values()).workflow("trip")
     old.step("hotel", tools["book"], hotel="A")
@@ -253,7 +253,7 @@ def test_a_restart_undoes_what_follows_the_step_and_replays_what_precedes_it() -
 
 
 def test_a_restart_across_a_standing_irreversible_effect_is_refused_naming_it() -> None:
-    log, calls = InMemoryEventLog(), []
+    log, calls = InMemoryEventLog(), list[str]()
     tools = trip_tools(calls)
     old = ledger_over(log, tools=tools.values()).workflow("trip")
     old.step("hotel", tools["book"], hotel="A")

@@ -27,6 +27,9 @@ BENCHES = (
     "peers",
     "checkpoint",
     "sdk_cpu",
+    "model_turns",
+    "fleet",
+    "fleets_quota",
 )
 
 

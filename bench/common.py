@@ -277,6 +277,27 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def thread_ticks() -> dict[tuple[str, str], int]:
+    """CPU clock ticks of each of this process's threads, by (tid, name), from /proc (Linux).
+
+    librdkafka names its threads ``rdk:...``: the split shows the client's share of a
+    process's CPU against the interpreter's.
+    """
+    import os
+    from pathlib import Path
+
+    ticks: dict[tuple[str, str], int] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks[(tid, name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
 def agents_in_threads(agents: int, agent: Callable[[int], int]) -> float:
     """Steps per second of ``agents`` threads, each running ``agent(index)`` (its steps)."""
     counts = [0] * agents

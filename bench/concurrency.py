@@ -191,7 +191,8 @@ class RawFloor:
 # -- stepledger ------------------------------------------------------------------------------
 
 
-def _ledger(settings: Settings, pipelined: bool = False) -> sl.Ledger:
+def warm_ledger(settings: Settings, pipelined: bool = False) -> sl.Ledger:
+    """A Ledger whose producer id and connection are made by one finished warm-up step."""
     options = ResumeOptions(pipeline_outcomes=pipelined)
     ledger = sl.Ledger(settings, tools=[act], options=options)
     wf = ledger.start(f"warm-up-{uuid.uuid4().hex[:6]}")  # the producer id, the connection
@@ -220,8 +221,11 @@ def stepledger_threads(ledger: sl.Ledger, agents: int, steps: int, how: str) -> 
     return _measured(agents * steps, lambda: _in_threads(agents, agent))
 
 
-def stepledger_asyncio(ledger: sl.Ledger, agents: int, steps: int, how: str) -> Figure:
-    """Agents as coroutines: ``astart`` (or ``aworkflow``), STEPS ``astep``, ``afinish``."""
+def stepledger_asyncio(
+    ledger: sl.Ledger, agents: int, steps: int, how: str, tool: sl.Tool = aact
+) -> Figure:
+    """Agents as coroutines: ``astart`` (or ``aworkflow``), STEPS ``astep`` of ``tool``,
+    ``afinish``."""
     run = uuid.uuid4().hex[:6]
     ids = [[f"{run}-{a}-{w}" for w in range(steps // STEPS)] for a in range(agents)]
     if how == "open existing":
@@ -233,7 +237,7 @@ def stepledger_asyncio(ledger: sl.Ledger, agents: int, steps: int, how: str) -> 
         for wid in ids[a]:
             wf = await (ledger.astart(wid) if how == "start" else ledger.aworkflow(wid))
             for i in range(STEPS):
-                await wf.astep(f"s{i}", aact, i=i)
+                await wf.astep(f"s{i}", tool, i=i)
             await wf.afinish()
 
     return _measured(agents * steps, lambda: _in_asyncio(agents, agent))
@@ -243,7 +247,7 @@ def stepledger_figure(
     settings: Settings, mode: str, agents: int, steps: int, how: str, pipelined: bool = False
 ) -> Figure:
     """One stepledger measurement on a fresh, warmed-up ledger."""
-    with _ledger(settings, pipelined) as ledger:
+    with warm_ledger(settings, pipelined) as ledger:
         run = stepledger_threads if mode == "threads" else stepledger_asyncio
         return run(ledger, agents, steps, how)
 

@@ -27,10 +27,10 @@ from bench.concurrency import (
     OPENS,
     STEPS,
     Figure,
-    _ledger,
     _median,
     stepledger_asyncio,
     stepledger_threads,
+    warm_ledger,
 )
 from stepledger.history.kafka import KafkaHistory
 
@@ -61,7 +61,7 @@ def _many(servers: str, mode: str, agents: int, per_agent: int, rounds: int) -> 
     shared: list[float] = []
     for _ in range(rounds):
         for how in figures:
-            with _ledger(fresh_settings(servers)) as ledger:
+            with warm_ledger(fresh_settings(servers)) as ledger:
                 agents_run = stepledger_threads if mode == "threads" else stepledger_asyncio
                 figures[how].append(agents_run(ledger, agents, per_agent, how))
                 history = ledger.history
@@ -108,7 +108,7 @@ def _many(servers: str, mode: str, agents: int, per_agent: int, rounds: int) -> 
 
 def _alone(servers: str, calls: int, rounds: int) -> list[Row]:
     spent: dict[str, list[float]] = {"start": [], "workflow": []}
-    with _ledger(fresh_settings(servers)) as ledger:
+    with warm_ledger(fresh_settings(servers)) as ledger:
         for _ in range(rounds):
             for how, times in spent.items():
                 opener = getattr(ledger, how)

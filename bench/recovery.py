@@ -114,10 +114,11 @@ class Running:
         state: Path,
         tools: ToolRegistry,
         workers: int = 8,
+        grace_s: float = 0.0,
     ):
         options = DaemonOptions(
             state_dir=state,
-            grace_s=0.0,
+            grace_s=grace_s,
             workers=workers,
             session_timeout_s=2.0,
             consumer=FAST_FETCH,

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, broker, cli, fresh_settings, produce_bulk
+from bench.common import Row, broker, cli, fresh_settings, produce_bulk, thread_ticks
 from bench.recovery import Running, bench_tool, open_intents, raw_resolution, tracked_steps
 from stepledger.codec import Codec
 from stepledger.domain import resolution as rs
@@ -89,20 +89,6 @@ def own_work(n: int) -> float:
     return (time.process_time() - began) / n
 
 
-def _thread_ticks() -> dict[tuple[str, str], int]:
-    """CPU clock ticks of each of this process's threads, by (tid, name)."""
-    ticks: dict[tuple[str, str], int] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        ticks[(tid, name)] = int(fields[11]) + int(fields[12])
-    return ticks
-
-
 def burst(
     servers: str, opened: int, due_n: int, state: Path, *, on_worker: bool
 ) -> tuple[float, float, float]:
@@ -130,9 +116,9 @@ def burst(
     )
     _until(lambda: daemon.daemon.events_read >= opened + 1, lead + 60)
     time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
-    before, cpu = _thread_ticks(), time.process_time()
+    before, cpu = thread_ticks(), time.process_time()
     _until(lambda: resolved() >= due_n + 1, due_n / 20 + 60)
-    cpu, after = time.process_time() - cpu, _thread_ticks()
+    cpu, after = time.process_time() - cpu, thread_ticks()
     kafka = sum(t - before.get(k, 0) for k, t in after.items() if k[1].startswith("rdk:"))
     tick = os.sysconf("SC_CLK_TCK")
     steps = [

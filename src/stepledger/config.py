@@ -29,6 +29,7 @@ from pydantic import (
 
 from stepledger import wire
 from stepledger.domain.secrets import MIN_KEY_LENGTH
+from stepledger.domain.usage import PriceTable, price_table
 from stepledger.errors import ConfigError
 from stepledger.fleets.permissions import Role as FleetRole
 
@@ -274,6 +275,20 @@ def _from_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     return dict(data.get("stepledger", data))
+
+
+def load_prices(path: str | Path) -> PriceTable:
+    """The operator's model price table from a TOML file (``[models."NAME"]`` tables).
+
+    Raises ConfigError for a file that cannot be read or a table that is not a price table.
+    """
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read price table {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"price table {path} is not valid TOML: {exc}") from None
+    return price_table(data)
 
 
 def _from_env(env: Mapping[str, str]) -> dict[str, Any]:

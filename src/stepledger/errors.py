@@ -9,6 +9,7 @@
     ├── CodecError                       bytes that are not a valid event
     │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
     ├── EventValidationError             a decoded or JSON event that breaks the model
+    │   └── ForeignFleetError            an event claiming another fleet than its step log's
     ├── BrokerError                      the event log cannot be reached or refused a request
     │   ├── NotAuthorisedError           the broker refused this principal an ACL (one line)
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
@@ -27,7 +28,8 @@
     │   ├── WorkflowTakenOverError       another runner claimed the workflow: nothing was called
     │   ├── WorkflowPausedError          an operator paused the workflow: no new step starts
     │   │   └── WorkflowCancelledError   an operator asked to cancel it: this runner stops
-    │   └── AlreadyAnsweredError         a person's answer came after the case was decided
+    │   ├── AlreadyAnsweredError         a person's answer came after the case was decided
+    │   └── BudgetExceededError          a model call would spend past the workflow's budget
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
@@ -101,6 +103,11 @@ class EventValidationError(StepLedgerError):
     """An event does not satisfy the event model."""
 
 
+class ForeignFleetError(EventValidationError):
+    """An event names another fleet than the one whose step log it is in (a misconfigured or
+    hostile client): refused by every reader pinned to the fleet, never applied."""
+
+
 class BrokerError(StepLedgerError):
     """The Kafka event log could not be reached or refused a request."""
 
@@ -156,6 +163,29 @@ class WorkflowTakenOverError(LedgerStateError):
     a competing one), and when a resume finds that its claim was not the first of its
     attempt.
     """
+
+
+class BudgetExceededError(LedgerStateError):
+    """The workflow spent its model budget: the next model call is not made.
+
+    Raised before the call, so nothing was spent on it; a replayed turn is never refused
+    (it spends nothing).  ``spent_tokens`` and ``spent_cost`` are the workflow's recorded
+    turns, ``limit`` the budget that stopped it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        workflow_id: str,
+        spent_tokens: int,
+        spent_cost: float,
+        limit: str,
+    ) -> None:
+        super().__init__(message, workflow_id=workflow_id, retryable=False)
+        self.spent_tokens = spent_tokens
+        self.spent_cost = spent_cost
+        self.limit = limit
 
 
 class AlreadyAnsweredError(LedgerStateError):

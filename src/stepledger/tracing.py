@@ -22,7 +22,11 @@ SDK tracer provider is set, nothing is traced and no header is added.
 
 Attributes: ``stepledger.workflow_id``, ``stepledger.step_id``, ``stepledger.tool``,
 ``stepledger.attempt``, ``stepledger.policy``, ``stepledger.idempotency_key``,
-``stepledger.replayed``, ``stepledger.decision``, ``stepledger.event_type``.
+``stepledger.replayed``, ``stepledger.decision``, ``stepledger.event_type``; a model turn's
+step span adds its usage by OpenTelemetry's GenAI conventions (``gen_ai.response.model``,
+``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
+``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.reasoning.output_tokens``) and
+``stepledger.model.cost``, with ``stepledger.replayed=true`` on a turn replayed from the log.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ except ImportError:  # pragma: no cover - the otel extra is optional
     _otel = None  # type: ignore[assignment]
 
 from stepledger import wire
+from stepledger.domain.usage import usage_of
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 
     from stepledger.domain.events import Event
     from stepledger.domain.state import StepState
+    from stepledger.domain.usage import TurnUsage
     from stepledger.kafka import Headers, Position
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,6 +73,12 @@ REPLAYED = "stepledger.replayed"
 DECISION = "stepledger.decision"
 EVENT_TYPE = "stepledger.event_type"
 PIPELINED = "stepledger.pipelined"
+COST = "stepledger.model.cost"
+GEN_AI_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_CACHED_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 
 #: The step span current in this context (set only inside ``stepledger.step``).
 _STEP: contextvars.ContextVar[Span | None] = contextvars.ContextVar("stepledger_step", default=None)
@@ -276,6 +288,31 @@ def replayed(step: StepState | None) -> None:
     span.set_attribute(REPLAYED, True)
     if step is not None:
         span.set_attributes({ATTEMPT: step.attempt, IDEMPOTENCY_KEY: step.idempotency_key or ""})
+        if step.tool == wire.MODEL_STEP_TOOL:
+            model_usage(usage_of(step.result_json), replayed=True)
+
+
+def model_usage(usage: TurnUsage | None, *, replayed: bool) -> None:
+    """Put a model turn's usage on the current step span (GenAI semantic conventions).
+
+    A replayed turn carries the usage it was recorded with and ``stepledger.replayed``:
+    a backend summing ``gen_ai.usage.*`` over spans must leave replayed ones out.
+    """
+    span = _STEP.get()
+    if span is None or usage is None:
+        return
+    attrs: dict[str, Any] = {
+        GEN_AI_INPUT_TOKENS: usage.input_tokens,
+        GEN_AI_OUTPUT_TOKENS: usage.output_tokens,
+        GEN_AI_CACHED_TOKENS: usage.cached_tokens,
+        GEN_AI_REASONING_TOKENS: usage.reasoning_tokens,
+        REPLAYED: replayed,
+    }
+    if usage.model:
+        attrs[GEN_AI_MODEL] = usage.model
+    if usage.cost is not None:
+        attrs[COST] = usage.cost
+    span.set_attributes(attrs)
 
 
 def recorded(event: Event, position: Position) -> None:

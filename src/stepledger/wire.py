@@ -163,9 +163,16 @@ SPAN_ATTRIBUTES = frozenset(
         "stepledger.event_type",
         "stepledger.status",
         "stepledger.pipelined",
+        "stepledger.model.cost",
+        "gen_ai.response.model",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.reasoning.output_tokens",
     }
 )
-"""Attributes stepledger sets on its spans and span events."""
+"""Attributes stepledger sets on its spans and span events (``gen_ai.*``: OpenTelemetry's
+GenAI semantic conventions, on a model turn's step span)."""
 
 # -- steps the framework integrations name --------------------------------------------------
 
@@ -186,6 +193,8 @@ PROJECTOR_METRICS = frozenset(
         "stepledger_projector_dead_letters",
         "stepledger_projector_duplicates",
         "stepledger_projector_events",
+        "stepledger_projector_model_tokens_incurred",
+        "stepledger_projector_model_tokens_reused",
         "stepledger_projector_records_lost",
         "stepledger_projector_partitions_held",
         "stepledger_projector_snapshot_seconds",

@@ -27,6 +27,7 @@ from stepledger.history.memory import InMemoryHistory
 from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox.app import InboxConfig, create_app
 from stepledger.inbox.auth import hash_token
+from stepledger.inbox.users import User
 from stepledger.log import InMemoryEventLog
 from tests.integration import inbox_helpers as h
 from tests.integration.test_inbox import HOSTS, PREFIX, ROOT, TOKEN, everything, form
@@ -68,7 +69,7 @@ class App:
         return [e for e in self.log.events if isinstance(e.body, kinds)]
 
 
-USERS = {"alice": hash_token(ALICE_TOKEN), "bob": hash_token(BOB_TOKEN)}
+USERS = {"alice": User(hash_token(ALICE_TOKEN)), "bob": User(hash_token(BOB_TOKEN))}
 
 
 def test_with_a_users_file_an_answer_records_the_authenticated_name(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from stepledger.cli import _runtime, cli
 from stepledger.cli._query import TABLE_WIDTH, display
 from stepledger.cli._turns import LINE, turn_summary
-from stepledger.domain.state import WorkflowState, replay
+from stepledger.domain.events import Event, ModelTurnReused
 from stepledger.domain.tools import Tool
+from stepledger.domain.usage import TurnUsage, recorded
 from stepledger.log import InMemoryEventLog
 from stepledger.testing import ledger_over
 from stepledger.wire import MODEL_STEP_TOOL
@@ -79,22 +80,30 @@ def test_a_model_turn_is_summarised_by_model_calls_and_a_preview() -> None:
     assert "--full" in summary and len(summary) < LINE
 
 
-def _state_with_a_model_turn() -> WorkflowState:
+def _events_with_a_model_turn() -> list[Event]:
+    """A turn recorded with its usage (the integrations' result), then reused by a replay."""
     log = InMemoryEventLog()
     model = Tool(name=MODEL_STEP_TOOL, read_only=True)
     wf = ledger_over(log, tools=[model]).workflow("wf-1")
-    wf.step("turn-1", model, {"request": "d"}, fn=lambda _a, _k: TURN)
-    return replay("wf-1", log.workflow_events("wf-1"))
+    spent = TurnUsage(model="gpt-test", input_tokens=100, output_tokens=20)
+    wf.step("turn-1", model, {"request": "d"}, fn=lambda _a, _k: recorded(TURN, spent))
+    reused = ModelTurnReused(attempt=1, runner=wf.runner)
+    wf.record(wf.ledger.events.envelope("wf-1", "turn-1", reused))
+    return list(log.workflow_events("wf-1"))
 
 
 def test_workflows_show_summarises_turns_and_full_prints_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    state = _state_with_a_model_turn()
-    monkeypatch.setattr(_runtime, "_state", lambda *_: state)
+    events = _events_with_a_model_turn()
+    monkeypatch.setattr(_runtime, "_events", lambda *_: events)
     runner = CliRunner()
     short = runner.invoke(cli, ["workflows", "show", "wf-1"])
     assert short.exit_code == 0, short.output
+    # What the workflow cost, and what the replay did not spend again.
+    assert "spent: 1 model turns, 120 tokens (reused on resume: 1 turns, 120 tokens)" in (
+        short.stdout
+    )
     line = next(x for x in short.stdout.splitlines() if x.startswith("turn-1"))
     assert "model=gpt-test calls=charge" in line and len(line) < LINE + 40
     full = runner.invoke(cli, ["workflows", "show", "--full", "wf-1"])

@@ -11,7 +11,8 @@ from stepledger.cli import cli
 from stepledger.cli._identity import answerer, os_user
 from stepledger.domain.approvals import AuthMethod
 from stepledger.errors import ConfigError
-from stepledger.inbox.auth import Credentials, Identity, Sessions, hash_token, load_users
+from stepledger.inbox.auth import Credentials, Identity, Sessions, hash_token
+from stepledger.inbox.users import User, load_users
 
 ALICE = "alice-own-token-0123456789"
 
@@ -44,12 +45,15 @@ def test_a_session_expires_can_be_revoked_and_is_never_the_token() -> None:
 
 
 def test_credentials_prove_a_users_name_or_only_the_shared_token() -> None:
-    creds = Credentials("shared-token-0123456789", {"alice": hash_token(ALICE)})
+    creds = Credentials("shared-token-0123456789", {"alice": User(hash_token(ALICE))})
     assert creds.check(ALICE) == Identity("alice", AuthMethod.USERS_FILE)
     assert creds.check("shared-token-0123456789") == Identity("", AuthMethod.INBOX_TOKEN)
     for wrong in (None, "", "alice", ALICE + "x", hash_token(ALICE), "x" * 10_000):
         assert creds.check(wrong) is None
-    assert Credentials(None, {"alice": hash_token(ALICE)}).check("shared-token-0123456789") is None
+    assert (
+        Credentials(None, {"alice": User(hash_token(ALICE))}).check("shared-token-0123456789")
+        is None
+    )
     with pytest.raises(ConfigError, match="needs a token or a users file"):
         Credentials(None, {})
 
@@ -59,7 +63,10 @@ def test_a_users_file_is_names_with_hashed_tokens_and_a_bad_one_is_one_message(
 ) -> None:
     path = tmp_path / "users"
     path.write_text(f"# approvers\nalice {hash_token(ALICE)}\n\nbob smith {hash_token('b' * 20)}\n")
-    assert load_users(path) == {"alice": hash_token(ALICE), "bob smith": hash_token("b" * 20)}
+    assert load_users(path) == {
+        "alice": User(hash_token(ALICE)),
+        "bob smith": User(hash_token("b" * 20)),
+    }
     for text, problem in (
         ("alice secret-in-clear\n", "expected 'NAME sha256:"),
         (f"alice {hash_token(ALICE)}\nalice {hash_token('x' * 20)}\n", "listed twice"),

@@ -83,6 +83,7 @@ EVENT_TYPES = (
     "approval_requested",
     "approval_decided",
     "anomaly_observed",
+    "model_turn_reused",
     "workflow_paused",
     "workflow_unpaused",
     "workflow_cancel_requested",
@@ -144,6 +145,11 @@ def test_metric_names_are_the_declared_ones() -> None:
     assert projector == wire.PROJECTOR_METRICS
     assert recovery == wire.RECOVERY_METRICS
     assert "stepledger_projector_events" in projector
+    # The token ledger's counters (per fleet and model): names a dashboard depends on.
+    assert {
+        "stepledger_projector_model_tokens_incurred",
+        "stepledger_projector_model_tokens_reused",
+    } <= projector
     assert "stepledger_recovery_oldest_overdue_intent_seconds" in recovery
 
 

@@ -8,6 +8,7 @@ import click
 
 from stepledger.cli._common import with_settings
 from stepledger.config import Settings
+from stepledger.errors import StepLedgerError
 
 TOKEN_ON_COMMAND_LINE = (
     "--token on the command line is readable by every local user (the process list): "
@@ -58,7 +59,7 @@ TOKEN_ON_COMMAND_LINE = (
     envvar="STEPLEDGER_INBOX_USERS",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Users file (`stepledger inbox-user NAME`): each person opens the inbox with their "
-    "own token and answers under their name.",
+    "own token and sees and answers, under their name, only the fleets their line names.",
 )
 @click.option(
     "--proxy-user-header",
@@ -139,22 +140,50 @@ def inbox_command(
     type=click.Path(dir_okay=False, path_type=Path),
     help="The users file to add NAME to (created if missing).",
 )
-def inbox_user_command(name: str, users_path: Path) -> None:
-    """Add NAME to an inbox users file and print their token once (only its hash is kept)."""
-    from stepledger.inbox.auth import hash_token, load_users, new_token
+@click.option(
+    "--fleet",
+    "fleets",
+    multiple=True,
+    metavar="FLEET",
+    help="A fleet whose cases NAME sees and answers (repeatable); none: every fleet.",
+)
+@click.option(
+    "--role",
+    type=click.Choice(["approver", "operator"]),
+    default="approver",
+    show_default=True,
+    help="approver: answers escalations and approvals; operator: also workflow controls.",
+)
+@click.option(
+    "--proxy-only",
+    is_flag=True,
+    help="No token of their own: the trusted proxy (--proxy-user-header) names NAME.",
+)
+def inbox_user_command(
+    name: str, users_path: Path, fleets: tuple[str, ...], role: str, proxy_only: bool
+) -> None:
+    """Add NAME to an inbox users file with their fleets and role, and print their token once
+    (only its hash is kept)."""
+    from stepledger.inbox.auth import hash_token, new_token
+    from stepledger.inbox.users import load_users, make_grant, user_line
 
     name = name.strip()
     if not name or len(name) > 120 or not name.isprintable():
         raise click.BadParameter("a name is 1-120 printable characters", param_hint="NAME")
-    known = load_users(users_path) if users_path.exists() else {}
+    try:
+        grant = make_grant(list(fleets) or None, role)
+        known = load_users(users_path) if users_path.exists() else {}
+    except StepLedgerError as exc:
+        raise click.ClickException(exc.message) from None
     if name in known:
         raise click.ClickException(f"{name!r} is already in {users_path}: remove the line first")
-    token = new_token()
+    token = None if proxy_only else new_token()
     with users_path.open("a", encoding="utf-8") as out:
-        out.write(f"{name} {hash_token(token)}\n")
+        out.write(user_line(name, None if token is None else hash_token(token), grant) + "\n")
     users_path.chmod(0o600)
-    click.echo(f"{name}: {token}")
-    click.echo(f"(give {name} this token; {users_path} keeps only its hash)", err=True)
+    if token is not None:
+        click.echo(f"{name}: {token}")
+    click.echo(f"({name}: {grant.describe()}; {users_path} keeps only the token's hash)", err=True)
 
 
 def _read_token(path: Path) -> str:

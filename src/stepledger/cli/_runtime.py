@@ -9,6 +9,7 @@ prints a workflow as a resume would see it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.context import build_context
 from stepledger.domain.enums import Verdict
 from stepledger.domain.factory import EventFactory
+from stepledger.domain.spend import spend_of
 from stepledger.domain.state import RunStatus, WorkflowState, replay
 from stepledger.errors import LedgerStateError
 from stepledger.history.kafka import KafkaHistory
@@ -213,8 +215,10 @@ def show_command(
     A model turn is summarised (model, tool calls, a preview of its text) and any other
     step cut to a line; --full prints what the log recorded.
     """
-    state = _state(settings, db_path, workflow_id)
+    events = _events(settings, db_path, workflow_id)
+    state = replay(workflow_id, events)
     steps = build_context(state)
+    spend = spend_of(state, events)
     if as_json:
         summary = {
             "workflow_id": workflow_id,
@@ -222,6 +226,7 @@ def show_command(
             "attempt": state.attempt,
             "max_attempts": state.max_attempts,
             "escalation_id": state.escalation_id,
+            "spend": dataclasses.asdict(spend),
             "steps": [
                 {"step_id": s.step_id, "tool": s.tool, "status": s.status.value, "result": s.result}
                 for s in steps
@@ -236,20 +241,25 @@ def show_command(
             + (f", escalation {state.escalation_id}" if state.escalation_id else "")
         )
     )
+    click.echo(safe(f"spent: {spend.line()}"))
     for step in steps:
         # One line per step, escaped whole: a newline in a field cannot start another.
         click.echo(safe(step_line(step, full=full)))
 
 
 def _state(settings: Settings, db_path: Path | None, workflow_id: str) -> WorkflowState:
+    return replay(workflow_id, _events(settings, db_path, workflow_id))
+
+
+def _events(settings: Settings, db_path: Path | None, workflow_id: str) -> list[ev.Event]:
     reader = reader_for(settings, db_path)
     try:
-        events = reader.read(workflow_id).events
+        events = list(reader.read(workflow_id).events)
     finally:
         reader.close()
     if not events:
         raise LedgerStateError(f"no workflow {workflow_id!r} in {settings.topic}")
-    return replay(workflow_id, events)
+    return events
 
 
 for _command in (pause_command, unpause_command, cancel_command, restart_command):

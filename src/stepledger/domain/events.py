@@ -247,6 +247,14 @@ class AnomalyObserved(_Frozen):
     source: Source
 
 
+class ModelTurnReused(_Frozen):
+    """A run replayed a recorded model turn instead of asking the model: no tokens spent."""
+
+    type: Literal["model_turn_reused"] = "model_turn_reused"
+    attempt: Positive
+    runner: str | None = None
+
+
 class WorkflowPaused(_Frozen):
     """An operator paused the workflow: no new step starts; a step in flight finishes."""
 
@@ -296,6 +304,7 @@ Body = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | AnomalyObserved
+    | ModelTurnReused
     | WorkflowPaused
     | WorkflowUnpaused
     | WorkflowCancelRequested,
@@ -317,6 +326,7 @@ BODY_TYPES: tuple[type[BaseModel], ...] = (
     ApprovalRequested,
     ApprovalDecided,
     AnomalyObserved,
+    ModelTurnReused,
     WorkflowPaused,
     WorkflowUnpaused,
     WorkflowCancelRequested,
@@ -337,6 +347,7 @@ EventType = Literal[
     "approval_requested",
     "approval_decided",
     "anomaly_observed",
+    "model_turn_reused",
     "workflow_paused",
     "workflow_unpaused",
     "workflow_cancel_requested",

@@ -190,21 +190,26 @@ def _leaves(value: Any) -> Iterator[Any]:
 class Scrubber:
     """Replaces every string form of some secret values in texts and JSON-like values."""
 
-    def __init__(self, values: Iterable[Any]) -> None:
+    def __init__(self, values: Iterable[Any], mark: Callable[[str], str] | None = None) -> None:
+        """``mark`` gives what stands in for a secret's form found in a text (the marker)."""
         forms: set[str] = set()
         for value in values:
             forms.update(_forms(value))
         patterns = sorted({_pattern(f) for f in forms}, key=len, reverse=True)
         self._regex = re.compile("|".join(patterns)) if patterns else None
+        self._mark = mark
 
     def __bool__(self) -> bool:
         return self._regex is not None
 
     def text(self, text: str) -> str:
-        """The text with every form of every secret replaced by the marker."""
+        """The text with every form of every secret replaced by its mark."""
         if self._regex is None:
             return text
-        return self._regex.sub(MARKER, text)
+        mark = self._mark
+        if mark is None:
+            return self._regex.sub(MARKER, text)
+        return self._regex.sub(lambda found: mark(found.group(0)), text)
 
     def value(self, value: Any) -> Any:
         """A JSON-like value with secrets scrubbed from every string, key and equal number."""
@@ -217,7 +222,7 @@ class Scrubber:
         if isinstance(value, list | tuple):
             return [self.value(v) for v in value]
         if isinstance(value, int | float) and any(map(self._regex.fullmatch, _forms(value))):
-            return MARKER
+            return MARKER if self._mark is None else self._mark(str(value))
         if isinstance(value, bool | int | float) or value is None:
             return value
         return self.text(str(value))

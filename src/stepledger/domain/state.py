@@ -212,6 +212,8 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         return _on_workflow_cleared(wf, body)
     if isinstance(body, ev.AnomalyObserved):
         return (body.kind, body.detail)
+    if isinstance(body, ev.ModelTurnReused):
+        return None  # a replay's mark for the cost ledger: the turn's step is unchanged
     steer = _STEERING.get(type(body))
     if steer is not None:
         return steer(wf, body)

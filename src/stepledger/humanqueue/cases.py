@@ -19,6 +19,7 @@ from typing import Any
 from stepledger.domain import events as ev
 from stepledger.domain.enums import EffectClass, ResolutionPolicy, Verdict
 from stepledger.domain.ids import loads_or_text
+from stepledger.domain.spend import spend_of
 from stepledger.domain.state import RunStatus, StepState, StepStatus, WorkflowState
 from stepledger.humanqueue.escalations import STANDING_VERDICTS, WORKFLOW_VERDICTS, step_options
 from stepledger.humanqueue.shown import Redactor, ShownCall, shown_call
@@ -150,6 +151,8 @@ class Case:
     decisions: tuple[Decision, ...] = ()
     shown: ShownCall | None = None
     """For an approval: the call the pending (or decided) request shows."""
+    spend: str = ""
+    """What the workflow's model turns cost, and what resumes reused (empty: no turn)."""
 
     @property
     def decision(self) -> Decision | None:
@@ -234,11 +237,13 @@ def escalation_case(
         is_open = waiting and state.escalation_id == escalation_id
         standing = state.status is RunStatus.COMPENSATION_INCOMPLETE or trace.standing
         options = STANDING_VERDICTS if standing else WORKFLOW_VERDICTS
-        return _case(CaseKind.WORKFLOW, escalation_id, state, trace, is_open, options)
+        case = _case(CaseKind.WORKFLOW, escalation_id, state, trace, is_open, options)
+        return _spent(case, state, events)
     step = state.steps.get(trace.step_id)
     is_open = step is not None and step.escalation_open and step.escalation_id == escalation_id
     verdicts = step_options(step)
-    return _case(CaseKind.STEP, escalation_id, state, trace, is_open, verdicts, redactor)
+    case = _case(CaseKind.STEP, escalation_id, state, trace, is_open, verdicts, redactor)
+    return _spent(case, state, events)
 
 
 def approval_case(
@@ -268,7 +273,12 @@ def approval_case(
         options,
         redactor,
     )
-    return replace(case, shown=shown_call(step, redactor))
+    return _spent(replace(case, shown=shown_call(step, redactor)), state, events)
+
+
+def _spent(case: Case, state: WorkflowState, events: Sequence[ev.Event]) -> Case:
+    spend = spend_of(state, events)
+    return replace(case, spend=spend.line()) if spend.turns_incurred else case
 
 
 def approval_key(workflow_id: str, step_id: str) -> str:

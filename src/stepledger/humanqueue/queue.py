@@ -70,6 +70,8 @@ class QueueFilter:
 
     fleet: str = ""
     """Only cases of this fleet."""
+    fleets: frozenset[str] | None = None
+    """The fleets the asker may see (None: every fleet): nothing else is listed or counted."""
     tool: str = ""
     """Only cases of this tool."""
     workflow: str = ""
@@ -91,6 +93,9 @@ class QueueFilter:
             if value:
                 clauses.append(f"{column} = ?")
                 params.append(str(value))
+        if self.fleets is not None:
+            clauses.append("list_contains(?, fleet_id)" if self.fleets else "FALSE")
+            params += [sorted(self.fleets)] if self.fleets else []
         if self.workflow:
             clauses.append("contains(workflow_id, ?)")
             params.append(self.workflow)
@@ -123,7 +128,7 @@ class QueuePage:
     matching: int
     """Cases that pass the filter."""
     total: int
-    """Every open case."""
+    """Every open case (of the fleets the asker may see)."""
     by_kind: dict[str, int] = field(default_factory=dict)
     by_fleet: dict[str, int] = field(default_factory=dict)
     by_tool: dict[str, int] = field(default_factory=dict)
@@ -234,6 +239,8 @@ def _read(
     source: str,
 ) -> QueuePage:
     where, params = wanted.where()
+    if wanted.fleets is not None:  # the counts too: another fleet's cases are not even counted
+        facets = [row for row in facets if row[1] in wanted.fleets]
     direction = "DESC" if wanted.order is Order.NEWEST else "ASC"
     page = min(max(1, wanted.page), MAX_PAGE)
     found = _page_rows(con, where, params, direction, page, page_size)

@@ -10,11 +10,9 @@ threadpool, never on the event loop.
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -43,6 +41,7 @@ from stepledger.humanqueue import queue as q
 from stepledger.humanqueue.after import what_next
 from stepledger.humanqueue.answers import Answerer, Receipt, answer_kind, parse_result
 from stepledger.humanqueue.cases import Answer, Case, CaseKind
+from stepledger.inbox import access, formats
 from stepledger.inbox.auth import (
     CSRF_FIELD,
     SESSION_TTL_S,
@@ -57,7 +56,9 @@ from stepledger.inbox.auth import (
     session_id,
 )
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
+from stepledger.inbox.roles import Action
 from stepledger.inbox.timeline import case_timeline
+from stepledger.inbox.users import User
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -71,10 +72,12 @@ class InboxConfig:
     """The projector's DuckDB file; its published snapshot is what is read."""
     token: str | None
     """The shared inbox token (URL once, traded for a session; or a bearer header)."""
-    users: Mapping[str, str] = field(default_factory=dict)
-    """Names and the hashes of their own tokens (a users file): answers record the name."""
+    users: Mapping[str, User] = field(default_factory=dict)
+    """The users file's people (token hashes, fleets, roles): answers record the name."""
     proxy_header: str | None = None
     """A header naming the user, set by a reverse proxy the operator trusts."""
+    serves: frozenset[str] | None = None
+    """The fleets served (a fleet's inbox config pins one); None: every fleet of the log."""
     session_ttl_s: float = SESSION_TTL_S
     """How long a browser session lives."""
     prefix: str = field(default_factory=lambda: "/s/" + secrets.token_urlsafe(12))
@@ -95,7 +98,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     """The inbox application over a projection, answering through ``answerer``."""
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     env = templates.env
-    env.filters.update(pretty=_pretty, ago=_ago, when=_when, label=_label)
+    env.filters.update(formats.FILTERS)
     env.globals["case_url"] = case_url
     env.globals["case_timeline"] = case_timeline
     pages = _Pages(config, answerer, templates)
@@ -114,6 +117,7 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
         cookie=session_cookie(config.port),
         prefix=config.prefix,
         proxy_header=config.proxy_header,
+        serves=config.serves,
     )
     pages.gate = gate
     middleware = [
@@ -164,7 +168,7 @@ class _Pages:
         return response
 
     async def queue(self, request: Request) -> Response:
-        wanted, problem = read_filter(request.query_params)
+        wanted, problem = read_filter(request.query_params, identity_of(request).grant.fleets)
         context = await run_in_threadpool(self._queue_context, wanted, problem)
         # A filter that could not be read is the asker's mistake: 400, the default shown.
         status = 400 if problem is not None else 200
@@ -172,7 +176,7 @@ class _Pages:
 
     async def rows(self, request: Request) -> Response:
         version = await run_in_threadpool(q.snapshot_version, self.config.db_path)
-        wanted, problem = read_filter(request.query_params)
+        wanted, problem = read_filter(request.query_params, identity_of(request).grant.fleets)
         if problem is not None:
             return PlainTextResponse(f"400: {problem}", status_code=400)
         if request.query_params.get("v") == version:
@@ -206,9 +210,12 @@ class _Pages:
                 f"escalation {escalation_id} is not in the projection "
                 "yet (or never was): reload in a moment",
             )
-        if request.method == "POST":
-            return await self._answer(request, workflow_id, escalation_id)
         case = await run_in_threadpool(self.answerer.escalation_case, workflow_id, escalation_id)
+        refusal = _not_theirs(request, case)
+        if refusal is not None:
+            return refusal
+        if request.method == "POST" and case is not None:
+            return await self._answer(request, workflow_id, escalation_id)
         return self._case(request, case, f"escalation {escalation_id}")
 
     async def approval(self, request: Request) -> Response:
@@ -222,12 +229,20 @@ class _Pages:
                     "'workflow' and 'step', 1-200 characters)",
                     status_code=400,
                 )
-            return await self._answer(request, workflow_id, None, step_id=step_id)
-        workflow_id, step_id = source.get("workflow", ""), source.get("step", "")
-        if not an_id(workflow_id) or not an_id(step_id):
-            return self._missing(request, "an approval is named by ?workflow=...&step=...")
+        else:
+            workflow_id, step_id = source.get("workflow", ""), source.get("step", "")
+            if not an_id(workflow_id) or not an_id(step_id):
+                return self._missing(request, "an approval is named by ?workflow=...&step=...")
         case = await run_in_threadpool(self.answerer.approval_case, workflow_id, step_id)
-        return self._case(request, case, f"approval of {workflow_id}/{step_id}")
+        refusal = _not_theirs(request, case)
+        if refusal is not None:
+            return refusal
+        name = f"approval of {workflow_id}/{step_id}"
+        if request.method == "POST" and case is not None:
+            return await self._answer(request, workflow_id, None, step_id=step_id)
+        if case is None and request.method == "POST":
+            return self._missing(request, f"{name}: the step awaits no approval")
+        return self._case(request, case, name)
 
     def _workflow_of(self, escalation_id: str) -> str | None:
         try:
@@ -362,9 +377,16 @@ class _Pages:
         context = {
             "base": request.scope.get("root_path", ""),
             "csrf": csrf_token(self.config.csrf_secret),
+            "who": identity_of(request),
             **context,
         }
         return self.templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+def _not_theirs(request: Request, case: Case | None) -> Response | None:
+    """A 403 when the case is of a fleet the person does not act for (before anything else)."""
+    action = Action.ANSWER if request.method == "POST" else Action.SEE
+    return None if case is None else access.refused(request, action, case.fleet_id)
 
 
 def case_url(kind: str, case_id: str | None, workflow_id: str, step_id: str | None) -> str:
@@ -378,25 +400,3 @@ def _case_url(case: Case) -> str:
     if case.kind is CaseKind.APPROVAL:
         return case_url("approval", None, case.workflow_id, case.step_id)
     return case_url("escalation", case.case_id, case.workflow_id, case.step_id)
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str, ensure_ascii=False)
-
-
-def _ago(value: datetime | None, now: datetime | None = None) -> str:
-    if value is None:
-        return "-"
-    seconds = max(0.0, ((now or datetime.now(UTC)) - value).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
-
-
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _label(value: str) -> str:
-    return value.replace("_", " ")

@@ -15,8 +15,10 @@ Browsers do not isolate cookies by port: a cookie with ``Path=/`` reaches every 
 127.0.0.1.  Scoped to a path no other server knows, the session id is sent to this inbox
 only; and it is not the token: it expires, dies with the process and opens nothing else.
 
-**Who answers.** With a users file, the name an answer records is the one the token
-proved (``users_file``); behind a reverse proxy the operator trusts, the name is the one
+**Who answers, for which fleets.** With a users file, the name an answer records is the
+one the token proved (``users_file``), and the person's line says which fleets they act
+for and in which role (:mod:`~stepledger.inbox.users`; the gate narrows it to the fleets
+this inbox serves); behind a reverse proxy the operator trusts, the name is the one
 the proxy puts in the configured header, accepted only on requests that also carry the
 inbox token (``proxy_header``), so a local process that reaches the port directly cannot
 pick a name.  With the shared token alone the name is typed, and recorded as such
@@ -35,9 +37,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.cookies import SimpleCookie
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -48,6 +49,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stepledger.domain.approvals import AuthMethod
 from stepledger.errors import ConfigError
+from stepledger.inbox.roles import EVERY_FLEET, Grant
+from stepledger.inbox.users import HASH_PREFIX, User
 
 MIN_TOKEN = 16
 TOKEN_PARAM = "token"
@@ -55,7 +58,6 @@ CSRF_FIELD = "csrf"
 IDENTITY_KEY = "stepledger.identity"
 SESSION_TTL_S = 8 * 3600.0
 MAX_SESSIONS = 10_000
-HASH_PREFIX = "sha256:"
 SECURITY_HEADERS = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -106,6 +108,8 @@ class Identity:
     name: str
     """The authenticated name ('' when only the shared token was shown)."""
     auth: AuthMethod
+    grant: Grant = EVERY_FLEET
+    """The fleets this person acts for and their role."""
 
     @property
     def proven(self) -> bool:
@@ -122,38 +126,15 @@ def identity_of(request: Request) -> Identity:
     return found if isinstance(found, Identity) else SHARED
 
 
-def load_users(path: Path) -> dict[str, str]:
-    """A users file: one ``NAME sha256:HEX`` per line (``#`` comments); ConfigError if bad."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the users file {path}: {exc}") from None
-    users: dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        name, _, hashed = text.rpartition(" ")
-        name = name.strip()
-        digest = hashed.removeprefix(HASH_PREFIX)
-        if not name or not hashed.startswith(HASH_PREFIX) or len(digest) != 64:
-            raise ConfigError(f"{path}:{number}: expected 'NAME sha256:<64 hex digits>'")
-        if len(name) > 120 or not name.isprintable():
-            raise ConfigError(f"{path}:{number}: a name is 1-120 printable characters")
-        if name in users:
-            raise ConfigError(f"{path}:{number}: {name!r} is listed twice")
-        users[name] = HASH_PREFIX + digest.lower()
-    return users
-
-
 class Credentials:
     """What opens the inbox: the shared token and/or the users' own tokens."""
 
-    def __init__(self, token: str | None, users: Mapping[str, str] | None = None) -> None:
+    def __init__(self, token: str | None, users: Mapping[str, User] | None = None) -> None:
         self.token = token or None
         self.users = dict(users or {})
-        if self.token is None and not self.users:
-            raise ConfigError("the inbox needs a token or a users file")
+        if self.token is None and not any(u.hashed for u in self.users.values()):
+            # Proxy-only lines ("-") open nothing by themselves: the proxy sends the token.
+            raise ConfigError("the inbox needs a token or a users file with people's tokens")
 
     def check(self, given: str | None) -> Identity | None:
         """The identity a presented token proves, or None."""
@@ -161,9 +142,9 @@ class Credentials:
             return None
         found: Identity | None = None
         hashed = hash_token(given)
-        for name, expected in self.users.items():  # every entry compared: no early exit
-            if hmac.compare_digest(hashed, expected):
-                found = Identity(name, AuthMethod.USERS_FILE)
+        for name, user in self.users.items():  # every entry compared: no early exit
+            if user.hashed is not None and hmac.compare_digest(hashed, user.hashed):
+                found = Identity(name, AuthMethod.USERS_FILE, user.grant)
         if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
             found = found or SHARED
         return found
@@ -230,6 +211,10 @@ class GateConfig:
     """The random path every browser page lives under; the cookie is scoped to it."""
     proxy_header: str | None = None
     """A header naming the user, set by a reverse proxy the operator trusts."""
+    serves: frozenset[str] | None = None
+    """The fleets this inbox serves (its config pins one); None: every fleet its log holds.
+    Every identity's grant is narrowed to them, so a record claiming another fleet in this
+    fleet's log is nobody's case here."""
 
 
 class TokenGate:
@@ -259,9 +244,10 @@ class TokenGate:
                 response = PlainTextResponse(problem, status_code=401)
             else:
                 under = path.startswith(config.prefix + "/")
+                grant = identity.grant.within(config.serves)
                 scope = {
                     **scope,
-                    IDENTITY_KEY: identity,
+                    IDENTITY_KEY: replace(identity, grant=grant),
                     "root_path": config.prefix if under else "",
                 }
         if response is not None:
@@ -283,7 +269,7 @@ class TokenGate:
                 )
             if len(name) > 120 or not name.isprintable():
                 return None, "401: the proxy's user name is not 1-120 printable characters"
-            return Identity(name, AuthMethod.PROXY_HEADER), ""
+            return self._proxied(name)
         if bearer is not None:
             return bearer, ""
         if path.startswith(config.prefix + "/"):
@@ -292,6 +278,15 @@ class TokenGate:
                 return session, ""
             return None, _REFUSED + " (no live session: it expired, was closed, or never was)"
         return None, _REFUSED
+
+    def _proxied(self, name: str) -> tuple[Identity | None, str]:
+        users = self.config.credentials.users
+        if not users:  # no users file: every name the proxy gives, as before fleets
+            return Identity(name, AuthMethod.PROXY_HEADER), ""
+        user = users.get(name)
+        if user is None:
+            return None, "401: the proxy names a user the inbox's users file does not list"
+        return Identity(name, AuthMethod.PROXY_HEADER, user.grant), ""
 
     def _trade(self, scope: Scope, query: dict[str, str]) -> Response:
         config = self.config

@@ -13,8 +13,11 @@ def an_id(value: str) -> bool:
     return 0 < len(value) <= 200 and value.isprintable()
 
 
-def read_filter(params: Mapping[str, str]) -> tuple[q.QueueFilter, str | None]:
-    """The filter a query string asks for, and why part of it was not understood (or None)."""
+def read_filter(
+    params: Mapping[str, str], fleets: frozenset[str] | None = None
+) -> tuple[q.QueueFilter, str | None]:
+    """The filter a query string asks for within ``fleets`` (the person's; None: every
+    fleet), and why part of it was not understood (or None)."""
     problem = None
     try:
         older = q.parse_age(params.get("age", ""))
@@ -31,6 +34,7 @@ def read_filter(params: Mapping[str, str]) -> tuple[q.QueueFilter, str | None]:
         problem = problem or "unknown page, kind or order: showing the default"
     wanted = q.QueueFilter(
         fleet=params.get("fleet", ""),
+        fleets=fleets,
         tool=params.get("tool", ""),
         workflow=params.get("workflow", "").strip(),
         older_than=older,

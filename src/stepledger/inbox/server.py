@@ -17,7 +17,8 @@ from stepledger.errors import ConfigError, StepLedgerError
 from stepledger.history.kafka import KafkaHistory
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.shown import Redactor
-from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, load_users, new_token
+from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, new_token
+from stepledger.inbox.users import load_users
 from stepledger.kafka.topics import check_retention
 from stepledger.log import KafkaEventLog
 from stepledger.resolution.registry import ToolRegistry
@@ -144,6 +145,10 @@ def serve(
         token=token,
         users=users,
         proxy_header=options.proxy_header,
+        # A fleet's config (`fleet create`) pins its fleet: the broker lets this inbox read
+        # and answer that fleet's log only, and a record claiming another fleet there is
+        # nobody's case.
+        serves=None if settings.role is None else frozenset({settings.fleet_id}),
         session_ttl_s=options.session_ttl_s,
         port=port,
         allowed_hosts=hosts,

@@ -23,10 +23,11 @@ call that was made, and a call never made becomes a new step after the recorded 
 
 A **model turn** is a read-only step (tool ``model``) whose argument is a digest of the
 request (:func:`request_digest`, the canonical digest fingerprints use) and whose result is
-the serialized response: a resume replays the recorded turn instead of asking the model
-again, and recovery never resolves it (a read-only intent in doubt is simply asked again).
-Recording turns is opt-in: it saves the cost of asking the model again and keeps its plan,
-while correctness comes from the tool steps alone.
+the serialized response with its usage: a resume replays the recorded turn instead of
+asking the model again, and recovery never resolves it (a read-only intent in doubt is
+simply asked again).  Recording turns saves the cost of asking the model again and keeps its
+plan, while correctness comes from the tool steps alone; when a turn is asked or replayed,
+its usage, budget, volatile parts and secrets are :mod:`stepledger.integrations._asking`'s.
 
 Tool calls of one model turn run one at a time, in the order of the turn's response: the
 framework is made to dispatch them so, and a turnstile
@@ -52,7 +53,6 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from stepledger.domain import fingerprint
 from stepledger.domain.context import StepSummary
 from stepledger.domain.replay import mismatch, occurrences, same_call
 from stepledger.domain.state import StepState, StepStatus
@@ -64,14 +64,17 @@ from stepledger.errors import (
     ToolDefinitionError,
     UnrecordedToolWarning,
 )
+from stepledger.integrations._asking import ModelTurns
+from stepledger.integrations._turn_secrets import Calls
+from stepledger.integrations._turns import Asked, Spending, Turn
+from stepledger.integrations._turns import request_digest as request_digest
 from stepledger.integrations._turnstile import Turnstile
+from stepledger.producer.stepcall import recorded_result
 from stepledger.producer.workflow import Workflow
 from stepledger.wire import AUTO_STEP_ID_SEPARATOR, MODEL_STEP_TOOL
 
 MODEL_TOOL = MODEL_STEP_TOOL
 """The tool name of recorded model turns (a read-only step)."""
-_VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
-"""Keys left out of a request's digest: the framework makes them up anew on every run."""
 
 
 class ToolFailure(Exception):
@@ -88,23 +91,6 @@ def model_tool(name: str = MODEL_TOOL) -> Tool:
     return Tool(name=name, read_only=True, timeout_s=600.0)
 
 
-def request_digest(*parts: Any) -> str:
-    """A digest of a model request that ignores what a framework regenerates per run.
-
-    The canonical digest call fingerprints use (:func:`stepledger.domain.fingerprint.of_value`)
-    of the request without the keys in ``_VOLATILE``.
-    """
-    return fingerprint.of_value(_stable(to_jsonable_python(list(parts), fallback=repr)))
-
-
-def _stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _stable(v) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list):
-        return [_stable(v) for v in value]
-    return value
-
-
 def to_json_text(value: Any) -> str:
     """A tool result as the JSON text a model reads (strings stay as they are)."""
     if isinstance(value, str):
@@ -115,22 +101,29 @@ def to_json_text(value: Any) -> str:
 class AgentSteps:
     """Names, orders and runs the steps a model asks for in one run of one workflow."""
 
-    def __init__(self, workflow: Workflow, *, model: Tool | None = None) -> None:
+    def __init__(
+        self, workflow: Workflow, *, model: Tool | None = None, spending: Spending | None = None
+    ) -> None:
         self.workflow = workflow
         self.model = model
         """The tool model turns are recorded under, or None: turns are not recorded."""
         self.turnstile = Turnstile()
-        self._used: set[str] = set()
+        self.used: set[str] = set()
+        """The steps this run has named (a recorded step is used once per run)."""
         self._known: dict[str, Tool] = {}
-        self._lock = asyncio.Lock()
-        self._sync_lock = threading.Lock()
+        self.lock = asyncio.Lock()
+        """Held while a step of the run is named and run on the event loop."""
+        self.sync_lock = threading.Lock()
+        """Held while a step of the run is named and run from synchronous code."""
         workflow.fast_forward()
+        self.turns = ModelTurns(self, spending or Spending())
+        """The run's model turns: asked or replayed, priced, budgeted, secrets marked."""
 
     def step_id(self, tool: Tool, arguments: Mapping[str, Any]) -> str:
         """The step this call is (see the module doc): by occurrence, or by fingerprint for
         a read-only tool; a call past the recorded steps is a new one."""
         unused = [
-            s for s in occurrences(self.workflow.state, tool.name) if s.step_id not in self._used
+            s for s in occurrences(self.workflow.state, tool.name) if s.step_id not in self.used
         ]
         if not tool.read_only and unused:
             return self._use(unused[0].step_id)
@@ -141,7 +134,7 @@ class AgentSteps:
                     return self._use(step.step_id)
         state = self.workflow.state
         n = len(occurrences(state, tool.name)) + 1
-        while _auto_id(tool.name, n) in self._used or _auto_id(tool.name, n) in state.steps:
+        while _auto_id(tool.name, n) in self.used or _auto_id(tool.name, n) in state.steps:
             n += 1
         return self._use(_auto_id(tool.name, n))
 
@@ -150,7 +143,7 @@ class AgentSteps:
         return wf.ledger.events.fingerprint(wf.workflow_id, step_id, tool, arguments)
 
     def _use(self, step_id: str) -> str:
-        self._used.add(step_id)
+        self.used.add(step_id)
         return step_id
 
     async def call(
@@ -168,7 +161,7 @@ class AgentSteps:
         """
         self.turnstile.enter(call_id)
         try:
-            async with self._lock:
+            async with self.lock:
                 return await self._call(tool, dict(arguments), fn)
         finally:
             self.turnstile.leave(call_id)
@@ -177,6 +170,9 @@ class AgentSteps:
         self, tool: Tool, args: dict[str, Any], fn: Callable[[dict[str, Any], str], Any] | None
     ) -> Any:
         self.know([tool])
+        marked, replayed = self._replay_marked(tool, args)
+        if marked:
+            return replayed
         step_id = self.step_id(tool, args)
         self._raise_recorded_failure(step_id, tool, args)
         run = fn or tool.run
@@ -207,9 +203,12 @@ class AgentSteps:
         fn: Callable[[dict[str, Any], str], Any] | None = None,
     ) -> Any:
         """Run one tool call as a step from synchronous code (one at a time per run)."""
-        with self._sync_lock:
+        with self.sync_lock:
             args = dict(arguments)
             self.know([tool])
+            marked, replayed = self._replay_marked(tool, args)
+            if marked:
+                return replayed
             step_id = self.step_id(tool, args)
             self._raise_recorded_failure(step_id, tool, args)
             raised: list[BaseException] = []
@@ -230,14 +229,35 @@ class AgentSteps:
                 self._tool_failure(step_id, exc, raised)
                 raise
 
-    def model_turn_sync(self, digest: str, ask: Callable[[], Any]) -> Any:
-        """The model's answer to one request from synchronous code (recorded or asked)."""
-        if self.model is None or not self.records_model:
-            return ask()
-        tool, args = self.model, {"request": digest}
-        with self._sync_lock:
-            step_id = self.step_id(tool, args)
-            return self.workflow.step(step_id, tool, args, fn=lambda _a, _k: ask())
+    def model_turn_sync(
+        self, request: Any, ask: Callable[[], Asked], calls: Calls | None = None
+    ) -> Turn:
+        """The model's answer to one request from synchronous code (see :meth:`model_turn`)."""
+        return self.turns.turn(request, ask, calls)
+
+    def _replay_marked(self, tool: Tool, args: dict[str, Any]) -> tuple[bool, Any]:
+        """(True, the recorded result) for a call of a replayed turn whose secrets are marks.
+
+        Such a call is its tool's next settled step this run has not used (the turn was
+        replayed only because that step exists), replayed without calling anything: the
+        tool never receives a mark in place of a value.  (False, None) for any other call.
+        """
+        step_id = self.turns.secrets.replayed_step(tool, args, self.used)
+        if step_id is None:
+            return False, None
+        wf = self.workflow
+        if not step_id:
+            raise StepLedgerError(
+                f"tool {tool.name!r}: a replayed model turn asks for a call whose secret "
+                "arguments the log holds only as marks, and no settled step of it is left to "
+                "replay; the tool is not called",
+                workflow_id=wf.workflow_id,
+                tool=tool.name,
+            )
+        step = wf.state.steps[self._use(step_id)]
+        if step.status is StepStatus.FAILED:
+            raise ToolFailure(ToolCallError(f"{step.error}", step_id=step_id), step_id)
+        return True, recorded_result(tool, step)
 
     def _raise_recorded_failure(self, step_id: str, tool: Tool, args: dict[str, Any]) -> None:
         known = self.workflow.state.steps.get(step_id)
@@ -277,32 +297,21 @@ class AgentSteps:
                 )
             self._known[tool.name] = tool
 
-    @property
-    def records_model(self) -> bool:
-        """Whether model turns are recorded: asked for, and no known tool has secret arguments.
+    def tools(self) -> dict[str, Tool]:
+        """The tools this run may call, by name (the ledger's and the framework's)."""
+        return {**{t.name: t for t in self.workflow.ledger.tools}, **self._known}
 
-        A model's response holds the arguments of the calls it asks for, secrets included,
-        and the log must never hold a secret (nor could a replay give it back): with a tool
-        that declares ``secret_args``, turns are asked anew on a resume instead.
+    async def model_turn(
+        self, request: Any, ask: Callable[[], Awaitable[Asked]], calls: Calls | None = None
+    ) -> Turn:
+        """The model's answer to one request: the recorded one, or asked and recorded.
+
+        ``request`` is what the request says (JSON-like, without what the framework makes
+        up per run); ``ask`` asks the model and returns its response as JSON with its usage;
+        ``calls`` gives the tool calls of a response (their secrets are recorded as marks).
+        Raises BudgetExceededError, before asking, when the workflow spent its budget.
         """
-        if self.model is None:
-            return False
-        known = [*self.workflow.ledger.tools, *self._known.values()]
-        return not any(t.secret_args for t in known)
-
-    async def model_turn(self, digest: str, ask: Callable[[], Awaitable[Any]]) -> Any:
-        """The model's answer to one request: the recorded one, or asked and recorded (JSON)."""
-        if self.model is None or not self.records_model:
-            return await ask()
-        tool = self.model
-        args = {"request": digest}
-
-        async def asked(_: dict[str, Any], __: str) -> Any:
-            return await ask()
-
-        async with self._lock:
-            step_id = self.step_id(tool, args)
-            return await self.workflow.astep(step_id, tool, args, fn=asked)
+        return await self.turns.aturn(request, ask, calls)
 
 
 def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:
@@ -320,6 +329,13 @@ def outside_the_ledger(names: Iterable[str], why: str, *, strict: bool) -> None:
     if strict:
         raise ToolDefinitionError(message.replace(", or run with strict=True to refuse them", ""))
     warnings.warn(message, UnrecordedToolWarning, stacklevel=3)
+
+
+def agent_steps(
+    workflow: Workflow, *, record_model: bool = True, spending: Spending | None = None
+) -> AgentSteps:
+    """The step namer and runner of one run on ``workflow`` (each integration's ``steps_for``)."""
+    return AgentSteps(workflow, model=model_tool() if record_model else None, spending=spending)
 
 
 def _auto_id(tool: str, occurrence: int) -> str:

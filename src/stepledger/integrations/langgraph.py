@@ -54,10 +54,12 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 from pydantic import BaseModel
 
 from stepledger.domain.tools import Tool
+from stepledger.domain.usage import TurnUsage
 from stepledger.errors import StepLedgerError
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
 from stepledger.integrations._schema import arguments_model, model_name, tool_function
+from stepledger.integrations._turns import Asked, Spending
 from stepledger.producer.workflow import Workflow
 
 __all__ = ["history_from_log", "model_node", "run", "steps_for", "tool_node", "tools"]
@@ -155,12 +157,47 @@ class _ModelNode:
     def __call__(self, state: State) -> dict[str, list[BaseMessage]]:
         messages = state[self.messages_key]
 
-        def ask() -> Any:
-            return message_to_dict(self.model.invoke(messages))
+        def ask() -> Asked:
+            answer = message_to_dict(self.model.invoke(messages))
+            return answer, usage_of(answer, _model_name(self.model))
 
-        digest = _core.request_digest(_said(messages))
-        recorded = _core.current().model_turn_sync(digest, ask)
-        return {self.messages_key: messages_from_dict([recorded])}
+        turn = _core.current().model_turn_sync(_said(messages), ask, calls_of)
+        return {self.messages_key: messages_from_dict([turn.response])}
+
+
+def _model_name(model: Any) -> str | None:
+    """The chat model's name (``model_name`` or ``model``), through a ``bind_tools`` binding."""
+    bound = getattr(model, "bound", model)
+    for attribute in ("model_name", "model"):
+        name = getattr(bound, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    return None
+
+
+def calls_of(message: Any) -> list[tuple[str, Any]]:
+    """The tool calls of an answer as a message dict (``message_to_dict``)."""
+    data = message.get("data") if isinstance(message, dict) else None
+    calls = (data or {}).get("tool_calls") or []
+    return [(str(c.get("name")), c.get("args")) for c in calls if isinstance(c, dict)]
+
+
+def usage_of(message: Mapping[str, Any], model: str | None = None) -> TurnUsage | None:
+    """The usage of one answer from its message as a dict (LangChain's ``usage_metadata``)."""
+    data = message.get("data") or {}
+    usage = data.get("usage_metadata")
+    if not isinstance(usage, Mapping):
+        return None
+    given = (data.get("response_metadata") or {}).get("model_name")
+    inputs = usage.get("input_token_details") or {}
+    outputs = usage.get("output_token_details") or {}
+    return TurnUsage(
+        model=given or model,
+        input_tokens=usage.get("input_tokens") or 0,
+        output_tokens=usage.get("output_tokens") or 0,
+        cached_tokens=inputs.get("cache_read") or 0,
+        reasoning_tokens=outputs.get("reasoning") or 0,
+    )
 
 
 def model_node(model: Any, *, messages_key: str = "messages") -> _ModelNode:
@@ -172,9 +209,15 @@ def model_node(model: Any, *, messages_key: str = "messages") -> _ModelNode:
     return _ModelNode(model, messages_key)
 
 
-def steps_for(workflow: Workflow, *, record_model: bool = True) -> AgentSteps:
-    """The step namer and runner of one run of a graph on ``workflow``."""
-    return AgentSteps(workflow, model=_core.model_tool() if record_model else None)
+def steps_for(
+    workflow: Workflow, *, record_model: bool = True, spending: Spending | None = None
+) -> AgentSteps:
+    """The step namer and runner of one run of a graph on ``workflow``.
+
+    ``spending`` declares the volatile parts of a request (left out of its digest), the
+    price table and the workflow's model budget (:class:`stepledger.integrations.Spending`).
+    """
+    return _core.agent_steps(workflow, record_model=record_model, spending=spending)
 
 
 def run(

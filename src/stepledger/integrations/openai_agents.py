@@ -38,6 +38,7 @@ try:
     from agents.run_config import ToolExecutionConfig
     from agents.tool import ToolErrorFunction, default_tool_error_function
     from agents.tool_context import ToolContext
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
     raise ImportError(
         "stepledger.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -46,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 from pydantic import BaseModel, TypeAdapter
 
 from stepledger.domain.tools import Tool
+from stepledger.domain.usage import TurnUsage
 from stepledger.errors import StepLedgerError, ToolDefinitionError
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
@@ -55,6 +57,7 @@ from stepledger.integrations._schema import (
     parameters_schema,
     tool_function,
 )
+from stepledger.integrations._turns import Asked, Spending
 from stepledger.producer.workflow import Workflow
 
 __all__ = [
@@ -162,12 +165,14 @@ class RecordedModel(Model):
             "tools": [getattr(t, "name", str(t)) for t in tools],
         }
 
-        async def ask() -> Any:
+        async def ask() -> Asked:
             response = await self.model.get_response(*args, **kwargs)
             output = [item.model_dump(mode="json") for item in response.output]
-            return {"output": output, "response_id": response.response_id}
+            answer = {"output": output, "response_id": response.response_id}
+            return answer, usage_of(response.usage, _model_name(self.model))
 
-        recorded = await steps.model_turn(_core.request_digest(request), ask)
+        turn = await steps.model_turn(request, ask, calls_of)
+        recorded = turn.response
         items = [_OUTPUT_ITEM.validate_python(item) for item in recorded["output"]]
         ours = {t.name for t in tools if hasattr(t, _MARK)}
         steps.turnstile.expect(
@@ -175,8 +180,10 @@ class RecordedModel(Model):
             for item in items
             if getattr(item, "type", "") == "function_call" and getattr(item, "name", "") in ours
         )
-        # A replayed turn cost nothing: its usage is zero.
-        return ModelResponse(output=items, usage=Usage(), response_id=recorded["response_id"])
+        # A replayed turn reports the usage it was recorded with (the run's total is what the
+        # turns cost); that it was replayed, not spent again, is in the log and on its span.
+        usage = sdk_usage(turn.usage)
+        return ModelResponse(output=items, usage=usage, response_id=recorded["response_id"])
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Streaming is not recorded: refused rather than run without a record."""
@@ -185,15 +192,68 @@ class RecordedModel(Model):
         )
 
 
+def calls_of(response: Any) -> list[tuple[str, Any]]:
+    """The function calls of a recorded response (``{"output": [...]}``), arguments parsed."""
+    found: list[tuple[str, Any]] = []
+    for item in response.get("output", []) if isinstance(response, dict) else []:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            try:
+                found.append((str(item.get("name")), json.loads(item.get("arguments") or "{}")))
+            except ValueError:
+                continue  # arguments that are not JSON reach no tool as a step
+    return found
+
+
+def usage_of(usage: Usage | None, model: str | None = None) -> TurnUsage | None:
+    """The usage of one response from the SDK's ``Usage``."""
+    if usage is None:
+        return None
+    return TurnUsage(
+        model=model,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cached_tokens=usage.input_tokens_details.cached_tokens or 0,
+        reasoning_tokens=usage.output_tokens_details.reasoning_tokens or 0,
+    )
+
+
+def sdk_usage(usage: TurnUsage | None) -> Usage:
+    """The SDK's ``Usage`` of one request from a turn's recorded usage (empty without one)."""
+    if usage is None:
+        return Usage()
+    return Usage(
+        requests=1,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.tokens,
+        input_tokens_details=InputTokensDetails(
+            cached_tokens=usage.cached_tokens, cache_write_tokens=0
+        ),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=usage.reasoning_tokens),
+    )
+
+
+def _model_name(model: Model) -> str | None:
+    """The name of the model a ``Model`` calls (the SDK's OpenAI models keep it as ``model``)."""
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) and name else None
+
+
 def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """``get_response``'s arguments by name (the SDK passes them by keyword)."""
     names = list(inspect.signature(Model.get_response).parameters)[1:]
     return {**dict(zip(names, args, strict=False)), **kwargs}
 
 
-def steps_for(workflow: Workflow, *, record_model: bool = True) -> AgentSteps:
-    """The step namer and runner of one run of an agent on ``workflow``."""
-    return AgentSteps(workflow, model=_core.model_tool() if record_model else None)
+def steps_for(
+    workflow: Workflow, *, record_model: bool = True, spending: Spending | None = None
+) -> AgentSteps:
+    """The step namer and runner of one run of an agent on ``workflow``.
+
+    ``spending`` declares the volatile parts of a request (left out of its digest), the
+    price table and the workflow's model budget (:class:`stepledger.integrations.Spending`).
+    """
+    return _core.agent_steps(workflow, record_model=record_model, spending=spending)
 
 
 async def run(

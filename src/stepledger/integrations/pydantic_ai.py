@@ -68,9 +68,11 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 from pydantic import BaseModel
 
 from stepledger.domain.tools import Tool
+from stepledger.domain.usage import TurnUsage
 from stepledger.integrations import _core
 from stepledger.integrations._core import AgentSteps, ToolFailure
 from stepledger.integrations._schema import model_name, parameters_schema, tool_function
+from stepledger.integrations._turns import Asked, Spending
 from stepledger.producer.workflow import Workflow
 
 TOOLSET_ID = "stepledger"
@@ -148,7 +150,13 @@ class _Backend(CallableOperationBackend[None]):
         params = _PARAMS.get()
         steps = _core.current()
         if isinstance(operation_id, ModelRequestId) and isinstance(params, ModelRequestParams):
-            return await steps.model_turn(_messages_digest(params.messages), body)
+
+            async def ask() -> Asked:
+                payload = await body()
+                return payload, usage_of(payload)
+
+            turn = await steps.model_turn(_said(params.messages), ask, calls_of)
+            return turn.response
         if isinstance(operation_id, ToolsetCallToolId) and isinstance(
             params, ToolsetCallToolParams
         ):
@@ -166,14 +174,48 @@ class _Backend(CallableOperationBackend[None]):
 _PART_FIELDS = ("part_kind", "content", "tool_name", "args")
 
 
-def _messages_digest(messages: Sequence[Any]) -> str:
-    """A digest of what the messages say (not when, nor under which run or call id)."""
+def _said(messages: Sequence[Any]) -> list[Any]:
+    """What the messages say (not when, nor under which run or call id): the digest's input."""
     dumped = ModelMessagesTypeAdapter.dump_python(list(messages), mode="json")
-    said = [
+    return [
         [m.get("kind"), [{k: p.get(k) for k in _PART_FIELDS} for p in m.get("parts", [])]]
         for m in dumped
     ]
-    return _core.request_digest(said)
+
+
+def calls_of(payload: Any) -> list[tuple[str, Any]]:
+    """The tool calls of a ``ModelResponse`` as JSON, arguments parsed."""
+    found: list[tuple[str, Any]] = []
+    for part in payload.get("parts", []) if isinstance(payload, dict) else []:
+        if isinstance(part, dict) and part.get("part_kind") == "tool-call":
+            args = part.get("args")
+            try:
+                found.append(
+                    (
+                        str(part.get("tool_name")),
+                        json.loads(args) if isinstance(args, str) else args,
+                    )
+                )
+            except ValueError:
+                continue  # arguments that are not JSON reach no tool as a step
+    return found
+
+
+def usage_of(payload: object) -> TurnUsage | None:
+    """The usage of one model request from its ``ModelResponse`` as JSON (``RequestUsage``)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("usage"), dict):
+        return None
+    usage = payload["usage"]
+    details = usage.get("details") or {}
+    return TurnUsage(
+        model=payload.get("model_name"),
+        input_tokens=usage.get("input_tokens") or 0,
+        output_tokens=usage.get("output_tokens") or 0,
+        cached_tokens=usage.get("cache_read_tokens") or 0,
+        reasoning_tokens=usage.get("output_reasoning_tokens")
+        or details.get("reasoning_tokens")
+        or 0,
+    )
 
 
 _SL_TOOLS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
@@ -231,9 +273,15 @@ class StepLedgerDurability(BaseDurabilityCapability[Any]):
         return _Backend(self.name or "agent")
 
 
-def steps_for(workflow: Workflow, *, record_model: bool = True) -> AgentSteps:
-    """The step namer and runner of one run of an agent on ``workflow``."""
-    return AgentSteps(workflow, model=_core.model_tool() if record_model else None)
+def steps_for(
+    workflow: Workflow, *, record_model: bool = True, spending: Spending | None = None
+) -> AgentSteps:
+    """The step namer and runner of one run of an agent on ``workflow``.
+
+    ``spending`` declares the volatile parts of a request (left out of its digest), the
+    price table and the workflow's model budget (:class:`stepledger.integrations.Spending`).
+    """
+    return _core.agent_steps(workflow, record_model=record_model, spending=spending)
 
 
 async def run(

@@ -23,6 +23,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import (
     CodecError,
     EventValidationError,
+    ForeignFleetError,
     StepLedgerError,
     UnknownSchemaError,
     ViewStoreError,
@@ -42,6 +43,8 @@ DEFAULT_CACHE_WORKFLOWS = 20_000
 DEFAULT_GROUP = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
 #: The dead-letter stage of an event that decodes but whose rows cannot be staged.
 PROJECT_STAGE = "project"
+#: The stage of an event that claims another fleet than its step log's.
+FOREIGN_FLEET_STAGE = "fleet"
 #: What turning rows into Arrow raises for a value its column cannot hold.
 _STAGING_ERRORS = (pa.ArrowException, OverflowError, ValueError, TypeError)
 
@@ -68,10 +71,14 @@ class BatchReport:
     """From the start of preparing the batch to its commit."""
     lag_s: float | None = None
     """From the oldest event's ``occurred_at`` to the commit (clocks of two hosts)."""
+    tokens: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Tokens of the model turns projected, by (fleet, model, incurred or reused)."""
 
 
 def stage_of(error: StepLedgerError) -> str:
     """The dead-letter stage naming why a value was refused."""
+    if isinstance(error, ForeignFleetError):
+        return FOREIGN_FLEET_STAGE
     if isinstance(error, UnknownSchemaError):
         return "schema"
     if isinstance(error, EventValidationError):
@@ -303,4 +310,5 @@ class Projector:
 def _summarise(report: BatchReport, fold: BatchFold) -> None:
     report.projected, report.duplicates = fold.projected, fold.duplicates
     report.anomalies = len(fold.anomalies)
+    report.tokens = dict(fold.tokens)
     report.oldest_at = fold.oldest

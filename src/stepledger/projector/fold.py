@@ -15,6 +15,7 @@ from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.state import StepState, WorkflowState
+from stepledger.projector.costs import MODEL_CALL_COLUMNS, model_call
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import (
     ANOMALY_COLUMNS,
@@ -106,6 +107,9 @@ class BatchFold:
         self.anomalies: list[tuple[Any, ...]] = []
         self.touched: dict[str, _Touched] = {}
         self.duplicates = 0
+        self.model_calls: list[tuple[Any, ...]] = []
+        self.tokens: dict[tuple[str, str, str], int] = {}
+        """Tokens of the batch's model turns by (fleet, model, incurred or reused)."""
 
     def add(
         self, projection: WorkflowProjection, event: ev.Event, at: Coordinates, value: bytes
@@ -136,6 +140,17 @@ class BatchFold:
         self.events.append(event_row(event, at, value))
         if anomaly is not None:
             self.anomalies.append(anomaly_row(anomaly, event, at))
+        elif step_id is not None:
+            self._count_model_call(state, event, at)
+
+    def _count_model_call(self, state: WorkflowState, event: ev.Event, at: Coordinates) -> None:
+        found = model_call(state, event, at)
+        if found is None:
+            return
+        kind, usage, row = found
+        self.model_calls.append(row)
+        key = (event.fleet_id, usage.model or "", kind)
+        self.tokens[key] = self.tokens.get(key, 0) + usage.tokens
 
     @property
     def projected(self) -> int:
@@ -165,6 +180,7 @@ class BatchFold:
             "workflows": transpose(WORKFLOW_COLUMNS, workflows),
             "escalations": transpose(ESCALATION_COLUMNS, escalations),
             "anomalies": transpose(ANOMALY_COLUMNS, self.anomalies),
+            "model_calls": transpose(MODEL_CALL_COLUMNS, self.model_calls),
         }
 
 

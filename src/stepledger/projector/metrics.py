@@ -65,6 +65,15 @@ class ProjectorMetrics:
             "Assigned partitions not projected: their shard is still locked by a previous owner.",
             registry=r,
         )
+        self.tokens = {
+            kind: Counter(
+                f"stepledger_projector_model_tokens_{kind}",
+                f"Input and output tokens of model turns {kind} (reused: replayed, not spent).",
+                ["fleet", "model"],
+                registry=r,
+            )
+            for kind in ("incurred", "reused")
+        }
         self.snapshot_time = Gauge(
             "stepledger_projector_snapshot_timestamp_seconds",
             "Unix time the last snapshot was published.",
@@ -89,6 +98,8 @@ class ProjectorMetrics:
         self.anomalies.inc(report.anomalies)
         for stage, count in report.dead_letters.items():
             self.dead_letters.labels(stage=stage).inc(count)
+        for (fleet, model, kind), tokens in report.tokens.items():
+            self.tokens[kind].labels(fleet=fleet, model=model).inc(tokens)
         self.batch_seconds.observe(seconds)
         if report.lag_s is not None:
             self.commit_lag.observe(max(0.0, report.lag_s))

@@ -11,12 +11,15 @@ from typing import Any
 import pyarrow as pa
 
 from stepledger.errors import ViewStoreError
+from stepledger.projector.costs import MODEL_CALL_VIEWS
 
 #: 2: ``escalations`` keyed by ``(workflow_id, escalation_id)`` (was ``escalation_id``).
-#: 3: ``steps.app_version`` and ``workflows.app_version`` (the application that ran them).
-SCHEMA_VERSION = 3
+#: 3: ``model_calls`` (the token ledger); an older projection gets it empty: rebuild it to
+#: count the turns projected before the upgrade.
+#: 4: ``steps.app_version`` and ``workflows.app_version`` (the application that ran them).
+SCHEMA_VERSION = 4
 #: Columns a version added at the end of a table (ALTER TABLE ADD COLUMN appends them).
-_ADDED = {3: (("steps", "app_version", "VARCHAR"), ("workflows", "app_version", "VARCHAR"))}
+_ADDED = {4: (("steps", "app_version", "VARCHAR"), ("workflows", "app_version", "VARCHAR"))}
 
 _TS = pa.timestamp("ms", tz="UTC")
 
@@ -130,6 +133,27 @@ ARROW: dict[str, pa.Schema] = {
             ("log_offset", pa.int64()),
         ]
     ),
+    # The token ledger: a model turn incurred (asked) or reused (replayed), with its usage.
+    "model_calls": pa.schema(
+        [
+            ("event_id", pa.string()),
+            ("workflow_id", pa.string()),
+            ("step_id", pa.string()),
+            ("fleet_id", pa.string()),
+            ("kind", pa.string()),
+            ("attempt", pa.int32()),
+            ("model", pa.string()),
+            ("input_tokens", pa.int64()),
+            ("output_tokens", pa.int64()),
+            ("cached_tokens", pa.int64()),
+            ("reasoning_tokens", pa.int64()),
+            ("cost", pa.float64()),
+            ("occurred_at", _TS),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("log_offset", pa.int64()),
+        ]
+    ),
     "offsets": pa.schema(
         [("topic", pa.string()), ("partition", pa.int32()), ("next_offset", pa.int64())]
     ),
@@ -156,6 +180,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "escalations": ("workflow_id", "escalation_id"),
     "offsets": ("topic", "partition"),
     "gaps": ("topic", "partition", "expected_offset"),
+    "model_calls": ("workflow_id", "event_id"),
 }
 
 #: The projected tables, in the order a batch writes them (offsets last).
@@ -165,10 +190,17 @@ TABLES: tuple[str, ...] = (
     "workflows",
     "escalations",
     "anomalies",
+    "model_calls",
     "gaps",
     "offsets",
 )
-VIEWS: tuple[str, ...] = ("open_intents", "unresolved_escalations", "tool_stats", "fleet_summary")
+VIEWS: tuple[str, ...] = (
+    "open_intents",
+    "unresolved_escalations",
+    "tool_stats",
+    "fleet_summary",
+    *MODEL_CALL_VIEWS,
+)
 
 _DUCK_TYPES = {
     pa.string(): "VARCHAR",
@@ -176,6 +208,7 @@ _DUCK_TYPES = {
     pa.int64(): "BIGINT",
     pa.bool_(): "BOOLEAN",
     pa.binary(): "BLOB",
+    pa.float64(): "DOUBLE",
     _TS: "TIMESTAMPTZ",
 }
 
@@ -224,6 +257,7 @@ _VIEW_SQL = {
                min(w.started_at) AS first_started_at,
                max(w.last_at) AS last_activity_at
         FROM workflows w GROUP BY w.fleet_id""",
+    **MODEL_CALL_VIEWS,
 }
 
 

@@ -21,6 +21,7 @@ the furthest one holds everything the others do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -49,7 +50,7 @@ def is_shard_dir(db_path: str | Path) -> bool:
     An existing directory is one; so is a path not ending in ``.duckdb``.
     """
     path = Path(db_path)
-    return path.is_dir() or not path.name.endswith(DB_SUFFIX)
+    return _probe(path, path.is_dir) or not path.name.endswith(DB_SUFFIX)
 
 
 def shard_path(directory: str | Path, topic: str, partition: int) -> Path:
@@ -173,7 +174,22 @@ def _union_views(con: duckdb.DuckDBPyConnection, aliases: list[str]) -> None:
 def latest_snapshot(db_path: str | Path) -> Path | None:
     """The published snapshot of a projection file, or None if none was published yet."""
     path = snapshot_path(db_path)
-    return path if path.is_file() else None
+    return path if _probe(path, path.is_file) else None
+
+
+def _probe(path: Path, test: Callable[[], bool]) -> bool:
+    """``test()`` of a path; a directory the reader may not enter is one line, not a trace.
+
+    A fleet's projection lives in a directory only its analysts may read: another fleet's
+    analyst pointing a reader at it is told so.
+    """
+    try:
+        return test()
+    except PermissionError as exc:
+        raise ViewStoreError(
+            f"not allowed to read {path}: {exc.strerror} (a projection's directory is "
+            "readable by its own analysts only: ask for access, or name your own)"
+        ) from None
 
 
 def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:

@@ -236,14 +236,14 @@ def _old_step_id(self: AgentSteps, tool: Tool, arguments: Mapping[str, Any]) -> 
     """``AgentSteps.step_id`` before steps were matched by occurrence: by argument digest."""
     digest = tool.legacy_digest(arguments)
     recorded = [s for s in self.workflow.state.ordered_steps() if s.tool == tool.name]
-    unused = [s for s in recorded if s.step_id not in self._used]
+    unused = [s for s in recorded if s.step_id not in self.used]
     for step in unused:
         if step.arguments_digest in (digest, self._fingerprint(step.step_id, tool, arguments)):
             return self._use(step.step_id)
     for step in unused:
         if step.attempt == 0:
             return self._use(step.step_id)
-    taken = {s.step_id for s in recorded} | self._used
+    taken = {s.step_id for s in recorded} | self.used
     n = len(recorded) + 1
     while _auto_id(tool.name, n) in taken or _auto_id(tool.name, n) in self.workflow.state.steps:
         n += 1

@@ -11,6 +11,8 @@ are (``stepledger workflows cancel ID --tools ...``).  The answer is one line of
 
 from __future__ import annotations
 
+import functools
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -29,8 +31,14 @@ class Controls:
     """The control endpoint over the inbox's log and history."""
 
     def __init__(self, answerer: Answerer, csrf_secret: str) -> None:
-        self.operators = Operators(answerer.log, answerer.factory, answerer.history)
+        self.answerer = answerer
         self.csrf_secret = csrf_secret
+
+    @functools.cached_property
+    def operators(self) -> Operators:
+        """The operators' commands over the answerer's log and history (made at first use)."""
+        answerer = self.answerer
+        return Operators(answerer.log, answerer.factory, answerer.history)
 
     async def control(self, request: Request) -> Response:
         """Append one operator command to the workflow named in the path."""

@@ -26,6 +26,8 @@
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     │   ├── HistoryExpiredError          the log's head expired and no checkpoint covers it
     │   ├── WorkflowTakenOverError       another runner claimed the workflow: nothing was called
+    │   ├── WorkflowPausedError          an operator paused the workflow: no new step starts
+    │   │   └── WorkflowCancelledError   an operator asked to cancel it: this runner stops
     │   ├── AlreadyAnsweredError         a person's answer came after the case was decided
     │   └── BudgetExceededError          a model call would spend past the workflow's budget
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
@@ -286,6 +288,26 @@ class WorkflowDeadLetteredError(LedgerStateError):
     def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.escalation_id = escalation_id
+
+
+class WorkflowPausedError(LedgerStateError):
+    """An operator paused the workflow: the step did not start (nothing was called).
+
+    ``by`` names who paused it; ``stepledger workflows unpause`` lets the next step start.
+    Retrying helps once it is unpaused (``retryable``).
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, by: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.by = by
+
+
+class WorkflowCancelledError(WorkflowPausedError):
+    """An operator asked to cancel the workflow: this runner starts no step and stops."""
+
+    retryable = False
 
 
 class HistoryExpiredError(LedgerStateError):

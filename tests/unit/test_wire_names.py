@@ -84,6 +84,9 @@ EVENT_TYPES = (
     "approval_decided",
     "anomaly_observed",
     "model_turn_reused",
+    "workflow_paused",
+    "workflow_unpaused",
+    "workflow_cancel_requested",
 )
 
 

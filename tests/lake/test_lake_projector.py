@@ -30,7 +30,13 @@ from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.rebuild_lake import rebuild_lake
 from stepledger.projector.schema import TABLES
 from stepledger.projector.store import stage
-from stepledger.readers.lake import LakeConfig, LakeSource, connect_lake, schema_name
+from stepledger.readers.lake import (
+    LakeConfig,
+    LakeSource,
+    connect_lake,
+    schema_name,
+    table_name,
+)
 from stepledger.readers.query import run_query, workflow_status
 from stepledger_dev.lake_stack import LakeStack
 from tests.conftest import Factory
@@ -247,3 +253,35 @@ def test_a_paused_owner_gives_up_its_partition_without_error_after_a_refused_bat
     finally:
         owner.close()
         zombie.shutdown()
+
+
+def test_a_lake_written_by_an_older_schema_gets_the_new_tables_and_columns(
+    lake: LakeConfig,
+) -> None:
+    db = LakeDatabase(lake, "log-m")
+    old = LakeStore(db, "log-m", 0)
+    LakeStore(db, "log-m", 1).close()
+    old.write(_batch("log-m", 0, 4, "before"), [])
+    old.close()
+    steps, calls = (
+        db.qualified(table_name(t, "log-m", "log-m", 0)) for t in ("steps", "model_calls")
+    )
+    con = db.cursor()
+    try:
+        # As an older stepledger left it: no app_version column, no model_calls table.
+        con.execute(f"ALTER TABLE {steps} DROP COLUMN app_version")
+        con.execute(f"DROP TABLE {calls}")
+    finally:
+        con.close()
+    store = LakeStore(db, "log-m", 0)
+    try:
+        assert store.offsets() == {("log-m", 0): 4}
+        assert store.count("model_calls") == 0
+        assert store._read(f"SELECT count(*) FROM {store.names['offsets']}", []) == [(1,)]
+        store.write(_batch("log-m", 0, 6, "after"), [])
+        view = db.qualified("steps")
+        columns = [str(r[0]) for r in store._read(f"DESCRIBE {view}", [])]
+        assert columns[-1] == "app_version"
+    finally:
+        store.close()
+        db.close()

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from stepledger.errors import ViewStoreError
 from stepledger.projector.boundary import Offsets
-from stepledger.projector.schema import KEYS, TABLES, columns_sql, view_sql
+from stepledger.projector.schema import ARROW, KEYS, TABLES, columns_sql, view_sql
 from stepledger.readers.lake import (
     ALIAS,
     LakeConfig,
@@ -108,19 +108,32 @@ class LakeDatabase:
     def _create(
         self, con: duckdb.DuckDBPyConnection, topic: str, partition: int, names: dict[str, str]
     ) -> None:
-        if _tables(con, self.schema) >= set(names.values()):
+        present = _columns(con, self.schema)
+        missing = [t for t, name in names.items() if name not in present]
+        # Columns a newer stepledger projects (its schema grew), added to existing tables.
+        added = [
+            (name, definition)
+            for table, name in names.items()
+            if name in present
+            for column, definition in zip(ARROW[table].names, columns_sql(table), strict=True)
+            if column not in present[name]
+        ]
+        if not missing and not added:
             return
         # One transaction: a reader finds the schema with its views, or no schema at all.
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {ALIAS}.{self.schema}")
-            for table, name in names.items():
+            for table in missing:
                 columns = ", ".join(columns_sql(table))
-                con.execute(f"CREATE TABLE IF NOT EXISTS {self.qualified(name)} ({columns})")
-            con.execute(
-                f"INSERT INTO {self.qualified(names['offsets'])} VALUES (?, ?, 0)",
-                [topic, partition],
-            )
+                con.execute(f"CREATE TABLE {self.qualified(names[table])} ({columns})")
+            for name, definition in added:
+                con.execute(f"ALTER TABLE {self.qualified(name)} ADD COLUMN {definition}")
+            if "offsets" in missing:
+                con.execute(
+                    f"INSERT INTO {self.qualified(names['offsets'])} VALUES (?, ?, 0)",
+                    [topic, partition],
+                )
             self._views(con, set(names.values()))
             con.execute("COMMIT")
         except BaseException:
@@ -132,7 +145,8 @@ class LakeDatabase:
         present = _tables(con, self.schema) | new
         for table in TABLES:
             parts = sorted(n for n in present if n.startswith(f"{table}__"))
-            union = " UNION ALL ".join(f"SELECT * FROM {self.qualified(n)}" for n in parts)
+            # By name: a partition whose owner has not added a newer column yet reads NULL.
+            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {self.qualified(n)}" for n in parts)
             con.execute(f"CREATE OR REPLACE VIEW {self.qualified(table)} AS {union}")
         for view, sql in view_sql().items():
             con.execute(f"CREATE OR REPLACE VIEW {self.qualified(view)} AS {sql}")
@@ -166,6 +180,18 @@ def lake_tables(db: LakeDatabase) -> set[str]:
         return _tables(con, db.schema)
     finally:
         con.close()
+
+
+def _columns(con: duckdb.DuckDBPyConnection, schema: str) -> dict[str, set[str]]:
+    rows = con.execute(
+        "SELECT table_name, column_name FROM duckdb_columns() "
+        "WHERE database_name = ? AND schema_name = ?",
+        [ALIAS, schema],
+    ).fetchall()
+    found: dict[str, set[str]] = {}
+    for table, column in rows:
+        found.setdefault(str(table), set()).add(str(column))
+    return found
 
 
 def _tables(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
@@ -407,6 +433,10 @@ def retrying(action: Callable[[], None], outage_s: float, what: str) -> None:
             return
         except duckdb.TransactionException as exc:
             logger.info("lake %s conflicted (%s): trying again", what, first_line(exc))
+        except duckdb.CatalogException as exc:
+            # Another projector created the same table first: look again.
+            if "already exists" not in str(exc):
+                raise ViewStoreError(f"lake {what} failed: {first_line(exc)}") from exc
         except duckdb.Error as exc:
             if not _outage(exc) or time.monotonic() - began > outage_s:
                 raise ViewStoreError(f"lake {what} failed: {first_line(exc)}") from exc

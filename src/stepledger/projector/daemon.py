@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stepledger.config import Settings
-from stepledger.daemon.clientid import client_id
 from stepledger.daemon.health import partitions_unready
 from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.records import KafkaRecordLetters
@@ -46,6 +45,7 @@ from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
 from stepledger.readers.lake import LakeConfig, extension_directory
 from stepledger.readers.snapshots import is_shard_dir
+from stepledger.wire import client_id
 
 logger = logging.getLogger(__name__)
 

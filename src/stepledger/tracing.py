@@ -41,7 +41,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 try:
     from opentelemetry import trace as _otel
@@ -59,9 +59,22 @@ if TYPE_CHECKING:
     from stepledger.domain.events import Event
     from stepledger.domain.state import StepState
     from stepledger.domain.usage import TurnUsage
-    from stepledger.kafka import Headers, Position
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+Headers = list[tuple[str, bytes | None]]
+"""A record's headers as the event log writes and reads them (``stepledger.kafka.Headers``)."""
+
+
+class Position(Protocol):
+    """Where a record landed (``stepledger.kafka.Position`` is one): what a span notes."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
 
 WORKFLOW_ID = "stepledger.workflow_id"
 STEP_ID = "stepledger.step_id"

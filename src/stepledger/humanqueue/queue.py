@@ -22,7 +22,7 @@ import duckdb
 
 from stepledger.domain import times
 from stepledger.errors import ViewStoreError
-from stepledger.projector.snapshot import connect_read_only, latest_snapshot, readable_source
+from stepledger.readers.snapshots import connect_read_only, latest_snapshot, readable_source
 
 PAGE_SIZE = 50
 MAX_PAGE = 10_000

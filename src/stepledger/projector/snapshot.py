@@ -21,9 +21,8 @@ from stepledger.readers.snapshots import (  # the read side lives below the SDK 
     SNAPSHOT_SUFFIX,
     Offsets,
     connect_read_only,
-    is_shard_dir,
     latest_snapshot,
-    shard_snapshots,
+    readable_source,
     snapshot_path,
     workflow_events_from_snapshot,
 )
@@ -79,21 +78,3 @@ def publish_snapshot(store: Publishable) -> Path | None:
         partial.unlink(missing_ok=True)
         raise ViewStoreError(f"cannot publish snapshot {target}: {exc}") from exc
     return target
-
-
-def readable_source(db_path: str | Path) -> Path:
-    """What a reader should open: the published snapshot, else the file itself.
-
-    A shard directory is returned as it is (``connect_projection`` unions its snapshots).
-    """
-    if is_shard_dir(db_path):
-        if shard_snapshots(db_path):
-            return Path(db_path)
-        raise ViewStoreError(f"no shard snapshot in {db_path} yet (is a projector running?)")
-    snap = latest_snapshot(db_path)
-    if snap is not None:
-        return snap
-    path = Path(db_path)
-    if path.is_file():
-        return path
-    raise ViewStoreError(f"no projection at {path} and no snapshot at {snapshot_path(path)}")

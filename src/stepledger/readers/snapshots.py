@@ -267,3 +267,21 @@ def workflow_events_from_shards(
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def readable_source(db_path: str | Path) -> Path:
+    """What a reader should open: the published snapshot, else the file itself.
+
+    A shard directory is returned as it is (``connect_projection`` unions its snapshots).
+    """
+    if is_shard_dir(db_path):
+        if shard_snapshots(db_path):
+            return Path(db_path)
+        raise ViewStoreError(f"no shard snapshot in {db_path} yet (is a projector running?)")
+    snap = latest_snapshot(db_path)
+    if snap is not None:
+        return snap
+    path = Path(db_path)
+    if path.is_file():
+        return path
+    raise ViewStoreError(f"no projection at {path} and no snapshot at {snapshot_path(path)}")

@@ -241,6 +241,43 @@ class ModelTurnReused(_Frozen):
     runner: str | None = None
 
 
+class BudgetReserved(_Frozen):
+    """On a fleet's budget topic: what a runner may spend on its next turn, if it fits.
+
+    Whether it fits is decided by the topic's order (:mod:`stepledger.domain.fleetbudget`).
+    """
+
+    type: Literal["budget_reserved"] = "budget_reserved"
+    tokens: Annotated[AvroLong, Field(ge=0)]
+    cost: float = Field(ge=0)
+    limit_tokens: Annotated[AvroLong, Field(ge=0)] | None = None
+    """The fleet's token budget the runner applies (None: none)."""
+    limit_cost: float | None = Field(default=None, ge=0)
+    """The fleet's cost budget the runner applies (None: none)."""
+    runner: str | None = None
+
+
+class BudgetSettled(_Frozen):
+    """On a fleet's budget topic: what a reservation's turn spent (replaces its estimate)."""
+
+    type: Literal["budget_settled"] = "budget_settled"
+    reservation: str = Field(min_length=1)
+    """The event id of the reservation."""
+    tokens: Annotated[AvroLong, Field(ge=0)]
+    cost: float = Field(ge=0)
+
+
+class BudgetRaised(_Frozen):
+    """On a fleet's budget topic: a person raised the fleet's budget (an answer)."""
+
+    type: Literal["budget_raised"] = "budget_raised"
+    tokens: Annotated[AvroLong, Field(ge=0)] = 0
+    cost: float = Field(default=0.0, ge=0)
+    by: str
+    auth: str | None = None
+    note: str | None = None
+
+
 Body = Annotated[
     WorkflowStarted
     | WorkflowResumed
@@ -256,7 +293,10 @@ Body = Annotated[
     | ApprovalRequested
     | ApprovalDecided
     | AnomalyObserved
-    | ModelTurnReused,
+    | ModelTurnReused
+    | BudgetReserved
+    | BudgetSettled
+    | BudgetRaised,
     Field(discriminator="type"),
 ]
 
@@ -276,6 +316,9 @@ BODY_TYPES: tuple[type[BaseModel], ...] = (
     ApprovalDecided,
     AnomalyObserved,
     ModelTurnReused,
+    BudgetReserved,
+    BudgetSettled,
+    BudgetRaised,
 )
 
 EventType = Literal[
@@ -294,6 +337,9 @@ EventType = Literal[
     "approval_decided",
     "anomaly_observed",
     "model_turn_reused",
+    "budget_reserved",
+    "budget_settled",
+    "budget_raised",
 ]
 
 

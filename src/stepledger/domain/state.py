@@ -162,6 +162,9 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         return (body.kind, body.detail)
     if isinstance(body, ev.ModelTurnReused):
         return None  # a replay's mark for the cost ledger: the turn's step is unchanged
+    if isinstance(body, ev.BudgetReserved | ev.BudgetSettled | ev.BudgetRaised):
+        # The budget topic's records: on a step log by mistake, they change no step.
+        return ("budget_event_on_step_log", f"{body.type} belongs on the budget topic")
     if event.step_id is None:
         return ("missing_step_id", f"{body.type} needs a step id")
     return _apply_step(wf, event, event.step_id)

@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from stepledger.config import Settings
 from stepledger.domain.fleetbudget import FleetSpend
+from stepledger.domain.usage import TurnUsage
+from stepledger.integrations import FleetBudget, Spending, Turn
+from stepledger.integrations._core import agent_steps
 from stepledger.kafka.reader import read_topic
 from stepledger.kafka.topics import ensure_budget_topic
 from stepledger.log import codec_for
+from stepledger.producer.ledger import Ledger
 
 AGENT = Path(__file__).with_name("agent_fleet_budget.py")
 RUNNERS = 2
@@ -58,3 +63,38 @@ def test_two_processes_racing_cross_the_fleet_budget_by_at_most_one_overrun_per_
         spend.apply(record.event)
     assert len(spend.granted) == len(asked) and len(spend.refused) == 2 * RUNNERS
     assert spend.tokens == sum(asked)
+
+
+def test_a_person_raises_the_budget_from_the_command_line_and_the_waiting_runner_goes_on(
+    settings: Settings, src_env: dict[str, str]
+) -> None:
+    ensure_budget_topic(settings, settings.budget_topic)
+    budget = FleetBudget(tokens=LIMIT, per_turn_tokens=ESTIMATE, wait_s=30)
+    answer = ({"text": "hi"}, TurnUsage(input_tokens=ESTIMATE))
+    done: list[Turn] = []
+    with Ledger(settings) as ledger:
+        steps = agent_steps(ledger.workflow("waits"), spending=Spending(fleet_budget=budget))
+        for n in range(3):
+            steps.model_turn_sync({"n": n}, lambda: answer)
+        waiting = threading.Thread(
+            target=lambda: done.append(steps.model_turn_sync({"n": 3}, lambda: answer))
+        )
+        waiting.start()
+        waiting.join(1.0)
+        assert waiting.is_alive() and not done  # refused: waits for a person
+        where = ["--bootstrap", settings.bootstrap, "--topic", settings.topic]
+        where += ["--fleet", settings.fleet_id]
+        cli = [sys.executable, "-m", "stepledger", "budget"]
+        raised = subprocess.run(
+            [*cli, "raise", "--tokens", "500", "--by", "ana", "--note", "demo", *where],
+            env=src_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert raised.returncode == 0, raised.stderr[-2000:]
+        assert "raised by ana" in raised.stdout
+        waiting.join(30)
+        assert done and not done[0].reused  # the model was asked after the raise
+    shown = subprocess.run(
+        [*cli, "show", *where], env=src_env, capture_output=True, text=True, timeout=60
+    )
+    assert f"committed {4 * ESTIMATE} tokens" in shown.stdout, shown.stderr[-2000:]
+    assert "raised by 500 tokens" in shown.stdout and "1 refused" in shown.stdout

@@ -144,3 +144,38 @@ def test_an_unreachable_budget_topic_refuses_the_call() -> None:
     steps = agent_steps(wf, spending=Spending(fleet_budget=BUDGET))
     with pytest.raises(DurabilityError):
         steps.model_turn_sync({"q": 1}, pytest.fail)
+
+
+def _spent_out(budgets: InMemoryBudgetLog, log: InMemoryEventLog, budget: FleetBudget) -> Any:
+    """A runner whose fleet spent its budget: its next turn is refused (or waits)."""
+    steps = agent_steps(
+        _ledger(log, budgets, "p1").workflow("wf-w"), spending=Spending(fleet_budget=budget)
+    )
+    for n in range(3):
+        steps.model_turn_sync({"n": n}, lambda: ({"t": 1}, TurnUsage(input_tokens=300)))
+    return steps
+
+
+def test_a_refused_turn_waits_for_a_persons_raise_and_goes_on() -> None:
+    log, budgets = InMemoryEventLog(), InMemoryBudgetLog()
+    steps = _spent_out(budgets, log, BUDGET.model_copy(update={"wait_s": 10.0}))
+    done: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: done.append(
+            steps.model_turn_sync({"n": 3}, lambda: ({"t": 2}, TurnUsage(input_tokens=300)))
+        )
+    )
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and not done  # refused, waiting for a person
+    raised = factory().envelope("f", None, ev.BudgetRaised(tokens=500, by="ana"), "r")
+    budgets.append(raised.model_copy(update={"fleet_id": "f"}))
+    waiting.join(10)
+    assert done and done[0].response == {"t": 2}
+
+
+def test_a_refused_turn_with_no_raise_in_time_is_refused() -> None:
+    log, budgets = InMemoryEventLog(), InMemoryBudgetLog()
+    steps = _spent_out(budgets, log, BUDGET.model_copy(update={"wait_s": 0.3}))
+    with pytest.raises(BudgetExceededError, match=r"budget raise --fleet f"):
+        steps.model_turn_sync({"n": 3}, pytest.fail)

@@ -40,6 +40,9 @@ class FleetBudget(BaseModel):
     """The tokens one turn is reserved (an estimate: the prompt and ``max_tokens``)."""
     per_turn_cost: float = Field(default=0.0, ge=0)
     """The cost one turn is reserved."""
+    wait_s: float = Field(default=0.0, ge=0, le=86_400)
+    """How long a refused turn waits for a person to raise the budget (``stepledger budget
+    raise``, an answer on the budget topic) before BudgetExceededError; 0: refuse at once."""
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,12 +29,17 @@ from stepledger.domain import events as ev
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.fleetbudget import FleetBudget, FleetSpend
 from stepledger.errors import BudgetExceededError, CodecError, DurabilityError, StepLedgerError
-from stepledger.kafka import DurableProducer
+from stepledger.kafka import DurableProducer, topic_partitions
 from stepledger.kafka.reader import PartitionReader
 from stepledger.kafka.records import BEGINNING
-from stepledger.log import event_headers
+from stepledger.log import codec_for, event_headers
 
 logger = logging.getLogger(__name__)
+
+#: How often a refused turn waiting for a raise reads the budget topic.
+_RAISE_POLL_S = 0.2
+#: Raises one turn waits through at most (each may still fall short of its estimate).
+_MOST_RAISES = 100
 
 
 class BudgetLog(Protocol):
@@ -45,6 +51,10 @@ class BudgetLog(Protocol):
 
     def read(self, partition: int, start: int, through: int) -> list[ev.Event]:
         """The partition's records from offset ``start`` through ``through``, in order."""
+        ...
+
+    def read_to_end(self, partition: int, start: int) -> tuple[list[ev.Event], int]:
+        """The partition's records from ``start`` to its end now, and the offset after them."""
         ...
 
 
@@ -69,6 +79,11 @@ class InMemoryBudgetLog:
         with self._lock:
             return list(self.events[start : through + 1])
 
+    def read_to_end(self, partition: int, start: int) -> tuple[list[ev.Event], int]:
+        """The records from ``start`` on, and the offset after them."""
+        with self._lock:
+            return list(self.events[start:]), len(self.events)
+
 
 class KafkaBudgetLog:
     """The budget topic on Kafka: the ledger's durable producer and one partition reader."""
@@ -91,19 +106,26 @@ class KafkaBudgetLog:
 
     def read(self, partition: int, start: int, through: int) -> list[ev.Event]:
         """The records from ``start`` through ``through`` (BrokerError past the durable timeout)."""
+        return self._read(partition, start, through)[0]
+
+    def read_to_end(self, partition: int, start: int) -> tuple[list[ev.Event], int]:
+        """The records from ``start`` to the end the partition reports now."""
+        return self._read(partition, start, None)
+
+    def _read(self, partition: int, start: int, through: int | None) -> tuple[list[ev.Event], int]:
         where = (self.settings.budget_topic, partition)
         found: list[ev.Event] = []
+        after = start
         within = self.settings.durable_timeout_s
-        batches = self._reader.to_end(
-            {where: start or BEGINNING}, within=within, through={where: through}
-        )
-        for batch in batches:
+        bound = None if through is None else {where: through}
+        for batch in self._reader.to_end({where: start or BEGINNING}, within=within, through=bound):
             for record in batch:
+                after = record.offset + 1
                 try:
                     found.append(self._codec.decode(record.value))
                 except CodecError as exc:  # a foreign record decides nothing
                     logger.warning("budget topic offset %d undecodable: %s", record.offset, exc)
-        return found
+        return found, after
 
     def close(self) -> None:
         """Close the reader (the producer is the ledger's)."""
@@ -131,12 +153,54 @@ class FleetBudgets:
         """The topic folded so far (this fleet's records)."""
         self._next: dict[int, int] = {}
         """Per partition, the first offset not folded yet."""
+        self._partition = 0
+        """The partition this fleet's records land in (as the last append said)."""
         self._lock = threading.Lock()
 
     def reserve(
         self, budget: FleetBudget, workflow_id: str, step_id: str | None, runner: str | None
     ) -> Held:
-        """Reserve one turn's estimate; BudgetExceededError when the log's order refuses it."""
+        """Reserve one turn's estimate; BudgetExceededError when the log's order refuses it.
+
+        With ``budget.wait_s``, a refused turn waits that long for a person's raise (a
+        ``budget_raised`` on the topic after the refusal) and reserves again once it came.
+        """
+        deadline = time.monotonic() + budget.wait_s
+        for _ in range(_MOST_RAISES):
+            raised = (self.spend.raised_tokens, self.spend.raised_cost)
+            try:
+                return self._reserve(budget, workflow_id, step_id, runner)
+            except BudgetExceededError as refused:
+                if budget.wait_s <= 0 or not self._raised_since(raised, refused, deadline):
+                    raise
+        return self._reserve(budget, workflow_id, step_id, runner)
+
+    def _raised_since(
+        self, raised: tuple[int, float], refused: BudgetExceededError, deadline: float
+    ) -> bool:
+        """Wait until the topic holds a raise newer than ``raised`` (False: none in time)."""
+        fleet = self.spend.fleet_id
+        logger.warning(
+            "%s; waiting %.0f s for a person to raise it (stepledger budget raise --fleet %s "
+            "--tokens N)",
+            refused.message,
+            max(0.0, deadline - time.monotonic()),
+            fleet,
+        )
+        while time.monotonic() < deadline:
+            with self._lock:
+                start = self._next.get(self._partition, 0)
+                events, after = self.log.read_to_end(self._partition, start)
+                self.spend.apply_all(events)
+                self._next[self._partition] = max(start, after)
+                if (self.spend.raised_tokens, self.spend.raised_cost) != raised:
+                    return True
+            time.sleep(min(_RAISE_POLL_S, max(0.0, deadline - time.monotonic())))
+        return False
+
+    def _reserve(
+        self, budget: FleetBudget, workflow_id: str, step_id: str | None, runner: str | None
+    ) -> Held:
         body = ev.BudgetReserved(
             tokens=budget.per_turn_tokens,
             cost=budget.per_turn_cost,
@@ -147,6 +211,7 @@ class FleetBudgets:
         # Each reservation is a request of its own (a resumed turn reserves anew).
         event = self.events.envelope(workflow_id, step_id, body, uuid.uuid4().hex)
         partition, offset = self.log.append(event)
+        self._partition = partition
         with self._lock:
             self._catch_up(partition, offset)
             granted = self.spend.decision(event.event_id)
@@ -157,7 +222,8 @@ class FleetBudgets:
         fleet = self.spend.fleet_id
         raise BudgetExceededError(
             f"fleet {fleet!r} {why or 'budget refused the turn'}: the model is not asked; "
-            f"raise the fleet's budget (FleetBudget, or `stepledger budget raise {fleet}`)",
+            "raise the fleet's budget (FleetBudget, or "
+            f"`stepledger budget raise --fleet {fleet} --tokens N`)",
             workflow_id=workflow_id,
             spent_tokens=tokens,
             spent_cost=cost,
@@ -185,3 +251,31 @@ class FleetBudgets:
             return
         self.spend.apply_all(self.log.read(partition, start, through))
         self._next[partition] = through + 1
+
+
+def raise_budget(settings: Settings, fleet: str, body: ev.BudgetRaised) -> FleetSpend:
+    """Append a person's raise of ``fleet``'s budget; the fleet's spend read back through it."""
+    producer = DurableProducer(settings)
+    log = KafkaBudgetLog(settings, codec_for(settings), producer)
+    try:
+        events = EventFactory(fleet, settings.producer_id)
+        partition, offset = log.append(events.envelope(fleet, None, body, uuid.uuid4().hex))
+        spend = FleetSpend(fleet)
+        spend.apply_all(log.read(partition, 0, offset))
+        return spend
+    finally:
+        log.close()
+        producer.close()
+
+
+def fleet_spend(settings: Settings, fleet: str) -> FleetSpend:
+    """``fleet``'s budget topic folded to its end now (the CLI's ``budget show``)."""
+    producer = DurableProducer(settings)  # made lazily: nothing is produced
+    log = KafkaBudgetLog(settings, codec_for(settings), producer)
+    spend = FleetSpend(fleet)
+    try:
+        for partition in topic_partitions(settings, settings.budget_topic):
+            spend.apply_all(log.read_to_end(partition, 0)[0])
+        return spend
+    finally:
+        log.close()

@@ -29,6 +29,7 @@ BENCHES = (
     "sdk_cpu",
     "model_turns",
     "fleet",
+    "fleets_quota",
 )
 
 

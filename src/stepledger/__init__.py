@@ -39,7 +39,9 @@ from stepledger.errors import (
     ToolCallError,
     ToolDefinitionError,
     ToolServiceError,
+    WorkflowCancelledError,
     WorkflowDeadLetteredError,
+    WorkflowPausedError,
     WorkflowTakenOverError,
 )
 from stepledger.producer import Ledger, ResumeOptions, SnapshotTailReader, Workflow
@@ -77,7 +79,9 @@ __all__ = [
     "ToolServiceError",
     "Violation",
     "Workflow",
+    "WorkflowCancelledError",
     "WorkflowDeadLetteredError",
+    "WorkflowPausedError",
     "WorkflowStatus",
     "WorkflowTakenOverError",
     "check_plan",

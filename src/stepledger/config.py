@@ -70,6 +70,9 @@ class Settings(BaseModel):
     role in a refusal's line, and the config file that sets it pins the fleet's names."""
     producer_id: str = Field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     """The producing process, recorded in every event."""
+    app_version: str | None = Field(default=None, min_length=1, max_length=200)
+    """Your application's version (a release, a commit): every claim of a workflow records
+    it beside stepledger's, so a resume by other code names both (docs/agents.md)."""
     schema_registry_url: str | None = None
     """Confluent Schema Registry URL; when unset, values use Avro single-object encoding."""
     durable_timeout_s: float = Field(default=10.0, gt=0)

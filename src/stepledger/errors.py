@@ -9,6 +9,7 @@
     ├── CodecError                       bytes that are not a valid event
     │   └── UnknownSchemaError           a fingerprint or registry id no known schema has
     ├── EventValidationError             a decoded or JSON event that breaks the model
+    │   └── ForeignFleetError            an event claiming another fleet than its step log's
     ├── BrokerError                      the event log cannot be reached or refused a request
     │   ├── NotAuthorisedError           the broker refused this principal an ACL (one line)
     │   └── DurabilityError              a record was not acknowledged: the effect was not attempted
@@ -25,6 +26,8 @@
     │   ├── WorkflowDeadLetteredError    the workflow exceeded its resumption limit
     │   ├── HistoryExpiredError          the log's head expired and no checkpoint covers it
     │   ├── WorkflowTakenOverError       another runner claimed the workflow: nothing was called
+    │   ├── WorkflowPausedError          an operator paused the workflow: no new step starts
+    │   │   └── WorkflowCancelledError   an operator asked to cancel it: this runner stops
     │   ├── AlreadyAnsweredError         a person's answer came after the case was decided
     │   └── BudgetExceededError          a model call would pass its workflow's or fleet's budget
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
@@ -98,6 +101,11 @@ class UnknownSchemaError(CodecError):
 
 class EventValidationError(StepLedgerError):
     """An event does not satisfy the event model."""
+
+
+class ForeignFleetError(EventValidationError):
+    """An event names another fleet than the one whose step log it is in (a misconfigured or
+    hostile client): refused by every reader pinned to the fleet, never applied."""
 
 
 class BrokerError(StepLedgerError):
@@ -283,6 +291,26 @@ class WorkflowDeadLetteredError(LedgerStateError):
     def __init__(self, message: str, *, escalation_id: str | None = None, **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.escalation_id = escalation_id
+
+
+class WorkflowPausedError(LedgerStateError):
+    """An operator paused the workflow: the step did not start (nothing was called).
+
+    ``by`` names who paused it; ``stepledger workflows unpause`` lets the next step start.
+    Retrying helps once it is unpaused (``retryable``).
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, by: str | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.by = by
+
+
+class WorkflowCancelledError(WorkflowPausedError):
+    """An operator asked to cancel the workflow: this runner starts no step and stops."""
+
+    retryable = False
 
 
 class HistoryExpiredError(LedgerStateError):

@@ -73,11 +73,15 @@ def _ce_source(fleet_id: str, producer_id: str) -> bytes:
 
 
 def codec_for(settings: Settings) -> Codec:
-    """The codec the settings ask for: registry framing when a registry URL is set."""
+    """The codec the settings ask for: registry framing when a registry URL is set; pinned
+    to the fleet when the settings are a fleet role's (``fleet create`` wrote them), so the
+    fleet's daemons and agents refuse a record that claims another fleet."""
+    fleet = settings.fleet_id if settings.role is not None else None
     if settings.schema_registry_url:
         subject = f"{settings.topic}-value"
-        return Codec(registry=RegistryFraming(settings.schema_registry_url, subject))
-    return Codec()
+        registry = RegistryFraming(settings.schema_registry_url, subject)
+        return Codec(registry=registry, fleet=fleet)
+    return Codec(fleet=fleet)
 
 
 class AckJournal:

@@ -30,10 +30,12 @@ import duckdb
 from stepledger.config import DERIVED_NAMES, Settings
 from stepledger.errors import ViewStoreError
 from stepledger.kafka import ensure_topics
+from stepledger.kafka.provision import create_fleet
 from stepledger.kafka.topics import checkpoint_topic_config, step_log_config
 from stepledger.projector.snapshot import latest_snapshot
 from stepledger.readers.snapshots import connect_union, shard_snapshots
 from stepledger_dev.apache_kafka import KafkaBroker
+from stepledger_dev.apache_kafka.secure import Security
 from stepledger_dev.broker import LocalBroker, S3Storage
 from stepledger_dev.chaos.procs import STEPLEDGER, Proc, wait_until
 from stepledger_dev.examples.clients import RunningService, ServiceKind, start_service
@@ -92,6 +94,11 @@ class StackOptions:
     """No volume shared between members: each projector projects into a shard directory of
     its own (``<workdir>/<name>/``), a checkpointer writes the workflow checkpoints, and
     agents open workflows from Kafka rather than from a projection's snapshot."""
+    secure: bool = False
+    """A secured Apache Kafka (SASL/SCRAM, ACLs): the step log is a fleet made by
+    ``fleet create``, and each child runs with its own role's config (least privilege)."""
+    kafka: tuple[tuple[str, str], ...] = ()
+    """The super user's client settings, for a stack on a secured cluster it did not start."""
 
     @property
     def scaled(self) -> bool:
@@ -159,14 +166,21 @@ class LocalStack:
             prefix = self.options.topic_prefix
             # Only the step log is named: its state topics and groups are named after it,
             # as a deployment on defaults has them.
+            topic = f"{prefix}-{suffix}"
             values: dict[str, Any] = {
                 **self.base.model_dump(exclude=set(DERIVED_NAMES)),
                 "bootstrap": self.options.bootstrap or self._local_bootstrap(),
-                "topic": f"{prefix}-{suffix}",
-                "fleet_id": self.options.fleet_id,
+                "topic": topic,
+                # A fleet's events name the fleet its step log is (its daemons refuse others).
+                "fleet_id": topic if self.options.secure else self.options.fleet_id,
                 **dict(self.options.names),
             }
-            self.settings = Settings(**values)
+            admin = {**self.base.kafka, **dict(self.options.kafka)}
+            if self.kafka is not None:
+                admin.update(self.kafka.client_settings)
+            self.settings = Settings(**{**values, "kafka": admin})
+            if self.options.secure:
+                create_fleet(self.settings, topic, self.fleet_dir, self.options.partitions)
             topics = [self.settings.topic, self.settings.dlq_topic]
             # As `stepledger init` makes them: kept forever, stamped with broker time.
             configs = {self.settings.topic: step_log_config()}
@@ -186,7 +200,10 @@ class LocalStack:
         if self.options.bootstrap:
             return
         if self.options.engine == "kafka":
-            self.kafka = KafkaBroker(nodes=self.options.nodes, log_dir=self.workdir / "kafka")
+            security = Security() if self.options.secure else None
+            self.kafka = KafkaBroker(
+                nodes=self.options.nodes, log_dir=self.workdir / "kafka", security=security
+            )
             try:
                 self.kafka.start()
             finally:
@@ -252,7 +269,8 @@ class LocalStack:
             "checkpoint",
             *("--every", "1", "--log-level", self.options.daemon_log_level),
         ]
-        proc = Proc("checkpointer", argv, self.child_env(), self.workdir / "checkpointer.log")
+        env = self.child_env(role="checkpointer")
+        proc = Proc("checkpointer", argv, env, self.workdir / "checkpointer.log")
         self.procs["checkpointer"] = proc.start()
         self._track("checkpointer", proc.process)
 
@@ -262,7 +280,8 @@ class LocalStack:
         number = sum(1 for name in self.procs if name.split("-")[0] == role)
         name = f"{role}-{number}" if many > 1 else role
         argv = self._projector_argv(name) if role == "projector" else self._recovery_argv(name)
-        proc = Proc(name, argv, self.child_env(), self.workdir / f"{name}.log").start()
+        env = self.child_env(role=role)
+        proc = Proc(name, argv, env, self.workdir / f"{name}.log").start()
         self.procs[name] = proc
         self._track(role, proc.process)
         return proc
@@ -301,8 +320,14 @@ class LocalStack:
             self.options.daemon_log_level,
         ]
 
-    def child_env(self, **extra: str) -> dict[str, str]:
-        """The environment every child process gets: settings, service URLs, tool limits."""
+    @property
+    def fleet_dir(self) -> Path:
+        """Where a secured stack's fleet keeps each role's config file."""
+        return self.workdir / "fleet"
+
+    def child_env(self, role: str = "agent", **extra: str) -> dict[str, str]:
+        """The environment every child process gets: settings, service URLs, tool limits;
+        on a secured stack, ``role``'s own config file instead of the super user's settings."""
         inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
         path = [str(_IMPORT_ROOT), *filter(None, inherited)]
         env = {
@@ -324,6 +349,10 @@ class LocalStack:
             STACK_MARK_ENV: self.mark,
             **{f"STEPLEDGER_{name.upper()}": value for name, value in self.options.names},
         }
+        if self.options.secure:
+            for key in _kafka_env(self.settings.kafka):
+                env.pop(key, None)
+            env["STEPLEDGER_CONFIG"] = str(self.fleet_dir / f"{self.settings.topic}-{role}.toml")
         env.update(extra)
         return env
 

@@ -152,18 +152,27 @@ def test_graceful_broker_restarts_on_durable_storage(
 @pytest.mark.kafka_only
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs java for Apache Kafka")
 @pytest.mark.timeout(420)
-def test_three_kafka_nodes_lose_leaders_and_every_invariant_holds(
+def test_three_secured_kafka_nodes_lose_leaders_under_two_fleets_and_every_invariant_holds(
     tmp_path: Path, src_env: dict[str, str]
 ) -> None:
+    """Two fleets (``--two-deployments``) on a secured 3-node cluster (``--secure``: SASL/SCRAM,
+    ACLs, every process with its own role's credentials) while brokers lose leadership: each
+    fleet keeps every invariant and they share no state.  The open 3-node cluster's faults are
+    run by tests/e2e/test_kafka_cluster_faults.py."""
     env = {k: v for k, v in src_env.items() if k != "STEPLEDGER_BOOTSTRAP"}
     code, report, output = run_chaos(
         tmp_path,
         env,
-        *("--engine", "kafka", "--nodes", "3", "--workflows", "20", "--seed", "3"),
-        *("--duration", "240"),
+        *("--engine", "kafka", "--nodes", "3", "--secure", "--two-deployments"),
+        *("--workflows", "12", "--seed", "3", "--duration", "240"),
     )
     assert code == 0, output
     assert report["passed"] and report["violations"] == []
+    assert "cluster:second_deployment" in {row["point"] for row in report["crash_points"]}
+    assert report["options"]["secure"] == "True"
+    fleets = sorted((tmp_path / "work").glob("**/fleet/*-recovery.toml"))
+    assert len(fleets) == 2, fleets  # each deployment a fleet, its daemons on its own configs
+    assert "not authorised" not in output
     counts = {row["point"]: row["count"] for row in report["crash_points"]}
     assert counts.get("broker:leader_sigkill", 0) >= 1, report["crash_points"]
     assert counts.get("broker:sigstop_sigcont", 0) >= 1, report["crash_points"]

@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from stepledger.errors import ViewStoreError
-from stepledger.projector.schema import SCHEMA_VERSION, create_schema, table_ddl
+from stepledger.projector.schema import ARROW, SCHEMA_VERSION, create_schema, table_ddl
 
 _V1_ESCALATIONS = table_ddl("escalations").replace(
     'PRIMARY KEY ("workflow_id", "escalation_id")', 'PRIMARY KEY ("escalation_id")'
@@ -58,3 +58,17 @@ def test_a_projection_this_code_cannot_know_is_refused_in_one_line(
         create_schema(con)
     assert "\n" not in str(caught.value)
     assert con.execute("SELECT count(*) FROM information_schema.tables").fetchone() == (1,)
+
+
+def test_a_version_two_projection_gains_the_app_version_columns(tmp_path: Path) -> None:
+    path = tmp_path / "v2.duckdb"
+    con = duckdb.connect(str(path))
+    before = table_ddl("steps").replace(', "app_version" VARCHAR', "")
+    assert "app_version" not in before
+    con.execute(before)
+    con.execute("CREATE TABLE projector_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT INTO projector_meta VALUES ('schema_version', '2')")
+    create_schema(con)
+    names = [row[0] for row in con.execute("DESCRIBE steps").fetchall()]
+    assert names[-1] == "app_version" and names == list(ARROW["steps"].names)
+    con.close()

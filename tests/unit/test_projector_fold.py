@@ -10,6 +10,7 @@ import pytest
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import CompensationStatus, OutcomeStatus, Source, Verdict
+from stepledger.domain.factory import EventFactory
 from stepledger.domain.state import replay
 from stepledger.projector.rows import (
     ANOMALY_COLUMNS,
@@ -238,3 +239,22 @@ def test_batching_and_cache_size_do_not_change_any_table(tmp_path: Path) -> None
     project(a, messages, largest_batch=1000, cache=1000)
     project(b, messages, seed=4, largest_batch=7, cache=2)
     assert table_contents(a) == table_contents(b)
+
+
+def test_each_step_shows_the_app_version_that_ran_it_and_a_paused_workflow_shows_paused(
+    tmp_path: Path,
+) -> None:
+    old = EventFactory("fleet", "p", factory().clock, app_version="1.0", stepledger_version="x")
+    new = EventFactory("fleet", "p", factory().clock, app_version="2.0", stepledger_version="x")
+    log = [
+        old.workflow_started("wf", name="", attempt=1, read_only=False, max_attempts=3),
+        old.intent("wf", "a", PAY, {"amount": 1}, sequence=0, epoch=1),
+        new.workflow_resumed("wf", attempt=2, reason=None),
+        new.intent("wf", "b", PAY, {"amount": 2}, sequence=1, epoch=2),
+        new.envelope("wf", None, ev.WorkflowPaused(by="ops", pause=1)),
+    ]
+    db = tmp_path / "p.duckdb"
+    project(db, to_messages(log))
+    steps = "SELECT step_id, app_version FROM steps ORDER BY step_id"
+    assert rows(db, steps) == [("a", "1.0"), ("b", "2.0")]
+    assert rows(db, "SELECT status, app_version FROM workflows") == [("paused", "2.0")]

@@ -6,17 +6,18 @@ import json
 
 import click
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import with_admin_settings
 from stepledger.config import Settings
 from stepledger.daemon.clientid import stepledger_version
-from stepledger.doctor.checks import check, unsafe
-from stepledger.doctor.facts import gather
+from stepledger.doctor.access import ACCESS, ACLS, access_findings, wildcard_findings
+from stepledger.doctor.checks import Finding, check, unsafe
+from stepledger.doctor.facts import gather, gather_access, gather_wildcards
 from stepledger.doctor.passed import CHECKS, passed
 from stepledger.terminal import safe
 
 
 @click.command("doctor")
-@with_settings
+@with_admin_settings
 @click.option(
     "--group",
     "groups",
@@ -49,19 +50,24 @@ def doctor_command(
     )
     findings = check(facts, version=stepledger_version(), max_lag=max_lag)
     ok = passed(facts, findings)
+    checked = list(CHECKS)
+    for name, lines in _access(settings).items():
+        checked.append(name)
+        findings += [f for f in lines if f.level != "ok"]
+        ok += [f for f in lines if f.level == "ok"]
     bad = unsafe(findings)
     if as_json:
         counts = {level: sum(f.level == level for f in findings) for level in ("unsafe", "off")}
         report = {
             "brokers": facts.brokers,
-            "checked": list(CHECKS),
+            "checked": checked,
             "findings": [f.to_json() for f in findings],
             "passed": [f.to_json() for f in ok],
             **counts,
         }
         click.echo(json.dumps(report))
     else:
-        click.echo(safe(f"checked {settings.topic} on {settings.bootstrap}: {', '.join(CHECKS)}"))
+        click.echo(safe(f"checked {settings.topic} on {settings.bootstrap}: {', '.join(checked)}"))
         for f in [*findings, *ok]:
             click.echo(safe(f"{f.level.upper():6} {f.check:11} {f.subject}: {f.message}"))
         tally = ", ".join(
@@ -71,6 +77,18 @@ def doctor_command(
         click.echo(f"{verdict} ({tally}, {len(ok)} passed)")
     if bad:
         click.get_current_context().exit(1)
+
+
+def _access(settings: Settings) -> dict[str, list[Finding]]:
+    """The access checks these settings allow: a fleet role's own permissions (its config),
+    or the ACLs that let any principal write a fleet's topics (the super user's)."""
+    role = gather_access(settings)
+    if role is not None:
+        return {ACCESS: access_findings(role)}
+    wildcards = gather_wildcards(settings)
+    if wildcards is None:
+        return {}
+    return {ACLS: wildcard_findings(wildcards.acls, wildcards.fleets, wildcards.topics)}
 
 
 def register(group: click.Group) -> None:

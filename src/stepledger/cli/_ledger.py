@@ -7,7 +7,7 @@ from typing import IO, Any
 
 import click
 
-from stepledger.cli._common import with_settings
+from stepledger.cli._common import with_admin_settings, with_settings
 from stepledger.codec.jsonlines import Line, LineError, parse_event_lines, render_event
 from stepledger.config import Settings
 from stepledger.deadletters.letter import max_message_bytes
@@ -51,7 +51,7 @@ from stepledger.terminal import safe
     "and the recovery changelog that name none (only those whose fields name this step "
     "log's topic). Run once, with no checkpointer and no recovery daemon running.",
 )
-@with_settings
+@with_admin_settings
 def init(
     settings: Settings,
     partitions: int,

@@ -20,6 +20,12 @@ import click
 from stepledger.cli._approvals import approval_lines, approval_summary
 from stepledger.cli._common import with_settings
 from stepledger.cli._identity import BY_HELP, answerer
+from stepledger.cli._operators import (
+    cancel_command,
+    pause_command,
+    restart_command,
+    unpause_command,
+)
 from stepledger.cli._turns import step_line
 from stepledger.config import Settings
 from stepledger.domain import events as ev
@@ -154,7 +160,7 @@ def approvals_show_command(
 
 @click.group("workflows")
 def workflows_group() -> None:
-    """Inspect workflows and clear dead-lettered ones."""
+    """Inspect workflows, clear dead-lettered ones, pause, unpause, cancel or restart them."""
 
 
 @workflows_group.command("clear")
@@ -216,7 +222,7 @@ def show_command(
     if as_json:
         summary = {
             "workflow_id": workflow_id,
-            "status": state.status.value,
+            "status": state.shown_status.value,
             "attempt": state.attempt,
             "max_attempts": state.max_attempts,
             "escalation_id": state.escalation_id,
@@ -230,7 +236,8 @@ def show_command(
         return
     click.echo(
         safe(
-            f"{workflow_id}: {state.status.value}, attempt {state.attempt} of {state.max_attempts}"
+            f"{workflow_id}: {state.shown_status.value}, "
+            f"attempt {state.attempt} of {state.max_attempts}"
             + (f", escalation {state.escalation_id}" if state.escalation_id else "")
         )
     )
@@ -253,6 +260,10 @@ def _events(settings: Settings, db_path: Path | None, workflow_id: str) -> list[
     if not events:
         raise LedgerStateError(f"no workflow {workflow_id!r} in {settings.topic}")
     return events
+
+
+for _command in (pause_command, unpause_command, cancel_command, restart_command):
+    workflows_group.add_command(_command)
 
 
 def register(group: click.Group) -> None:

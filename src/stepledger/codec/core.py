@@ -26,7 +26,12 @@ from pydantic import BaseModel, ValidationError
 
 from stepledger.codec.reader import EventReader, compile_reader
 from stepledger.domain.events import BODY_TYPES, Event
-from stepledger.errors import CodecError, EventValidationError, UnknownSchemaError
+from stepledger.errors import (
+    CodecError,
+    EventValidationError,
+    ForeignFleetError,
+    UnknownSchemaError,
+)
 from stepledger.kafka.registry import RegistryError, SchemaRegistry
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -161,9 +166,13 @@ class Codec:
         registry: RegistryFraming | None = None,
         known_writer_schemas: Iterable[dict[str, Any]] = (),
         compiled: bool = True,
+        fleet: str | None = None,
     ) -> None:
         """``compiled``: read values of this codec's own schema with the compiled reader
-        (False: fastavro and the models read every value, the path it must agree with)."""
+        (False: fastavro and the models read every value, the path it must agree with).
+        ``fleet``: the fleet whose step log this codec reads (a fleet role's config pins
+        it); an event that names another is refused, so no reader applies it."""
+        self.fleet = fleet
         self.schema = schema if schema is not None else _current()
         self._compiled = compiled
         self._fingerprint = (
@@ -196,7 +205,19 @@ class Codec:
         return buf.getvalue()
 
     def decode(self, data: bytes | None) -> Event:
-        """Return the event in framed Avro bytes; any defect raises a CodecError subclass.
+        """Return the event in framed Avro bytes; any defect raises a CodecError subclass,
+        an event of another fleet than the codec's ``fleet`` a ForeignFleetError."""
+        event = self._decode(data)
+        if self.fleet is not None and event.fleet_id != self.fleet:
+            raise ForeignFleetError(
+                f"event {event.event_id} claims fleet {event.fleet_id!r} in the step log "
+                f"of fleet {self.fleet!r}: refused, never applied",
+                workflow_id=event.workflow_id,
+            )
+        return event
+
+    def _decode(self, data: bytes | None) -> Event:
+        """The event in framed Avro bytes, whatever fleet it names.
 
         A value written with this codec's schema is read by the compiled reader; whatever
         it declines (another writer schema, a defect, an invalid event) is read by fastavro

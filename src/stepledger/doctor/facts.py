@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from stepledger.checkpoints.statetopics import origins
 from stepledger.config import Settings
+from stepledger.doctor.access import AccessFacts
 from stepledger.doctor.checks import ClusterFacts, GroupFacts, Member, TopicFacts
 from stepledger.errors import BrokerError
+from stepledger.fleets.permissions import fleet_names, role_permissions
+from stepledger.kafka.broker import unreachable
 from stepledger.kafka.describe import ClusterView
 from stepledger.kafka.logid import resolve
+from stepledger.kafka.provision import list_fleets
+from stepledger.kafka.security import wildcard_topic_acls
 
 _TIMEOUT = 10.0
 #: The newest records read of each partition of a state topic.
@@ -22,8 +28,9 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
     try:
         layout = cluster.layout(timeout=_TIMEOUT)
     except BrokerError as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc.message}") from None
+        raise unreachable(settings, exc.message) from None
     names = [settings.topic, settings.dlq_topic, checkpoint_topic, settings.recovery_state_topic]
+    granted = _granted(settings)
     problems: list[str] = []
     topics = {}
     for name in dict.fromkeys(names):
@@ -31,7 +38,8 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         if not partitions:
             continue
         replicas = min(len(p.replicas) for p in partitions.values())
-        configs = _configs(cluster, name, problems)
+        may_describe = granted is None or "DESCRIBE_CONFIGS" in granted.get(name, ())
+        configs = _configs(cluster, name, problems) if may_describe else {}
         topics[name] = TopicFacts(name, len(partitions), replicas, configs)
     described = _groups(cluster, list(dict.fromkeys(groups)), topics, problems)
     state_topics = (checkpoint_topic, settings.recovery_state_topic)
@@ -48,7 +56,57 @@ def gather(settings: Settings, *, checkpoint_topic: str, groups: Iterable[str]) 
         state_origins=origins,
         recovery_state_topic=settings.recovery_state_topic,
         cluster_id=layout.cluster_id,
+        hidden=frozenset(n for n in names if granted is not None and n not in granted),
     )
+
+
+def _granted(settings: Settings) -> dict[str, set[str]] | None:
+    """A fleet role's topic operations by its table (None: the settings are no role's)."""
+    if settings.role is None:
+        return None
+    granted: dict[str, set[str]] = {}
+    for permission in role_permissions(settings.fleet_id, settings.role):
+        if permission.resource == "TOPIC":
+            granted.setdefault(permission.name, set()).add(permission.operation)
+    return granted
+
+
+def gather_access(settings: Settings) -> AccessFacts | None:
+    """What a fleet role's own credentials may do (None: the settings are no fleet role's).
+
+    Its fleet's topics and every topic it can list are asked about: a topic it cannot list
+    is one it can neither read nor write (both imply DESCRIBE).
+    """
+    if settings.role is None:
+        return None
+    cluster = ClusterView(settings)
+    listed = {name for name in cluster.layout(timeout=_TIMEOUT).names if not name.startswith("__")}
+    own = fleet_names(settings.fleet_id).topics()
+    topics = cluster.topic_operations([*own, *listed], timeout=_TIMEOUT)
+    operations = cluster.cluster_operations(timeout=_TIMEOUT)
+    return AccessFacts(settings.fleet_id, settings.role, topics, operations)
+
+
+@dataclass(frozen=True)
+class Wildcards:
+    """The wildcard principal's topic ACLs, the cluster's fleets and its topics."""
+
+    acls: list[tuple[str, str, str]]
+    fleets: list[str]
+    topics: frozenset[str]
+
+
+def gather_wildcards(settings: Settings) -> Wildcards | None:
+    """What the wildcard check judges, when these settings may describe ACLs (the super
+    user's); None otherwise (a fleet role, an open cluster, a principal refused)."""
+    if settings.role is not None or "sasl.username" not in settings.kafka:
+        return None
+    try:
+        acls, fleets = wildcard_topic_acls(settings), list_fleets(settings)
+        listed = ClusterView(settings).layout(timeout=_TIMEOUT).names
+    except BrokerError:
+        return None
+    return Wildcards(acls, fleets, listed)
 
 
 def _state(

@@ -68,3 +68,7 @@ class WorkflowStatus(StrEnum):
     COMPENSATED = "compensated"
     COMPENSATION_INCOMPLETE = "compensation_incomplete"
     """It unwound what could be undone; effects that happened are left standing."""
+    CANCELLED = "cancelled"
+    """An operator cancelled it: undoable effects were undone and nothing is left standing."""
+    RESTARTED = "restarted"
+    """An operator restarted it from a step as another workflow (``restarted_as``)."""

@@ -55,6 +55,14 @@ class WorkflowStarted(_Frozen):
     max_attempts: Positive = 5
     runner: str | None = None
     """The runner that made this claim; the first claim of an attempt owns the workflow."""
+    app_version: str | None = None
+    """The application's version that made this claim (``Settings.app_version``)."""
+    stepledger_version: str | None = None
+    """stepledger's version in the runner that made this claim (None before 0.4.0)."""
+    restarted_from: str | None = None
+    """The workflow this one restarts: its steps before ``restart_step`` replay its outcomes."""
+    restart_step: str | None = None
+    """The step from which a restart runs anew."""
 
 
 class WorkflowResumed(_Frozen):
@@ -65,6 +73,10 @@ class WorkflowResumed(_Frozen):
     reason: str | None = None
     runner: str | None = None
     """The runner that made this claim; the first claim of an attempt owns the workflow."""
+    app_version: str | None = None
+    """The application's version that made this claim (``Settings.app_version``)."""
+    stepledger_version: str | None = None
+    """stepledger's version in the runner that made this claim (None before 0.4.0)."""
 
 
 class WorkflowFinished(_Frozen):
@@ -77,6 +89,8 @@ class WorkflowFinished(_Frozen):
     left_standing_json: str | None = None
     runner: str | None = None
     """The runner that ended it, when an agent did; a fenced-off runner's end is an anomaly."""
+    restarted_as: str | None = None
+    """For ``restarted``: the workflow that runs on in its place."""
 
 
 class WorkflowDeadLettered(_Frozen):
@@ -241,6 +255,40 @@ class ModelTurnReused(_Frozen):
     runner: str | None = None
 
 
+class WorkflowPaused(_Frozen):
+    """An operator paused the workflow: no new step starts; a step in flight finishes."""
+
+    type: Literal["workflow_paused"] = "workflow_paused"
+    by: str
+    reason: str = ""
+    auth: str | None = None
+    """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
+    pause: Positive = 1
+    """Which pause of the workflow this is: two pauses by one person stay two events."""
+
+
+class WorkflowUnpaused(_Frozen):
+    """An operator unpaused the workflow: its next step may start."""
+
+    type: Literal["workflow_unpaused"] = "workflow_unpaused"
+    by: str
+    reason: str = ""
+    auth: str | None = None
+    """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
+    pause: Positive = 1
+    """Which pause it lifts."""
+
+
+class WorkflowCancelRequested(_Frozen):
+    """An operator asked to cancel the workflow: no new step starts, its effects are undone."""
+
+    type: Literal["workflow_cancel_requested"] = "workflow_cancel_requested"
+    by: str
+    reason: str = ""
+    auth: str | None = None
+    """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
+
+
 class BudgetReserved(_Frozen):
     """On a fleet's budget topic: what a runner may spend on its next turn, if it fits.
 
@@ -294,6 +342,9 @@ Body = Annotated[
     | ApprovalDecided
     | AnomalyObserved
     | ModelTurnReused
+    | WorkflowPaused
+    | WorkflowUnpaused
+    | WorkflowCancelRequested
     | BudgetReserved
     | BudgetSettled
     | BudgetRaised,
@@ -316,6 +367,9 @@ BODY_TYPES: tuple[type[BaseModel], ...] = (
     ApprovalDecided,
     AnomalyObserved,
     ModelTurnReused,
+    WorkflowPaused,
+    WorkflowUnpaused,
+    WorkflowCancelRequested,
     BudgetReserved,
     BudgetSettled,
     BudgetRaised,
@@ -337,6 +391,9 @@ EventType = Literal[
     "approval_decided",
     "anomaly_observed",
     "model_turn_reused",
+    "workflow_paused",
+    "workflow_unpaused",
+    "workflow_cancel_requested",
     "budget_reserved",
     "budget_settled",
     "budget_raised",

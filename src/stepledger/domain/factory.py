@@ -18,6 +18,7 @@ from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source
 from stepledger.domain.ids import canonical_json, event_id, idempotency_key
 from stepledger.domain.secrets import RedactionKey, Scrubber
+from stepledger.domain.state import version_words
 from stepledger.domain.tools import Tool
 from stepledger.errors import EventValidationError
 
@@ -44,12 +45,20 @@ class EventFactory:
     clock: Clock = utc_now
     redaction_key: RedactionKey | None = field(default=None, repr=False, compare=False)
     """Keys the markers of secret arguments; without it they are a fixed marker."""
+    app_version: str | None = None
+    """The application's version every claim records (``Settings.app_version``)."""
+    stepledger_version: str | None = None
+    """stepledger's own version every claim records beside it."""
 
     def __post_init__(self) -> None:
         for name in ("fleet_id", "producer_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise EventValidationError(f"{name} must be a non-empty string, not {value!r}")
+
+    def versions(self) -> str:
+        """This producer's application and stepledger versions, in words (for errors)."""
+        return version_words(self.app_version, self.stepledger_version)
 
     def envelope(
         self, workflow_id: str, step_id: str | None, body: ev.Body, *qualifiers: object
@@ -111,6 +120,8 @@ class EventFactory:
         read_only: bool,
         max_attempts: int,
         runner: str | None = None,
+        restarted_from: str | None = None,
+        restart_step: str | None = None,
     ) -> ev.Event:
         """A workflow's first run, or a read-only workflow's restart: a claim of ``attempt``."""
         body = ev.WorkflowStarted(
@@ -119,6 +130,10 @@ class EventFactory:
             read_only=read_only,
             max_attempts=max_attempts,
             runner=runner,
+            app_version=self.app_version,
+            stepledger_version=self.stepledger_version,
+            restarted_from=restarted_from,
+            restart_step=restart_step,
         )
         return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
 
@@ -126,7 +141,13 @@ class EventFactory:
         self, workflow_id: str, *, attempt: int, reason: str | None, runner: str | None = None
     ) -> ev.Event:
         """A resume: the runner claims the workflow as ``attempt`` (its epoch)."""
-        body = ev.WorkflowResumed(attempt=attempt, reason=reason, runner=runner)
+        body = ev.WorkflowResumed(
+            attempt=attempt,
+            reason=reason,
+            runner=runner,
+            app_version=self.app_version,
+            stepledger_version=self.stepledger_version,
+        )
         return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
 
     def intent(

@@ -120,6 +120,23 @@ def mismatch(
     return None
 
 
+def mismatch_versions(
+    state: WorkflowState, step_id: str, position: int, positions: Mapping[int, list[str]], now: str
+) -> str:
+    """Which code recorded the step a plan now contradicts, and which code asks (both named).
+
+    ``now`` is this runner's versions in words; the recorded step's are those of the claim
+    its intent was written under (the newest claim's when the intent names none).
+    """
+    recorded = state.steps.get(step_id)
+    if recorded is None or recorded.attempt == 0:
+        recorded = next((state.steps[o] for o in positions.get(position, ()) if o != step_id), None)
+    epoch = recorded.epoch if recorded is not None and recorded.epoch else 0
+    if not epoch:
+        epoch = max((a for a in state.versions if a < state.attempt), default=state.attempt)
+    return f"the log's step was recorded by {state.version_of(epoch)}, this run is {now}"
+
+
 def same_call(known: StepState, fingerprint: str, legacy: Callable[[], str] | None = None) -> bool:
     """True when a recorded step's intent is this call (its fingerprint, or an older digest)."""
     if known.arguments_digest == fingerprint:

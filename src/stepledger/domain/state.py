@@ -11,8 +11,10 @@ escalation, and each step event handed to its step's transition.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Verdict, WorkflowStatus
@@ -62,6 +64,21 @@ class WorkflowState:
     runner: str | None = None
     """The runner whose claim owns the current attempt (the first claim of it in the log)."""
     escalation_id: str | None = None
+    pause: int = 0
+    """How many pauses the workflow has seen (the number of the latest)."""
+    paused_by: str | None = None
+    """Who paused the workflow, while it is paused (None: not paused)."""
+    pause_reason: str = ""
+    cancel_requested_by: str | None = None
+    """Who asked to cancel the workflow (None: nobody); no new step starts once asked."""
+    cancel_reason: str = ""
+    versions: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    """Per claimed attempt: the application's and stepledger's version of its runner."""
+    restarted_from: str | None = None
+    """The workflow this one restarts, and ``restart_step`` the step it runs anew from."""
+    restart_step: str | None = None
+    restarted_as: str | None = None
+    """The workflow restarted in this one's place (status ``restarted``)."""
     started_at: datetime | None = None
     last_at: datetime | None = None
     steps: dict[str, StepState] = field(default_factory=dict)
@@ -88,10 +105,39 @@ class WorkflowState:
         self.pivots_happened += step.pivot_happened
         self.unresolved_undoable += step.unresolved_undoable
 
+    @property
+    def paused(self) -> bool:
+        """True while an operator's pause holds the workflow."""
+        return self.paused_by is not None
+
+    @property
+    def halted(self) -> bool:
+        """True when no new step may start: the workflow is paused or its cancel was asked."""
+        return self.paused_by is not None or self.cancel_requested_by is not None
+
+    @property
+    def shown_status(self) -> RunStatus:
+        """The status readers show: a running workflow held by an operator is ``paused``
+        (or ``cancelling``); the fold keeps it running, which it is (it may be resumed)."""
+        if self.status is not RunStatus.RUNNING:
+            return self.status
+        if self.cancel_requested_by is not None:
+            return RunStatus.CANCELLING
+        return RunStatus.PAUSED if self.paused_by is not None else RunStatus.RUNNING
+
+    def version_of(self, attempt: int) -> str:
+        """The versions of the runner that claimed ``attempt``, in words (for errors)."""
+        app, own = self.versions.get(attempt, (None, None))
+        return version_words(app, own)
+
     def copy(self) -> WorkflowState:
         """A copy to fold into apart: the containers are new, the steps (values) shared."""
         return dataclasses.replace(
-            self, steps=dict(self.steps), seen=set(self.seen), anomalies=list(self.anomalies)
+            self,
+            steps=dict(self.steps),
+            seen=set(self.seen),
+            anomalies=list(self.anomalies),
+            versions=dict(self.versions),
         )
 
     def clear_steps(self) -> None:
@@ -127,6 +173,11 @@ def _order(step: StepState) -> tuple[object, ...]:
     return (step.sequence, step.first_at or 0, step.step_id)
 
 
+def version_words(app: str | None, own: str | None) -> str:
+    """``app version X (stepledger Y)``, with ``unset``/``unknown`` for what is not known."""
+    return f"app version {app or 'unset'} (stepledger {own or 'unknown'})"
+
+
 def replay(workflow_id: str, events: list[ev.Event]) -> WorkflowState:
     """Fold a workflow's events, in log order, into its state."""
     state = WorkflowState(workflow_id)
@@ -150,6 +201,7 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         if body.runner is not None and wf.runner not in (None, body.runner):
             return "zombie_finish", f"runner {body.runner} ended a workflow {wf.runner} owns"
         wf.status = _RUN_STATUS[body.status]
+        wf.restarted_as = body.restarted_as or wf.restarted_as
         if body.escalation_id is not None:
             wf.escalation_id = body.escalation_id
         return None
@@ -162,6 +214,9 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
         return (body.kind, body.detail)
     if isinstance(body, ev.ModelTurnReused):
         return None  # a replay's mark for the cost ledger: the turn's step is unchanged
+    steer = _STEERING.get(type(body))
+    if steer is not None:
+        return steer(wf, body)
     if isinstance(body, ev.BudgetReserved | ev.BudgetSettled | ev.BudgetRaised):
         # The budget topic's records: on a step log by mistake, they change no step.
         return ("budget_event_on_step_log", f"{body.type} belongs on the budget topic")
@@ -180,10 +235,14 @@ def _on_workflow_run(
         wf.runner = body.runner
     if isinstance(body, ev.WorkflowStarted):
         wf.name, wf.read_only, wf.max_attempts = body.name, body.read_only, body.max_attempts
+        if body.restarted_from is not None:
+            wf.restarted_from, wf.restart_step = body.restarted_from, body.restart_step
         if body.attempt > 1 and wf.read_only:
             # A read-only workflow restarts from scratch: earlier steps no longer count.
             wf.clear_steps()
     wf.attempt = max(wf.attempt, body.attempt)
+    if body.app_version is not None or body.stepledger_version is not None:
+        wf.versions[body.attempt] = (body.app_version, body.stepledger_version)
     if wf.status is RunStatus.DEAD_LETTERED:
         return ("run_while_dead_lettered", f"attempt {body.attempt} after the dead letter")
     return None
@@ -248,6 +307,44 @@ def _on_standing_resolved(wf: WorkflowState, body: ev.EscalationResolved) -> Pro
     wf.escalation_id = None
     return None
 
+
+def _on_paused(wf: WorkflowState, body: ev.WorkflowPaused) -> Problem | None:
+    """A pause holds a running workflow; a second one while it holds changes nothing."""
+    if wf.status in ENDED:
+        return ("pause_after_end", f"paused by {body.by} after it ended {wf.status.value}")
+    if wf.paused_by is None:
+        wf.paused_by, wf.pause_reason = body.by, body.reason
+    wf.pause = max(wf.pause, body.pause)
+    return None
+
+
+def _on_unpaused(wf: WorkflowState, body: ev.WorkflowUnpaused) -> Problem | None:
+    """An unpause lifts the pause it names; one of an older pause lifts nothing."""
+    if wf.paused_by is None or body.pause != wf.pause:
+        return (
+            "stale_unpause",
+            f"unpause of pause {body.pause} by {body.by}; pause {wf.pause} "
+            f"{'holds' if wf.paused_by else 'was lifted'}",
+        )
+    wf.paused_by, wf.pause_reason = None, ""
+    return None
+
+
+def _on_cancel_requested(wf: WorkflowState, body: ev.WorkflowCancelRequested) -> Problem | None:
+    """The first request to cancel stands; no new step starts from it on."""
+    if wf.status in ENDED:
+        return ("cancel_after_end", f"cancel by {body.by} after it ended {wf.status.value}")
+    if wf.cancel_requested_by is None:
+        wf.cancel_requested_by, wf.cancel_reason = body.by, body.reason
+    return None
+
+
+#: The operators' events (pause, unpause, cancel): they hold a workflow, never end it.
+_STEERING: dict[type[object], Callable[[WorkflowState, Any], Problem | None]] = {
+    ev.WorkflowPaused: _on_paused,
+    ev.WorkflowUnpaused: _on_unpaused,
+    ev.WorkflowCancelRequested: _on_cancel_requested,
+}
 
 _BLANK = StepState("", StepStatus.INTENDED)
 

@@ -40,6 +40,14 @@ class RunStatus(StrEnum):
     COMPENSATION_INCOMPLETE = "compensation_incomplete"
     """Unwound as far as it could be: effects that happened are left standing (escalated)."""
     DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+    """An operator cancelled it and nothing that happened is left standing."""
+    RESTARTED = "restarted"
+    """An operator restarted it from a step as another workflow, which runs on in its place."""
+    PAUSED = "paused"
+    """Shown, never folded: a running workflow an operator paused (``WorkflowState.paused``)."""
+    CANCELLING = "cancelling"
+    """Shown, never folded: a running workflow an operator asked to cancel."""
 
 
 #: How a workflow may end (it runs nothing new afterwards).
@@ -49,6 +57,8 @@ ENDED = frozenset(
         RunStatus.FAILED,
         RunStatus.COMPENSATED,
         RunStatus.COMPENSATION_INCOMPLETE,
+        RunStatus.CANCELLED,
+        RunStatus.RESTARTED,
     }
 )
 

@@ -26,7 +26,7 @@ from stepledger.checkpoints.view import CheckpointView, Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain import events as ev
-from stepledger.errors import CodecError, HistoryExpiredError
+from stepledger.errors import CodecError, EventValidationError, HistoryExpiredError
 from stepledger.kafka.gaps import Gap, LogStart, report_gap
 from stepledger.kafka.topics import topic_exists
 
@@ -164,7 +164,7 @@ class HistoryGuard:
         for value in values:
             try:
                 events.append(self.codec.decode(value))
-            except CodecError as exc:
+            except (CodecError, EventValidationError) as exc:
                 logger.warning("skipped an undecodable checkpointed record: %s", exc)
         return events
 

@@ -55,6 +55,7 @@ from stepledger.inbox.auth import (
     new_token,
     session_id,
 )
+from stepledger.inbox.controls import Controls
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
 from stepledger.inbox.roles import Action
 from stepledger.inbox.timeline import case_timeline
@@ -111,6 +112,8 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
         Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"),
     ]
     routes.append(Route("/logout", pages.logout, methods=["POST"]))
+    control = Controls(answerer, config.csrf_secret).control
+    routes.append(Route("/workflows/{workflow_id}/control", control, methods=["POST"]))
     gate = GateConfig(
         credentials=Credentials(config.token, config.users),
         sessions=Sessions(config.session_ttl_s),

@@ -11,6 +11,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, NotAuthorisedError
+from stepledger.kafka.identity import refused_login, who
+from stepledger.kafka.wireclient import login_refused
 
 
 def admin(settings: Settings) -> AdminClient:
@@ -55,11 +57,10 @@ def refusal(
     code = err.code()
     if code not in _REFUSALS:
         return None
-    role = who(settings)
     lacks = _REFUSALS[code]
     if lacks is None:
-        message = f"not authorised: {role} was refused its login (wrong password or unknown user)"
-        return NotAuthorisedError(message, role=role, acl="", resource="login")
+        return refused_login(settings)
+    role = who(settings)
     if code == KafkaError.GROUP_AUTHORIZATION_FAILED and not resource.startswith("GROUP"):
         resource = "its GROUP"
     needed = lacks or acl
@@ -101,12 +102,24 @@ class Refusals:
             logger.error("%s (it keeps asking: granting it is enough)", refused.message)
 
 
-def who(settings: Settings) -> str:
-    """How a refusal names this client: its fleet role, else its SASL user."""
-    user = settings.kafka.get("sasl.username")
-    if settings.role is not None:
-        return f"{settings.fleet_id} {settings.role} (User:{user})" if user else settings.role
-    return f"User:{user}" if user else "this client"
+def unreachable(settings: Settings, exc: BaseException | str) -> BrokerError:
+    """The one line of a broker that did not answer: a refused login when it was one.
+
+    librdkafka reports a wrong password only to an error callback and lets a request run
+    into its timeout ("transport failure"); on an authenticated cluster one login attempt of
+    our own tells a refused login (one line naming the principal) from a broker not reached.
+    """
+    if "sasl.username" in settings.kafka and login_refused(settings):
+        return refused_login(settings)
+    detail = client_error(exc) if isinstance(exc, BaseException) else exc
+    return BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {detail or exc}")
+
+
+def check_login(settings: Settings) -> None:
+    """Raise the one line of a refused login now, when these settings authenticate and the
+    broker refuses them (an unreachable broker is left to the request that follows)."""
+    if "sasl.username" in settings.kafka and login_refused(settings):
+        raise refused_login(settings)
 
 
 def reachable_partitions(settings: Settings, topic: str) -> list[int]:
@@ -144,7 +157,7 @@ def _listed(client: AdminClient, settings: Settings, timeout: float) -> dict[str
         # does): list every topic instead, so an unknown topic is reported, not created.
         meta = client.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+        raise unreachable(settings, exc) from None
     return {
         name: sorted(info.partitions)
         for name, info in meta.topics.items()
@@ -216,7 +229,7 @@ def ensure_topics(
     try:
         existing = set(client.list_topics(timeout=timeout).topics)
     except KafkaException as exc:
-        raise BrokerError(f"cannot reach Kafka at {settings.bootstrap}: {exc}") from None
+        raise unreachable(settings, exc) from None
     given = configs or {}
     missing = [
         NewTopic(t, partitions, config=given.get(t, {})) for t in topics if t not in existing

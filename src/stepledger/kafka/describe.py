@@ -12,7 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     OffsetSpec,
@@ -140,6 +145,45 @@ class ClusterView:
             }
         except Exception as exc:
             raise BrokerError(_first_line(exc)) from None
+
+    def topic_operations(
+        self, topics: Iterable[str], *, timeout: float = 10.0
+    ) -> dict[str, frozenset[str] | None]:
+        """What the broker lets this principal do on each topic (KIP-430: the operations it
+        reports as authorised, e.g. ``READ``); None for a topic it would not describe."""
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        try:
+            futures = self._client.describe_topics(
+                TopicCollection(names),
+                request_timeout=timeout,
+                include_authorized_operations=True,
+            )
+        except Exception as exc:
+            raise BrokerError(_first_line(exc)) from None
+        found: dict[str, frozenset[str] | None] = {}
+        for name, future in futures.items():
+            try:
+                found[name] = _operations(future.result(timeout).authorized_operations)
+            except KafkaException:  # not authorised to describe it, or no such topic
+                found[name] = None
+        return found
+
+    def cluster_operations(self, *, timeout: float = 10.0) -> frozenset[str]:
+        """What the broker lets this principal do on the cluster (``ALTER``: ACLs)."""
+        try:
+            described = self._client.describe_cluster(
+                request_timeout=timeout, include_authorized_operations=True
+            ).result(timeout)
+        except Exception as exc:
+            raise BrokerError(_first_line(exc)) from None
+        return _operations(described.authorized_operations)
+
+
+def _operations(found: Iterable[Any] | None) -> frozenset[str]:
+    # A principal with no operation at all is answered with none (measured): an empty set.
+    return frozenset(str(op.name) for op in found or ())
 
 
 def _member(member: Any) -> GroupMember:

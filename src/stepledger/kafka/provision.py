@@ -2,8 +2,9 @@
 
 ``create`` makes the fleet's topics (the step log keeps everything, the state topics are
 compacted and partitioned like it, the budget topic has one partition and keeps everything),
-one SCRAM user per role with a random password, and each
-role's ACLs (:mod:`~stepledger.fleets.permissions`), then writes one config file per role,
+one SCRAM user per role with a random password, and each role's ACLs
+(:mod:`~stepledger.fleets.permissions`) and the fleet's quota on each role's user
+(:mod:`~stepledger.fleets.quotas`), then writes one config file per role,
 owner-only.  Running it again for an existing fleet gives each role a new password and keeps
 the topics: the old config files stop working, which is how an operator rotates them.
 """
@@ -11,6 +12,7 @@ the topics: the old config files stop working, which is how an operator rotates 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from stepledger.fleets.permissions import (
     principal,
     role_permissions,
 )
+from stepledger.fleets.quotas import Quota, fleet_users
 from stepledger.kafka import ensure_topics, topic_partitions
+from stepledger.kafka.quotas import alter_user_quotas, user_quotas
 from stepledger.kafka.security import (
     acls_of,
     create_acls,
@@ -48,8 +52,11 @@ class RoleConfig:
     path: Path
 
 
-def create_fleet(admin: Settings, name: str, out: Path, partitions: int = 3) -> list[RoleConfig]:
-    """Create fleet ``name``'s topics, users and ACLs; write each role's config into ``out``."""
+def create_fleet(
+    admin: Settings, name: str, out: Path, partitions: int = 3, quota: Quota | None = None
+) -> list[RoleConfig]:
+    """Create fleet ``name``'s topics, users, ACLs and quota (default: :class:`Quota`'s);
+    write each role's config into ``out``."""
     names = fleet_names(name)
     _ensure_fleet_topics(admin, names, partitions)
     out.mkdir(parents=True, exist_ok=True)
@@ -61,7 +68,30 @@ def create_fleet(admin: Settings, name: str, out: Path, partitions: int = 3) -> 
         create_acls(admin, role_permissions(name, role))
         path = write_private(out / f"{name}-{role}.toml", role_config(admin, names, role, password))
         written.append(RoleConfig(role, user, path))
+    set_fleet_quota(admin, name, quota or Quota())
     return written
+
+
+def set_fleet_quota(admin: Settings, name: str, quota: Quota) -> None:
+    """Hold each of fleet ``name``'s users to ``quota`` (a None rate: no limit)."""
+    alter_user_quotas(admin, dict.fromkeys(fleet_users(name), quota))
+
+
+def change_fleet_quota(
+    admin: Settings, name: str, changes: Mapping[str, float | None]
+) -> dict[str, Quota]:
+    """Replace the rates ``changes`` names on each of fleet ``name``'s users, keep the others
+    as the broker holds them; return each user's quota as set."""
+    held = fleet_quotas(admin, name)
+    quotas = {user: Quota.held(rates).changed(changes) for user, rates in held.items()}
+    alter_user_quotas(admin, quotas)
+    return quotas
+
+
+def fleet_quotas(admin: Settings, name: str) -> dict[str, dict[str, float]]:
+    """The quota the broker holds for each of fleet ``name``'s users (empty: no limit)."""
+    held = user_quotas(admin)
+    return {user: held.get(user, {}) for user in fleet_users(name)}
 
 
 def role_config(admin: Settings, names: FleetNames, role: Role, password: str) -> str:
@@ -94,7 +124,8 @@ def list_fleets(admin: Settings) -> list[str]:
 
 
 def delete_fleet(admin: Settings, name: str) -> None:
-    """Remove fleet ``name``'s users and ACLs (its topics stay: they hold its history)."""
+    """Remove fleet ``name``'s users, ACLs and quotas (its topics stay: they hold its history)."""
+    set_fleet_quota(admin, name, Quota(None, None, None))
     for role in ROLES:
         delete_acls(admin, role_permissions(name, role))
         delete_scram_user(admin, principal(name, role))

@@ -27,7 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from stepledger.config import Settings
 from stepledger.errors import BrokerError
 from stepledger.fleets.permissions import Permission
-from stepledger.kafka.broker import admin, client_error
+from stepledger.kafka.broker import admin, client_error, unreachable
 
 #: SCRAM iterations of every user made here (the broker's minimum is 4096).
 SCRAM_ITERATIONS = 8192
@@ -39,7 +39,7 @@ def upsert_scram_user(settings: Settings, user: str, password: str) -> None:
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
     change = UserScramCredentialUpsertion(user, info, password.encode())
     client = admin(settings)  # held while its futures wait: a collected client cancels them
-    _wait(client.alter_user_scram_credentials([change]), f"set user {user}")
+    _wait(settings, client.alter_user_scram_credentials([change]), f"set user {user}")
 
 
 def delete_scram_user(settings: Settings, user: str) -> None:
@@ -50,9 +50,9 @@ def delete_scram_user(settings: Settings, user: str) -> None:
     for future in futures.values():
         try:
             future.result(_TIMEOUT_S)
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             if "RESOURCE_NOT_FOUND" not in str(exc) and "does not exist" not in str(exc):
-                raise BrokerError(f"cannot delete user {user}: {client_error(exc)}") from None
+                raise _failed(settings, exc, f"delete user {user}") from None
 
 
 def scram_users(settings: Settings) -> list[str]:
@@ -62,8 +62,8 @@ def scram_users(settings: Settings) -> list[str]:
         described = client.describe_user_scram_credentials()
         assert not isinstance(described, dict), "asked for every user: one future"
         found = described.result(_TIMEOUT_S)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot list users: {client_error(exc)}") from None
+    except (KafkaException, TimeoutError) as exc:
+        raise _failed(settings, exc, "list users") from None
     return sorted(found)
 
 
@@ -72,7 +72,7 @@ def create_acls(settings: Settings, permissions: Iterable[Permission]) -> None:
     bindings = [_binding(p) for p in permissions]
     if bindings:
         client = admin(settings)
-        _wait(client.create_acls(bindings, request_timeout=_TIMEOUT_S), "create ACLs")
+        _wait(settings, client.create_acls(bindings, request_timeout=_TIMEOUT_S), "create ACLs")
 
 
 def delete_acls(settings: Settings, permissions: Iterable[Permission]) -> None:
@@ -80,7 +80,7 @@ def delete_acls(settings: Settings, permissions: Iterable[Permission]) -> None:
     filters = [_acl_filter(p) for p in permissions]
     if filters:
         client = admin(settings)
-        _wait(client.delete_acls(filters, request_timeout=_TIMEOUT_S), "delete ACLs")
+        _wait(settings, client.delete_acls(filters, request_timeout=_TIMEOUT_S), "delete ACLs")
 
 
 def acls_of(settings: Settings, principal: str) -> list[Permission]:
@@ -97,8 +97,8 @@ def acls_of(settings: Settings, principal: str) -> list[Permission]:
     try:
         client = admin(settings)
         found = client.describe_acls(query, request_timeout=_TIMEOUT_S).result(_TIMEOUT_S)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot describe ACLs: {client_error(exc)}") from None
+    except (KafkaException, TimeoutError) as exc:
+        raise _failed(settings, exc, "describe ACLs") from None
     return sorted(
         Permission(
             b.principal,
@@ -110,6 +110,26 @@ def acls_of(settings: Settings, principal: str) -> list[Permission]:
         for b in found
         if b.restype.name in ("TOPIC", "GROUP") and b.operation.name in _OPERATIONS
     )
+
+
+def wildcard_topic_acls(settings: Settings) -> list[tuple[str, str, str]]:
+    """Every ALLOW ACL of the wildcard principal ``User:*`` on topics, as (topic name or
+    prefix, pattern ``LITERAL``/``PREFIXED``, operation); the super user's question."""
+    query = AclBindingFilter(
+        ResourceType.TOPIC,
+        None,  # type: ignore[arg-type]  # any name: the client's stubs say str
+        ResourcePatternType.ANY,
+        "User:*",
+        None,  # type: ignore[arg-type]  # any host
+        AclOperation.ANY,
+        AclPermissionType.ALLOW,
+    )
+    try:
+        client = admin(settings)
+        found = client.describe_acls(query, request_timeout=_TIMEOUT_S).result(_TIMEOUT_S)
+    except (KafkaException, TimeoutError) as exc:
+        raise _failed(settings, exc, "describe ACLs") from None
+    return sorted((b.name, b.resource_pattern_type.name, b.operation.name) for b in found)
 
 
 _OPERATIONS = frozenset({"READ", "WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"})
@@ -136,10 +156,21 @@ def _acl_args(permission: Permission) -> tuple[Any, ...]:
     )
 
 
-def _wait(futures: object, what: str) -> None:
+def _wait(settings: Settings, futures: object, what: str) -> None:
     items = futures.values() if isinstance(futures, dict) else futures
     for future in items:  # type: ignore[attr-defined]
         try:
             future.result(_TIMEOUT_S)
-        except KafkaException as exc:
-            raise BrokerError(f"cannot {what}: {client_error(exc)}", retryable=False) from None
+        except (KafkaException, TimeoutError) as exc:
+            raise _failed(settings, exc, what) from None
+
+
+def _failed(settings: Settings, exc: BaseException, what: str) -> BrokerError:
+    """A request that failed: refused, or no answer (which may be a refused login)."""
+    if isinstance(exc, TimeoutError) or (client_error(exc) or "").startswith(_NO_ANSWER):
+        return unreachable(settings, f"no answer to {what} within {_TIMEOUT_S:g}s")
+    return BrokerError(f"cannot {what}: {client_error(exc)}", retryable=False)
+
+
+#: How librdkafka words a request that found no broker to answer it.
+_NO_ANSWER = ("Local: Broker transport failure", "Local: Timed out", "Local: Authentication")

@@ -14,6 +14,7 @@ the forward action a human might take (the tool's ``correction``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +35,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def compensate(workflow: WorkflowHandle, reason: str) -> list[str]:
+def compensate(
+    workflow: WorkflowHandle, reason: str, only: Collection[str] | None = None
+) -> list[str]:
     """Undo every undoable effect that happened, newest first; return the undone step ids.
 
     A failed undo is recorded (``compensation_outcome`` failed) and the others still run:
-    the effect it leaves standing is reported by :func:`finish`.
+    the effect it leaves standing is reported by :func:`finish`.  ``only``: undo just these
+    steps (a restart from a step undoes what follows it).
     """
     undo, blockers = compensation_plan(workflow.state)
+    if only is not None:
+        undo = [s for s in undo if s.step_id in only]
     if blockers:
         names = ", ".join(f"{s.step_id} ({s.status.value})" for s in blockers)
         raise StepInDoubtError(
@@ -60,13 +66,16 @@ def standing(state: WorkflowState) -> list[StepState]:
     return left_standing(state)
 
 
-def finish(workflow: WorkflowHandle, reason: str) -> None:
-    """End the workflow compensated, or compensation_incomplete with an escalation."""
+def finish(
+    workflow: WorkflowHandle, reason: str, *, ended: WorkflowStatus = WorkflowStatus.COMPENSATED
+) -> None:
+    """End the workflow ``ended`` (compensated; an operator's cancel: cancelled) when
+    nothing that happened is left standing, else compensation_incomplete with an escalation."""
     if workflow.state.status is not RunStatus.RUNNING:
         return
     left = standing(workflow.state)
     if not left:
-        workflow.finish(WorkflowStatus.COMPENSATED, reason)
+        workflow.finish(ended, reason)
         return
     wf = workflow.workflow_id
     escalation = ids.escalation_id(wf, None, "left_standing", workflow.attempt)

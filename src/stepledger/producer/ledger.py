@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from stepledger.config import Settings
+from stepledger.daemon.clientid import stepledger_version
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import oversize
@@ -70,7 +71,14 @@ class Ledger:
             tool.ensure_bindable(key)  # refused before a client is made or anything runs
         self.log: EventLog = log if log is not None else _kafka_log(self.settings)
         self.clock = clock
-        self.events = EventFactory(self.settings.fleet_id, self.settings.producer_id, clock, key)
+        self.events = EventFactory(
+            self.settings.fleet_id,
+            self.settings.producer_id,
+            clock,
+            key,
+            app_version=self.settings.app_version,
+            stepledger_version=stepledger_version(),
+        )
         self.options = options or ResumeOptions()
         self.timer = timer
         """The monotonic clock of this process: runners' budgets and settling's waits."""

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import WorkflowStatus
@@ -48,6 +48,11 @@ class ResumeOptions:
     """Query a compensatable in-doubt step that has a query hook instead of compensating it."""
     approval_wait_s: float = 0.0
     """How long a step waits for a human approval before raising ApprovalPendingError."""
+    on_pause: Literal["raise", "wait"] = "raise"
+    """What a step of a paused workflow does: raise WorkflowPausedError (nothing called),
+    or wait for the unpause (up to ``pause_wait_s``, then raise).  A cancel always raises."""
+    pause_wait_s: float = 3600.0
+    """How long a step of a paused workflow waits for its unpause (``on_pause="wait"``)."""
     pipeline_outcomes: bool = False
     """Return from a step once its outcome is handed to the producer, not acknowledged.
 

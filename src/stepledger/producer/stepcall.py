@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,6 +70,13 @@ class Blocking:
 
 
 @dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait a while without holding a thread (a paused workflow's wait for its unpause)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """Call the tool; answered with its result, or its error thrown in."""
 
@@ -77,7 +85,7 @@ class Call:
     key: str
 
 
-Op = Record | Settle | Blocking | Call
+Op = Record | Settle | Blocking | Sleep | Call
 StepProtocol = Generator[Op, Any, Any]
 
 
@@ -131,6 +139,8 @@ def _answer(workflow: StepHost, op: Op) -> Any:
         return workflow.settle_pending()
     if isinstance(op, Blocking):
         return op.fn(*op.args)
+    if isinstance(op, Sleep):
+        return time.sleep(op.seconds)
     return op.run(op.arguments, op.key)
 
 
@@ -141,6 +151,8 @@ async def _aanswer(workflow: StepHost, op: Op) -> Any:
         return await workflow.asettle_pending()
     if isinstance(op, Blocking):
         return await asyncio.to_thread(op.fn, *op.args)
+    if isinstance(op, Sleep):
+        return await asyncio.sleep(op.seconds)
     if inspect.iscoroutinefunction(op.run):
         return await op.run(op.arguments, op.key)
     return await asyncio.to_thread(op.run, op.arguments, op.key)

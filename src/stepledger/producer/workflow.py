@@ -18,7 +18,7 @@ from stepledger.domain import events as ev
 from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
-from stepledger.domain.replay import Move, MoveKind, mismatch, next_move
+from stepledger.domain.replay import Move, MoveKind, mismatch, mismatch_versions, next_move
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
@@ -50,6 +50,7 @@ from stepledger.producer import (
     fence,
     pipelining,
     settling,
+    steering,
     stepcall,
 )
 from stepledger.producer._refusals import ensure_nothing_open, refusal
@@ -269,6 +270,8 @@ class Workflow:
     ) -> stepcall.StepProtocol:
         """One step call, written once (see :mod:`stepcall`): yields the I/O it needs."""
         self._ensure_usable()
+        if steering.holds(self.state, step_id):  # a pause this handle knows: nothing recorded
+            yield from steering.hold(self, step_id)
         if step_id in self.state.steps:
             # Settling or waiting for an approval reads the log: it must hold ours first.
             yield stepcall.Settle()
@@ -282,10 +285,17 @@ class Workflow:
         tracing.call_attempt(call.attempt, call.key)
         if call.event is not None:
             position = yield stepcall.Record(call.event)
-            if not self._checked_now(call, tool, position):
+            through = self._checked_now(call, tool, position)
+            if through is False:
                 # A hook or a read back blocks.  Otherwise the checks were made here: a
                 # thread hop per step cost an event loop more than the step's fold.
-                yield stepcall.Blocking(self._before_call, (call, tool, position))
+                through = yield stepcall.Blocking(self._before_call, (call, tool, position))
+            if isinstance(through, WorkflowState) and steering.holds(through, step_id):
+                # Paused before the intent in the log's order: nothing is called.
+                yield stepcall.Record(steering.not_called(self, call))
+                yield stepcall.Blocking(self.reload, ())
+                yield from steering.hold(self, step_id)
+                return (yield from self._protocol(step_id, tool, args, fn, on_loop=on_loop))
         fence.ensure_in_time(call.budget, self.workflow_id, step_id, tool)
         try:
             result = yield stepcall.Call(run, call.arguments, call.key)
@@ -332,10 +342,14 @@ class Workflow:
 
     def _logged(self, claim: ev.Event, position: Position, events: list[ev.Event]) -> WorkflowState:
         """The fold of a read back through a claim; it becomes the state when it holds exactly
-        the events folded here and ends at the claim (proven by offsets from there on)."""
-        logged = replay(self.workflow_id, events)
+        the events folded here and ends at the claim (proven by offsets from there on).
+
+        The fold stops at the claim: what landed after it (a pause after an intent: the
+        step is in flight) is not what the claim was decided on."""
+        cut = _through(events, claim.event_id)
+        logged = replay(self.workflow_id, cut)
         with self._lock:
-            ends_here = bool(events) and events[-1].event_id == claim.event_id
+            ends_here = bool(events) and len(cut) == len(events)
             if ends_here and self._pending is None and logged.seen == self.state.seen:
                 self.state, self._read, self._base = logged, None, None
                 self._synced = position
@@ -348,8 +362,14 @@ class Workflow:
                 return self.state
             return None
 
-    def _checked_now(self, call: stepcall.PendingCall, tool: Tool, position: Position) -> bool:
-        """Make the checks before the call here when they need no I/O; False: they remain."""
+    def _checked_now(
+        self, call: stepcall.PendingCall, tool: Tool, position: Position
+    ) -> WorkflowState | bool:
+        """Make the checks before the call here when they need no I/O; False: they remain.
+
+        Returns the log's fold through the intent when the fence read it (a pause before the
+        intent stops the call: :mod:`steering`), True when no fold was needed.
+        """
         if self.after_intent is not None:
             return False
         if call.event is None or not fence.needs_read_back(tool):
@@ -357,16 +377,19 @@ class Workflow:
         proven = self._proven(position)
         if proven is None:
             return False
-        fence.ensure_owner(lambda claim, at: proven, call.event, self.epoch, position)
-        return True
+        return fence.ensure_owner(lambda claim, at: proven, call.event, self.epoch, position)
 
-    def _before_call(self, call: stepcall.PendingCall, tool: Tool, position: Position) -> None:
+    def _before_call(
+        self, call: stepcall.PendingCall, tool: Tool, position: Position
+    ) -> WorkflowState | None:
         """Between the intent's acknowledgement (at ``position``) and the call: only the
-        owner calls (every effectful call, keyed or not: see :mod:`fence`)."""
+        owner calls (every effectful call, keyed or not: see :mod:`fence`); returns the
+        log's fold through the intent when it was read."""
         if self.after_intent is not None:
             self.after_intent(call.step_id)
         if call.event is not None and fence.needs_read_back(tool):
-            fence.ensure_owner(self.read_claim, call.event, self.epoch, position)
+            return fence.ensure_owner(self.read_claim, call.event, self.epoch, position)
+        return None
 
     def fast_forward(self) -> None:
         """Take the recorded steps as this run's prefix: new steps follow them, none re-issued.
@@ -511,11 +534,18 @@ class Workflow:
                 shown=lambda: shown,
             )
             if problem is not None:
-                raise PlanMismatchError(problem, workflow_id=self.workflow_id, step_id=step_id)
+                known = self._order.steps_by_position(self.state)
+                now = self.ledger.events.versions()
+                versions = mismatch_versions(self.state, step_id, position, known, now)
+                raise PlanMismatchError(
+                    f"{problem}; {versions}", workflow_id=self.workflow_id, step_id=step_id
+                )
 
         return self._order.claim(self.state, step_id, self._recorded_until, check)
 
     def _ensure_may_run(self, step_id: str, tool: Tool) -> None:
+        if steering.holds(self.state, step_id):  # learnt while settling: nothing recorded
+            raise steering.halted_error(self.state, step_id)
         if self.state.status is not RunStatus.RUNNING:
             raise LedgerStateError(
                 f"workflow {self.workflow_id!r} is {self.state.status.value}: no new steps run",
@@ -579,6 +609,14 @@ def _begins_with(events: list[ev.Event], ids: list[str]) -> bool:
     return len(events) >= len(ids) and all(
         event.event_id == event_id for event, event_id in zip(events, ids, strict=False)
     )
+
+
+def _through(events: list[ev.Event], event_id: str) -> list[ev.Event]:
+    """The events up to and including the one of ``event_id`` (all of them without it)."""
+    for index in range(len(events) - 1, -1, -1):
+        if events[index].event_id == event_id:
+            return events if index == len(events) - 1 else events[: index + 1]
+    return events
 
 
 def _last_position(state: WorkflowState) -> int:

@@ -23,6 +23,7 @@ from stepledger.domain.events import Event
 from stepledger.errors import (
     CodecError,
     EventValidationError,
+    ForeignFleetError,
     StepLedgerError,
     UnknownSchemaError,
     ViewStoreError,
@@ -42,6 +43,8 @@ DEFAULT_CACHE_WORKFLOWS = 20_000
 DEFAULT_GROUP = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
 #: The dead-letter stage of an event that decodes but whose rows cannot be staged.
 PROJECT_STAGE = "project"
+#: The stage of an event that claims another fleet than its step log's.
+FOREIGN_FLEET_STAGE = "fleet"
 #: What turning rows into Arrow raises for a value its column cannot hold.
 _STAGING_ERRORS = (pa.ArrowException, OverflowError, ValueError, TypeError)
 
@@ -74,6 +77,8 @@ class BatchReport:
 
 def stage_of(error: StepLedgerError) -> str:
     """The dead-letter stage naming why a value was refused."""
+    if isinstance(error, ForeignFleetError):
+        return FOREIGN_FLEET_STAGE
     if isinstance(error, UnknownSchemaError):
         return "schema"
     if isinstance(error, EventValidationError):

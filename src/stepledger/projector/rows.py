@@ -75,6 +75,7 @@ STEP_COLUMNS = (
     "intended_at",
     "resolved_at",
     "duration_ms",
+    "app_version",
 )
 WORKFLOW_COLUMNS = (
     "workflow_id",
@@ -92,6 +93,7 @@ WORKFLOW_COLUMNS = (
     *_STEP_STATUSES,
     "anomalies",
     "events",
+    "app_version",
 )
 ESCALATION_COLUMNS = (
     "escalation_id",
@@ -115,6 +117,7 @@ STEP_INT32 = ("sequence", "attempt", "recovery_attempts")
 WORKFLOW_INT32 = ("attempt", "max_attempts")
 
 
+_NO_VERSION: tuple[None, None] = (None, None)
 _workflow_ints = attrgetter(*WORKFLOW_INT32)
 _step_ints = attrgetter(*STEP_INT32)
 
@@ -211,6 +214,7 @@ def step_row(state: WorkflowState, step: StepState) -> tuple[Any, ...]:
         step.intended_at,
         step.resolved_at,
         duration,
+        state.versions.get(step.epoch, _NO_VERSION)[0],  # the app whose claim wrote the intent
     )
 
 
@@ -224,7 +228,7 @@ def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
         state.workflow_id,
         state.fleet_id,
         state.name,
-        state.status._value_,
+        state.shown_status._value_,  # paused (or cancelling) while an operator holds it
         state.attempt,
         state.max_attempts,
         state.read_only,
@@ -236,6 +240,7 @@ def workflow_row(projection: WorkflowProjection) -> tuple[Any, ...]:
         *counts.values(),
         len(state.anomalies),
         projection.events,
+        state.versions.get(state.attempt, _NO_VERSION)[0],  # the latest claim's app
     )
 
 

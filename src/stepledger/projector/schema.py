@@ -16,7 +16,10 @@ from stepledger.projector.costs import MODEL_CALL_VIEWS
 #: 2: ``escalations`` keyed by ``(workflow_id, escalation_id)`` (was ``escalation_id``).
 #: 3: ``model_calls`` (the token ledger); an older projection gets it empty: rebuild it to
 #: count the turns projected before the upgrade.
-SCHEMA_VERSION = 3
+#: 4: ``steps.app_version`` and ``workflows.app_version`` (the application that ran them).
+SCHEMA_VERSION = 4
+#: Columns a version added at the end of a table (ALTER TABLE ADD COLUMN appends them).
+_ADDED = {4: (("steps", "app_version", "VARCHAR"), ("workflows", "app_version", "VARCHAR"))}
 
 _TS = pa.timestamp("ms", tz="UTC")
 
@@ -65,6 +68,7 @@ ARROW: dict[str, pa.Schema] = {
             ("intended_at", _TS),
             ("resolved_at", _TS),
             ("duration_ms", pa.int64()),
+            ("app_version", pa.string()),
         ]
     ),
     "workflows": pa.schema(
@@ -94,6 +98,7 @@ ARROW: dict[str, pa.Schema] = {
             ("abandoned", pa.int32()),
             ("anomalies", pa.int32()),
             ("events", pa.int32()),
+            ("app_version", pa.string()),
         ]
     ),
     "escalations": pa.schema(
@@ -284,6 +289,10 @@ def create_schema(con: Any) -> None:
         _migrate_escalations_key(con)
     for table in TABLES:
         con.execute(table_ddl(table))
+    for added, columns in _ADDED.items():
+        if version is not None and version < added:
+            for table, column, kind in columns:
+                con.execute(f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{column}" {kind}')
     # Resume and `status` read one workflow's events; an ART index keeps that a point lookup.
     con.execute("CREATE INDEX IF NOT EXISTS events_workflow ON events (workflow_id)")
     con.execute(

@@ -253,7 +253,9 @@ class RecoveryDaemon:
         try:
             event = self.echoes.take(msg) or self.codec.decode(msg.value)
         except StepLedgerError as exc:
-            # Bad input is the projector's to dead-letter; recovery only moves past it.
+            # Bad input is the projector's to dead-letter; recovery only moves past it.  A
+            # record claiming another fleet (the codec is pinned to a fleet role's) is bad
+            # input too: no decision is ever taken on it.
             logger.warning(
                 "undecodable record skipped",
                 extra={"offset": offset, "partition": partition, "error": str(exc)},

@@ -31,7 +31,9 @@ def partitions(cluster: KafkaBroker, topic: str) -> dict[int, tuple[int, list[in
     from stepledger.config import Settings
     from stepledger.kafka.describe import ClusterView
 
-    quiet = Settings(bootstrap=cluster.bootstrap, kafka={"log_level": "2"})
+    quiet = Settings(
+        bootstrap=cluster.bootstrap, kafka={**cluster.client_settings, "log_level": "2"}
+    )
     layout = ClusterView(quiet).layout(topic, timeout=5)
     return {p: (r.leader, list(r.in_sync)) for p, r in layout.topics.get(topic, {}).items()}
 

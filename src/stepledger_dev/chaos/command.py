@@ -98,6 +98,12 @@ import click
     "step log alone; both are checked, and that they shared no state.",
 )
 @click.option(
+    "--secure",
+    is_flag=True,
+    help="Kafka only: a secured cluster (SASL/SCRAM, ACLs); each deployment is a fleet made "
+    "by `fleet create` and every process runs with its own role's credentials.",
+)
+@click.option(
     "--agent-skew",
     type=float,
     default=0.0,
@@ -120,6 +126,7 @@ def chaos(
     no_shared_state: bool,
     parallel: int,
     two_deployments: bool = False,
+    secure: bool = False,
     agent_skew: float = 0.0,
     break_mode: str | None = None,
 ) -> None:
@@ -129,6 +136,8 @@ def chaos(
 
     if engine == "tansu" and nodes != 1:
         raise click.UsageError("--nodes needs --engine kafka")
+    if secure and engine != "kafka":
+        raise click.UsageError("--secure needs --engine kafka")
     if engine == "kafka" and (bootstrap or durable_broker):
         raise click.UsageError(
             "--engine kafka starts its own broker: drop --bootstrap and --durable-broker"
@@ -151,6 +160,7 @@ def chaos(
         no_shared_state=no_shared_state or two_deployments,
         agent_skew_s=agent_skew,
         two_deployments=two_deployments,
+        secure=secure,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.daemon.process import sigterm_interrupts

@@ -108,6 +108,8 @@ class ChaosOptions:
     two_deployments: bool = False
     """A second deployment runs the same plan on the same cluster at the same time, named by
     its step log alone (:mod:`stepledger_dev.chaos.neighbour`)."""
+    secure: bool = False
+    """A secured Apache Kafka: each deployment a fleet, each process with its role's config."""
 
     @property
     def scaled(self) -> bool:
@@ -532,6 +534,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         projectors=options.projectors,
         recoverers=options.recoverers,
         no_shared_state=options.no_shared_state,
+        secure=options.secure,
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
         if options.two_deployments:
@@ -555,7 +558,9 @@ def _beside(
         return _execute(Run(second, other), neighbour.same_plan(plan), lines).violations
 
     shared = stack.settings if options.break_mode == neighbour.SHARED_STATE_BREAK else None
-    options_b = neighbour.neighbour_stack_options(stack.options, bootstrap, shared)
+    options_b = neighbour.neighbour_stack_options(
+        stack.options, bootstrap, shared, admin=stack.settings.kafka
+    )
     beside = neighbour.Beside(stack.workdir / "neighbour", options_b, execute, echo)
     try:
         beside.start()

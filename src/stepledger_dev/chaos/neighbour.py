@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from stepledger.checkpoints.statetopics import origins
@@ -38,7 +38,10 @@ GROUP_NAMES = ("projector_group", "recovery_group")
 
 
 def neighbour_stack_options(
-    options: StackOptions, bootstrap: str, share_with: Settings | None = None
+    options: StackOptions,
+    bootstrap: str,
+    share_with: Settings | None = None,
+    admin: Mapping[str, str] | None = None,
 ) -> StackOptions:
     """The second deployment's stack: the first one's broker, everything else its own.
 
@@ -57,6 +60,9 @@ def neighbour_stack_options(
         durable_broker=False,
         topic_prefix=f"{options.topic_prefix}-neighbour",
         names=shared,
+        # On a secured cluster the neighbour is a fleet of its own, made with the super
+        # user's settings the first deployment holds.
+        kafka=tuple((admin or {}).items()),
     )
 
 

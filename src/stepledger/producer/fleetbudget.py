@@ -166,14 +166,16 @@ class FleetBudgets:
         ``budget_raised`` on the topic after the refusal) and reserves again once it came.
         """
         deadline = time.monotonic() + budget.wait_s
+        refused: BudgetExceededError | None = None
         for _ in range(_MOST_RAISES):
-            raised = (self.spend.raised_tokens, self.spend.raised_cost)
-            try:
-                return self._reserve(budget, workflow_id, step_id, runner)
-            except BudgetExceededError as refused:
-                if budget.wait_s <= 0 or not self._raised_since(raised, refused, deadline):
-                    raise
-        return self._reserve(budget, workflow_id, step_id, runner)
+            outcome = self._reserve(budget, workflow_id, step_id, runner)
+            if isinstance(outcome, Held):
+                return outcome
+            refused, raised = outcome
+            if budget.wait_s <= 0 or not self._raised_since(raised, refused, deadline):
+                raise refused
+        assert refused is not None  # the loop ran: every pass reserved once
+        raise refused
 
     def _raised_since(
         self, raised: tuple[int, float], refused: BudgetExceededError, deadline: float
@@ -200,7 +202,9 @@ class FleetBudgets:
 
     def _reserve(
         self, budget: FleetBudget, workflow_id: str, step_id: str | None, runner: str | None
-    ) -> Held:
+    ) -> Held | tuple[BudgetExceededError, tuple[int, float]]:
+        """The granted reservation, or the refusal with the raises folded through it (only
+        a raise after it in the log can let a retry pass)."""
         body = ev.BudgetReserved(
             tokens=budget.per_turn_tokens,
             cost=budget.per_turn_cost,
@@ -217,10 +221,11 @@ class FleetBudgets:
             granted = self.spend.decision(event.event_id)
             tokens, cost = self.spend.tokens, self.spend.cost
             why = None if granted else self.spend.refusal(body.tokens, body.cost, budget)
+            raised = (self.spend.raised_tokens, self.spend.raised_cost)
         if granted:
             return Held(event.event_id, workflow_id, step_id, body.tokens, body.cost)
         fleet = self.spend.fleet_id
-        raise BudgetExceededError(
+        error = BudgetExceededError(
             f"fleet {fleet!r} {why or 'budget refused the turn'}: the model is not asked; "
             "raise the fleet's budget (FleetBudget, or "
             f"`stepledger budget raise --fleet {fleet} --tokens N`)",
@@ -230,6 +235,7 @@ class FleetBudgets:
             limit=why or "fleet budget",
             fleet_id=fleet,
         )
+        return error, raised
 
     def settle(self, held: Held, tokens: int, cost: float) -> None:
         """Record what the turn spent; a failure is logged (the estimate then stands)."""

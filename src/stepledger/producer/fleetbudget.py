@@ -259,16 +259,22 @@ class FleetBudgets:
         self._next[partition] = through + 1
 
 
+def raise_on(log: BudgetLog, fleet: str, producer_id: str, body: ev.BudgetRaised) -> FleetSpend:
+    """Append a person's raise of ``fleet``'s budget; the fleet's spend read back through it
+    (the command line's and the inbox's one path)."""
+    events = EventFactory(fleet, producer_id)
+    partition, offset = log.append(events.envelope(fleet, None, body, uuid.uuid4().hex))
+    spend = FleetSpend(fleet)
+    spend.apply_all(log.read(partition, 0, offset))
+    return spend
+
+
 def raise_budget(settings: Settings, fleet: str, body: ev.BudgetRaised) -> FleetSpend:
-    """Append a person's raise of ``fleet``'s budget; the fleet's spend read back through it."""
+    """:func:`raise_on` the settings' budget topic."""
     producer = DurableProducer(settings)
     log = KafkaBudgetLog(settings, codec_for(settings), producer)
     try:
-        events = EventFactory(fleet, settings.producer_id)
-        partition, offset = log.append(events.envelope(fleet, None, body, uuid.uuid4().hex))
-        spend = FleetSpend(fleet)
-        spend.apply_all(log.read(partition, 0, offset))
-        return spend
+        return raise_on(log, fleet, settings.producer_id, body)
     finally:
         log.close()
         producer.close()

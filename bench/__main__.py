@@ -30,6 +30,7 @@ BENCHES = (
     "model_turns",
     "fleet",
     "fleets_quota",
+    "lake",
 )
 
 

@@ -171,7 +171,13 @@ _RAW_COLUMNS = (
 )
 
 
-def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float, float, float]:
+def projector_rate(
+    settings: Settings,
+    db: Path,
+    n: int,
+    options: ProjectorOptions | None = None,
+    reports: list[BatchReport] | None = None,
+) -> tuple[float, float, float, float]:
     """(events/s from the start of the first batch to the end of the last, seconds to the
     end of the first, snapshots published and the seconds they took, the one at stop too).
 
@@ -185,6 +191,8 @@ def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float, 
 
     def on_batch(report: BatchReport) -> None:
         now = time.perf_counter()
+        if reports is not None:
+            reports.append(report)
         if not began:
             began.append(now - report.seconds)
         done = (marks[-1][1] if marks else 0) + report.received
@@ -192,7 +200,7 @@ def projector_rate(settings: Settings, db: Path, n: int) -> tuple[float, float, 
         if done >= n:
             shutdown.request()
 
-    options = ProjectorOptions(db_path=db, group="bench-projector")
+    options = options or ProjectorOptions(db_path=db, group="bench-projector")
     metrics = ProjectorMetrics()
     start = time.perf_counter()
     run_projector(settings, options, shutdown=shutdown, on_batch=on_batch, metrics=metrics)

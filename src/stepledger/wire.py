@@ -11,6 +11,9 @@ that hold one deployment's state are derived from its step log's name by one rul
 
 from __future__ import annotations
 
+import functools
+from importlib.metadata import PackageNotFoundError, version
+
 # -- topics ---------------------------------------------------------------------------------
 
 STEP_LOG_TOPIC = "stepledger.events"
@@ -103,6 +106,32 @@ CHECKPOINTER_CLIENT_ID = "stepledger-checkpointer"
 """The client id (prefix) of every checkpointer's group consumer."""
 CLIENT_VERSION_SEPARATOR = "/"
 """A daemon's client id is its prefix, this, and the stepledger version (``stepledger doctor``)."""
+CLIENT_ID_PREFIX = "stepledger-"
+"""The prefix of every daemon's client id (``stepledger-ROLE/VERSION``)."""
+_CLIENT_IDS = {
+    "projector": PROJECTOR_CLIENT_ID,
+    "recovery": RECOVERY_CLIENT_ID,
+    "checkpointer": CHECKPOINTER_CLIENT_ID,
+}
+
+
+@functools.cache
+def stepledger_version() -> str:
+    """The installed package's version (``0+unknown`` when run from a bare source tree): in
+    every daemon's client id and beside the application's version on every claim."""
+    try:
+        return version("stepledger")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def client_id(role: str) -> str:
+    """``stepledger-ROLE/VERSION``: the client id a daemon shows the broker (``stepledger
+    doctor`` tells a group member of another version by it, a rolling upgrade left half way)."""
+    prefix = _CLIENT_IDS.get(role, CLIENT_ID_PREFIX + role)
+    return f"{prefix}{CLIENT_VERSION_SEPARATOR}{stepledger_version()}"
+
+
 TOOLS_ENTRY_POINT_GROUP = "stepledger.tools"
 """The Python entry-point group where packages register their tools."""
 

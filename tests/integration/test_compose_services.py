@@ -51,13 +51,18 @@ def interpolate(text: str, env: Mapping[str, str]) -> str:
     return "$".join(expanded)
 
 
-def stepledger_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The services whose command is a ``stepledger`` command (the broker is not one)."""
+def stepledger_services(
+    compose: dict[str, Any], profile: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """The services whose command is a ``stepledger`` command (the broker is not one), of
+    the default set (``docker compose up``) or of one profile's."""
     services: dict[str, dict[str, Any]] = compose["services"]
     return {
         name: spec
         for name, spec in services.items()
-        if isinstance(spec.get("command"), list) and spec["command"][0] == "stepledger"
+        if isinstance(spec.get("command"), list)
+        and spec["command"][0] == "stepledger"
+        and (profile in spec.get("profiles", []) if profile else not spec.get("profiles"))
     }
 
 

@@ -52,6 +52,17 @@ def test_only_an_operator_of_the_workflows_fleet_may_pause_it(tmp_path: Path) ->
     assert paused.body.reason == "provider incident"
 
 
+def test_the_case_page_shows_the_controls_to_an_operator_of_its_fleet_only(tmp_path: Path) -> None:
+    app = App(tmp_path, token=None, users={"alice": ALICE, "bob": BOB})
+    alice, bob = app.client(ALICE_TOKEN), app.client(BOB_TOKEN)
+    assert 'id="control-form"' not in alice.get("/escalations/esc-new").text  # an approver
+    page = bob.get("/escalations/esc-new").text
+    assert '/workflows/pay-new/control" id="control-form"' in page
+    done = bob.post("/workflows/pay-new/control", data={**form(page), "command": "pause"})
+    assert (done.status_code, done.text) == (200, "pay-new: paused (pause 1)")
+    assert [type(e.body) for e in steering(app)] == [ev.WorkflowPaused]
+
+
 def test_only_an_operator_of_the_fleet_raises_its_model_budget_an_answer_in_the_log(
     tmp_path: Path,
 ) -> None:

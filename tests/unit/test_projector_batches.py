@@ -148,7 +148,7 @@ def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_no
     # fills it, is not a backlog.  The last snapshot took 3 s and was queued 1 s ago: due at
     # the interval, but not while 5 or more records wait beyond what was read (30 s).
     loop, polls, pipeline = costly_loop(tmp_path, batch_size=5)
-    published: list[tuple[Path, float]] = []
+    published: list[tuple[str, float]] = []
     pipeline.on_snapshot = lambda at, took: published.append((at, took))
     polls.records = messages[:5]
     polls.high[("log", 0)] = 10
@@ -164,7 +164,7 @@ def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_no
     assert not loop.dirty
     assert latest_snapshot(path) is not None
     assert 0 < pipeline.snapshot_s < 3.0, "the snapshot's own duration was not measured"
-    assert published == [(latest_snapshot(path), pipeline.snapshot_s)]
+    assert published == [(str(latest_snapshot(path)), pipeline.snapshot_s)]
     # A cached end below what was read (a broker that lost its tail) leaves nothing waiting.
     polls.records = messages[10:15]
     polls.high[("log", 0)] = 2

@@ -89,7 +89,9 @@ def test_a_transaction_holding_back_the_checkpoint_defers_the_snapshot_never_the
     assert snapshot_offset(tmp_path / "s") == half
 
     # Another connection of this process, reading since before the next batch's upserts.
-    other = pipeline.projector.store.con.cursor()
+    store = pipeline.projector.store
+    assert isinstance(store, ProjectionStore)
+    other = store.con.cursor()
     other.execute("BEGIN TRANSACTION")
     other.execute("SELECT count(*) FROM events").fetchall()
     pipeline.feed(messages[half:])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from stepledger import tracing, wire
-from stepledger.daemon.clientid import client_id, stepledger_version
 from stepledger.deadletters import readback
+from stepledger.wire import client_id, stepledger_version
 
 
 def test_replay_headers_are_declared_dead_letter_headers() -> None:

@@ -51,6 +51,7 @@ PINNED = {
     "PROJECTOR_CLIENT_ID": "stepledger-projector",
     "CHECKPOINTER_CLIENT_ID": "stepledger-checkpointer",
     "CLIENT_VERSION_SEPARATOR": "/",
+    "CLIENT_ID_PREFIX": "stepledger-",
     "TOOLS_ENTRY_POINT_GROUP": "stepledger.tools",
     "CE_SPECVERSION_HEADER": "ce_specversion",
     "CE_TYPE_HEADER": "ce_type",

@@ -33,12 +33,12 @@ from typing import Protocol
 
 from stepledger import wire
 from stepledger.checkpoints.writer import Checkpointer
-from stepledger.daemon.clientid import client_id
 from stepledger.daemon.health import Health
 from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
 from stepledger.kafka.fence import Fence
 from stepledger.kafka.records import Where
 from stepledger.kafka.watch import BrokerWatch, client_logger
+from stepledger.wire import client_id
 
 logger = logging.getLogger("stepledger.checkpoints")
 

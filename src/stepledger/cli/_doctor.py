@@ -8,12 +8,12 @@ import click
 
 from stepledger.cli._common import with_admin_settings
 from stepledger.config import Settings
-from stepledger.daemon.clientid import stepledger_version
 from stepledger.doctor.access import ACCESS, ACLS, access_findings, wildcard_findings
 from stepledger.doctor.checks import Finding, check, unsafe
 from stepledger.doctor.facts import gather, gather_access, gather_wildcards
 from stepledger.doctor.passed import CHECKS, passed
 from stepledger.terminal import safe
+from stepledger.wire import stepledger_version
 
 
 @click.command("doctor")

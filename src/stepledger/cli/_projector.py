@@ -23,8 +23,10 @@ from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projec
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.rebuild import rebuild
+from stepledger.projector.rebuild_lake import rebuild_lake
 from stepledger.projector.rebuild_shards import rebuild_shards
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT
+from stepledger.readers.lake import LakeConfig
 from stepledger.readers.snapshots import is_shard_dir
 
 _DB = click.option(
@@ -36,6 +38,23 @@ _DB = click.option(
     type=click.Path(path_type=Path),
     help="The projection's DuckDB file, or a shard directory (one file per partition, "
     "for several projectors in one group); readers use the published snapshots.",
+)
+_LAKE = click.option(
+    "--lake",
+    "lake",
+    envvar="STEPLEDGER_LAKE",
+    metavar="CATALOG_DSN",
+    help="A DuckLake instead of --db: its PostgreSQL catalog as a libpq DSN or a "
+    "postgresql:// URL (needs the [lake] extra; the bucket's key from AWS_ACCESS_KEY_ID, "
+    "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL).",
+)
+_DATA_PATH = click.option(
+    "--data-path",
+    envvar="STEPLEDGER_LAKE_DATA_PATH",
+    default="",
+    metavar="URL",
+    help="With --lake: where its data files go, e.g. s3://bucket/stepledger/ (a new lake "
+    "needs one; an existing lake remembers its own).",
 )
 _EXTRA_TOPICS = click.option(
     "--extra-topic",
@@ -55,6 +74,8 @@ def register(group: click.Group) -> None:
 @click.command()
 @with_settings
 @_DB
+@_LAKE
+@_DATA_PATH
 @_EXTRA_TOPICS
 @click.option(
     "--group",
@@ -114,7 +135,8 @@ def register(group: click.Group) -> None:
 )
 @click.option("--log-level", default="INFO", show_default=True, help="DEBUG logs every batch.")
 def project(settings: Settings, **opts: Any) -> None:
-    """Project the step log into DuckDB until SIGTERM/SIGINT."""
+    """Project the step log into DuckDB (a file, a shard directory or a lake) until
+    SIGTERM/SIGINT."""
 
     configure_logging(json_logs=opts["log_format"] == "json", level=opts["log_level"])
     options = ProjectorOptions(
@@ -129,6 +151,7 @@ def project(settings: Settings, **opts: Any) -> None:
         memory_limit=opts["memory_limit"],
         instance_id=opts["instance_id"],
         group_protocol=opts["group_protocol"],
+        lake=LakeConfig.from_env(opts["lake"], opts["data_path"]) if opts["lake"] else None,
     )
     metrics = ProjectorMetrics()
     serve_probes(opts["metrics_port"], metrics.health, metrics.registry)
@@ -138,6 +161,8 @@ def project(settings: Settings, **opts: Any) -> None:
 @click.command("rebuild")
 @with_settings
 @_DB
+@_LAKE
+@_DATA_PATH
 @_EXTRA_TOPICS
 @click.option(
     "--force", is_flag=True, help="Replace the file (or rebuild the shards) if it exists."
@@ -167,9 +192,13 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
     """Rebuild a fresh projection file, or a shard directory's shards, from offset 0.
 
     A shard directory's shards are rebuilt in place, each under its file lock: a shard a
-    live projector holds is refused.
+    live projector holds is refused.  With --lake, into a fresh lake (one that holds no
+    table of the step log yet).
     """
     topics = (settings.topic, *opts["extra_topics"])
+    if opts["lake"]:
+        _rebuild_lake(settings, topics, opts)
+        return
     sharded = is_shard_dir(opts["db_path"])
     if opts["partitions"] and not sharded:
         raise click.ClickException("--partition needs --db naming a shard directory")
@@ -200,6 +229,24 @@ def rebuild_command(settings: Settings, **opts: Any) -> None:
         f"rebuilt {opts['db_path']}: {report.records} records, {report.projected} events, "
         f"{report.duplicates} duplicates, {report.dead_letters} refused, "
         f"{report.rate:,.0f} records/s{report.since()}"
+    )
+
+
+def _rebuild_lake(settings: Settings, topics: tuple[str, ...], opts: dict[str, Any]) -> None:
+    if opts["partitions"] or opts["force"] or opts["republish_dead_letters"]:
+        raise click.ClickException(
+            "--lake rebuilds every partition into a fresh lake: "
+            "--partition, --force and --republish-dead-letters do not apply"
+        )
+    lake = LakeConfig.from_env(opts["lake"], opts["data_path"])
+    with _ProgressBar(enabled=not opts["no_progress"]) as hook:
+        report = rebuild_lake(
+            settings, lake, topics=topics, batch_size=opts["batch_size"], progress=hook
+        )
+    click.echo(
+        f"rebuilt the lake's tables of {settings.topic}: {report.records} records, "
+        f"{report.projected} events, {report.duplicates} duplicates, "
+        f"{report.dead_letters} refused, {report.rate:,.0f} records/s{report.since()}"
     )
 
 

@@ -14,8 +14,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stepledger.cli._projector import _DB
+from stepledger import wire
+from stepledger.cli._projector import _DB, _LAKE
 from stepledger.projector.snapshot import readable_source
+from stepledger.readers.lake import LakeConfig, LakeSource
 from stepledger.readers.query import (
     DEFAULT_TIMEOUT_S,
     QueryResult,
@@ -38,10 +40,29 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
+_LOG = click.option(
+    "--topic",
+    "log",
+    envvar="STEPLEDGER_TOPIC",
+    default=wire.STEP_LOG_TOPIC,
+    show_default=True,
+    help="With --lake: the step log whose tables are read.",
+)
+
+
+def _source(db_path: Path, lake: str | None, log: str) -> Path | LakeSource:
+    """The lake's tables of the log when --lake is given, else the freshest snapshot."""
+    if lake:
+        return LakeSource(LakeConfig.from_env(lake), log)
+    return readable_source(db_path)
+
+
 @click.command()
 @click.argument("sql", required=False)
 @click.option("--file", "sql_file", type=click.File("r"), help="Read the SQL from a file.")
 @_DB
+@_LAKE
+@_LOG
 @click.option(
     "--format",
     "output",
@@ -67,13 +88,15 @@ def query(
     sql: str | None,
     sql_file: Any,
     db_path: Path,
+    lake: str | None,
+    log: str,
     output: str,
     as_json: bool,
     as_csv: bool,
     wide: bool,
     timeout: float,
 ) -> None:
-    """Run read-only SQL on the freshest snapshot of the projection.
+    """Run read-only SQL on the freshest snapshot of the projection (or on the lake).
 
     The table rounds floats and fits 200 columns (a line on stderr says when values were
     cut); --wide, --json and --csv show every value whole.
@@ -85,7 +108,7 @@ def query(
         raise click.UsageError("--json and --csv are two formats: give one")
     output = "json" if as_json else "csv" if as_csv else output
     text = sql if sql is not None else sql_file.read()
-    for result in run_query(readable_source(db_path), text, timeout=timeout):
+    for result in run_query(_source(db_path, lake, log), text, timeout=timeout):
         _print_result(result, output, wide=wide)
 
 
@@ -148,6 +171,8 @@ def print_table(
 @click.command()
 @click.argument("workflow_id")
 @_DB
+@_LAKE
+@_LOG
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option(
     "--svg",
@@ -155,10 +180,17 @@ def print_table(
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also draw the workflow's timeline (steps, attempts, decisions) into this SVG file.",
 )
-def status(workflow_id: str, db_path: Path, as_json: bool, svg_file: Path | None) -> None:
+def status(
+    workflow_id: str,
+    db_path: Path,
+    lake: str | None,
+    log: str,
+    as_json: bool,
+    svg_file: Path | None,
+) -> None:
     """Show a workflow's steps in order with status, tool, attempts and result."""
 
-    found = workflow_status(readable_source(db_path), workflow_id)
+    found = workflow_status(_source(db_path, lake, log), workflow_id)
     if svg_file is not None:
         _write_timeline(svg_file, found.workflow, found.steps)
     if as_json:

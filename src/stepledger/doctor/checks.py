@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from stepledger import wire
-from stepledger.daemon.clientid import PREFIX
 
 Level = Literal["unsafe", "off", "info", "ok"]
 
@@ -22,7 +21,7 @@ Level = Literal["unsafe", "off", "info", "ok"]
 MIN_REPLICATION = 3
 MIN_INSYNC = 2
 #: Members of a stepledger group name their role and version in their client id.
-CLIENT_PREFIX = PREFIX
+CLIENT_PREFIX = wire.CLIENT_ID_PREFIX
 #: The cluster id a Tansu broker reports by default (the development broker).
 TANSU_CLUSTER = "tansu_cluster"
 

@@ -271,6 +271,9 @@ class _Pages:
             "form": {},
             "error": None,
             "refusal": None,
+            # The workflow's controls are shown to an operator of its fleet only (the
+            # control endpoint checks the same grant again).
+            "controls": identity_of(request).grant.refusal(Action.CONTROL, case.fleet_id) is None,
             **extra,
         }
         return self._render(request, "case.html", context, status_code=status)

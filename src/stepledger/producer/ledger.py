@@ -17,7 +17,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from stepledger.config import Settings
-from stepledger.daemon.clientid import stepledger_version
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
 from stepledger.deadletters.letter import max_message_bytes
 from stepledger.domain import oversize
@@ -45,6 +44,7 @@ from stepledger.producer.workflow import ToolFn, Workflow, plan_step
 from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.timer import SYSTEM_TIMER, Timer
+from stepledger.wire import stepledger_version
 
 
 class Ledger:

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stepledger.config import Settings
-from stepledger.daemon.clientid import client_id
 from stepledger.daemon.health import partitions_unready
 from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.records import KafkaRecordLetters
-from stepledger.errors import BrokerError
+from stepledger.errors import BrokerError, ViewStoreError
 from stepledger.kafka import ensure_topics, reachable_partitions
 from stepledger.kafka.consumer import GroupConsumer, GroupProtocol, Membership, Placement
 from stepledger.kafka.gaps import Gap, LogStart
@@ -30,18 +29,23 @@ from stepledger.kafka.records import BEGINNING, Consumed
 from stepledger.kafka.topics import check_retention
 from stepledger.kafka.watch import BrokerWatch, client_logger
 from stepledger.log import codec_for
+from stepledger.projector.boundary import ViewStore
 from stepledger.projector.engine import (
     DEFAULT_CACHE_WORKFLOWS,
     BatchReport,
     Projector,
 )
 from stepledger.projector.gaps import record_gaps, restore_from_checkpoints
+from stepledger.projector.lake import LakeDatabase
+from stepledger.projector.lake_shards import LakeShards, fenced
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.pipeline import Pipeline
 from stepledger.projector.position import check_positions
 from stepledger.projector.shards import OneFile, ShardDir, Shards, Where
 from stepledger.projector.store import DEFAULT_MEMORY_LIMIT, ProjectionStore
+from stepledger.readers.lake import LakeConfig, extension_directory
 from stepledger.readers.snapshots import is_shard_dir
+from stepledger.wire import client_id
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +88,9 @@ class ProjectorOptions:
     """Static group membership: a restart within the session timeout moves no partition."""
     group_protocol: GroupProtocol | None = None
     """``classic`` (cooperative-sticky) or ``consumer`` (KIP-848); None: ``-X`` or classic."""
+    lake: LakeConfig | None = None
+    """Project into this DuckLake instead of ``db_path`` (each partition's tables, shared by
+    every projector of the group, on any machine)."""
 
     def for_settings(self, settings: Settings) -> ProjectorOptions:
         """These options with the group named (the settings' when none was given)."""
@@ -159,6 +166,8 @@ def run_projector(
     """Project the topics into the DuckDB file (or shard directory) until a shutdown."""
     options = options.for_settings(settings)
     membership = options.membership()  # a bad group setting fails before any network
+    if options.lake is not None:
+        extension_directory()  # so does a lake without the [lake] extra
     topics = list(options.topics or (settings.topic,))
     for topic in topics:
         reachable_partitions(settings, topic)
@@ -179,7 +188,7 @@ def run_projector(
     try:
         with fewer_collections():
 
-            def make(store: ProjectionStore) -> Pipeline:
+            def make(store: ViewStore) -> Pipeline:
                 projector = Projector(
                     store,
                     codec_for(settings),
@@ -191,7 +200,7 @@ def run_projector(
                 pipeline.on_snapshot = lambda _, took: metrics.published(took)
                 return pipeline
 
-            loop.shards = _open_state(options, make)
+            loop.shards = _open_state(options, make, settings.topic)
             _serve(loop, topics, shutdown)
     finally:
         try:
@@ -225,7 +234,11 @@ def fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _open_state(options: ProjectorOptions, make: Callable[[ProjectionStore], Pipeline]) -> Shards:
+def _open_state(
+    options: ProjectorOptions, make: Callable[[ViewStore], Pipeline], log: str
+) -> Shards:
+    if options.lake is not None:
+        return LakeShards(LakeDatabase(options.lake, log), make)
     path = options.db_path
     if is_shard_dir(path):
         return ShardDir(
@@ -248,9 +261,8 @@ def _serve(loop: _Loop, topics: list[str], shutdown: Shutdown) -> None:
         on_revoke=lambda ps: _on_revoke(loop, ps),
         on_lost=lambda ps: _on_lost(loop, ps),
     )
-    logger.info(
-        "projecting %s into %s as group %s", topics, loop.options.db_path, loop.options.group
-    )
+    into = loop.options.db_path if loop.options.lake is None else "the lake"
+    logger.info("projecting %s into %s as group %s", topics, into, loop.options.group)
     try:
         while not shutdown.requested:
             _step(loop)
@@ -333,7 +345,7 @@ def _record_gaps(loop: _Loop, keys: list[Where], stored: dict[Where, int]) -> se
     if loop.log_start is None:
         loop.log_start = LogStart(loop.settings)
 
-    def store_of(where: Where) -> ProjectionStore | None:
+    def store_of(where: Where) -> ViewStore | None:
         pipeline = loop.state.pipeline(where)
         return None if pipeline is None else pipeline.projector.store
 
@@ -396,9 +408,16 @@ def _on_lost(loop: _Loop, partitions: list[Where]) -> None:
 
 def _give_up(loop: _Loop, partitions: list[Where], *, commit: bool) -> list[Where]:
     gone = list(partitions)
+    leaving = {id(p) for w in gone if (p := loop.state.pipeline(w)) is not None}
     try:
         for pipeline in loop.state.pipelines():
-            pipeline.drain()
+            try:
+                pipeline.drain()
+            except ViewStoreError:
+                # A lake partition another projector took over while this one was paused:
+                # its late batch was refused (nothing committed); it is given up here.
+                if id(pipeline) not in leaving or fenced(pipeline) is None:
+                    raise
         if commit:
             _commit_to_kafka(loop)
     finally:

@@ -30,11 +30,12 @@ from stepledger.errors import (
 )
 from stepledger.kafka import Position
 from stepledger.kafka.records import Consumed
+from stepledger.projector.boundary import Offsets, ViewStore
 from stepledger.projector.fold import BatchFold, WorkflowCache
 from stepledger.projector.known import StoredWorkflows
 from stepledger.projector.projection import WorkflowProjection
 from stepledger.projector.rows import Coordinates
-from stepledger.projector.store import Offsets, ProjectionStore, stage
+from stepledger.projector.store import stage
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Projector:
 
     def __init__(
         self,
-        store: ProjectionStore,
+        store: ViewStore,
         codec: Codec,
         dead_letters: RecordLetterSink,
         *,

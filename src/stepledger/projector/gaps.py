@@ -17,13 +17,14 @@ from stepledger.checkpoints.view import LogEnds
 from stepledger.config import Settings
 from stepledger.history.checkpointed import checkpointed_records
 from stepledger.kafka.gaps import Gap, LogStart, report_gap
+from stepledger.projector.boundary import Offsets, ViewStore
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.store import Offsets, ProjectionStore, stage
+from stepledger.projector.store import stage
 
 logger = logging.getLogger(__name__)
 
 #: The projection store of a partition (None: not open here).
-StoreOf = Callable[[tuple[str, int]], ProjectionStore | None]
+StoreOf = Callable[[tuple[str, int]], ViewStore | None]
 #: Restores what a gap lost from elsewhere; True when nothing is left missing.
 Restore = Callable[[Gap], bool]
 _FEED = 5000

@@ -20,18 +20,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from stepledger.errors import ViewStoreError
 from stepledger.kafka.records import Consumed
 from stepledger.projector.engine import BatchReport, PreparedBatch, Projector
-from stepledger.projector.snapshot import publish_snapshot
 
 logger = logging.getLogger(__name__)
 
 CommitHook = Callable[[BatchReport], None]
-SnapshotHook = Callable[[Path, float], None]
-"""Called with a published snapshot's path and the seconds it took."""
+SnapshotHook = Callable[[str, float], None]
+"""Called with what was published (a snapshot's path, a lake's compacted tables) and the
+seconds it took."""
 
 #: Batches that may wait for the writer (each holds its staged rows: a few MB at most).
 DEFAULT_DEPTH = 4
@@ -130,12 +129,12 @@ class Pipeline:
             # Stamped here, in the writer, so it measures the commit, not when it is noticed.
             report.lag_s = (datetime.now(UTC) - report.oldest_at).total_seconds()
 
-    def _publish(self) -> tuple[Path, float] | None:
+    def _publish(self) -> tuple[str, float] | None:
         if self._failed:
             return None  # the store may be fine, but the caller is about to stop
         began = time.perf_counter()
         try:
-            path = publish_snapshot(self.projector.store)
+            path = self.projector.store.publish()
         finally:
             self.snapshot_s = time.perf_counter() - began
         return None if path is None else (path, self.snapshot_s)
@@ -156,7 +155,7 @@ class Pipeline:
         if self.on_commit is not None:
             self.on_commit(report)
 
-    def _published(self, path: Path, seconds: float) -> None:
+    def _published(self, path: str, seconds: float) -> None:
         if self.on_snapshot is not None:
             self.on_snapshot(path, seconds)
 
@@ -176,4 +175,4 @@ class _Snapshot:
     """A snapshot queued behind the commits: its future holds the published path and the
     seconds it took, if it was published."""
 
-    future: Future[tuple[Path, float] | None]
+    future: Future[tuple[str, float] | None]

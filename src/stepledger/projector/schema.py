@@ -261,9 +261,19 @@ _VIEW_SQL = {
 }
 
 
+def columns_sql(table: str) -> list[str]:
+    """The column definitions of one projected table (``"name" TYPE``), in order."""
+    return [f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in ARROW[table]]
+
+
+def view_sql() -> dict[str, str]:
+    """The analysts' views over the projected tables, by name (their SELECT statements)."""
+    return dict(_VIEW_SQL)
+
+
 def table_ddl(table: str) -> str:
     """Return the CREATE TABLE statement of one projected table."""
-    columns = [f'"{f.name}" {_DUCK_TYPES[f.type]}' for f in ARROW[table]]
+    columns = columns_sql(table)
     if table in KEYS:
         columns.append("PRIMARY KEY (" + ", ".join(f'"{k}"' for k in KEYS[table]) + ")")
     return f"CREATE TABLE IF NOT EXISTS {table} (" + ", ".join(columns) + ")"

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Protocol
 
 from stepledger.errors import ViewStoreError
+from stepledger.projector.boundary import Offsets
 from stepledger.projector.pipeline import Pipeline
-from stepledger.projector.store import Offsets, ProjectionStore
+from stepledger.projector.store import ProjectionStore
 from stepledger.readers.snapshots import shard_path
 
 logger = logging.getLogger(__name__)

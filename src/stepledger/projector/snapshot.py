@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import duckdb
 
@@ -28,8 +28,20 @@ from stepledger.readers.snapshots import (  # the read side lives below the SDK 
     workflow_events_from_snapshot,
 )
 
-if TYPE_CHECKING:
-    from stepledger.projector.store import ProjectionStore
+
+class Publishable(Protocol):
+    """A projection file a snapshot is published from (the file store, its writer)."""
+
+    path: Path
+
+    def checkpoint(self) -> bool:
+        """Fold the write-ahead log into the file; False when a transaction holds it back."""
+        ...
+
+    def copy_file(self, destination: Path) -> None:
+        """Copy the file, as checkpointed, to ``destination``."""
+        ...
+
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
@@ -43,7 +55,7 @@ __all__ = [
 ]
 
 
-def publish_snapshot(store: ProjectionStore) -> Path | None:
+def publish_snapshot(store: Publishable) -> Path | None:
     """Checkpoint the writer's file and atomically replace the snapshot with a copy of it.
 
     Must be called by the writer between transactions: after ``CHECKPOINT`` the file holds

@@ -26,12 +26,12 @@ import duckdb
 import pyarrow as pa
 
 from stepledger.errors import ViewStoreError
+from stepledger.projector.boundary import Offsets
 from stepledger.projector.rows import Columns
 from stepledger.projector.schema import ARROW, KEYS, TABLES, create_schema
 
 logger = logging.getLogger(__name__)
 
-Offsets = dict[tuple[str, int], int]
 
 #: Checkpoints happen when a snapshot is published; DuckDB's default (16 MB of WAL) made
 #: ingestion checkpoint every few batches, which cost more than the inserts themselves.
@@ -130,6 +130,13 @@ class ProjectionStore:
                 if sent == 0:
                     break
                 done += sent
+
+    def publish(self) -> str | None:
+        """Publish a snapshot for readers (see :mod:`stepledger.projector.snapshot`)."""
+        from stepledger.projector.snapshot import publish_snapshot  # it reads this store
+
+        path = publish_snapshot(self)
+        return None if path is None else str(path)
 
     def offsets(self) -> Offsets:
         """The next offset to read per (topic, partition), as committed with the rows."""

@@ -25,7 +25,11 @@ from typing import Any, Literal
 import duckdb
 
 from stepledger.errors import ReadOnlyQueryError, ViewStoreError
+from stepledger.readers.lake import LakeSource, connect_lake_reader
 from stepledger.readers.snapshots import connect_projection
+
+#: What a query reads: a snapshot file, a shard directory, or the lake's tables of one log.
+Source = str | Path | LakeSource
 
 OutputFormat = Literal["table", "csv", "json"]
 
@@ -61,16 +65,22 @@ def check_read_only(sql: str) -> list[duckdb.Statement]:
     return statements
 
 
+def _connect(source: Source) -> duckdb.DuckDBPyConnection:
+    if isinstance(source, LakeSource):
+        return connect_lake_reader(source.config, source.log)
+    return connect_projection(source)
+
+
 def run_query(
-    path: str | Path, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT_S
+    path: Source, sql: str, *, timeout: float | None = DEFAULT_TIMEOUT_S
 ) -> list[QueryResult]:
-    """Run read-only SQL against a projection file (or shard directory); each statement's result.
+    """Run read-only SQL against a projection file, shard directory or lake; each result.
 
     Past ``timeout`` seconds (all statements together; None: no limit) the query is
     interrupted and a ViewStoreError says so; Ctrl-C interrupts it at once the same way.
     """
     statements = check_read_only(sql)
-    con = connect_projection(path)
+    con = _connect(path)
     worker = _QueryWorker(con, [statement.query for statement in statements])
     deadline = None if timeout is None else time.monotonic() + timeout
     timed_out = interrupted = False
@@ -242,9 +252,9 @@ _STEP_FIELDS = (
 )
 
 
-def workflow_status(path: str | Path, workflow_id: str) -> WorkflowView:
+def workflow_status(path: Source, workflow_id: str) -> WorkflowView:
     """A workflow's projected state; a ViewStoreError if the projection does not know it."""
-    con = connect_projection(path)
+    con = _connect(path)
     try:
         cursor = con.execute("SELECT * FROM workflows WHERE workflow_id = ?", [workflow_id])
         columns = [d[0] for d in cursor.description or []]

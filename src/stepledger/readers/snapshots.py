@@ -146,7 +146,10 @@ def _attach(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> list[str]:
     aliases = []
     for number, path in enumerate(paths):
         alias = f"shard{number}"
-        con.execute(f"ATTACH ? AS {alias} (READ_ONLY)", [str(path)])
+        # A literal, not a parameter: DuckDB 1.5 (the [lake] extra's pin) takes no parameter
+        # in ATTACH.
+        quoted = "'" + str(path).replace("'", "''") + "'"
+        con.execute(f"ATTACH {quoted} AS {alias} (READ_ONLY)")
         aliases.append(alias)
     return aliases
 

@@ -39,7 +39,6 @@ from datetime import datetime, timedelta
 from stepledger import tracing
 from stepledger.codec import Codec
 from stepledger.config import Settings
-from stepledger.daemon.clientid import client_id
 from stepledger.daemon.health import partitions_unready
 from stepledger.daemon.process import Shutdown
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters
@@ -77,6 +76,7 @@ from stepledger.recovery.work import WorkPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolution, Resolver, Settle
 from stepledger.timer import SYSTEM_TIMER, Timer
+from stepledger.wire import client_id
 
 logger = logging.getLogger(__name__)
 #: A tracked step's events as handed to a worker.

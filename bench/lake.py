@@ -1,0 +1,186 @@
+"""The projector into a DuckLake against the projector into a file, same records, same run.
+
+- events/s per projector, and each batch's time from its preparation to its commit (the
+  lake's commit is a PostgreSQL transaction and Parquet files in the bucket; the file's a
+  DuckDB transaction on local disk);
+- an analyst's point query (one workflow's steps) and aggregate query (steps per tool and
+  status, over every partition's table) through ``ATTACH ... (READ_ONLY)``, before and after
+  the owner's compaction, and what the compaction cost.
+
+PostgreSQL 15 and ``moto_server`` on loopback (:mod:`stepledger_dev.lake_stack`).  Needs the
+``[lake]`` extra's DuckDB (1.5.5): elsewhere it says why and measures nothing.
+
+``python -m bench.lake [--quick] [--bootstrap HOST:PORT]``
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench.common import Row, broker, cli, fresh_settings, median, percentile, produce_bulk
+from bench.projector import projector_rate, workload
+from stepledger.errors import ConfigError
+from stepledger.projector.daemon import ProjectorOptions
+from stepledger.projector.engine import BatchReport
+from stepledger.readers.lake import (
+    LakeConfig,
+    connect_lake,
+    connect_lake_reader,
+    extension_directory,
+    schema_name,
+)
+from stepledger_dev.lake_stack import lake_stack
+
+PARTITIONS = 8
+#: Queries are timed this many times each; the median is the row.
+REPEATS = 7
+POINT = "SELECT * FROM steps WHERE workflow_id = ? ORDER BY sequence"
+AGGREGATE = "SELECT tool, status, count(*), avg(duration_ms) FROM steps GROUP BY ALL"
+
+
+def _timed(con: Any, sql: str, params: list[Any]) -> float:
+    times = []
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        con.execute(sql, params).fetchall()
+        times.append(time.perf_counter() - began)
+    return median(times)
+
+
+def _queries(lake: LakeConfig, log: str) -> tuple[float, float, str]:
+    con = connect_lake_reader(lake, log)
+    try:
+        row = con.execute("SELECT workflow_id FROM workflows LIMIT 1").fetchone()
+        workflow = str(row[0]) if row else ""
+        return _timed(con, POINT, [workflow]), _timed(con, AGGREGATE, []), workflow
+    finally:
+        con.close()
+
+
+def _compact(lake: LakeConfig, log: str) -> tuple[float, int, int]:
+    """Compact every table of the log's schema as its owners do; (seconds, files before, after)."""
+    con = connect_lake(lake, read_only=False)
+    try:
+        schema = schema_name(log)
+        files = "SELECT count(*) FROM ducklake_list_files('lake', ?, schema => ?)"
+        tables = [
+            str(t)
+            for (t,) in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake' "
+                "AND schema_name = ?",
+                [schema],
+            ).fetchall()
+        ]
+
+        def count() -> int:
+            total = 0
+            for table in tables:
+                row = con.execute(files, [table, schema]).fetchone()
+                total += int(row[0]) if row else 0
+            return total
+
+        before = count()
+        began = time.perf_counter()
+        for table in tables:
+            con.execute(
+                "CALL ducklake_merge_adjacent_files('lake', ?, schema => ?)", [table, schema]
+            )
+            con.execute("CALL ducklake_rewrite_data_files('lake', ?, schema => ?)", [table, schema])
+        took = time.perf_counter() - began
+        return took, before, count()
+    finally:
+        con.close()
+
+
+def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None) -> list[Row]:
+    """Measure the lake against the file on 1M events (10k quick)."""
+    try:
+        extension_directory()
+    except ConfigError as exc:
+        print(f"[lake] skipped: {exc.message}", flush=True)
+        return []
+    n = n or (10_000 if quick else 1_000_000)
+    gc.collect()
+    with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp, lake_stack() as stack:
+        os.environ.update(stack.env())
+        settings = fresh_settings(servers, partitions=PARTITIONS)
+        produce_bulk(settings, workload(n))
+        file_reports: list[BatchReport] = []
+        file_rate, *_ = projector_rate(settings, Path(tmp) / "p.duckdb", n, reports=file_reports)
+        lake = stack.new_lake()
+        options = replace(ProjectorOptions(), group="bench-lake", lake=lake)
+        lake_reports: list[BatchReport] = []
+        lake_rate, *_ = projector_rate(settings, Path(tmp) / "x", n, options, lake_reports)
+        point, aggregate, _ = _queries(lake, settings.topic)
+        compaction, files_before, files_after = _compact(lake, settings.topic)
+        point_after, aggregate_after, _ = _queries(lake, settings.topic)
+    ms = 1000.0
+    lake_s = [r.seconds for r in lake_reports]
+    file_s = [r.seconds for r in file_reports]
+    size = f"{n:,} events, {PARTITIONS} partitions"
+    return [
+        Row(
+            "lake",
+            f"events/s into the lake ({size}) vs into a file",
+            lake_rate,
+            file_rate,
+            "events/s",
+        ),
+        Row(
+            "lake",
+            "batch prepared to committed, p50 (vs the file's)",
+            percentile(lake_s, 50) * ms,
+            percentile(file_s, 50) * ms,
+            "ms",
+            "",
+            False,
+        ),
+        Row(
+            "lake",
+            "batch prepared to committed, p95 (vs the file's)",
+            percentile(lake_s, 95) * ms,
+            percentile(file_s, 95) * ms,
+            "ms",
+            "",
+            False,
+        ),
+        Row(
+            "lake",
+            f"point query, one workflow's steps ({files_before} files)",
+            point * ms,
+            None,
+            "ms",
+            "",
+            False,
+        ),
+        Row(
+            "lake",
+            f"aggregate over steps, every partition ({files_before} files)",
+            aggregate * ms,
+            None,
+            "ms",
+            "",
+            False,
+        ),
+        Row(
+            "lake",
+            f"compaction of every table ({files_before} -> {files_after} files)",
+            compaction,
+            None,
+            "s",
+            "",
+            False,
+        ),
+        Row("lake", "point query after compaction", point_after * ms, None, "ms", "", False),
+        Row("lake", "aggregate after compaction", aggregate_after * ms, None, "ms", "", False),
+    ]
+
+
+if __name__ == "__main__":
+    cli(run, __doc__)

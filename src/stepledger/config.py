@@ -56,6 +56,9 @@ class Settings(BaseModel):
     recovery_state_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_STATE_ROLE)
     """The compacted topic of the recovery daemons' per-partition state, their one store
     (default: ``<topic>.recovery-state``)."""
+    budget_topic: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.BUDGET_ROLE)
+    """The one-partition topic whose order decides the fleets' model budgets (default:
+    ``<topic>.budget``)."""
     projector_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
     """The projector daemons' consumer group (default: ``<topic>.projector``)."""
     recovery_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_ROLE)
@@ -103,7 +106,9 @@ class Settings(BaseModel):
         }
         return {**values, **missing} if missing else values
 
-    @field_validator("topic", "dlq_topic", "checkpoint_topic", "recovery_state_topic")
+    @field_validator(
+        "topic", "dlq_topic", "checkpoint_topic", "recovery_state_topic", "budget_topic"
+    )
     @classmethod
     def _topic_name(cls, value: str) -> str:
         # Kafka refuses other names only when a topic is created or read: say it at start.
@@ -152,6 +157,7 @@ DERIVED_NAMES = {
     "dlq_topic": wire.DEAD_LETTER_ROLE,
     "checkpoint_topic": wire.CHECKPOINT_ROLE,
     "recovery_state_topic": wire.RECOVERY_STATE_ROLE,
+    "budget_topic": wire.BUDGET_ROLE,
     "projector_group": wire.PROJECTOR_ROLE,
     "recovery_group": wire.RECOVERY_ROLE,
 }

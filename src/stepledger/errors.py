@@ -29,7 +29,7 @@
     │   ├── WorkflowPausedError          an operator paused the workflow: no new step starts
     │   │   └── WorkflowCancelledError   an operator asked to cancel it: this runner stops
     │   ├── AlreadyAnsweredError         a person's answer came after the case was decided
-    │   └── BudgetExceededError          a model call would spend past the workflow's budget
+    │   └── BudgetExceededError          a model call would pass its workflow's or fleet's budget
     ├── InvalidAnswerError               a person's answer lacks a name or comment, or bad JSON
     ├── ToolCallError                    a tool raised; the failed outcome is recorded
     ├── ToolServiceError                 a tool's service refused a call or could not be reached
@@ -166,11 +166,12 @@ class WorkflowTakenOverError(LedgerStateError):
 
 
 class BudgetExceededError(LedgerStateError):
-    """The workflow spent its model budget: the next model call is not made.
+    """The workflow (or its fleet) spent its model budget: the next model call is not made.
 
     Raised before the call, so nothing was spent on it; a replayed turn is never refused
     (it spends nothing).  ``spent_tokens`` and ``spent_cost`` are the workflow's recorded
-    turns, ``limit`` the budget that stopped it.
+    turns (or what the fleet's budget topic has committed, when ``fleet_id`` is set),
+    ``limit`` the budget that stopped it.
     """
 
     def __init__(
@@ -181,11 +182,13 @@ class BudgetExceededError(LedgerStateError):
         spent_tokens: int,
         spent_cost: float,
         limit: str,
+        fleet_id: str | None = None,
     ) -> None:
         super().__init__(message, workflow_id=workflow_id, retryable=False)
         self.spent_tokens = spent_tokens
         self.spent_cost = spent_cost
         self.limit = limit
+        self.fleet_id = fleet_id
 
 
 class AlreadyAnsweredError(LedgerStateError):

@@ -124,6 +124,11 @@ class KafkaEventLog:
             self._codec = codec_for(self.settings)
         return self._codec
 
+    @property
+    def producer(self) -> DurableProducer:
+        """The durable producer every record of this process leaves through."""
+        return self._producer
+
     def append(self, event: Event) -> Position:
         """Append one event and wait for its own acknowledgement."""
         key, value = event.workflow_id.encode(), self.codec.encode(event)

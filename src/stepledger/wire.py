@@ -65,6 +65,11 @@ RECOVERY_CHANGELOG_ROLE = "recovery-changelog-reader"
 """The group id of a recovery daemon's changelog restore (assigned, never committed)."""
 STATE_ADOPTION_ROLE = "state-adoption"
 """The group id of ``init --adopt-unnamed-state``'s reads of state topics (never committed)."""
+BUDGET_ROLE = "budget"
+"""The fleets' budget topic: one partition, keyed by fleet, whose order decides each model
+turn's reservation (:mod:`stepledger.domain.fleetbudget`)."""
+BUDGET_READER_ROLE = "budget-reader"
+"""The group id of the budget topic's reads (assigned, never joined nor committed)."""
 
 
 def derived_name(step_log: str, role: str) -> str:

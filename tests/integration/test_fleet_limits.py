@@ -317,7 +317,8 @@ def test_doctor_checks_each_role_with_its_own_credentials_and_finds_wide_acls(
     assert ("UNSAFE access      qa projector: lacks READ on TOPIC qa: it cannot do its job"
             in projector.stdout)  # fmt: skip
     assert wide.returncode == 1
-    assert ("UNSAFE acls        fleet qb: any principal may write qb, qb.checkpoints, "
-            "qb.deadletters, qb.recovery-state (ACL User:* WRITE TOPIC qb (prefix))"
+    assert ("UNSAFE acls        fleet qb: any principal may write qb, qb.budget, "
+            "qb.checkpoints, qb.deadletters, qb.recovery-state (ACL User:* WRITE TOPIC qb "
+            "(prefix))"
             in wide.stdout)  # fmt: skip
     assert "fleet qa" not in wide.stdout

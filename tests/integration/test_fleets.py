@@ -153,3 +153,25 @@ def _ready(port: int) -> bool:
             return int(answer.status) == 200
     except OSError:
         return False
+
+
+def test_an_agent_reserves_on_its_fleets_budget_topic_and_another_fleets_cannot(
+    fleets: Path,
+) -> None:
+    from stepledger.domain.usage import TurnUsage
+    from stepledger.integrations import FleetBudget, Spending
+    from stepledger.integrations._core import agent_steps
+
+    spending = Spending(fleet_budget=FleetBudget(tokens=1_000, per_turn_tokens=300))
+    answer = ({"text": "hi"}, TurnUsage(input_tokens=120))
+    with sl.Ledger(_role(fleets, "fa", "agent")) as ledger:
+        steps = agent_steps(ledger.workflow("budgeted"), spending=spending)
+        assert not steps.model_turn_sync({"q": 1}, lambda: answer).reused
+        steps.model_turn_sync({"q": 2}, lambda: answer)
+        # The first turn settled at 120 (read back by the second), the second reserved 300.
+        assert ledger.fleet_budgets.spend.tokens == 120 + 300
+    hostile = _role(fleets, "fb", "agent").model_copy(update={"budget_topic": "fa.budget"})
+    with sl.Ledger(hostile) as ledger:
+        steps = agent_steps(ledger.workflow("stolen"), spending=spending)
+        with pytest.raises((NotAuthorisedError, RecordRefusedError), match=r"fa\.budget"):
+            steps.model_turn_sync({"q": 1}, pytest.fail)

@@ -61,3 +61,32 @@ def test_the_case_page_shows_the_controls_to_an_operator_of_its_fleet_only(tmp_p
     done = bob.post("/workflows/pay-new/control", data={**form(page), "command": "pause"})
     assert (done.status_code, done.text) == (200, "pay-new: paused (pause 1)")
     assert [type(e.body) for e in steering(app)] == [ev.WorkflowPaused]
+
+
+def test_only_an_operator_of_the_fleet_raises_its_model_budget_an_answer_in_the_log(
+    tmp_path: Path,
+) -> None:
+    app = App(tmp_path, token=None, users={"alice": ALICE, "bob": BOB})
+    alice, bob = app.client(ALICE_TOKEN), app.client(BOB_TOKEN)
+    route = next(r for r in app.app.routes if getattr(r, "path", "") == "/budget/raise")
+    budget_log = route.endpoint.__self__.log  # type: ignore[attr-defined]
+    hidden = form(bob.get("/escalations/esc-new").text)
+    raise_b = {**hidden, "fleet": "fleet-b", "tokens": "5000", "reason": "quarter end"}
+    approver = alice.post("/budget/raise", data=raise_b)
+    assert approver.status_code == 403 and "that takes an operator" in approver.text
+    other_fleet = bob.post("/budget/raise", data={**raise_b, "fleet": "fleet-a"})
+    assert other_fleet.status_code == 403 and "not of your fleets" in other_fleet.text
+    assert bob.post("/budget/raise", data={"fleet": "fleet-b", "tokens": "1"}).status_code == 403
+    assert bob.post("/budget/raise", data={**raise_b, "tokens": "x"}).status_code == 400
+    assert bob.post("/budget/raise", data={**raise_b, "tokens": "0"}).status_code == 400
+    assert budget_log.events == []
+    done = bob.post("/budget/raise", data=raise_b)
+    assert done.status_code == 200, done.text
+    assert done.text.startswith("fleet fleet-b: raised by 5000 tokens")
+    (raised,) = budget_log.events
+    assert isinstance(raised.body, ev.BudgetRaised) and raised.fleet_id == "fleet-b"
+    assert (raised.body.by, raised.body.auth, raised.body.note) == (
+        "bob",
+        "users_file",
+        "quarter end",
+    )

@@ -32,12 +32,13 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event, ModelTurnReused, StepOutcome
 from stepledger.domain.usage import TurnUsage
 from stepledger.errors import BudgetExceededError
-from stepledger.integrations import Budget, Spending, Volatile
+from stepledger.integrations import Budget, FleetBudget, Spending, Volatile
 from stepledger.integrations import langgraph as sll
 from stepledger.integrations import openai_agents as sla
 from stepledger.integrations import pydantic_ai as slp
 from stepledger.integrations._core import AgentSteps
 from stepledger.kafka.reader import read_topic
+from stepledger.kafka.topics import ensure_budget_topic
 from stepledger.log import codec_for
 from stepledger.projector.costs import MODEL_CALL_COLUMNS
 from stepledger.projector.fold import BatchFold
@@ -317,6 +318,11 @@ def fold_model_calls(events: list[Event]) -> list[dict[str, Any]]:
     return [dict(zip(MODEL_CALL_COLUMNS, row, strict=True)) for row in rows]
 
 
+def read_topic_events(settings: Settings, topic: str) -> list[Event]:
+    found = [r.event for r in read_topic(settings, codec_for(settings), topic=topic)]
+    return [e for e in found if e is not None]
+
+
 @pytest.fixture(params=FRAMEWORKS)
 def runs(request: pytest.FixtureRequest, settings: Settings) -> Runs:
     return Runs(str(request.param), settings)
@@ -368,6 +374,25 @@ def test_a_budget_stops_the_call_that_would_spend_past_it(runs: Runs) -> None:
     events = read_events(runs.settings)
     reuses = [e for e in events if isinstance(e.body, ModelTurnReused)]
     assert len(reuses) == 2
+
+
+def test_a_fleet_budget_reserves_each_asked_turn_and_settles_it_with_its_usage(
+    runs: Runs,
+) -> None:
+    # Each turn reserves 200: 110 + 220 settled, a third reservation of 200 passes 500.
+    ensure_budget_topic(runs.settings, runs.settings.budget_topic)
+    fleet = Spending(fleet_budget=FleetBudget(tokens=500, per_turn_tokens=200))
+    with pytest.raises(BudgetExceededError) as raised:
+        runs.run(spending=fleet)
+    assert raised.value.fleet_id == runs.settings.fleet_id
+    assert raised.value.spent_tokens == 330  # the two turns' usage, settled and read back
+    # A resume replays both turns without reserving; the third is refused again.
+    with pytest.raises(BudgetExceededError):
+        runs.run(spending=fleet)
+    budget = [e.body for e in read_topic_events(runs.settings, runs.settings.budget_topic)]
+    kinds = [b.type for b in budget]
+    assert kinds.count("budget_reserved") == 4 and kinds.count("budget_settled") == 2
+    assert runs.shop.pay_calls == 1
 
 
 @pytest.fixture

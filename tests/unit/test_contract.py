@@ -35,6 +35,8 @@ def avsc(name: str) -> dict[str, Any]:
 
 def expected_avro_type(annotation: Any) -> tuple[Any, bool]:
     """The Avro type a model annotation must have, and whether it is optional."""
+    if get_origin(annotation) is typing.Annotated:
+        return expected_avro_type(get_args(annotation)[0])
     if get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
         if len(args) == 1:
@@ -86,6 +88,8 @@ def check_record(model: type[BaseModel], schema: dict[str, Any], skip: set[str])
     for name, info in model_fields.items():
         want, want_optional = expected_avro_type(info.annotation)
         got, got_optional = avro_field_type(fields[name])
+        if want == "int" and _bounds(model, name)[1] > INT32_MAX:
+            want = "long"  # an AvroLong field
         assert got == want, f"{model.__name__}.{name}: model {want}, schema {got}"
         assert got_optional == want_optional, f"{model.__name__}.{name}: optionality differs"
         if isinstance(got, str) and got in AVRO_RANGE:
@@ -98,9 +102,17 @@ def check_record(model: type[BaseModel], schema: dict[str, Any], skip: set[str])
 
 def check_bounds(model: type[BaseModel], name: str, low: int, high: int) -> None:
     """An integer field refuses what its Avro type cannot hold (fastavro would write it)."""
+    minimum, maximum = _bounds(model, name)
+    assert low <= minimum and maximum <= high, f"{model.__name__}.{name}: bounds"
+
+
+def _bounds(model: type[BaseModel], name: str) -> tuple[int, int]:
+    """An integer field's (minimum, maximum) in the model's JSON schema (optional or not)."""
     prop = model.model_json_schema()["properties"][name]
-    assert "minimum" in prop and "maximum" in prop, f"{model.__name__}.{name}: no Avro bounds"
-    assert low <= prop["minimum"] and prop["maximum"] <= high, f"{model.__name__}.{name}: bounds"
+    found = next((p for p in prop.get("anyOf", [prop]) if p.get("type") == "integer"), prop)
+    if "minimum" not in found or "maximum" not in found:
+        return INT64_MIN - 1, INT64_MAX + 1  # no bounds: refused by any range check
+    return found["minimum"], found["maximum"]
 
 
 def _plain(value: Any) -> Any:

@@ -13,6 +13,7 @@ AGENT_TABLE = {
     "fa.checkpoints": frozenset({"READ", "DESCRIBE"}),
     "fa.deadletters": None,
     "fa.recovery-state": None,
+    "fa.budget": frozenset({"WRITE", "READ", "DESCRIBE"}),
 }
 
 
@@ -25,7 +26,7 @@ def _lines(
 
 def test_an_agent_holding_exactly_its_table_passes_both_lines() -> None:
     assert _lines(AGENT_TABLE) == [
-        "ok holds what its table says on fa, fa.checkpoints",
+        "ok holds what its table says on fa, fa.checkpoints, fa.budget",
         "ok can touch no other fleet's topic nor alter ACLs or quotas",
     ]
 

@@ -18,6 +18,7 @@ def _covers(pattern: str, prefix: str, name: str) -> bool:
 @pytest.mark.parametrize("other", ["ab", "a-b", "a_", "b"])
 def test_no_acl_of_fleet_a_covers_a_name_of_another_fleet(other: str) -> None:
     names = [other, f"{other}.checkpoints", f"{other}.deadletters", f"{other}.projector"]
+    names.append(f"{other}.budget")
     for permission in fleet_permissions("a"):
         for name in names:
             assert not _covers(permission.pattern, permission.name, name), permission
@@ -28,7 +29,7 @@ def test_a_dotted_name_is_refused_as_it_would_fall_under_another_fleets_prefix()
         validate_fleet_name("a.x")
 
 
-def test_only_the_checkpointer_writes_checkpoints_and_only_recovery_its_state() -> None:
+def test_only_the_checkpointer_writes_checkpoints_agents_and_the_inbox_the_budget() -> None:
     writers = {(p.principal, p.name) for p in fleet_permissions("f") if p.operation == "WRITE"}
     assert writers == {
         ("User:f.agent", "f"),
@@ -38,6 +39,8 @@ def test_only_the_checkpointer_writes_checkpoints_and_only_recovery_its_state() 
         ("User:f.recovery", "f.deadletters"),
         ("User:f.checkpointer", "f.checkpoints"),
         ("User:f.recovery", "f.recovery-state"),
+        ("User:f.agent", "f.budget"),
+        ("User:f.inbox", "f.budget"),
     }
 
 

@@ -67,6 +67,8 @@ PINNED = {
     "TRACER_NAME": "stepledger",
     "MODEL_STEP_TOOL": "model",
     "AUTO_STEP_ID_SEPARATOR": "#",
+    "BUDGET_ROLE": "budget",
+    "BUDGET_READER_ROLE": "budget-reader",
 }
 
 EVENT_TYPES = (
@@ -88,6 +90,9 @@ EVENT_TYPES = (
     "workflow_paused",
     "workflow_unpaused",
     "workflow_cancel_requested",
+    "budget_reserved",
+    "budget_settled",
+    "budget_raised",
 )
 
 
@@ -109,6 +114,7 @@ def test_defaults_and_groups_use_the_pinned_names() -> None:
     assert settings.recovery_state_topic == "stepledger.events.recovery-state"
     assert settings.projector_group == "stepledger.events.projector"
     assert settings.recovery_group == "stepledger.events.recovery"
+    assert settings.budget_topic == "stepledger.events.budget"
     assert settings.group("workflow-index") == "stepledger.events.workflow-index"
     assert wire.RECOVERY_CLIENT_ID == "stepledger-recovery"
     assert wire.TOOLS_ENTRY_POINT_GROUP == "stepledger.tools"

@@ -43,6 +43,7 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "stepledger_dev.simulate.command": ("local", ("simulate",)),
     "stepledger.cli._doctor": ("", ("doctor",)),
     "stepledger.cli._fleet": ("", ("fleet",)),
+    "stepledger.cli._budget": ("", ("budget",)),
 }
 
 

@@ -19,6 +19,7 @@ from stepledger.kafka.reader import read_topic
 from stepledger.kafka.topics import (
     INFINITE,
     checkpoint_topic_config,
+    ensure_budget_topic,
     retention_notice,
     step_log_config,
     topic_exists,
@@ -64,7 +65,8 @@ def init(
     keys to other partitions and break their order, so a mismatch is an error, not a fix.
     An existing topic keeps its settings too; what it says is checked and reported.
     The state topics and groups are named after the step log unless given (TOPIC.deadletters,
-    TOPIC.checkpoints, TOPIC.recovery-state, TOPIC.projector, TOPIC.recovery).
+    TOPIC.checkpoints, TOPIC.recovery-state, TOPIC.projector, TOPIC.recovery); the budget
+    topic (TOPIC.budget, one partition) orders the fleets' model spends.
     """
     try:
         configs = {settings.topic: step_log_config(retention_ms, checkpoints=checkpoints)}
@@ -90,6 +92,7 @@ def init(
             f"and {settings.topic} {counts[settings.topic]}: checkpoints are partitioned "
             "like the step log; use a new checkpoint topic"
         )
+    counts[settings.budget_topic] = ensure_budget_topic(settings, settings.budget_topic)
     notice = retention_notice(settings, "init")
     if notice is not None and notice.level >= logging.WARNING:
         click.echo(f"warning: {notice.message}", err=True)

@@ -289,6 +289,43 @@ class WorkflowCancelRequested(_Frozen):
     """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
 
 
+class BudgetReserved(_Frozen):
+    """On a fleet's budget topic: what a runner may spend on its next turn, if it fits.
+
+    Whether it fits is decided by the topic's order (:mod:`stepledger.domain.fleetbudget`).
+    """
+
+    type: Literal["budget_reserved"] = "budget_reserved"
+    tokens: Annotated[AvroLong, Field(ge=0)]
+    cost: float = Field(ge=0)
+    limit_tokens: Annotated[AvroLong, Field(ge=0)] | None = None
+    """The fleet's token budget the runner applies (None: none)."""
+    limit_cost: float | None = Field(default=None, ge=0)
+    """The fleet's cost budget the runner applies (None: none)."""
+    runner: str | None = None
+
+
+class BudgetSettled(_Frozen):
+    """On a fleet's budget topic: what a reservation's turn spent (replaces its estimate)."""
+
+    type: Literal["budget_settled"] = "budget_settled"
+    reservation: str = Field(min_length=1)
+    """The event id of the reservation."""
+    tokens: Annotated[AvroLong, Field(ge=0)]
+    cost: float = Field(ge=0)
+
+
+class BudgetRaised(_Frozen):
+    """On a fleet's budget topic: a person raised the fleet's budget (an answer)."""
+
+    type: Literal["budget_raised"] = "budget_raised"
+    tokens: Annotated[AvroLong, Field(ge=0)] = 0
+    cost: float = Field(default=0.0, ge=0)
+    by: str
+    auth: str | None = None
+    note: str | None = None
+
+
 Body = Annotated[
     WorkflowStarted
     | WorkflowResumed
@@ -307,7 +344,10 @@ Body = Annotated[
     | ModelTurnReused
     | WorkflowPaused
     | WorkflowUnpaused
-    | WorkflowCancelRequested,
+    | WorkflowCancelRequested
+    | BudgetReserved
+    | BudgetSettled
+    | BudgetRaised,
     Field(discriminator="type"),
 ]
 
@@ -330,6 +370,9 @@ BODY_TYPES: tuple[type[BaseModel], ...] = (
     WorkflowPaused,
     WorkflowUnpaused,
     WorkflowCancelRequested,
+    BudgetReserved,
+    BudgetSettled,
+    BudgetRaised,
 )
 
 EventType = Literal[
@@ -351,6 +394,9 @@ EventType = Literal[
     "workflow_paused",
     "workflow_unpaused",
     "workflow_cancel_requested",
+    "budget_reserved",
+    "budget_settled",
+    "budget_raised",
 ]
 
 

@@ -217,6 +217,9 @@ def _apply_body(wf: WorkflowState, event: ev.Event) -> Problem | None:
     steer = _STEERING.get(type(body))
     if steer is not None:
         return steer(wf, body)
+    if isinstance(body, ev.BudgetReserved | ev.BudgetSettled | ev.BudgetRaised):
+        # The budget topic's records: on a step log by mistake, they change no step.
+        return ("budget_event_on_step_log", f"{body.type} belongs on the budget topic")
     if event.step_id is None:
         return ("missing_step_id", f"{body.type} needs a step id")
     return _apply_step(wf, event, event.step_id)

@@ -62,12 +62,20 @@ class FleetNames:
     dead_letters: str
     checkpoints: str
     recovery_state: str
+    budget: str
+    """The one-partition topic that orders the fleet's model spends."""
     prefix: str
     """What every derived name starts with (the ACL prefix of the fleet's groups)."""
 
     def topics(self) -> tuple[str, ...]:
         """Every topic of the fleet, step log first."""
-        return (self.step_log, self.dead_letters, self.checkpoints, self.recovery_state)
+        return (
+            self.step_log,
+            self.dead_letters,
+            self.checkpoints,
+            self.recovery_state,
+            self.budget,
+        )
 
     def group(self, role: str) -> str:
         """The fleet's consumer group for ``role`` (a ``wire.*_ROLE``)."""
@@ -93,6 +101,7 @@ def fleet_names(name: str) -> FleetNames:
         dead_letters=wire.derived_name(log, wire.DEAD_LETTER_ROLE),
         checkpoints=wire.derived_name(log, wire.CHECKPOINT_ROLE),
         recovery_state=wire.derived_name(log, wire.RECOVERY_STATE_ROLE),
+        budget=wire.derived_name(log, wire.BUDGET_ROLE),
         prefix=f"{log}{wire.DERIVED_NAME_SEPARATOR}",
     )
 
@@ -107,11 +116,14 @@ def principal(fleet: str, role: Role) -> str:
 #: WRITE on the step log: intents and outcomes (agent), decisions (recovery), answers (inbox);
 #: READ on checkpoints: a workflow opened or restored below the log's start;
 #: DESCRIBE: metadata, watermarks, the topic id of the log identity (without it a topic
-#: looks missing); DESCRIBE_CONFIGS: the step log's size limit and retention, read at start.
+#: looks missing); DESCRIBE_CONFIGS: the step log's size limit and retention, read at start;
+#: WRITE and READ on the budget topic: a turn's reservation appended and read back (agent),
+#: a person's raise of the fleet's budget (inbox).
 _TOPICS: dict[Role, dict[str, tuple[Operation, ...]]] = {
     "agent": {
         "step_log": ("WRITE", "READ", "DESCRIBE", "DESCRIBE_CONFIGS"),
         "checkpoints": ("READ", "DESCRIBE"),
+        "budget": ("WRITE", "READ", "DESCRIBE"),
     },
     "projector": {
         "step_log": ("READ", "DESCRIBE", "DESCRIBE_CONFIGS"),
@@ -131,6 +143,7 @@ _TOPICS: dict[Role, dict[str, tuple[Operation, ...]]] = {
     "inbox": {
         "step_log": ("WRITE", "READ", "DESCRIBE", "DESCRIBE_CONFIGS"),
         "checkpoints": ("READ", "DESCRIBE"),
+        "budget": ("WRITE", "READ", "DESCRIBE"),
     },
 }
 _GROUPS: dict[Role, tuple[str, ...]] = {

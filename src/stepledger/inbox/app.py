@@ -55,6 +55,7 @@ from stepledger.inbox.auth import (
     new_token,
     session_id,
 )
+from stepledger.inbox.budget import BudgetRaises
 from stepledger.inbox.controls import Controls
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
 from stepledger.inbox.roles import Action
@@ -114,6 +115,8 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     routes.append(Route("/logout", pages.logout, methods=["POST"]))
     control = Controls(answerer, config.csrf_secret).control
     routes.append(Route("/workflows/{workflow_id}/control", control, methods=["POST"]))
+    raises = BudgetRaises(answerer, config.csrf_secret).raise_budget
+    routes.append(Route("/budget/raise", raises, methods=["POST"]))
     gate = GateConfig(
         credentials=Credentials(config.token, config.users),
         sessions=Sessions(config.session_ttl_s),

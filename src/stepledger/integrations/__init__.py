@@ -9,7 +9,17 @@ prices, budget, volatile parts of a request) in :mod:`stepledger.integrations._t
 
 from __future__ import annotations
 
+from stepledger.domain.fleetbudget import FleetBudget
 from stepledger.domain.usage import Budget, PriceTable, TurnUsage, Volatile, price_table
 from stepledger.integrations._turns import Spending, Turn
 
-__all__ = ["Budget", "PriceTable", "Spending", "Turn", "TurnUsage", "Volatile", "price_table"]
+__all__ = [
+    "Budget",
+    "FleetBudget",
+    "PriceTable",
+    "Spending",
+    "Turn",
+    "TurnUsage",
+    "Volatile",
+    "price_table",
+]

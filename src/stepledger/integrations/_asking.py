@@ -13,11 +13,13 @@ secrets left out) and whose result is the response with its usage
 - the recorded turn's step is not settled (its intent is in doubt: the model was asked,
   the answer never recorded).
 
-Before it is asked, the workflow's budget is checked; a replay is never refused.
+Before it is asked, the workflow's budget is checked and the turn reserved on the fleet's
+budget topic (settled with its usage after); a replay is never refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,7 +34,6 @@ from stepledger.integrations._turn_secrets import Calls, TurnSecrets
 from stepledger.integrations._turns import Asked, Spending, Turn, TurnCosts, request_digest
 
 if TYPE_CHECKING:
-    import asyncio
     import threading
     from collections.abc import Mapping
 
@@ -79,11 +80,14 @@ class ModelTurns:
     ) -> Turn:
         """The model's answer to one request on an event loop (see the module doc)."""
         steps = self.steps
+        fresh: list[Turn] = []
         if steps.model is None:
             self.costs.before_asking(None)
-            return self._asked(*(await ask()))
+            held = await asyncio.to_thread(self.costs.reserve, None)
+            fresh.append(self._asked(*(await ask())))  # failed: the estimate stands
+            await asyncio.to_thread(self.costs.settle, held, fresh)
+            return fresh[0]
         tool, args = steps.model, {"request": self.digest(request)}
-        fresh: list[Turn] = []
 
         async def asking(_: dict[str, Any], __: str) -> Any:
             return self._record(await ask(), calls, fresh)
@@ -91,7 +95,12 @@ class ModelTurns:
         async with steps.lock:
             step_id = self._step(tool, args)
             self.costs.before_asking(step_id)
-            result = await steps.workflow.astep(step_id, tool, args, fn=asking)
+            held = await asyncio.to_thread(self.costs.reserve, step_id)
+            try:
+                result = await steps.workflow.astep(step_id, tool, args, fn=asking)
+            finally:
+                if fresh or held is None or _replayed(steps, step_id):
+                    await asyncio.to_thread(self.costs.settle, held, fresh)
             if not fresh:
                 await steps.workflow.arecord(self.costs.reuse(step_id))
         return fresh[0] if fresh else self._turn(result)
@@ -99,11 +108,14 @@ class ModelTurns:
     def turn(self, request: Any, ask: Callable[[], Asked], calls: Calls | None) -> Turn:
         """The model's answer to one request from synchronous code (one at a time per run)."""
         steps = self.steps
+        fresh: list[Turn] = []
         if steps.model is None:
             self.costs.before_asking(None)
-            return self._asked(*ask())
+            held = self.costs.reserve(None)
+            fresh.append(self._asked(*ask()))  # failed: the estimate stands
+            self.costs.settle(held, fresh)
+            return fresh[0]
         tool, args = steps.model, {"request": self.digest(request)}
-        fresh: list[Turn] = []
 
         def asking(_a: dict[str, Any], _k: str) -> Any:
             return self._record(ask(), calls, fresh)
@@ -111,7 +123,12 @@ class ModelTurns:
         with steps.sync_lock:
             step_id = self._step(tool, args)
             self.costs.before_asking(step_id)
-            result = steps.workflow.step(step_id, tool, args, fn=asking)
+            held = self.costs.reserve(step_id)
+            try:
+                result = steps.workflow.step(step_id, tool, args, fn=asking)
+            finally:
+                if fresh or held is None or _replayed(steps, step_id):
+                    self.costs.settle(held, fresh)
             if not fresh:
                 steps.workflow.record(self.costs.reuse(step_id))
         return fresh[0] if fresh else self._turn(result)
@@ -156,6 +173,12 @@ class ModelTurns:
     def _turn(result: Any) -> Turn:
         response, usage = unrecorded(result)
         return Turn(response, usage, reused=True)
+
+
+def _replayed(steps: RunSteps, step_id: str) -> bool:
+    """True when the turn's step holds a recorded answer (it replayed: nothing was asked)."""
+    known = steps.workflow.state.steps.get(step_id)
+    return known is not None and known.status is StepStatus.SUCCEEDED
 
 
 def _parsed(result_json: str | None) -> Any:

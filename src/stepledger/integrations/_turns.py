@@ -25,12 +25,14 @@ from pydantic_core import to_jsonable_python
 from stepledger import tracing
 from stepledger.domain import events as ev
 from stepledger.domain import fingerprint
+from stepledger.domain.fleetbudget import FleetBudget
 from stepledger.domain.state import StepStatus
 from stepledger.domain.usage import Budget, PriceTable, TurnUsage, Volatile, usage_of
 from stepledger.errors import BudgetExceededError, ToolDefinitionError
 from stepledger.wire import MODEL_STEP_TOOL
 
 if TYPE_CHECKING:
+    from stepledger.producer.fleetbudget import Held
     from stepledger.producer.workflow import Workflow
 
 _VOLATILE = frozenset({"id", "timestamp", "created_at", "provider_response_id", "run_id"})
@@ -79,6 +81,8 @@ class Spending:
     """The operator's prices; without them a turn's cost is None."""
     budget: Budget | None = None
     """What the workflow may spend on model calls over all its runs."""
+    fleet_budget: FleetBudget | None = None
+    """What the fleet may spend on model calls, over all its workflows (its budget topic)."""
 
 
 class TurnCosts:
@@ -142,6 +146,35 @@ class TurnCosts:
             spent_cost=cost,
             limit=why,
         )
+
+    def reserve(self, step_id: str | None) -> Held | None:
+        """Reserve the turn on the fleet's budget topic before the model is asked.
+
+        Raises BudgetExceededError when the topic's order refuses it, the broker's error
+        when the topic cannot be written or read back (the model is not asked either way);
+        a step the log settled replays and reserves nothing.
+        """
+        budget = self.spending.fleet_budget
+        if budget is None:
+            return None
+        wf = self.workflow
+        known = wf.state.steps.get(step_id) if step_id else None
+        if known is not None and known.status is StepStatus.SUCCEEDED:
+            return None
+        return wf.ledger.fleet_budgets.reserve(budget, wf.workflow_id, step_id, wf.runner)
+
+    def settle(self, held: Held | None, fresh: list[Turn]) -> None:
+        """Settle a reservation with what its turn spent (nothing asked: nothing spent).
+
+        A turn asked without reported usage keeps its estimate.
+        """
+        if held is None:
+            return
+        if not fresh:
+            self.workflow.ledger.fleet_budgets.settle(held, 0, 0.0)
+        elif fresh[0].usage is not None:
+            usage = fresh[0].usage
+            self.workflow.ledger.fleet_budgets.settle(held, usage.tokens, usage.cost or 0.0)
 
     def asked(self, usage: TurnUsage | None) -> None:
         """Note a turn asked now (its step span, if traced, gets its usage)."""

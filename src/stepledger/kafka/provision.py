@@ -1,8 +1,9 @@
 """A fleet made, shown and removed with the super user's settings; each role's config file.
 
 ``create`` makes the fleet's topics (the step log keeps everything, the state topics are
-compacted and partitioned like it), one SCRAM user per role with a random password, and each
-role's ACLs (:mod:`~stepledger.fleets.permissions`) and the fleet's quota on each role's user
+compacted and partitioned like it, the budget topic has one partition and keeps everything),
+one SCRAM user per role with a random password, and each role's ACLs
+(:mod:`~stepledger.fleets.permissions`) and the fleet's quota on each role's user
 (:mod:`~stepledger.fleets.quotas`), then writes one config file per role,
 owner-only.  Running it again for an existing fleet gives each role a new password and keeps
 the topics: the old config files stop working, which is how an operator rotates them.
@@ -36,7 +37,7 @@ from stepledger.kafka.security import (
     scram_users,
     upsert_scram_user,
 )
-from stepledger.kafka.topics import COMPACTED, step_log_config
+from stepledger.kafka.topics import COMPACTED, ensure_budget_topic, step_log_config
 
 #: Settings of the super user's config that no role's config copies (its identity).
 _ADMIN_IDENTITY = frozenset({"sasl.username", "sasl.password"})
@@ -103,6 +104,7 @@ def role_config(admin: Settings, names: FleetNames, role: Role, password: str) -
         "dlq_topic": names.dead_letters,
         "checkpoint_topic": names.checkpoints,
         "recovery_state_topic": names.recovery_state,
+        "budget_topic": names.budget,
     }
     kafka = {k: v for k, v in admin.kafka.items() if k not in _ADMIN_IDENTITY}
     kafka.update({"sasl.username": principal(names.fleet, role), "sasl.password": password})
@@ -139,3 +141,4 @@ def _ensure_fleet_topics(admin: Settings, names: FleetNames, partitions: int) ->
     count = len(topic_partitions(admin, names.step_log))
     state = [names.checkpoints, names.recovery_state]
     ensure_topics(admin, state, partitions=count, configs={t: dict(COMPACTED) for t in state})
+    ensure_budget_topic(admin, names.budget)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from stepledger import wire
 from stepledger.config import Settings
 from stepledger.errors import BrokerError, ConfigError
+from stepledger.kafka.broker import ensure_topics, topic_partitions
 from stepledger.kafka.describe import ClusterView
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,18 @@ def step_log_config(retention_ms: int = INFINITE, *, checkpoints: bool = False) 
         "cleanup.policy": "delete",
         "message.timestamp.type": wire.STEP_LOG_TIMESTAMP_TYPE,
     }
+
+
+def ensure_budget_topic(settings: Settings, topic: str) -> int:
+    """Create the budget topic if missing (one partition, keep everything); its partitions.
+
+    One partition gives every fleet's spends one order (a fleet's records are keyed by the
+    fleet, so even a topic made with more keeps each fleet in one); keeping everything keeps
+    every reservation a later reader must fold.
+    """
+    config = {"retention.ms": str(INFINITE), "cleanup.policy": "delete"}
+    ensure_topics(settings, [topic], partitions=1, configs={topic: config})
+    return len(topic_partitions(settings, topic))
 
 
 def checkpoint_topic_config() -> dict[str, str]:

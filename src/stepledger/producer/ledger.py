@@ -12,6 +12,7 @@ tools (pivots, approvals) are enforced on every step.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,6 +32,12 @@ from stepledger.history.protocol import WorkflowHistory
 from stepledger.kafka import DurableProducer
 from stepledger.log import EventLog, InMemoryEventLog, KafkaEventLog
 from stepledger.producer import opening
+from stepledger.producer.fleetbudget import (
+    BudgetLog,
+    FleetBudgets,
+    InMemoryBudgetLog,
+    KafkaBudgetLog,
+)
 from stepledger.producer.opening import STAGE, WorkflowSpec
 from stepledger.producer.session import ResumeOptions
 from stepledger.producer.workflow import ToolFn, Workflow, plan_step
@@ -55,6 +62,7 @@ class Ledger:
         options: ResumeOptions | None = None,
         timer: Timer = SYSTEM_TIMER,
         hooks: HookPool | None = None,
+        budget_log: BudgetLog | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or ())
@@ -80,6 +88,9 @@ class Ledger:
         self._dead_letters = dead_letters
         self._open_pool: ThreadPoolExecutor | None = None
         self._record_limit: int | None = None
+        self._budget_log = budget_log
+        self._fleet_budgets: FleetBudgets | None = None
+        self._fleet_lock = threading.Lock()
 
     @property
     def record_limit(self) -> int:
@@ -102,6 +113,20 @@ class Ledger:
             else:
                 self._history = KafkaHistory(self.settings)
         return self._history
+
+    @property
+    def fleet_budgets(self) -> FleetBudgets:
+        """This process's reservations on its fleet's budget topic (made on first use)."""
+        with self._fleet_lock:
+            if self._fleet_budgets is None:
+                log = self._budget_log
+                if log is None and isinstance(self.log, KafkaEventLog):
+                    log = KafkaBudgetLog(self.settings, self.log.codec, self.log.producer)
+                elif log is None:
+                    log = InMemoryBudgetLog()
+                self._budget_log = log
+                self._fleet_budgets = FleetBudgets(log, self.events, self.settings.fleet_id)
+            return self._fleet_budgets
 
     @property
     def reader(self) -> WorkflowReader:
@@ -199,6 +224,8 @@ class Ledger:
             self._dead_letters.close()
         if self._open_pool is not None:
             self._open_pool.shutdown(wait=False)
+        if isinstance(self._budget_log, KafkaBudgetLog):
+            self._budget_log.close()
 
     def __enter__(self) -> Ledger:
         return self

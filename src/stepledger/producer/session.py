@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from stepledger.history.protocol import WorkflowHistory
     from stepledger.kafka import Position
     from stepledger.log import EventLog
+    from stepledger.producer.fleetbudget import FleetBudgets
     from stepledger.resolution.hooks import HookPool
     from stepledger.resolution.registry import ToolRegistry
     from stepledger.timer import Timer
@@ -109,6 +110,10 @@ class Session(Protocol):
     @property
     def hooks(self) -> HookPool | None:
         """Where settling runs recovery hooks (None: the process's shared pool)."""
+
+    @property
+    def fleet_budgets(self) -> FleetBudgets:
+        """This process's reservations on its fleet's budget topic."""
 
 
 class WorkflowHandle(Protocol):

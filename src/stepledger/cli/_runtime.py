@@ -241,7 +241,8 @@ def show_command(
             + (f", escalation {state.escalation_id}" if state.escalation_id else "")
         )
     )
-    click.echo(safe(f"spent: {spend.line()}"))
+    if spend.turns_incurred or spend.turns_reused:  # a workflow that asked no model: no line
+        click.echo(safe(f"spent: {spend.line()}"))
     for step in steps:
         # One line per step, escaped whole: a newline in a field cannot start another.
         click.echo(safe(step_line(step, full=full)))

@@ -240,13 +240,18 @@ class Scram:
     def __init__(self, digest: str, user: str, password: str) -> None:
         self.digest, self.password = digest, password
         name = user.replace("=", "=3D").replace(",", "=2C")
-        self.first_bare = f"n={name},r={secrets.token_urlsafe(24)}"
+        self.nonce = secrets.token_urlsafe(24)
+        self.first_bare = f"n={name},r={self.nonce}"
 
     def run(self, exchange: Callable[[bytes], bytes]) -> None:
         """Log in through ``exchange`` (send a message, return the server's answer)."""
         server_first = exchange(f"n,,{self.first_bare}".encode()).decode()
         fields = dict(part.split("=", 1) for part in server_first.split(","))
         nonce, salt, rounds = fields["r"], base64.b64decode(fields["s"]), int(fields["i"])
+        if not nonce.startswith(self.nonce) or nonce == self.nonce:
+            # RFC 5802: the server's nonce extends the client's (a replayed or forged first
+            # message does not), and no proof of the password is sent to anyone else.
+            raise BrokerError("the broker's SCRAM nonce is not ours: not the broker we asked")
         salted = hashlib.pbkdf2_hmac(self.digest, self.password.encode(), salt, rounds)
         client_key = self._hmac(salted, b"Client Key")
         without_proof = f"c=biws,r={nonce}"
@@ -255,7 +260,7 @@ class Scram:
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
         final = exchange(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
         expected = self._hmac(self._hmac(salted, b"Server Key"), auth)
-        if final.decode() != f"v={base64.b64encode(expected).decode()}":
+        if not hmac.compare_digest(final, f"v={base64.b64encode(expected).decode()}".encode()):
             raise BrokerError("the broker's SCRAM signature is wrong: not the broker we asked")
 
     def _hmac(self, key: bytes, message: bytes) -> bytes:

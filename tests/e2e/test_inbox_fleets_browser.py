@@ -158,22 +158,25 @@ def test_an_answer_crafted_for_the_other_fleets_case_is_refused_and_writes_nothi
     # The same form pointed at bob's approval, with the fields an approval names.
     page.goto(home + "/escalations/esc-a")
     page.wait_for_selector("#answer-form")
-    page.evaluate(
-        """base => {
-            const form = document.querySelector('#answer-form');
-            form.action = base + '/approval';
-            for (const [name, value] of [['workflow', 'wire-b'], ['step', 'wire'],
-                                         ['answer', 'approve'], ['note', 'crafted']]) {
-                const input = document.createElement('input');
-                input.type = 'hidden'; input.name = name; input.value = value;
-                form.appendChild(input);
-            }
-            form.querySelectorAll('input[type=radio]').forEach(r => r.remove());
-            HTMLFormElement.prototype.submit.call(form);  // the button is named submit
-        }""",
-        home,
-    )
-    page.wait_for_load_state()
+    # The submit navigates after evaluate returns: wait for that navigation, not the old page.
+    with page.expect_navigation() as crafted:
+        page.evaluate(
+            """base => {
+                const form = document.querySelector('#answer-form');
+                form.action = base + '/approval';
+                for (const [name, value] of [['workflow', 'wire-b'], ['step', 'wire'],
+                                             ['answer', 'approve'], ['note', 'crafted']]) {
+                    const input = document.createElement('input');
+                    input.type = 'hidden'; input.name = name; input.value = value;
+                    form.appendChild(input);
+                }
+                form.querySelectorAll('input[type=radio]').forEach(r => r.remove());
+                HTMLFormElement.prototype.submit.call(form);  // the button is named submit
+            }""",
+            home,
+        )
+    refused = crafted.value
+    assert refused is not None and refused.status == 403
     assert "not of your fleets" in page.inner_text("body")
     assert fleets.answers("trip-b") == [] and fleets.answers("wire-b") == []
     # Bob answers his own, and the log names him.

@@ -62,7 +62,7 @@ def kafka_options(fn: F) -> F:
 
 
 class Seconds(click.ParamType[float]):
-    """A duration as ``90s``, ``1m``, ``250ms`` or bare seconds (``6``), given as seconds."""
+    """A duration as ``90s``, ``1m`` or bare seconds (``6``), given as seconds."""
 
     name = "duration"
 

@@ -29,7 +29,8 @@ from stepledger.errors import ConfigError
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-logger = logging.getLogger("stepledger.daemon.health")
+#: The probes' logger keeps the name it had before the module moved (log filters match it).
+logger = logging.getLogger("stepledger.health")
 
 #: A loop silent this long is not alive (a batch, a rebalance and a snapshot fit well within).
 STALE_AFTER_S = 120.0

@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from stepledger.errors import ViewStoreError
 from stepledger.projector.boundary import Offsets, ViewStore
 from stepledger.projector.lake import LakeDatabase, LakeStore
-from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.pipeline import Pipeline, give_up
 
 logger = logging.getLogger(__name__)
 
@@ -55,27 +54,10 @@ class LakeShards:
 
     def close(self, partitions: list[Where]) -> None:
         """Commit what is in flight, compact when due, and close each partition's store."""
-        failures: list[BaseException] = []
-        for where in partitions:
-            pipeline = self._open.pop(where, None)
-            if pipeline is None:
-                continue
-            try:
-                pipeline.drain()
-                pipeline.publish()
-                pipeline.close()
-            except ViewStoreError as exc:
-                # A partition given up after another projector took it over (this one was
-                # paused past its session): nothing of it was committed, nothing is lost.
-                if fenced(pipeline) is None:
-                    failures.append(exc)
-            except BaseException as exc:  # every store must still be closed
-                failures.append(exc)
-            finally:
-                pipeline.stop()
-                pipeline.projector.store.close()
-        if failures:
-            raise failures[0]
+        closing = [p for where in partitions if (p := self._open.pop(where, None)) is not None]
+        # A partition given up after another projector took it over (this one was paused
+        # past its session): nothing of it was committed, nothing is lost.
+        give_up(closing, forgiven=lambda pipeline, exc: fenced(pipeline) is not None)
 
     def pipeline(self, where: Where) -> Pipeline | None:
         """The pipeline of an owned partition."""

@@ -176,3 +176,27 @@ class _Snapshot:
     seconds it took, if it was published."""
 
     future: Future[tuple[str, float] | None]
+
+
+def give_up(
+    pipelines: Sequence[Pipeline], forgiven: Callable[[Pipeline, ViewStoreError], bool]
+) -> None:
+    """Commit what each pipeline has in flight, publish, and close it and its store, every one
+    even when another failed (the first failure is raised after all are closed); a store
+    error ``forgiven`` says nothing was lost by (a fenced lake partition) is not raised."""
+    failures: list[BaseException] = []
+    for pipeline in pipelines:
+        try:
+            pipeline.drain()
+            pipeline.publish()
+            pipeline.close()
+        except ViewStoreError as exc:
+            if not forgiven(pipeline, exc):
+                failures.append(exc)
+        except BaseException as exc:  # every store must still be closed
+            failures.append(exc)
+        finally:
+            pipeline.stop()
+            pipeline.projector.store.close()
+    if failures:
+        raise failures[0]

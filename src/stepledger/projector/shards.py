@@ -29,7 +29,7 @@ from typing import Protocol
 
 from stepledger.errors import ViewStoreError
 from stepledger.projector.boundary import Offsets
-from stepledger.projector.pipeline import Pipeline
+from stepledger.projector.pipeline import Pipeline, give_up
 from stepledger.projector.store import ProjectionStore
 from stepledger.readers.snapshots import shard_path
 
@@ -241,24 +241,11 @@ class ShardDir:
 
     def close(self, partitions: list[Where]) -> None:
         """Commit, snapshot and close each partition's shard (a held one is just let go)."""
-        failures: list[BaseException] = []
         for where in partitions:
             self._held.pop(where, None)
             self._warned.pop(where, None)
-            pipeline = self._open.pop(where, None)
-            if pipeline is None:
-                continue
-            try:
-                pipeline.drain()
-                pipeline.publish()
-                pipeline.close()
-            except BaseException as exc:  # every shard must still be closed
-                failures.append(exc)
-            finally:
-                pipeline.stop()
-                pipeline.projector.store.close()
-        if failures:
-            raise failures[0]
+        closing = [p for where in partitions if (p := self._open.pop(where, None)) is not None]
+        give_up(closing, forgiven=lambda pipeline, exc: False)
 
     def pipeline(self, where: Where) -> Pipeline | None:
         """The pipeline of an owned partition."""

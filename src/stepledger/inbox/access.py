@@ -12,10 +12,11 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from stepledger.inbox.auth import identity_of
+from stepledger.inbox.auth import CSRF_FIELD, check_csrf, identity_of
 from stepledger.inbox.roles import Action
 
 Endpoint = TypeVar("Endpoint", bound=Callable[..., Awaitable[Response]])
@@ -50,3 +51,16 @@ def requires(action: Action) -> Callable[[Endpoint], Endpoint]:
         return guarded  # type: ignore[return-value]
 
     return decorate
+
+
+async def operator_form(request: Request, csrf_secret: str) -> FormData | Response:
+    """The posted form of an operator's command, or the refusal: the role is checked before
+    anything is read, then the form's CSRF token (a 403 in one line either way)."""
+    role = refused(request, Action.CONTROL)
+    if role is not None:
+        return role
+    form = await request.form()
+    refusal = check_csrf(request, form.get(CSRF_FIELD), csrf_secret)
+    if refusal is not None:
+        return PlainTextResponse(f"403: {refusal}", status_code=403)
+    return form

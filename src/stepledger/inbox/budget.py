@@ -19,7 +19,7 @@ from stepledger.domain import events as ev
 from stepledger.errors import StepLedgerError
 from stepledger.humanqueue.answers import Answerer
 from stepledger.inbox import access
-from stepledger.inbox.auth import CSRF_FIELD, check_csrf, identity_of
+from stepledger.inbox.auth import identity_of
 from stepledger.inbox.roles import Action
 from stepledger.log import KafkaEventLog
 from stepledger.producer.fleetbudget import BudgetLog, InMemoryBudgetLog, KafkaBudgetLog, raise_on
@@ -46,13 +46,9 @@ class BudgetRaises:
 
     async def raise_budget(self, request: Request) -> Response:
         """Append one raise of the fleet named in the form."""
-        role = access.refused(request, Action.CONTROL)  # the role, before anything is read
-        if role is not None:
-            return role
-        form = await request.form()
-        refusal = check_csrf(request, form.get(CSRF_FIELD), self.csrf_secret)
-        if refusal is not None:
-            return PlainTextResponse(f"403: {refusal}", status_code=403)
+        form = await access.operator_form(request, self.csrf_secret)
+        if isinstance(form, Response):
+            return form
         fleet = str(form.get("fleet", ""))
         try:
             tokens = int(str(form.get("tokens") or 0))

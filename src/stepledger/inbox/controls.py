@@ -21,7 +21,7 @@ from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.humanqueue.answers import Answerer
 from stepledger.humanqueue.operators import COMMANDS, Operator, Operators
 from stepledger.inbox import access
-from stepledger.inbox.auth import CSRF_FIELD, check_csrf, identity_of
+from stepledger.inbox.auth import identity_of
 from stepledger.inbox.roles import Action
 
 MAX_REASON = 4000
@@ -43,13 +43,9 @@ class Controls:
     async def control(self, request: Request) -> Response:
         """Append one operator command to the workflow named in the path."""
         workflow_id = request.path_params["workflow_id"]
-        role = access.refused(request, Action.CONTROL)  # the role, before anything is read
-        if role is not None:
-            return role
-        form = await request.form()
-        refusal = check_csrf(request, form.get(CSRF_FIELD), self.csrf_secret)
-        if refusal is not None:
-            return PlainTextResponse(f"403: {refusal}", status_code=403)
+        form = await access.operator_form(request, self.csrf_secret)
+        if isinstance(form, Response):
+            return form
         command = str(form.get("command", ""))
         reason = str(form.get("reason", ""))[:MAX_REASON]
         if command not in COMMANDS:

@@ -16,6 +16,7 @@ the arrival, however far the writer's clock is off.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -103,6 +104,32 @@ class Arrival:
     def after(self, moment: datetime) -> Arrival:
         """The arrival once one more event (not an intent) of the step came at ``moment``."""
         return Arrival(self.intent, moment)
+
+
+def arrived(arrival: Arrival | None, event: ev.Event, at: datetime | None) -> Arrival | None:
+    """A step's arrival once one more of its events reached the decider ``at`` (None: when
+    is not known).
+
+    An event whose arrival is not known leaves none known: the step's waits then go by the
+    recorded times rather than by two clocks mixed (a known one after it starts afresh, a
+    later bound of the intent's arrival too).
+    """
+    if at is None:
+        return None
+    if isinstance(event.body, ev.StepIntended) or arrival is None:
+        return Arrival(at, at)
+    return arrival.after(at)
+
+
+def step_arrivals(events: Iterable[ev.Event], at: Mapping[str, datetime]) -> dict[str, Arrival]:
+    """Each step's arrival from its events in log order and when each reached the decider
+    (by event id); a step whose last events' arrivals are not known has none."""
+    found: dict[str, Arrival | None] = {}
+    for event in events:
+        step_id = event.step_id
+        if step_id is not None:
+            found[step_id] = arrived(found.get(step_id), event, at.get(event.event_id))
+    return {step_id: arrival for step_id, arrival in found.items() if arrival is not None}
 
 
 def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:

@@ -122,6 +122,16 @@ FIXED = {
         "forgotten_claims",
         "compensation_by_owner",
     ),
+    # A second runner whose clock runs 1.5 s ahead of the first's resumes w1 after the first
+    # was killed in its capture. Switched off (the writer's recorded deadline): it settles
+    # the capture 404 ms before the deadline by the broker's clock.
+    "agents_clocks_apart": (
+        '{"seed":48,"partitions":1,"actors":[["a1","paynotify","w1",0,[]],'
+        '["a1b","paynotify","w1",46,[]],["recovery","recovery","",0,[]]],'
+        '"faults":[[-1,"kill","a1",100],[0,"skew","a1",-1512]],"turns":75,"defects":[]}',
+        "resume_by_writer_clock",
+        "no_early_decision",
+    ),
     # The daemon's wall clock steps 3 s forward after it read an intent. Switched off (due
     # times on the wall clock): the step is decided 954 ms early.
     "daemon_clock_steps": (

@@ -32,6 +32,7 @@ The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -46,6 +47,8 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver
 
 _MAX_ROUNDS = 1000
+Read = tuple[StepState, rs.Arrival]
+"""A step as a read folded it, and when its events were appended on this process's clock."""
 #: A wait at least this long is said (once per step settled): a person watches the agent.
 SAY_WAIT_S = 1.0
 
@@ -79,7 +82,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     ledger, options = workflow.ledger, workflow.ledger.options
     resolver = _resolver(workflow, tool)
     limit = ledger.timer.monotonic() + options.resolve_timeout_s
-    arrivals = Arrivals(workflow)
+    arrivals = Arrivals(ledger.clock, lambda: workflow.arrivals)
     _settle_if_found(workflow, resolver, step_id, tool, arrivals)
     said = False
     for _ in range(_MAX_ROUNDS):
@@ -177,15 +180,18 @@ def _settle_if_found(
 class Arrivals:
     """When a step's events were appended, on this process's clock: the start of each wait."""
 
-    def __init__(self, workflow: WorkflowHandle) -> None:
-        self._workflow = workflow
-        self._clock = workflow.ledger.clock
+    def __init__(
+        self, clock: Callable[[], datetime], read: Callable[[], Mapping[str, Read]] = dict
+    ) -> None:
+        self._clock = clock
+        self._read = read
+        """The handle's arrivals as its last read gave them (``WorkflowHandle.arrivals``)."""
         self._held: dict[tuple[object, ...], datetime] = {}
 
     def of(self, step: StepState) -> rs.Arrival:
         """The step's arrival: by the broker's times while the step is as the handle last
         read it; otherwise, per event, its recorded time unless that is after it was held."""
-        read = self._workflow.arrivals.get(step.step_id)
+        read = self._read().get(step.step_id)
         if read is not None and _as_read(read[0], step):
             return read[1]
         intent = self._at(("intent", step.attempt), step.intended_at)

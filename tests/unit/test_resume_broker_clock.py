@@ -51,6 +51,9 @@ def test_a_step_arrives_with_its_latest_intent_and_its_latest_event() -> None:
     first, second = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)
     both = {intent.event_id: first, tried.event_id: second}
     assert rs.step_arrivals([intent, tried], both) == {"s": rs.Arrival(first, second)}
+    # An event the fold refused begins no wait, as for the daemon.
+    refused = {tried.event_id}
+    assert rs.step_arrivals([intent, tried], both, refused) == {"s": rs.Arrival(first, first)}
     # The latest event's time not known: no arrival (the recorded times then decide).
     assert rs.step_arrivals([intent, tried], {intent.event_id: first}) == {}
 

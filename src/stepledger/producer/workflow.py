@@ -212,7 +212,8 @@ class Workflow:
         """Note when the steps' events of a read (the state's fold now) were appended."""
         with self._lock:
             steps = self.state.steps
-            arrivals = step_arrivals(events, appended)
+            refused = {anomaly.event_id for anomaly in self.state.anomalies}
+            arrivals = step_arrivals(events, appended, refused)
             self.arrivals = {s: (steps[s], a) for s, a in arrivals.items() if s in steps}
 
     def _refold(self, events: list[ev.Event]) -> None:

@@ -80,7 +80,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--group",
     envvar="STEPLEDGER_PROJECTOR_GROUP",
-    help="Consumer group id [default: TOPIC.projector].",
+    help="Consumer group id [default: TOPIC.projector; with --lake TOPIC.lake-projector].",
 )
 @click.option(
     "--batch-size",
@@ -142,7 +142,7 @@ def project(settings: Settings, **opts: Any) -> None:
     options = ProjectorOptions(
         db_path=opts["db_path"],
         topics=(settings.topic, *opts["extra_topics"]),
-        group=opts["group"] or settings.projector_group,
+        group=opts["group"] or "",
         batch_size=opts["batch_size"],
         batch_timeout_s=opts["batch_timeout"],
         snapshot_interval_s=opts["snapshot_interval"],

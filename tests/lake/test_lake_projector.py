@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,27 @@ def test_a_lake_written_by_an_older_schema_gets_the_new_tables_and_columns(
     finally:
         store.close()
         db.close()
+
+
+def test_projectors_started_at_once_on_a_fresh_lake_all_attach_it(lake: LakeConfig) -> None:
+    # Each creates the fresh lake's catalog tables; all but one lose on PostgreSQL's unique
+    # constraints ("duplicate key value"), and must attach the catalog the winner made.
+    ready = threading.Barrier(4)
+    attached: list[object] = []
+    failed: list[BaseException] = []
+
+    def attach() -> None:
+        ready.wait(10)
+        try:
+            attached.append(connect_lake(lake, read_only=False))
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=attach) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for con in attached:
+        con.close()  # type: ignore[attr-defined]
+    assert failed == [] and len(attached) == 4

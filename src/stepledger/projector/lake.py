@@ -96,18 +96,25 @@ class LakeDatabase:
         with self._lock:
             return self.con.cursor()
 
-    def ensure(self, topic: str, partition: int) -> None:
-        """Create the partition's tables (with an offset row at 0) and the views over them."""
+    def ensure(self, topic: str, partition: int) -> bool:
+        """Create the partition's tables (with an offset row at 0) and the views over them;
+        whether this call created its table set (no projector had opened it before)."""
         names = {t: table_name(t, self.log, topic, partition) for t in TABLES}
         con = self.cursor()
+        created: list[bool] = []
         try:
-            retrying(lambda: self._create(con, topic, partition, names), self.outage_s, "create")
+            retrying(
+                lambda: created.append(self._create(con, topic, partition, names)),
+                self.outage_s,
+                "create",
+            )
         finally:
             con.close()
+        return bool(created and created[-1])
 
     def _create(
         self, con: duckdb.DuckDBPyConnection, topic: str, partition: int, names: dict[str, str]
-    ) -> None:
+    ) -> bool:
         present = _columns(con, self.schema)
         missing = [t for t, name in names.items() if name not in present]
         # Columns a newer stepledger projects (its schema grew), added to existing tables.
@@ -119,7 +126,7 @@ class LakeDatabase:
             if column not in present[name]
         ]
         if not missing and not added:
-            return
+            return False
         # One transaction: a reader finds the schema with its views, or no schema at all.
         con.execute("BEGIN TRANSACTION")
         try:
@@ -139,6 +146,7 @@ class LakeDatabase:
         except BaseException:
             _rollback(con)
             raise
+        return "offsets" in missing
 
     def _views(self, con: duckdb.DuckDBPyConnection, new: set[str]) -> None:
         """Each projected table as the UNION ALL of its partitions' tables, then the views."""
@@ -208,7 +216,8 @@ class LakeStore:
     def __init__(self, db: LakeDatabase, topic: str, partition: int) -> None:
         self.db = db
         self.where = (topic, partition)
-        db.ensure(topic, partition)
+        self.created = db.ensure(topic, partition)
+        """Whether this store created the partition's table set (its first owner ever)."""
         self.names = {t: db.qualified(table_name(t, db.log, topic, partition)) for t in TABLES}
         self.path = f"{ALIAS}.{db.schema} {topic}[{partition}]"
         """What the store is, for messages."""

@@ -25,6 +25,7 @@ import importlib.util
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -41,6 +42,10 @@ _EXTENSIONS = (
     ("duckdb_extension_postgres", "postgres", "postgres_scanner"),
     ("duckdb_extension_httpfs", "httpfs", "httpfs"),
 )
+#: Attaches tried again after losing the race to create a fresh lake's catalog, and the
+#: first wait before another try (it grows with each).
+_INIT_RACES = 5
+_INIT_RACE_WAIT_S = 0.2
 #: The alias the lake is attached under in every connection stepledger opens.
 ALIAS = "lake"
 _MISSING = (
@@ -172,26 +177,45 @@ def _platform() -> str:
 
 
 def connect_lake(config: LakeConfig, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the lake attached as ``lake`` (nothing autoinstalled)."""
+    """An in-memory DuckDB with the lake attached as ``lake`` (nothing autoinstalled).
+
+    Several projectors started at once on a fresh lake all create its catalog's tables; all
+    but one fail on PostgreSQL's unique constraints, and attach again to the catalog the
+    winner made (a bounded number of times).
+    """
     directory = extension_directory()
-    con = duckdb.connect(
-        config={
-            "extension_directory": str(directory),
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": True,
-        }
+    for attempt in range(_INIT_RACES + 1):
+        con = duckdb.connect(
+            config={
+                "extension_directory": str(directory),
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": True,
+            }
+        )
+        try:
+            for _, _, name in _EXTENSIONS:
+                con.execute(f"LOAD {name}")
+            secret = config.secret_sql()
+            if secret is not None:
+                con.execute(secret)
+            con.execute(config.attach_sql(read_only=read_only))
+            return con
+        except duckdb.Error as exc:
+            con.close()
+            if attempt < _INIT_RACES and _lost_init_race(exc):
+                time.sleep(_INIT_RACE_WAIT_S * (attempt + 1))
+                continue
+            why = first_line(exc)
+            raise ViewStoreError(f"cannot attach the lake {_shown(config)}: {why}") from exc
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _lost_init_race(exc: duckdb.Error) -> bool:
+    """Whether an ATTACH failed because another process created the fresh lake's catalog."""
+    text = str(exc)
+    return "Failed to initialize DuckLake" in text and (
+        "duplicate key" in text or "already exists" in text
     )
-    try:
-        for _, _, name in _EXTENSIONS:
-            con.execute(f"LOAD {name}")
-        secret = config.secret_sql()
-        if secret is not None:
-            con.execute(secret)
-        con.execute(config.attach_sql(read_only=read_only))
-    except duckdb.Error as exc:
-        con.close()
-        raise ViewStoreError(f"cannot attach the lake {_shown(config)}: {first_line(exc)}") from exc
-    return con
 
 
 def _shown(config: LakeConfig) -> str:

@@ -17,6 +17,7 @@ grouping costs DuckLake, the same for every layout.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -141,10 +142,8 @@ def _writer(
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
-    try:
+    with contextlib.suppress(duckdb.Error):
         con.execute("ROLLBACK")
-    except duckdb.Error:
-        pass
 
 
 def _timed(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> float:

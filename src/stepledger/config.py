@@ -91,6 +91,10 @@ class Settings(BaseModel):
     is refused."""
     projection: str | None = None
     """The projector's DuckDB file: the SDK opens workflows from its snapshot plus a tail."""
+    lake: str | None = None
+    """The DuckLake the projectors commit to, by its PostgreSQL catalog (a libpq DSN or a
+    ``postgresql://`` URL; the bucket's key from the AWS variables): ``project`` writes it,
+    and the inbox and the CLI's workflow commands read the projection there."""
 
     @model_validator(mode="before")
     @classmethod

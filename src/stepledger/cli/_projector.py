@@ -151,11 +151,16 @@ def project(settings: Settings, **opts: Any) -> None:
         memory_limit=opts["memory_limit"],
         instance_id=opts["instance_id"],
         group_protocol=opts["group_protocol"],
-        lake=LakeConfig.from_env(opts["lake"], opts["data_path"]) if opts["lake"] else None,
+        lake=_lake(opts["lake"] or settings.lake, opts["data_path"]),
     )
     metrics = ProjectorMetrics()
     serve_probes(opts["metrics_port"], metrics.health, metrics.registry)
     run_projector(settings, options, shutdown=Shutdown().install(), metrics=metrics)
+
+
+def _lake(catalog: str | None, data_path: str) -> LakeConfig | None:
+    """The lake given by --lake or ``Settings.lake`` (None: the file mode, the default)."""
+    return LakeConfig.from_env(catalog, data_path) if catalog else None
 
 
 @click.command("rebuild")

@@ -30,13 +30,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stepledger import wire
 from stepledger.checkpoints.points import Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError, StepLedgerError
+from stepledger.errors import BrokerError, StepLedgerError, ViewStoreError
 from stepledger.history.guard import HistoryGuard
 from stepledger.history.index import PartitionIndex
 from stepledger.history.protocol import History, Until
@@ -45,6 +46,9 @@ from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.kafka.reader import PartitionReader, records_to_end
 from stepledger.kafka.topics import check_retention
 from stepledger.log import codec_for
+
+if TYPE_CHECKING:  # imported when a lake is read: the SDK needs DuckDB only then
+    from stepledger.readers.lake import LakeSource
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +88,14 @@ class KafkaHistory:
         codec: Codec | None = None,
         *,
         role: str = "sdk",
-        snapshot: str | Path | None = None,
+        snapshot: str | Path | LakeSource | None = None,
     ) -> None:
         self.settings = settings
-        self.snapshot = None if snapshot is None else Path(snapshot)
-        """The projector's database whose published snapshot is the workflows' head."""
+        self.snapshot: Path | LakeSource | None = (
+            snapshot if snapshot is None or isinstance(snapshot, Path) else _projection(snapshot)
+        )
+        """The projection that is the workflows' head: the projector's database (its
+        published snapshot) or the lake the projectors commit to."""
         self.codec = codec or codec_for(settings)
         self.role = role
         """Who reads (named in a retention refusal)."""
@@ -243,7 +250,7 @@ class KafkaHistory:
         return events, False, False, position
 
     def _snapshot_and_tail(
-        self, workflow_id: str, mine: list[tuple[str, int]], projection: Path
+        self, workflow_id: str, mine: list[tuple[str, int]], projection: Path | LakeSource
     ) -> list[Event] | None:
         """The workflow's events from the projector's snapshot, then its partition's tail
         after the snapshot's offset (only the shards of its partitions are opened); None
@@ -257,7 +264,16 @@ class KafkaHistory:
 
         began = time.perf_counter()
         source: str | None
-        if is_shard_dir(projection):
+        if not isinstance(projection, Path):  # the lake: every partition at one snapshot
+            from stepledger.readers.lake import workflow_events_from_lake
+
+            try:
+                stored, offsets = workflow_events_from_lake(projection, workflow_id, self.codec)
+            except ViewStoreError as exc:  # no table set yet, or the lake out of reach
+                logger.info("%s: reading the partition", exc.message)
+                return None
+            source = str(projection)
+        elif is_shard_dir(projection):
             stored, offsets, read = workflow_events_from_shards(
                 projection, mine, workflow_id, self.codec
             )
@@ -381,3 +397,8 @@ def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:
     except StepLedgerError as exc:
         # The projector dead-letters such a record; a resume can only go on without it.
         logger.warning("skipped an undecodable record of the workflow: %s", exc)
+
+
+def _projection(given: str | LakeSource) -> Path | LakeSource:
+    """A projector's database named by its path, or the lake as it was given."""
+    return Path(given) if isinstance(given, str) else given

@@ -32,7 +32,9 @@ from urllib.parse import urlsplit
 
 import duckdb
 
-from stepledger.errors import ConfigError, ViewStoreError
+from stepledger.codec import Codec
+from stepledger.domain.events import Event
+from stepledger.errors import CodecError, ConfigError, ViewStoreError
 
 #: The DuckDB the extension wheels are built for (the ``[lake]`` extra pins both).
 LAKE_DUCKDB = "1.5.5"
@@ -258,3 +260,43 @@ def connect_lake_reader(config: LakeConfig, log: str) -> duckdb.DuckDBPyConnecti
             f"(is a projector writing it?): {first_line(exc)}"
         ) from exc
     return con
+
+
+def configured_lake(catalog: str | None, log: str) -> LakeSource | None:
+    """The lake a reader is configured to read (``Settings.lake``, ``--lake``), or None."""
+    return LakeSource(LakeConfig.from_env(catalog), log) if catalog else None
+
+
+def lake_version(con: duckdb.DuckDBPyConnection) -> str:
+    """The lake's newest snapshot id: a token that changes whenever a projector commits."""
+    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{ALIAS}')").fetchone()
+    return "" if row is None or row[0] is None else f"lake-{int(row[0])}"
+
+
+def workflow_events_from_lake(
+    source: LakeSource, workflow_id: str, codec: Codec | None = None
+) -> tuple[list[Event], dict[tuple[str, int], int]]:
+    """One workflow's events in log order from the lake, and the offsets they reach.
+
+    Read in one transaction, so at one lake snapshot, as from a snapshot file: a reader that
+    reads each partition's tail from these offsets sees the rest of the workflow.
+    """
+    codec = codec or Codec()
+    con = connect_lake_reader(source.config, source.log)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        offsets = con.execute("SELECT topic, partition, next_offset FROM offsets").fetchall()
+        values = con.execute(
+            "SELECT value FROM events WHERE workflow_id = ? ORDER BY topic, partition, log_offset",
+            [workflow_id],
+        ).fetchall()
+        con.execute("COMMIT")
+    except duckdb.Error as exc:
+        raise ViewStoreError(f"cannot read {source}: {first_line(exc)}") from exc
+    finally:
+        con.close()
+    try:
+        events = [codec.decode(bytes(value)) for (value,) in values]
+    except CodecError as exc:
+        raise ViewStoreError(f"a stored event of {workflow_id} does not decode: {exc}") from exc
+    return events, {(str(t), int(p)): int(o) for t, p, o in offsets}

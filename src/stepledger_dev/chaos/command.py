@@ -116,7 +116,8 @@ import click
     "--rebuild-lake",
     metavar="CATALOG_DSN",
     default="",
-    help="With --lake: a fresh lake the log is rebuilt into at the end, to compare.",
+    help="With --lake (and needed by it): a fresh lake the log is rebuilt into at the end, "
+    "to compare with the lake.",
 )
 @click.option(
     "--agent-skew",
@@ -160,8 +161,13 @@ def chaos(
         raise click.UsageError(
             "--engine kafka starts its own broker: drop --bootstrap and --durable-broker"
         )
-    if rebuild_lake and not lake:
-        raise click.UsageError("--rebuild-lake needs --lake")
+    if bool(rebuild_lake) != bool(lake):
+        raise click.UsageError(
+            "--lake and --rebuild-lake go together: the lake is compared with a rebuild "
+            "into the fresh one"
+        )
+    if lake and two_deployments:
+        raise click.UsageError("--lake runs one deployment: drop --two-deployments")
     if workdir is None:
         workdir = Path(tempfile.mkdtemp(prefix="stepledger-chaos-"))
     options = ChaosOptions(

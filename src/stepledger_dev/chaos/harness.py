@@ -495,13 +495,10 @@ class Run:
         from stepledger.projector.rebuild import rebuild
 
         events, bad = gather.read_log(self.settings)
-        if self.lake is not None:
-            live, rebuilt = lake_run.lake_evidence(
-                self.settings,
-                self.lake,
-                self.options.lake_config(self.options.rebuild_lake, "rebuild"),
-            )
-            diff = [] if rebuilt is None else gather.projection_diff(live, rebuilt)
+        fresh = self.options.lake_config(self.options.rebuild_lake, "rebuild")
+        if self.lake is not None and fresh is not None:
+            live, rebuilt = lake_run.lake_evidence(self.settings, self.lake, fresh)
+            diff = gather.projection_diff(live, rebuilt)
         else:
             rebuilt_file = self.workdir / "rebuild.duckdb"
             rebuild(self.settings, rebuilt_file, force=True)

@@ -91,12 +91,10 @@ def analyst_violations(cuts: list[dict[str, Any]]) -> list[InvariantViolation]:
 
 
 def lake_evidence(
-    settings: Settings, lake: LakeConfig, fresh: LakeConfig | None
-) -> tuple[LakeSource, LakeSource | None]:
+    settings: Settings, lake: LakeConfig, fresh: LakeConfig
+) -> tuple[LakeSource, LakeSource]:
     """Rebuild the log into the fresh lake; (the live lake, the rebuilt one) as sources."""
     from stepledger.projector.rebuild_lake import rebuild_lake
 
-    if fresh is None:
-        return LakeSource(lake, settings.topic), None
     rebuild_lake(settings, fresh)
     return LakeSource(lake, settings.topic), LakeSource(fresh, settings.topic)

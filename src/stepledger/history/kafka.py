@@ -32,13 +32,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stepledger.checkpoints.points import Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.domain.factory import utc_now
-from stepledger.errors import BrokerError
+from stepledger.errors import BrokerError, ViewStoreError
 from stepledger.history.clock import AppendClock
 from stepledger.history.guard import HistoryGuard
 from stepledger.history.index import PartitionIndex
@@ -56,6 +57,9 @@ from stepledger.kafka import Position, listed_topics
 from stepledger.kafka.partitioner import configured, partition_of
 from stepledger.kafka.topics import check_retention
 from stepledger.log import codec_for
+
+if TYPE_CHECKING:  # imported when a lake is read: the SDK needs DuckDB only then
+    from stepledger.readers.lake import LakeSource
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ class KafkaHistory:
         codec: Codec | None = None,
         *,
         role: str = "sdk",
-        snapshot: str | Path | None = None,
+        snapshot: str | Path | LakeSource | None = None,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.settings = settings
@@ -97,8 +101,11 @@ class KafkaHistory:
         """The reader's clock: ``History.appended`` is on it (the SDK passes its own)."""
         self.appends = AppendClock()
         """The reader's lead over the broker, learned from every stamped record it read."""
-        self.snapshot = None if snapshot is None else Path(snapshot)
-        """The projector's database whose published snapshot is the workflows' head."""
+        self.snapshot: Path | LakeSource | None = (
+            snapshot if snapshot is None or isinstance(snapshot, Path) else _projection(snapshot)
+        )
+        """The projection that is the workflows' head: the projector's database (its
+        published snapshot) or the lake the projectors commit to."""
         self.codec = codec or codec_for(settings)
         self.role = role
         """Who reads (named in a retention refusal)."""
@@ -261,7 +268,11 @@ class KafkaHistory:
         return events, False, False, position
 
     def _snapshot_and_tail(
-        self, workflow_id: str, mine: list[tuple[str, int]], projection: Path, stamps: Stamps
+        self,
+        workflow_id: str,
+        mine: list[tuple[str, int]],
+        projection: Path | LakeSource,
+        stamps: Stamps,
     ) -> list[Event] | None:
         """The workflow's events from the projector's snapshot, then its partition's tail
         after the snapshot's offset (only the shards of its partitions are opened); None
@@ -275,7 +286,16 @@ class KafkaHistory:
 
         began = time.perf_counter()
         source: str | None
-        if is_shard_dir(projection):
+        if not isinstance(projection, Path):  # the lake: every partition at one snapshot
+            from stepledger.readers.lake import workflow_events_from_lake
+
+            try:
+                stored, offsets = workflow_events_from_lake(projection, workflow_id, self.codec)
+            except ViewStoreError as exc:  # no table set yet, or the lake out of reach
+                logger.info("%s: reading the partition", exc.message)
+                return None
+            source = str(projection)
+        elif is_shard_dir(projection):
             stored, offsets, read = workflow_events_from_shards(
                 projection, mine, workflow_id, self.codec
             )
@@ -339,3 +359,8 @@ class KafkaHistory:
             # The same listing tells the guard whether checkpoints exist.
             self.guard.saw_topics(listed)
         return self._known
+
+
+def _projection(given: str | LakeSource) -> Path | LakeSource:
+    """A projector's database named by its path, or the lake as it was given."""
+    return Path(given) if isinstance(given, str) else given

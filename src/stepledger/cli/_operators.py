@@ -1,5 +1,8 @@
 """``workflows pause|unpause|cancel ID... [--where SQL]``: operators steer running workflows.
 
+``pause --hold-recovery`` holds the recovery daemon too: it settles none of the paused
+workflows' in-doubt steps until the unpause (a plain pause lets it settle them).
+
 Each command appends its event to each workflow's log (naming who asked and why) through
 :class:`stepledger.humanqueue.operators.Operators`, the inbox's path too.  ``--where``
 selects workflows with SQL over the projection's ``workflows`` table (the snapshot
@@ -77,7 +80,9 @@ def selected(ids: tuple[str, ...], where: str | None, db_path: Path | None) -> l
     return chosen
 
 
-def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str]:
+def _steer(
+    settings: Settings, command: str, params: dict[str, Any], *, hold_recovery: bool = False
+) -> list[str]:
     """Append the command's event to each selected workflow; print one line each."""
     ids = selected(params["workflow_ids"], params["where"], params["db_path"])
     name, auth = answerer(params["by"])
@@ -85,7 +90,8 @@ def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str
     log, history = KafkaEventLog(settings), KafkaHistory(settings, role="reader")
     try:
         events = EventFactory(settings.fleet_id, settings.producer_id)
-        for decision in Operators(log, events, history).steer(command, ids, who):
+        steering = Operators(log, events, history)
+        for decision in steering.steer(command, ids, who, hold_recovery=hold_recovery):
             click.echo(safe(decision.note))
     finally:
         log.close()
@@ -96,9 +102,16 @@ def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str
 @click.command("pause")
 @with_settings
 @_selection
-def pause_command(settings: Settings, **params: Any) -> None:
-    """Pause workflows: no new step starts until unpaused; a step in flight finishes."""
-    _steer(settings, "pause", params)
+@click.option(
+    "--hold-recovery",
+    is_flag=True,
+    help="Recovery settles none of their in-doubt steps either (no hook, compensation or "
+    "escalation) until unpaused; then it decides those past their deadline at once.",
+)
+def pause_command(settings: Settings, hold_recovery: bool, **params: Any) -> None:
+    """Pause workflows: no new step starts until unpaused; a step in flight finishes.
+    Recovery goes on settling their in-doubt steps unless --hold-recovery."""
+    _steer(settings, "pause", params, hold_recovery=hold_recovery)
 
 
 @click.command("unpause")

@@ -265,6 +265,9 @@ class WorkflowPaused(_Frozen):
     """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
     pause: Positive = 1
     """Which pause of the workflow this is: two pauses by one person stay two events."""
+    hold_recovery: bool = False
+    """The pause holds recovery too: no in-doubt step of the workflow is settled until the
+    unpause (without it recovery goes on settling them, the default)."""
 
 
 class WorkflowUnpaused(_Frozen):

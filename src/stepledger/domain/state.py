@@ -69,6 +69,14 @@ class WorkflowState:
     paused_by: str | None = None
     """Who paused the workflow, while it is paused (None: not paused)."""
     pause_reason: str = ""
+    recovery_held_by: str | None = None
+    """Who paused the workflow holding recovery too, while that pause holds (None: recovery
+    settles its in-doubt steps as ever)."""
+    recovery_hold: str = ""
+    """The latest pause that held recovery, in words (kept once lifted: the decisions taken
+    at the unpause name it)."""
+    hold_lifted_at: datetime | None = None
+    """When the latest hold of recovery was lifted (None: never, or it still holds)."""
     cancel_requested_by: str | None = None
     """Who asked to cancel the workflow (None: nobody); no new step starts once asked."""
     cancel_reason: str = ""
@@ -315,6 +323,11 @@ def _on_paused(wf: WorkflowState, body: ev.WorkflowPaused) -> Problem | None:
     if wf.paused_by is None:
         wf.paused_by, wf.pause_reason = body.by, body.reason
     wf.pause = max(wf.pause, body.pause)
+    if body.hold_recovery and wf.recovery_held_by is None:
+        # A held pause over a plain one holds recovery from here on, until the unpause.
+        wf.recovery_held_by, wf.hold_lifted_at = body.by, None
+        why = f": {body.reason}" if body.reason else ""
+        wf.recovery_hold = f"pause {body.pause} by {body.by}{why}"
     return None
 
 
@@ -327,6 +340,9 @@ def _on_unpaused(wf: WorkflowState, body: ev.WorkflowUnpaused) -> Problem | None
             f"{'holds' if wf.paused_by else 'was lifted'}",
         )
     wf.paused_by, wf.pause_reason = None, ""
+    if wf.recovery_held_by is not None:
+        wf.recovery_held_by, wf.hold_lifted_at = None, wf.last_at  # the unpause's time
+        wf.recovery_hold += f" (unpaused by {body.by})"
     return None
 
 

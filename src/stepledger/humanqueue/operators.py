@@ -15,6 +15,7 @@ carries it through when run again once that person answered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -65,9 +66,23 @@ class Operators:
             raise LedgerStateError(f"no workflow {workflow_id!r} in the step log")
         return replay(workflow_id, found)
 
-    def steer(self, command: str, workflow_ids: Iterable[str], who: Operator) -> list[Steer]:
-        """Apply one command to each workflow; one answer per workflow, in order."""
+    def steer(
+        self,
+        command: str,
+        workflow_ids: Iterable[str],
+        who: Operator,
+        *,
+        hold_recovery: bool = False,
+    ) -> list[Steer]:
+        """Apply one command to each workflow; one answer per workflow, in order.
+
+        ``hold_recovery`` (a pause only): recovery settles none of their in-doubt steps
+        until the unpause."""
         decide = COMMANDS[command]
+        if hold_recovery:
+            if command != "pause":
+                raise LedgerStateError(f"only a pause holds recovery, not {command!r}")
+            decide = functools.partial(operators.pause, hold_recovery=True)
         done = []
         for workflow_id in workflow_ids:
             state = self.state(workflow_id)

@@ -240,7 +240,9 @@ class Tracker(CheckpointDiff):
         self.changed += 1
         self._schedule(key, tracked)
 
-    def _due(self, state: WorkflowState, step: StepState, arrival: Arrival | None) -> datetime | None:
+    def _due(
+        self, state: WorkflowState, step: StepState, arrival: Arrival | None
+    ) -> datetime | None:
         """When the step falls due; never while an operator's pause holds recovery."""
         return None if state.recovery_held_by is not None else self._due_of(step, arrival)
 

@@ -27,7 +27,13 @@ from stepledger.domain import restart as restarting
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import LedgerStateError
 from stepledger.history.kafka import KafkaHistory
-from stepledger.humanqueue.operators import Operator, Operators, carry_cancel, carry_restart
+from stepledger.humanqueue.operators import (
+    Operator,
+    Operators,
+    carry_cancel,
+    carry_restart,
+    next_restart_id,
+)
 from stepledger.log import KafkaEventLog
 from stepledger.producer import Ledger
 from stepledger.resolution.registry import ToolRegistry
@@ -179,7 +185,7 @@ def restart_command(
     try:
         operators = Operators(log, EventFactory(settings.fleet_id, settings.producer_id), history)
         state = operators.state(workflow_id)
-        plan = restarting.plan(state, step_id, new_id or _next_id(operators, workflow_id))
+        plan = restarting.plan(state, step_id, new_id or next_restart_id(history, workflow_id))
     finally:
         log.close()
         history.close()
@@ -196,12 +202,3 @@ def restart_command(
     name, _ = answerer(by)
     with Ledger(settings, tools=tools) as ledger:
         click.echo(safe(carry_restart(ledger, plan, reason or f"restarted by {name}")))
-
-
-def _next_id(operators: Operators, workflow_id: str) -> str:
-    """The first ``ID.rN`` the log does not hold yet."""
-    for n in range(1, 100):
-        candidate = f"{workflow_id}.r{n}"
-        if not operators.history.read(candidate).events:
-            return candidate
-    raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id with --as")

@@ -95,6 +95,15 @@ class Operators:
         return done
 
 
+def next_restart_id(history: WorkflowHistory, workflow_id: str) -> str:
+    """The first ``ID.rN`` the log does not hold yet: a restart's new id by default."""
+    for n in range(1, 100):
+        candidate = f"{workflow_id}.r{n}"
+        if not history.read(candidate).events:
+            return candidate
+    raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id")
+
+
 def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
     """Carry a requested cancel through as a runner of the workflow; one line says the end.
 

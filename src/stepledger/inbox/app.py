@@ -58,9 +58,11 @@ from stepledger.inbox.auth import (
 from stepledger.inbox.budget import BudgetRaises
 from stepledger.inbox.controls import Controls
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
+from stepledger.inbox.restarts import Restarts
 from stepledger.inbox.roles import Action
 from stepledger.inbox.timeline import case_timeline
 from stepledger.inbox.users import User
+from stepledger.resolution.registry import ToolRegistry
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -96,8 +98,11 @@ class InboxConfig:
     """How often the queue page asks whether the snapshot changed."""
 
 
-def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
-    """The inbox application over a projection, answering through ``answerer``."""
+def create_app(
+    config: InboxConfig, answerer: Answerer, tools: ToolRegistry | None = None
+) -> Starlette:
+    """The inbox application over a projection, answering through ``answerer``; ``tools``
+    run the compensations a restart makes first."""
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     env = templates.env
     env.filters.update(formats.FILTERS)
@@ -115,6 +120,8 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     routes.append(Route("/logout", pages.logout, methods=["POST"]))
     control = Controls(answerer, config.csrf_secret).control
     routes.append(Route("/workflows/{workflow_id}/control", control, methods=["POST"]))
+    restart = Restarts(answerer, config.csrf_secret, templates, tools).restart
+    routes.append(Route("/workflows/{workflow_id}/restart", restart, methods=["POST"]))
     raises = BudgetRaises(answerer, config.csrf_secret).raise_budget
     routes.append(Route("/budget/raise", raises, methods=["POST"]))
     gate = GateConfig(

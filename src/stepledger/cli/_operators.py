@@ -151,7 +151,7 @@ def cancel_command(settings: Settings, tool_specs: tuple[str, ...], **params: An
     reason = params["reason"] or f"cancelled by {name}"
     with Ledger(settings, tools=tools) as ledger:
         for workflow_id in ids:
-            click.echo(safe(carry_cancel(ledger, workflow_id, reason)))
+            click.echo(safe(carry_cancel(ledger, workflow_id, reason, by=name)))
 
 
 @click.command("restart")
@@ -201,4 +201,5 @@ def restart_command(
     tools = load_tools(tool_specs, no_entry_points=False) if tool_specs else ToolRegistry()
     name, _ = answerer(by)
     with Ledger(settings, tools=tools) as ledger:
-        click.echo(safe(carry_restart(ledger, plan, reason or f"restarted by {name}")))
+        done = carry_restart(ledger, plan, reason or f"restarted by {name}", by=name)
+        click.echo(safe(done))

@@ -77,6 +77,9 @@ class WorkflowResumed(_Frozen):
     """The application's version that made this claim (``Settings.app_version``)."""
     stepledger_version: str | None = None
     """stepledger's version in the runner that made this claim (None before 0.4.0)."""
+    operator: str | None = None
+    """The operator whose command (a cancel or a restart carried through) made this claim:
+    it counts no resumption attempt (None: a runner's resume)."""
 
 
 class WorkflowFinished(_Frozen):

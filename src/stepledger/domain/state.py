@@ -60,6 +60,8 @@ class WorkflowState:
     status: RunStatus = RunStatus.RUNNING
     attempt: int = 0
     max_attempts: int = 5
+    """The limit of resumption attempts; an operator's claim (a cancel or a restart carried
+    through) moves it by one, so it counts no attempt of the workflow's."""
     read_only: bool = False
     runner: str | None = None
     """The runner whose claim owns the current attempt (the first claim of it in the log)."""
@@ -248,6 +250,10 @@ def _on_workflow_run(
         if body.attempt > 1 and wf.read_only:
             # A read-only workflow restarts from scratch: earlier steps no longer count.
             wf.clear_steps()
+    operator = isinstance(body, ev.WorkflowResumed) and body.operator is not None
+    if operator and body.attempt > wf.attempt:
+        # An operator's claim counts no attempt: the limit moves with it (once per attempt).
+        wf.max_attempts += 1
     wf.attempt = max(wf.attempt, body.attempt)
     if body.app_version is not None or body.stepledger_version is not None:
         wf.versions[body.attempt] = (body.app_version, body.stepledger_version)

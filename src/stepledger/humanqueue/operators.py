@@ -30,7 +30,9 @@ from stepledger.domain.state import ENDED, WorkflowState, replay
 from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.history.protocol import WorkflowHistory
 from stepledger.log import EventLog
-from stepledger.producer import Ledger, compensation
+from stepledger.producer import Ledger, compensation, opening
+from stepledger.producer.opening import WorkflowSpec
+from stepledger.producer.workflow import Workflow
 
 Decide = Callable[[WorkflowState, str, str, str | None], Steer]
 
@@ -104,15 +106,22 @@ def next_restart_id(history: WorkflowHistory, workflow_id: str) -> str:
     raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id")
 
 
-def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
+def operator_open(ledger: Ledger, workflow_id: str, reason: str, by: str) -> Workflow:
+    """Open a workflow as a runner for an operator's command: the claim names ``by`` and
+    counts no resumption attempt (a workflow at its limit is claimed, not dead-lettered)."""
+    return opening.open_workflow(ledger, workflow_id, WorkflowSpec(reason=reason, operator=by))
+
+
+def carry_cancel(ledger: Ledger, workflow_id: str, reason: str, *, by: str) -> str:
     """Carry a requested cancel through as a runner of the workflow; one line says the end.
 
-    ``ledger`` holds the tools whose compensations run.  A workflow that ended before is
+    ``ledger`` holds the tools whose compensations run; ``by`` names the operator (the
+    claim is theirs: it counts no attempt).  A workflow that ended before is
     left as it ended; a step waiting for a person (or a settling that could not finish)
     leaves it cancelling, and the line says why.
     """
     try:
-        workflow = ledger.workflow(workflow_id, reason=f"cancel: {reason}")
+        workflow = operator_open(ledger, workflow_id, f"cancel: {reason}", by)
         if workflow.state.status in ENDED:
             return f"{workflow_id}: ended {workflow.state.status.value}"
         compensation.compensate(workflow, reason)
@@ -124,7 +133,7 @@ def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
         return f"{workflow_id}: cancel asked, not carried through yet: {exc}"
 
 
-def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
+def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str, *, by: str) -> str:
     """Restart a workflow from a step as a new one (the plan :func:`restart.plan` made).
 
     The old workflow is opened as a runner (a running one is claimed: its runner calls
@@ -133,11 +142,12 @@ def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
     failed refuses it), the new workflow's head is written (its start, linked to the old
     one, and the replayed prefix), and the old one ends ``restarted``.  Run again after a
     crash, it writes the same events again (their ids are derived: duplicates change
-    nothing).  ``ledger`` holds the tools whose compensations run.
+    nothing).  ``ledger`` holds the tools whose compensations run; ``by`` names the
+    operator, whose claim of the old workflow counts no attempt.
     """
     if restart.refusal is not None:
         raise LedgerStateError(restart.refusal, workflow_id=restart.old)
-    old = ledger.workflow(restart.old, reason=f"restart as {restart.new}: {reason}")
+    old = operator_open(ledger, restart.old, f"restart as {restart.new}: {reason}", by)
     if restart.undo:
         compensation.compensate(old, reason, only={s.step_id for s in restart.undo})
     again = restarting.plan(old.state, restart.step_id, restart.new)

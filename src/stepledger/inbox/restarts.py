@@ -92,7 +92,7 @@ class Restarts:
         who = identity_of(request)
         why = f"{reason or 'restarted'} (by {who.name}, {who.auth.value})"
         try:
-            done = await run_in_threadpool(self._carry, state.fleet_id, plan, why)
+            done = await run_in_threadpool(self._carry, state.fleet_id, plan, why, who.name)
         except StepLedgerError as exc:
             return PlainTextResponse(f"503: not carried through: {exc.message}", 503)
         return PlainTextResponse(done)
@@ -112,17 +112,17 @@ class Restarts:
             f"restart {shell_arg(plan.old)} --from {shell_arg(plan.step_id)} --tools ...`"
         )
 
-    def _carry(self, fleet_id: str, plan: RestartPlan, reason: str) -> str:
+    def _carry(self, fleet_id: str, plan: RestartPlan, reason: str, by: str) -> str:
         """Carry the restart out as a runner of the workflow's fleet (its own producer)."""
         log = self.answerer.log
         if isinstance(log, KafkaEventLog):
             settings = log.settings.model_copy(update={"fleet_id": fleet_id})
             with Ledger(settings, tools=self.tools) as ledger:
-                return carry_restart(ledger, plan, reason)
+                return carry_restart(ledger, plan, reason, by=by)
         producer = self.answerer.factory.producer_id
         # In memory (the package's test double): the inbox's own log, left open.
         settings = Settings(fleet_id=fleet_id, producer_id=producer)
-        return carry_restart(Ledger(settings, log=log, tools=self.tools), plan, reason)
+        return carry_restart(Ledger(settings, log=log, tools=self.tools), plan, reason, by=by)
 
     def _shown(self, request: Request, plan: RestartPlan, reason: str) -> Response:
         context = {

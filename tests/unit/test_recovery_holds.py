@@ -3,19 +3,26 @@
 The hold is one field of the pause (``hold_recovery``); the fold holds recovery from that
 pause to its unpause; the recovery tracker folds the hold into the steps it tracks (as it
 folds claims), so a held step is never due, also after a checkpoint's take-over or when
-its intent came after the pause, and falls due by its deadline once unpaused.
+its intent came after the pause, and falls due by its deadline once unpaused.  A runner
+opened meanwhile leaves its in-doubt steps as they are too (it is paused; a step it asks
+for is settled once unpaused).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
+import stepledger as sl
 from stepledger.domain import events as ev
 from stepledger.domain import operators
 from stepledger.domain import resolution as rs
 from stepledger.domain.state import StepState, WorkflowState, replay
+from stepledger.errors import WorkflowPausedError
 from stepledger.recovery.checkpoint import InMemoryCheckpointStore
 from stepledger.recovery.tracker import Tracker
+from stepledger.testing import Crash, InMemoryEventLog, ManualClock, ledger_over
 from tests.unit.factories import T0, factory, pay_tool
 
 F = factory()
@@ -113,3 +120,29 @@ def test_a_hold_survives_a_checkpoint_and_its_take_over() -> None:
     assert KEY in restored.steps and restored.due(LATER, 10, {0}) == []
     feed(restored, [on("a", ev.WorkflowUnpaused(by="bob", pause=1), 1)])
     assert KEY in restored.due(LATER + timedelta(seconds=1), 10, {0})
+
+
+def test_a_runner_opened_on_a_held_workflow_leaves_its_in_doubt_step_until_the_unpause() -> None:
+    log, clock, calls = InMemoryEventLog(), ManualClock(), list[str]()
+
+    @sl.tool(effect="idempotent", keyed=True)
+    def book(hotel: str, idempotency_key: str) -> str:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise Crash  # the process dies inside the call: the step is in doubt
+        return f"booked {hotel}"
+
+    with pytest.raises(Crash):
+        ledger_over(log, tools=[book], clock=clock).workflow("trip").step("b", book, hotel="h")
+    state = replay("trip", log.workflow_events("trip"))
+    log.append(on("trip", operators.pause(state, "ann", "", None, hold_recovery=True).body))
+    clock.advance(60)  # past the intent's deadline
+    held_open = ledger_over(log, tools=[book], clock=clock).workflow("trip")
+    assert held_open.state.steps["b"].in_doubt and len(calls) == 1  # not settled at the open
+    with pytest.raises(WorkflowPausedError):
+        held_open.step("b", book, hotel="h")
+    assert len(calls) == 1
+    state = replay("trip", log.workflow_events("trip"))
+    log.append(on("trip", operators.unpause(state, "bob", "", None).body, 1))
+    wf = ledger_over(log, tools=[book], clock=clock).workflow("trip")
+    assert wf.step("b", book, hotel="h") == "booked h" and calls[0] == calls[1]

@@ -64,7 +64,7 @@ def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
         if not held(guessed, spec):
             return go_on(guessed, spec)
         if not alone(guessed, claimed):
-            settle_known(guessed)
+            settle_at_open(guessed, spec)
         return guessed
     workflow = read_for_open(ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
@@ -94,7 +94,7 @@ async def aopen_workflow(
         if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
         elif not alone(guessed, claimed):
-            await off_loop(settle_known, guessed)
+            await off_loop(settle_at_open, guessed, spec)
         return guessed
     workflow: Workflow = await off_loop(read_for_open, ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
@@ -220,8 +220,20 @@ def go_on(workflow: Workflow, spec: WorkflowSpec) -> Workflow:
         workflow.record(started)
         return workflow
     claim(workflow, attempt, spec.reason, spec.operator)
-    settle_known(workflow)
+    settle_at_open(workflow, spec)
     return workflow
+
+
+def settle_at_open(workflow: Workflow, spec: WorkflowSpec) -> None:
+    """Settle the in-doubt steps a resume finds, unless an operator's pause holds recovery.
+
+    Held, a runner leaves them in doubt as the recovery daemons do: it is paused anyway, and
+    a step it asks for again is held before it is settled, so it is settled once unpaused.
+    An operator's own open (a cancel, a restart carried through) settles them: the operator
+    decided.
+    """
+    if workflow.state.recovery_held_by is None or spec.operator is not None:
+        settle_known(workflow)
 
 
 def claim(

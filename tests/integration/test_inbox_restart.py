@@ -85,6 +85,10 @@ def test_the_case_page_offers_the_restart_and_the_app_refuses_what_it_cannot_car
     assert plan.status_code == 200 and 'id="undo-first"' in plan.text
     lacking = bob.post("/workflows/rs-hold/restart", data=form(plan.text))
     assert lacking.status_code == 409 and "with hold_room, which this inbox has no" in lacking.text
+    # A new id naming a workflow the log holds (another fleet's): refused, nothing written.
+    crafted = {**hidden, "step": "charge", "as": "trip-old"}
+    taken = bob.post("/workflows/rs-ok/restart", data=crafted)
+    assert taken.status_code == 409 and "'trip-old' is in the step log already" in taken.text
     unknown = bob.post("/workflows/rs-ok/restart", data={**hidden, "step": "nope"})
     assert unknown.status_code == 409 and "recorded no step 'nope'" in unknown.text
     assert len(app.log.events) == written  # nothing was written

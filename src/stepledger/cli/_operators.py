@@ -23,7 +23,6 @@ from stepledger.cli._common import with_settings
 from stepledger.cli._identity import answerer
 from stepledger.cli._tools import NO_TOOLS, load_tools
 from stepledger.config import Settings
-from stepledger.domain import restart as restarting
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import LedgerStateError
 from stepledger.history.kafka import KafkaHistory
@@ -32,7 +31,7 @@ from stepledger.humanqueue.operators import (
     Operators,
     carry_cancel,
     carry_restart,
-    next_restart_id,
+    plan_restart,
 )
 from stepledger.log import KafkaEventLog
 from stepledger.producer import Ledger
@@ -185,7 +184,7 @@ def restart_command(
     try:
         operators = Operators(log, EventFactory(settings.fleet_id, settings.producer_id), history)
         state = operators.state(workflow_id)
-        plan = restarting.plan(state, step_id, new_id or next_restart_id(history, workflow_id))
+        plan = plan_restart(history, state, step_id, new_id)
     finally:
         log.close()
         history.close()

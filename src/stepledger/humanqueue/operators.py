@@ -97,6 +97,20 @@ class Operators:
         return done
 
 
+def plan_restart(
+    history: WorkflowHistory, state: WorkflowState, step_id: str, new_id: str | None
+) -> RestartPlan:
+    """The plan of restarting ``state``'s workflow from ``step_id`` as ``new_id`` (default
+    :func:`next_restart_id`); a new id the log already holds is refused (a restart makes a
+    new workflow, never writes into another)."""
+    if new_id and history.read(new_id).events:
+        raise LedgerStateError(
+            f"workflow {new_id!r} is in the step log already: a restart makes a new workflow",
+            workflow_id=state.workflow_id,
+        )
+    return restarting.plan(state, step_id, new_id or next_restart_id(history, state.workflow_id))
+
+
 def next_restart_id(history: WorkflowHistory, workflow_id: str) -> str:
     """The first ``ID.rN`` the log does not hold yet: a restart's new id by default."""
     for n in range(1, 100):

@@ -23,12 +23,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.templating import Jinja2Templates
 
 from stepledger.config import Settings
-from stepledger.domain import restart as restarting
 from stepledger.domain.restart import RestartPlan
-from stepledger.domain.state import WorkflowState
 from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.humanqueue.answers import Answerer
-from stepledger.humanqueue.operators import Operators, carry_restart, next_restart_id
+from stepledger.humanqueue.operators import Operators, carry_restart, plan_restart
 from stepledger.inbox import access
 from stepledger.inbox.auth import CSRF_FIELD, csrf_token, identity_of
 from stepledger.inbox.filters import an_id
@@ -72,7 +70,8 @@ class Restarts:
         if denied is not None:
             return denied
         try:
-            plan = await run_in_threadpool(self._plan, state, step_id, new_id)
+            history = self.answerer.history
+            plan = await run_in_threadpool(plan_restart, history, state, step_id, new_id)
         except StepLedgerError as exc:
             return _conflict(exc.message)
         if plan.refusal is not None:
@@ -96,10 +95,6 @@ class Restarts:
         except StepLedgerError as exc:
             return PlainTextResponse(f"503: not carried through: {exc.message}", 503)
         return PlainTextResponse(done)
-
-    def _plan(self, state: WorkflowState, step_id: str, new_id: str) -> RestartPlan:
-        new = new_id or next_restart_id(self.answerer.history, state.workflow_id)
-        return restarting.plan(state, step_id, new)
 
     def _lacking(self, plan: RestartPlan) -> str | None:
         """Why this inbox cannot compensate what the plan undoes first (None: it can)."""

@@ -12,6 +12,7 @@ tracked after the pause (an intent that raced it) is folded with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stepledger.domain import events as ev
@@ -51,6 +52,12 @@ class HeldWorkflows:
             held = self._held.get(wf)
             if held is not None and body.pause >= held.pause:
                 del self._held[wf]
+
+    def took_all(self, events: Sequence[ev.Event], values: Sequence[bytes], partition: int) -> None:
+        """The holds among a step's events (loaded, or read back), taken in log order."""
+        for event, value in zip(events, values, strict=True):
+            if isinstance(event.body, HOLDS):
+                self.took(event, value, partition)
 
     def of(self, workflow_id: str) -> tuple[ev.Event, bytes] | None:
         """The pause holding the workflow's recovery, as event and value (None: none)."""

@@ -118,7 +118,7 @@ class Tracker(CheckpointDiff):
         step = state.steps.get(key[1])
         if held or step is None:
             return
-        self._remember_holds(events, values, partition)
+        self._held.took_all(events, values, partition)
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
         tracked.took(step, self._due(state, step, tracked.arrival))
         self.steps[key] = tracked
@@ -228,7 +228,7 @@ class Tracker(CheckpointDiff):
             tracked = Tracked(judged.partition, arrival=judged.arrival)
             self._took(key, tracked, judged.values, judged.state)
             if judged.state.recovery_held_by is not None:
-                self._remember_holds(decoded(judged.values), judged.values, judged.partition)
+                self._held.took_all(decoded(judged.values), judged.values, judged.partition)
         return None if judged is None else judged.state
 
     def _took(self, key: StepKey, tracked: Tracked, values: Values, state: WorkflowState) -> None:
@@ -332,12 +332,6 @@ class Tracker(CheckpointDiff):
         if held is not None:
             events, values = [*events, held[0]], (*values, held[1])
         return Tracked(partition, values), replay(workflow_id, events)
-
-    def _remember_holds(self, events: Sequence[ev.Event], values: Values, partition: int) -> None:
-        """The holds of recovery among a step's events (loaded, or read back), in log order."""
-        for event, value in zip(events, values, strict=True):
-            if isinstance(event.body, HOLDS):
-                self._held.took(event, value, partition)
 
     def _decoder(self, workflow_id: str) -> Callable[[Values], list[ev.Event]]:
         return functools.partial(self._claims.decoded, workflow_id)

@@ -89,8 +89,9 @@ def test_a_held_step_is_not_due_until_the_unpause() -> None:
     tracker = Tracker(due)
     feed(tracker, [*opened(), on("a", held())])
     assert tracker.due(LATER, 10, {0}) == [] and KEY in tracker.steps
+    assert tracker.oldest_overdue_s(LATER) == 0.0 and tracker.open_count() == 1
     feed(tracker, [on("a", ev.WorkflowUnpaused(by="bob", pause=1), 1)])
-    assert tracker.due(LATER, 10, {0}) == [KEY]
+    assert tracker.due(LATER, 10, {0}) == [KEY] and tracker.oldest_overdue_s(LATER) > 0
     assert tracker.snapshot(KEY).recovery_hold.startswith("pause 1 by ann")
 
 

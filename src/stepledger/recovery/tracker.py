@@ -405,11 +405,12 @@ class Tracker(CheckpointDiff):
         return sum(1 for t in self.steps.values() if t.status in ACTIONABLE) + len(self.reopenings)
 
     def oldest_overdue_s(self, now: datetime) -> float:
-        """Seconds the most overdue open step is past its deadline (0 when none is)."""
+        """Seconds the most overdue open step is past its deadline (0 when none is); a step
+        an operator's pause holds (never due) is left undecided by their choice, not late."""
         late = [
             (now - t.deadline).total_seconds()
             for t in self.steps.values()
-            if t.status in ACTIONABLE and t.deadline is not None
+            if t.status in ACTIONABLE and t.deadline is not None and t.due is not None
         ]
         return max([0.0, *late])
 

@@ -17,6 +17,8 @@ before anything is read, then the workflow's fleet as the log gives it.
 
 from __future__ import annotations
 
+import functools
+
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -51,7 +53,12 @@ class Restarts:
     ) -> None:
         self.answerer, self.csrf_secret, self.templates = answerer, csrf_secret, templates
         self.tools = tools or ToolRegistry()
-        self.operators = Operators(answerer.log, answerer.factory, answerer.history)
+
+    @functools.cached_property
+    def operators(self) -> Operators:
+        """The operators' commands over the answerer's log and history (made at first use)."""
+        answerer = self.answerer
+        return Operators(answerer.log, answerer.factory, answerer.history)
 
     async def restart(self, request: Request) -> Response:
         """Show the plan of a restart from the posted step, or carry a confirmed one out."""

@@ -103,12 +103,15 @@ def plan_restart(
     """The plan of restarting ``state``'s workflow from ``step_id`` as ``new_id`` (default
     :func:`next_restart_id`); a new id the log already holds is refused (a restart makes a
     new workflow, never writes into another)."""
-    if new_id and history.read(new_id).events:
+    if not new_id:
+        return restarting.plan(state, step_id, next_restart_id(history, state.workflow_id))
+    plan = restarting.plan(state, step_id, new_id)  # what the old workflow refuses comes first
+    if history.read(new_id).events:
         raise LedgerStateError(
             f"workflow {new_id!r} is in the step log already: a restart makes a new workflow",
             workflow_id=state.workflow_id,
         )
-    return restarting.plan(state, step_id, new_id or next_restart_id(history, state.workflow_id))
+    return plan
 
 
 def next_restart_id(history: WorkflowHistory, workflow_id: str) -> str:

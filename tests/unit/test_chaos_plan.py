@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from click.testing import CliRunner
 
 from stepledger.cli import cli
@@ -39,3 +41,20 @@ def test_a_share_of_workflows_is_resumed_wording_its_free_text_otherwise() -> No
         kill, resume = workflow.kills
         assert kill is not None and kill.step in (1, 3) and resume is None  # charge or email
         assert workflow.label is CrashPoint.REWORDED_RESUME
+
+
+def test_the_report_stars_a_lake_catalogs_password() -> None:
+    from stepledger_dev.chaos import report
+    from stepledger_dev.chaos.harness import RunResult
+
+    plan = make_plan(3, 7, steps=2, max_attempts=3, broker_restarts=False)
+    result = RunResult(plan=plan, violations=[], status={})
+    options = {
+        "lake": "postgres:dbname=lake host=127.0.0.1 user=writer password=s3cret-pw",
+        "rebuild_lake": "postgres://writer:s3cret-pw@127.0.0.1:5432/fresh",
+        "seed": 7,
+    }
+    shown = report.as_json(result, options)
+    assert "s3cret-pw" not in json.dumps(shown)
+    assert shown["options"]["lake"].endswith("password=***") and shown["options"]["seed"] == 7
+    assert shown["options"]["rebuild_lake"] == "postgres://writer:***@127.0.0.1:5432/fresh"

@@ -222,7 +222,13 @@ def _lost_init_race(exc: duckdb.Error) -> bool:
 
 def _shown(config: LakeConfig) -> str:
     """The catalog without a password (for messages)."""
-    return re.sub(r"(password=)\S+|(:)[^:@/]+(@)", r"\1\2***\3", config.catalog)
+    return shown_catalog(config.catalog)
+
+
+def shown_catalog(catalog: str) -> str:
+    """A catalog DSN with its password starred (``password=...`` or ``user:...@``), for
+    messages and reports: a password never leaves the process."""
+    return re.sub(r"(password=)\S+|(:)[^:@/]+(@)", r"\1\2***\3", catalog)
 
 
 def schema_name(log: str) -> str:

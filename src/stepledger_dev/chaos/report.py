@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from stepledger.readers.lake import shown_catalog
 from stepledger_dev.chaos.harness import RunResult
 from stepledger_dev.chaos.plan import CrashPoint
 
@@ -33,7 +34,7 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
     return {
         "seed": result.plan.seed,
         "topic": result.topic,
-        "options": options,
+        "options": {k: _masked(k, v) for k, v in options.items()},
         "passed": not result.violations,
         "seconds": round(result.seconds, 1),
         "events": result.events,
@@ -54,6 +55,13 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
         "replay": f"stepledger chaos --workflows {len(result.plan.workflows)} "
         f"--seed {result.plan.seed}" + _members(options),
     }
+
+
+def _masked(name: str, value: Any) -> Any:
+    """An option as the report shows it: a lake catalog's password starred."""
+    if name in ("lake", "rebuild_lake") and isinstance(value, str):
+        return shown_catalog(value)
+    return value
 
 
 def _members(options: dict[str, Any]) -> str:

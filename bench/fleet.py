@@ -23,7 +23,8 @@ the rows' names and targets; docs/benchmarks.md, "A fleet", the budgets):
    intent's deadline + grace.
 
 ``python -m bench.fleet [--quick] [--bootstrap HOST:PORT] [--json FILE]``; ``python -m bench
---only fleet`` runs it on the run's broker.  ``--diagnose`` runs row 2 alone at 1 and 4
+--only fleet`` runs it on the run's broker; ``--freshness RATE [--processes P]`` runs row 3
+alone at RATE steps/s (half of what a full run sustained).  ``--diagnose`` runs row 2 alone at 1 and 4
 processes beside the same agents stepping a read-only tool (intent and outcome, no claim
 read back): what the read-back costs the clients and the brokers.
 """
@@ -191,6 +192,17 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     return rows
 
 
+def fresh_only(
+    rate: float, processes: int, quick: bool = False, bootstrap: str | None = None
+) -> list[Row]:
+    """Row 3 alone, at ``rate`` steps/s from ``processes`` agent processes (half a
+    sustained rate a full run measured): the projector's changes measured quickly."""
+    sizes = QUICK if quick else Sizes()
+    with cluster(quick, bootstrap) as where, tempfile.TemporaryDirectory() as tmp:
+        seen, missed, committed = freshness(where, rate, processes, sizes, Path(tmp))
+    return fleet_rows.freshness_rows(seen, missed, rate * 2, processes, committed)
+
+
 def diagnose(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
     """Where row 2's CPU goes: 1 and 4 processes of keyed steps beside the same steps of a
     read-only tool (an intent and an outcome, no claim read back) and raw clients."""
@@ -209,10 +221,22 @@ def main() -> None:
     parser.add_argument(
         "--diagnose", action="store_true", help="only row 2, beside a read-only tool's steps"
     )
+    parser.add_argument(
+        "--freshness",
+        type=float,
+        metavar="STEPS_PER_S",
+        help="only row 3, at this rate (half of a sustained rate a full run measured)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=4, help="agent processes of --freshness (default 4)"
+    )
     args = parser.parse_args()
     load, started = os.getloadavg()[0], time.time()
-    measure = diagnose if args.diagnose else run
-    rows = measure(quick=args.quick, bootstrap=args.bootstrap)
+    if args.freshness:
+        rows = fresh_only(args.freshness, args.processes, args.quick, args.bootstrap)
+    else:
+        measure = diagnose if args.diagnose else run
+        rows = measure(quick=args.quick, bootstrap=args.bootstrap)
     print(
         f"\nmachine: {machine()}; quick={args.quick}; {time.time() - started:.0f}s in all; "
         f"load average {load:.2f} -> {os.getloadavg()[0]:.2f}\n"

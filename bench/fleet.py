@@ -24,9 +24,9 @@ the rows' names and targets; docs/benchmarks.md, "A fleet", the budgets):
 
 ``python -m bench.fleet [--quick] [--bootstrap HOST:PORT] [--json FILE]``; ``python -m bench
 --only fleet`` runs it on the run's broker; ``--freshness RATE [--processes P]`` runs row 3
-alone at RATE steps/s (half of what a full run sustained).  ``--diagnose`` runs row 2 alone at 1 and 4
-processes beside the same agents stepping a read-only tool (intent and outcome, no claim
-read back): what the read-back costs the clients and the brokers.
+alone at RATE steps/s (half of what a full run sustained).  ``--diagnose`` runs row 2 alone
+at 1 and 4 processes beside the same agents stepping a read-only tool (intent and outcome,
+no claim read back): what the read-back costs the clients and the brokers.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ By default every session runs in the environment nox itself runs from (``venv_ba
 "none"``): make the dev virtualenv once and run nox from it, so no session installs anything
 and each starts at once::
 
-    python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]'
+    python3 -m venv .venv && . .venv/bin/activate && pip install uv && uv pip install -e '.[dev]'
     nox -s lint unit
 
 To have nox build isolated environments instead (one per session, ``.nox/<session>``), add

@@ -21,8 +21,10 @@ from confluent_kafka.admin import AdminClient
 import stepledger as sl
 from stepledger.config import Settings, config_text, load_settings, write_private
 from stepledger.errors import NotAuthorisedError, RecordRefusedError
+from stepledger.fleets import fleet_names, role_permissions
 from stepledger.kafka import DurableProducer, ensure_topics, topic_partitions
-from stepledger.kafka.provision import create_fleet
+from stepledger.kafka.provision import create_fleet, fleet_acls
+from stepledger.kafka.security import delete_acls
 from stepledger_dev.apache_kafka import KafkaBroker
 
 pytestmark = pytest.mark.kafka_only
@@ -175,3 +177,39 @@ def test_an_agent_reserves_on_its_fleets_budget_topic_and_another_fleets_cannot(
         steps = agent_steps(ledger.workflow("stolen"), spending=spending)
         with pytest.raises((NotAuthorisedError, RecordRefusedError), match=r"fa\.budget"):
             steps.model_turn_sync({"q": 1}, pytest.fail)
+
+
+def test_an_upgrade_adds_the_acls_a_release_needs_and_keeps_every_password(
+    secure_kafka: KafkaBroker, fleets: Path, src_env: dict[str, str]
+) -> None:
+    admin_file = fleets / "admin.toml"
+    admin = load_settings(config_file=admin_file, env={})
+    create_fleet(admin, "fc", fleets, partitions=2)
+    # A fleet made by an older release: its agent lacks the budget topic's ACLs.
+    budget = [p for p in role_permissions("fc", "agent") if p.name == fleet_names("fc").budget]
+    assert budget
+    delete_acls(admin, budget)
+    assert not set(budget) & set(fleet_acls(admin, "fc")["agent"])
+    before = (fleets / "fc-agent.toml").read_bytes()
+    done = subprocess.run(
+        [*CLI, "fleet", "upgrade", "fc", "--config", str(admin_file)],
+        capture_output=True, text=True, env=src_env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()[:-1]) == sorted(f"added: {p.describe()}" for p in budget)
+    assert set(budget) <= set(fleet_acls(admin, "fc")["agent"])
+    # The config written before the upgrade still works: no password changed.
+    assert (fleets / "fc-agent.toml").read_bytes() == before
+    with sl.Ledger(_role(fleets, "fc", "agent"), tools=[add]) as ledger:
+        assert ledger.workflow("upgraded", name="demo").step("add", add, n=1) == 2
+    again = subprocess.run(
+        [*CLI, "fleet", "upgrade", "fc", "--config", str(admin_file)],
+        capture_output=True, text=True, env=src_env, timeout=60, check=False,
+    )  # fmt: skip
+    assert again.stdout.strip().endswith("0 ACL(s) added; topics as this release needs them")
+    missing = subprocess.run(
+        [*CLI, "fleet", "upgrade", "nosuch", "--config", str(admin_file)],
+        capture_output=True, text=True, env=src_env, timeout=60, check=False,
+    )  # fmt: skip
+    assert missing.returncode != 0 and "no fleet 'nosuch'" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer
 
 from stepledger.config import Settings
 from stepledger.kafka import DurableProducer, ensure_topics
+from stepledger_dev import apache_kafka
 from stepledger_dev.apache_kafka import KafkaBroker, dist
 
 CLI = [sys.executable, "-m", "stepledger"]
@@ -221,3 +222,25 @@ def test_a_node_restarted_from_a_worker_thread_outlives_that_thread(tmp_path: Pa
         producer = DurableProducer(settings)
         assert producer.append(topic, b"k", b"v").offset == 0
         producer.close()
+
+
+@needs_java
+@kafka_only
+def test_a_broker_started_after_the_class_archive_is_made_maps_its_classes_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cache of its own (the jars linked from the shared one), so the archive is made here.
+    shared = dist.kafka_libs()
+    cache = tmp_path / "cache"
+    (cache / f"kafka-{dist.KAFKA_VERSION}").mkdir(parents=True)
+    (cache / f"kafka-{dist.KAFKA_VERSION}" / "lib").symlink_to(shared)
+    (cache / f"kafka-{dist.KAFKA_VERSION}" / "complete").write_text(dist.KAFKA_VERSION)
+    monkeypatch.setenv("STEPLEDGER_KAFKA_CACHE", str(cache))
+    archive = apache_kafka.archive_classes()
+    assert archive == dist.class_archive() and archive.stat().st_size > 1_000_000
+    assert not [p for p in archive.parent.iterdir() if p.name.startswith(".classes-")]
+    with KafkaBroker() as broker:
+        process = broker.members[0].process
+        assert process is not None
+        # Mapped, not only named: a JVM that refused the archive would not map it.
+        assert str(archive) in (Path("/proc") / str(process.pid) / "maps").read_text()

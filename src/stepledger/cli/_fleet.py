@@ -107,6 +107,20 @@ def create(
     click.echo(f"fleet {name}: quota per user and broker: {quota.describe()}")
 
 
+@fleet.command("upgrade")
+@click.argument("name", callback=lambda _c, _p, v: _name(v))
+@with_admin_settings
+def upgrade(settings: Settings, name: str) -> None:
+    """Bring fleet NAME's topics and ACLs to what this release needs (the CHANGELOG says
+    when); users, passwords, config files and quotas stay, so nothing running stops."""
+    from stepledger.kafka.provision import upgrade_fleet
+
+    added = upgrade_fleet(settings, name)
+    for permission in added:
+        click.echo(f"added: {permission.describe()}")
+    click.echo(f"fleet {name}: {len(added)} ACL(s) added; topics as this release needs them")
+
+
 @fleet.command("quota")
 @click.argument("name", callback=lambda _c, _p, v: _name(v))
 @quota_options(defaults=False)

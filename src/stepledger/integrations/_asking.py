@@ -83,9 +83,9 @@ class ModelTurns:
         fresh: list[Turn] = []
         if steps.model is None:
             self.costs.before_asking(None)
-            held = await asyncio.to_thread(self.costs.reserve, None)
+            held = await steps.workflow.ledger.off_loop(self.costs.reserve, None)
             fresh.append(self._asked(*(await ask())))  # failed: the estimate stands
-            await asyncio.to_thread(self.costs.settle, held, fresh)
+            await steps.workflow.ledger.off_loop(self.costs.settle, held, fresh)
             return fresh[0]
         tool, args = steps.model, {"request": self.digest(request)}
 
@@ -95,12 +95,12 @@ class ModelTurns:
         async with steps.lock:
             step_id = self._step(tool, args)
             self.costs.before_asking(step_id)
-            held = await asyncio.to_thread(self.costs.reserve, step_id)
+            held = await steps.workflow.ledger.off_loop(self.costs.reserve, step_id)
             try:
                 result = await steps.workflow.astep(step_id, tool, args, fn=asking)
             finally:
                 if fresh or held is None or _replayed(steps, step_id):
-                    await asyncio.to_thread(self.costs.settle, held, fresh)
+                    await steps.workflow.ledger.off_loop(self.costs.settle, held, fresh)
             if not fresh:
                 await steps.workflow.arecord(self.costs.reuse(step_id))
         return fresh[0] if fresh else self._turn(result)

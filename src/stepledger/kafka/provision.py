@@ -7,6 +7,9 @@ one SCRAM user per role with a random password, and each role's ACLs
 (:mod:`~stepledger.fleets.quotas`), then writes one config file per role,
 owner-only.  Running it again for an existing fleet gives each role a new password and keeps
 the topics: the old config files stop working, which is how an operator rotates them.
+``upgrade`` brings an existing fleet's topics and ACLs to what this release needs (a new
+topic, a new ACL) and touches no user, password, config file or quota: running agents and
+daemons keep their credentials through it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stepledger.config import Settings, config_text, write_private
+from stepledger.errors import ConfigError
 from stepledger.fleets.permissions import (
     ROLES,
     FleetNames,
@@ -27,7 +31,7 @@ from stepledger.fleets.permissions import (
     role_permissions,
 )
 from stepledger.fleets.quotas import Quota, fleet_users
-from stepledger.kafka import ensure_topics, topic_partitions
+from stepledger.kafka import ensure_topics, listed_topics, topic_partitions
 from stepledger.kafka.quotas import alter_user_quotas, user_quotas
 from stepledger.kafka.security import (
     acls_of,
@@ -70,6 +74,27 @@ def create_fleet(
         written.append(RoleConfig(role, user, path))
     set_fleet_quota(admin, name, quota or Quota())
     return written
+
+
+def upgrade_fleet(admin: Settings, name: str) -> list[Permission]:
+    """Make the topics and ACLs fleet ``name``'s roles need now; return the ACLs added.
+
+    Users, passwords, config files and quotas stay as they are.  A fleet whose users the
+    broker does not hold is refused (``create`` makes one).
+    """
+    if name not in list_fleets(admin):
+        raise ConfigError(f"no fleet {name!r} on this cluster: stepledger fleet create makes one")
+    names = fleet_names(name)
+    partitions = len(listed_topics(admin).get(names.step_log, [])) or 3
+    _ensure_fleet_topics(admin, names, partitions)
+    added = []
+    for role in ROLES:
+        needed = role_permissions(name, role)
+        held = set(acls_of(admin, f"User:{principal(name, role)}"))
+        missing = [permission for permission in needed if permission not in held]
+        create_acls(admin, missing)
+        added.extend(missing)
+    return added
 
 
 def set_fleet_quota(admin: Settings, name: str, quota: Quota) -> None:

@@ -12,9 +12,13 @@ tools (pivots, approvals) are enforced on every step.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from stepledger.config import Settings
 from stepledger.deadletters.events import EventLetterSink, KafkaEventLetters, MemoryEventLetters
@@ -45,6 +49,8 @@ from stepledger.resolution.hooks import HookPool
 from stepledger.resolution.registry import ToolRegistry
 from stepledger.timer import SYSTEM_TIMER, Timer
 from stepledger.wire import stepledger_version
+
+T = TypeVar("T")
 
 
 class Ledger:
@@ -181,12 +187,26 @@ class Ledger:
 
         A first run's started event is recorded on the loop, as :meth:`astart` records it.
         """
-        # Not asyncio.to_thread: its default pool has min(32, cores + 4) threads, so with
-        # more agents than that (6 on 2 cores) opens queued behind each other's reads.
-        if self._open_pool is None:
-            self._open_pool = ThreadPoolExecutor(_OPEN_THREADS, "stepledger-open")
         spec = _spec(name, read_only, max_attempts, plan, reason)
-        return await opening.aopen_workflow(self, workflow_id, spec, self._open_pool)
+        return await opening.aopen_workflow(self, workflow_id, spec, self._pool())
+
+    async def off_loop(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """Run ``fn(*args)``, which waits on the log or a person, on this ledger's threads.
+
+        Not asyncio.to_thread: its default pool has min(32, cores + 4) threads (6 on two
+        cores), shared with the application's own work, so agents on one loop waiting for
+        approvals, reads back or acknowledgements queued behind each other there.  Every
+        blocking part of an asyncio step, open and turn goes through here.
+        """
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await loop.run_in_executor(self._pool(), call)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._fleet_lock:
+            if self._open_pool is None:
+                self._open_pool = ThreadPoolExecutor(_BLOCKING_THREADS, "stepledger-wait")
+            return self._open_pool
 
     def start(
         self, workflow_id: str, *, name: str = "", read_only: bool = False, max_attempts: int = 5
@@ -234,8 +254,8 @@ class Ledger:
         self.close()
 
 
-#: Threads that open workflows for asyncio agents (``aworkflow``): opens wait on the log.
-_OPEN_THREADS = 64
+#: Threads that wait for asyncio agents (``off_loop``): on the log, a person, an ack.
+_BLOCKING_THREADS = 64
 
 #: Connect to every broker as soon as metadata names them, not when a request needs one:
 #: the idempotent producer's first id request then finds a broker up, and a resume's

@@ -11,7 +11,6 @@ acknowledged leaves its step in doubt in the log and the handle unusable (docs/g
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,7 +82,7 @@ class OutcomeLog:
         try:
             position = await self._session.log.append_async(event)
         except BaseException:
-            await asyncio.to_thread(self.settle_one, pending)  # may still be in flight
+            await self._session.off_loop(self.settle_one, pending)  # may still be in flight
             raise
         self.settle_one(pending)
         return position
@@ -115,7 +114,7 @@ class OutcomeLog:
         self.ensure_usable()
         pending = self.pending
         if pending is not None:
-            await asyncio.to_thread(self.settle_one, pending)
+            await self._session.off_loop(self.settle_one, pending)
 
     def settle_one(self, held: HeldOutcome) -> None:
         """Wait for one held outcome; it stays held until its wait gave an answer."""

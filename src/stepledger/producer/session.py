@@ -11,10 +11,10 @@ import one another in one direction only: ledger -> opening -> workflow -> helpe
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from stepledger.domain import events as ev
 from stepledger.domain.enums import WorkflowStatus
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from stepledger.resolution.hooks import HookPool
     from stepledger.resolution.registry import ToolRegistry
     from stepledger.timer import Timer
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,10 @@ class Session(Protocol):
     @property
     def fleet_budgets(self) -> FleetBudgets:
         """This process's reservations on its fleet's budget topic."""
+
+    async def off_loop(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """Run ``fn(*args)``, which waits on the log or a person, on the session's own
+        threads (never asyncio's default pool, shared with the application's work)."""
 
 
 class WorkflowHandle(Protocol):

@@ -150,7 +150,7 @@ async def _aanswer(workflow: StepHost, op: Op) -> Any:
     if isinstance(op, Settle):
         return await workflow.asettle_pending()
     if isinstance(op, Blocking):
-        return await asyncio.to_thread(op.fn, *op.args)
+        return await workflow.ledger.off_loop(op.fn, *op.args)
     if isinstance(op, Sleep):
         return await asyncio.sleep(op.seconds)
     if inspect.iscoroutinefunction(op.run):

@@ -276,6 +276,9 @@ class Workflow:
             # Settling or waiting for an approval reads the log: it must hold ours first.
             yield stepcall.Settle()
             move = yield stepcall.Blocking(self._prepare, (step_id, tool, args))
+        elif tool.requires_approval:
+            # Asking waits for a person (approval_wait_s): never on the event loop.
+            move = yield stepcall.Blocking(self._prepare, (step_id, tool, args))
         else:
             move = self._prepare(step_id, tool, args)
         if move.kind is MoveKind.REPLAY:

@@ -6,7 +6,7 @@ needs Java 17+ (and Maven the first time, to fill the cache; see ``dist``).
 
 from __future__ import annotations
 
-from stepledger_dev.apache_kafka.cluster import KafkaBroker, KafkaNode
+from stepledger_dev.apache_kafka.cluster import KafkaBroker, KafkaNode, archive_classes
 from stepledger_dev.apache_kafka.dist import KAFKA_VERSION, cache_root, java_executable, kafka_libs
 from stepledger_dev.apache_kafka.secure import Security
 
@@ -15,6 +15,7 @@ __all__ = [
     "KafkaBroker",
     "KafkaNode",
     "Security",
+    "archive_classes",
     "cache_root",
     "java_executable",
     "kafka_libs",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,12 @@ from pathlib import Path
 from types import TracebackType
 
 from stepledger.errors import BrokerError
-from stepledger_dev.apache_kafka.dist import KAFKA_VERSION, java_executable, kafka_libs
+from stepledger_dev.apache_kafka.dist import (
+    KAFKA_VERSION,
+    class_archive,
+    java_executable,
+    kafka_libs,
+)
 from stepledger_dev.apache_kafka.secure import Security
 from stepledger_dev.broker import LOOPBACK, free_port, wait_for_port
 
@@ -78,6 +84,14 @@ class KafkaBroker:
     """Secure the cluster (SASL/SCRAM clients, ACLs, this super user); None: open listeners."""
     members: list[KafkaNode] = field(default_factory=list)
     workdir: Path | None = None
+    jvm_options: tuple[str, ...] | None = None
+    """Options every JVM of this cluster adds; None: the class-data archive, once made."""
+
+    def _jvm(self) -> tuple[str, ...]:
+        if self.jvm_options is not None:
+            return self.jvm_options
+        archive = class_archive(self.version)
+        return (f"-XX:SharedArchiveFile={archive}",) if archive.is_file() else ()
 
     @property
     def client_settings(self) -> dict[str, str]:
@@ -105,7 +119,7 @@ class KafkaBroker:
         try:
             self._layout()
             extra = self.security.format_arguments() if self.security else []
-            _format_all(java, classpath, self.members, _cluster_id(), timeout, extra)
+            _format_all(java, classpath, self.members, _cluster_id(), timeout, extra, self._jvm())
             for node in self.members:
                 self._launch(java, classpath, node)
             self.wait_ready(timeout)
@@ -144,7 +158,7 @@ class KafkaBroker:
         try:
             node.process = subprocess.Popen(
                 [
-                    *_java_command(java, classpath, self.workdir, "kafka.Kafka"),
+                    *_java_command(java, classpath, self.workdir, "kafka.Kafka", self._jvm()),
                     str(node.directory / "server.properties"),
                 ],
                 stdout=log,
@@ -285,10 +299,38 @@ def _cluster_id() -> str:
     raise BrokerError("no usable Kafka cluster id", retryable=False)
 
 
-def _java_command(java: str, classpath: str, workdir: Path, main: str) -> list[str]:
+def archive_classes(version: str = KAFKA_VERSION, timeout: float = 60.0) -> Path:
+    """Make the broker's class-data archive once (Java 17's dynamic CDS), and return its path.
+
+    A one-node broker is started and stopped cleanly with ``-XX:ArchiveClassesAtExit``; the
+    archive is written beside the jars under a private name and renamed into place, so two
+    processes making it at once leave one whole archive.  Every later JVM of this launcher
+    starts with it (``_java_command``).
+    """
+    final = class_archive(version)
+    if final.is_file():
+        return final
+    staging = final.with_name(f".classes-{uuid.uuid4().hex}.jsa")
+    broker = KafkaBroker(nodes=1, version=version)
+    broker.jvm_options = (f"-XX:ArchiveClassesAtExit={staging}",)
+    try:
+        broker.start(timeout)
+        broker.stop()
+        if staging.is_file():
+            os.replace(staging, final)
+    finally:
+        broker.stop()
+        staging.unlink(missing_ok=True)
+    return final
+
+
+def _java_command(
+    java: str, classpath: str, workdir: Path, main: str, extra: tuple[str, ...]
+) -> list[str]:
     return [
         java,
         *JVM_OPTIONS,
+        *extra,
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={workdir / 'log4j2.properties'}",
         "-cp",
@@ -304,11 +346,12 @@ def _format_all(
     cluster_id: str,
     timeout: float,
     extra: list[str],
+    jvm: tuple[str, ...],
 ) -> None:
     """Format every node's storage (in parallel: each format is a JVM start)."""
     assert nodes
     workdir = nodes[0].directory.parent
-    command = _java_command(java, classpath, workdir, "kafka.tools.StorageTool")
+    command = _java_command(java, classpath, workdir, "kafka.tools.StorageTool", jvm)
     running = [
         (node, subprocess.Popen(
             [*command, "format", "-t", cluster_id, "-c", str(node.directory / "server.properties"),

@@ -10,7 +10,8 @@
 PostgreSQL 15 and ``moto_server`` on loopback (:mod:`stepledger_dev.lake_stack`).  Needs the
 ``[lake]`` extra's DuckDB (1.5.5): elsewhere it says why and measures nothing.
 
-``python -m bench.lake [--quick] [--bootstrap HOST:PORT]``
+``python -m bench.lake [--quick] [--events N] [--bootstrap HOST:PORT]``; ``--grouping``
+measures the table grouping instead (:mod:`bench.lake_grouping`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import Row, broker, cli, fresh_settings, median, percentile, produce_bulk
+from bench.common import Row, broker, fresh_settings, median, percentile, produce_bulk
 from bench.projector import projector_rate, workload
 from stepledger.errors import ConfigError
 from stepledger.projector.daemon import ProjectorOptions
@@ -182,5 +183,51 @@ def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None)
     ]
 
 
+def run_grouping(
+    bootstrap: str | None = None, *, partitions: int = 64, rows: int = 256_000, size: int = 2_000
+) -> list[Row]:
+    """One table per partition vs per group of partitions vs one table (``--grouping``)."""
+    from bench import lake_grouping
+
+    try:
+        extension_directory()
+    except ConfigError as exc:
+        print(f"[lake] skipped: {exc.message}", flush=True)
+        return []
+    with lake_stack() as stack:
+        os.environ.update(stack.env())
+        layouts = [
+            lake_grouping.measure(stack.new_lake(), layout, partitions, rows, size)
+            for layout in lake_grouping.LAYOUTS
+        ]
+    return lake_grouping.rows_of(layouts, partitions, rows)
+
+
+def main() -> None:
+    """``python -m bench.lake [--quick] [--events N] [--grouping [--partitions P]]``."""
+    import argparse
+
+    from bench.common import ENGINES, run_broker, table
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--bootstrap", help="use this broker instead of a local one")
+    parser.add_argument("--engine", choices=ENGINES, default="tansu", help="the local broker")
+    parser.add_argument("--events", type=int, help="events projected (default 1M, 10k quick)")
+    parser.add_argument(
+        "--grouping",
+        action="store_true",
+        help="measure the table grouping instead (a table per partition, per group, one)",
+    )
+    parser.add_argument("--partitions", type=int, default=64, help="with --grouping")
+    parser.add_argument("--rows", type=int, default=256_000, help="with --grouping")
+    args = parser.parse_args()
+    if args.grouping:
+        print(table(run_grouping(partitions=args.partitions, rows=args.rows)))
+        return
+    with run_broker(args.engine, args.bootstrap) as bootstrap:
+        print(table(run(quick=args.quick, bootstrap=bootstrap, n=args.events)))
+
+
 if __name__ == "__main__":
-    cli(run, __doc__)
+    main()

@@ -34,8 +34,8 @@ from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.events import Event
 from stepledger.domain.factory import EventFactory
 from stepledger.domain.tools import Tool
-from stepledger.history.kafka import FIRST_OFFSET, read_to_end
 from stepledger.history.protocol import Until
+from stepledger.history.records import FIRST_OFFSET, read_to_end
 from stepledger.kafka import Position, topic_partitions
 from stepledger.kafka.consumer import FAST_CONSUMER
 from stepledger.producer import Ledger, SnapshotTailReader, WorkflowReader

@@ -61,6 +61,8 @@ class Settings(BaseModel):
     ``<topic>.budget``)."""
     projector_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.PROJECTOR_ROLE)
     """The projector daemons' consumer group (default: ``<topic>.projector``)."""
+    lake_projector_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.LAKE_PROJECTOR_ROLE)
+    """The consumer group of the projectors into a lake (default: ``<topic>.lake-projector``)."""
     recovery_group: str = wire.derived_name(wire.STEP_LOG_TOPIC, wire.RECOVERY_ROLE)
     """The recovery daemons' consumer group (default: ``<topic>.recovery``)."""
     fleet_id: str = "default"
@@ -89,6 +91,10 @@ class Settings(BaseModel):
     is refused."""
     projection: str | None = None
     """The projector's DuckDB file: the SDK opens workflows from its snapshot plus a tail."""
+    lake: str | None = None
+    """The DuckLake the projectors commit to, by its PostgreSQL catalog (a libpq DSN or a
+    ``postgresql://`` URL; the bucket's key from the AWS variables): ``project`` writes it,
+    and the inbox and the CLI's workflow commands read the projection there."""
 
     @model_validator(mode="before")
     @classmethod
@@ -159,6 +165,7 @@ DERIVED_NAMES = {
     "recovery_state_topic": wire.RECOVERY_STATE_ROLE,
     "budget_topic": wire.BUDGET_ROLE,
     "projector_group": wire.PROJECTOR_ROLE,
+    "lake_projector_group": wire.LAKE_PROJECTOR_ROLE,
     "recovery_group": wire.RECOVERY_ROLE,
 }
 #: Settings no longer read: given (file, environment, flags or code), each is dropped with a

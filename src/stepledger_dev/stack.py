@@ -33,6 +33,7 @@ from stepledger.kafka import ensure_topics
 from stepledger.kafka.provision import create_fleet
 from stepledger.kafka.topics import checkpoint_topic_config, step_log_config
 from stepledger.projector.snapshot import latest_snapshot
+from stepledger.readers.lake import LakeConfig, connect_lake_reader
 from stepledger.readers.snapshots import connect_union, shard_snapshots
 from stepledger_dev.apache_kafka import KafkaBroker
 from stepledger_dev.apache_kafka.secure import Security
@@ -99,6 +100,9 @@ class StackOptions:
     ``fleet create``, and each child runs with its own role's config (least privilege)."""
     kafka: tuple[tuple[str, str], ...] = ()
     """The super user's client settings, for a stack on a secured cluster it did not start."""
+    lake: LakeConfig | None = None
+    """Project into this DuckLake (``project --lake``): every projector commits to it, each
+    with a state directory of its own; implies ``no_shared_state`` for everything else."""
 
     @property
     def scaled(self) -> bool:
@@ -291,9 +295,12 @@ class LocalStack:
         return [p for name, p in self.procs.items() if name.split("-")[0] == role]
 
     def _projector_argv(self, name: str) -> list[str]:
+        lake = self.options.lake
+        into = [] if lake is None else ["--lake", lake.catalog, "--data-path", lake.data_path]
         return [
             *STEPLEDGER,
             "project",
+            *into,
             "--db",
             str(self._projector_db(name)),
             "--snapshot-interval",
@@ -349,6 +356,8 @@ class LocalStack:
             STACK_MARK_ENV: self.mark,
             **{f"STEPLEDGER_{name.upper()}": value for name, value in self.options.names},
         }
+        if self.options.lake is not None:
+            env.update(_lake_env(self.options.lake))
         if self.options.secure:
             for key in _kafka_env(self.settings.kafka):
                 env.pop(key, None)
@@ -401,6 +410,8 @@ class LocalStack:
         return None if row is None else int(row[0])
 
     def _open_snapshots(self) -> duckdb.DuckDBPyConnection | None:
+        if self.options.lake is not None:  # what an analyst reads: the lake itself
+            return connect_lake_reader(self.options.lake, self.settings.topic)
         if self.options.no_shared_state:
             places = self.projections()
             found = any(shard_snapshots(p) for p in places)
@@ -463,6 +474,10 @@ class LocalStack:
         """How many processes the stack started, restarts by callers included."""
         return len(self._started) + sum(max(0, d.starts - 1) for d in self.procs.values())
 
+    def track(self, role: str, proc: subprocess.Popen[Any] | None) -> None:
+        """Stop this process with the stack (one the caller started beside the daemons)."""
+        self._track(role, proc)
+
     def _track(self, role: str, proc: subprocess.Popen[Any] | None) -> None:
         if proc is not None:
             self._started.append((role, proc))
@@ -494,6 +509,16 @@ def kill_marked(mark: str) -> list[int]:
         except (OSError, ValueError):
             continue  # gone, or not ours to read
     return killed
+
+
+def _lake_env(lake: LakeConfig) -> dict[str, str]:
+    """The bucket's key and endpoint as a lake projector reads them (``LakeConfig.from_env``)."""
+    return {
+        "AWS_ACCESS_KEY_ID": lake.s3_key_id,
+        "AWS_SECRET_ACCESS_KEY": lake.s3_secret,
+        "AWS_REGION": lake.s3_region,
+        "AWS_ENDPOINT_URL": lake.s3_endpoint,
+    }
 
 
 def _kafka_env(kafka: dict[str, str]) -> dict[str, str]:

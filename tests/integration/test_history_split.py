@@ -12,7 +12,8 @@ from stepledger.checkpoints.writer import Checkpointer
 from stepledger.config import Settings
 from stepledger.domain.tools import Tool
 from stepledger.history import kafka as histories
-from stepledger.history.kafka import KafkaHistory, read_to_end
+from stepledger.history.kafka import KafkaHistory
+from stepledger.history.records import read_to_end
 from stepledger.kafka import ensure_topics
 from stepledger.kafka.topics import checkpoint_topic_config
 from stepledger.log import codec_for

@@ -14,8 +14,8 @@ import pytest
 
 import stepledger as sl
 from stepledger.codec import Codec
-from stepledger.history import kafka as workflows
-from stepledger.history.kafka import read_to_end
+from stepledger.history import records as workflows
+from stepledger.history.records import read_to_end
 from stepledger.kafka import ensure_topics
 from stepledger.kafka.topics import step_log_config
 from stepledger_dev.broker import LocalBroker, S3Storage

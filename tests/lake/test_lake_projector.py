@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from stepledger.config import Settings
 from stepledger.deadletters.records import MemoryRecordLetters
 from stepledger.errors import ConfigError
 from stepledger.projector.boundary import ViewStore
+from stepledger.projector.daemon import ProjectorOptions
 from stepledger.projector.engine import Projector
 from stepledger.projector.lake import LakeDatabase, LakeFencedError, LakeStore
 from stepledger.projector.lake_shards import LakeShards
@@ -65,6 +67,28 @@ def test_the_lake_holds_what_the_file_holds(
     assert result.rows == [(len(table_contents(db)["steps"]),)]
     wf = log[0].workflow_id
     assert workflow_status(source, wf).workflow["workflow_id"] == wf
+
+
+def test_a_file_projector_and_a_lake_projector_on_defaults_each_project_every_partition(
+    make_settings: Factory, lake: LakeConfig, tmp_path: Path
+) -> None:
+    # Both on their default groups: a lake's projectors have one of their own, so neither
+    # takes partitions from the other (on one group each would see about half the log).
+    settings = make_settings(partitions=4)
+    db = tmp_path / "p.duckdb"
+    with (
+        projecting(settings, db, group="") as file_daemon,
+        projecting(settings, tmp_path / "unused.duckdb", lake=lake, group="") as lake_daemon,
+    ):
+        sent = produce_events(settings, random_log(23, 24))
+        file_daemon.wait_received(sent, timeout=45)
+        lake_daemon.wait_received(sent, timeout=45)
+    assert ProjectorOptions(lake=lake).for_settings(settings).group == (
+        f"{settings.topic}.lake-projector"
+    )
+    assert ProjectorOptions().for_settings(settings).group == f"{settings.topic}.projector"
+    assert sum(lake_offsets(lake, settings.topic).values()) == sent
+    assert read_lake(lake, settings.topic) == table_contents(db)
 
 
 def test_the_command_line_queries_a_lake_and_rebuilds_into_a_fresh_one(
@@ -285,3 +309,27 @@ def test_a_lake_written_by_an_older_schema_gets_the_new_tables_and_columns(
     finally:
         store.close()
         db.close()
+
+
+def test_projectors_started_at_once_on_a_fresh_lake_all_attach_it(lake: LakeConfig) -> None:
+    # Each creates the fresh lake's catalog tables; all but one lose on PostgreSQL's unique
+    # constraints ("duplicate key value"), and must attach the catalog the winner made.
+    ready = threading.Barrier(4)
+    attached: list[object] = []
+    failed: list[BaseException] = []
+
+    def attach() -> None:
+        ready.wait(10)
+        try:
+            attached.append(connect_lake(lake, read_only=False))
+        except BaseException as exc:
+            failed.append(exc)
+
+    threads = [threading.Thread(target=attach) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for con in attached:
+        con.close()  # type: ignore[attr-defined]
+    assert failed == [] and len(attached) == 4

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import duckdb
+
 from stepledger.domain import events as ev
 from stepledger.domain.enums import OutcomeStatus, Source, WorkflowStatus
 from stepledger.domain.tools import Found, Tool
+from stepledger_dev.chaos.analyst import read_cut
 from stepledger_dev.chaos.invariants import (
     Evidence,
     check_all,
@@ -13,6 +18,7 @@ from stepledger_dev.chaos.invariants import (
     replayed_from_zero_once,
     replayed_once_per_member,
 )
+from stepledger_dev.chaos.lake_run import analyst_violations
 from stepledger_dev.chaos.plan import SCALE_FAULTS, CrashPoint, make_plan
 from tests.unit.factories import factory
 
@@ -217,3 +223,72 @@ def test_a_scaled_plan_kills_stops_and_adds_members_of_both_groups_once() -> Non
     plain = make_plan(30, 1, steps=4, max_attempts=3, broker_restarts=False)
     assert plain.workflows == plan.workflows
     assert CrashPoint.RECOVERY_ADDED not in {f.point for f in plain.infra}
+
+
+def test_into_one_lake_each_partition_is_read_from_zero_once_whoever_owns_it_later() -> None:
+    # A later owner on another state directory continues from the lake's offset: a second
+    # replay from 0 (as a member without its shard does in the file mode) is a violation.
+    members = {"projector-0": {0: 1, 1: 1}, "projector-1": {}}
+    once = {"projector": {0: 1, 1: 1}, "recovery": {0: 1, 1: 1}}
+    lake = Evidence(
+        events=[],
+        partitions=2,
+        no_shared_state=True,
+        lake=True,
+        replays_from_zero=once,
+        projector_replays_by_member=members,
+    )
+    assert check_all(lake) == []
+    twice = {**once, "projector": {0: 2, 1: 1}}
+    found = check_all(replace(lake, replays_from_zero=twice))
+    assert [v.detail for v in found] == [
+        "projector: partition 0 replayed from offset 0 2 time(s), expected once"
+    ]
+
+
+def test_a_plan_draws_scale_faults_only_for_groups_with_a_member_to_spare() -> None:
+    plan = make_plan(
+        8,
+        4,
+        steps=4,
+        max_attempts=3,
+        broker_restarts=False,
+        scaled=True,
+        scaled_roles=("projector",),
+    )
+    assert sorted(f.point.value for f in plan.infra) == [
+        "consumer:sigstop_sigcont",
+        "projector:added",
+        "projector:mid_batch",
+    ]
+
+
+def test_the_analyst_flags_a_read_whose_tables_are_at_different_offsets() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE offsets (topic VARCHAR, partition INTEGER, next_offset BIGINT)")
+    con.execute("CREATE TABLE events (topic VARCHAR, partition INTEGER, log_offset BIGINT)")
+    con.execute("CREATE TABLE steps (workflow_id VARCHAR, step_id VARCHAR)")
+    con.execute("CREATE TABLE workflows (workflow_id VARCHAR, steps INTEGER)")
+    con.execute("INSERT INTO offsets VALUES ('t', 0, 2), ('t', 1, 0)")
+    con.execute("INSERT INTO events VALUES ('t', 0, 0), ('t', 0, 1)")
+    con.execute("INSERT INTO steps VALUES ('w', 'a'), ('w', 'b')")
+    con.execute("INSERT INTO workflows VALUES ('w', 2)")
+    cut = read_cut(con)
+    assert cut == {
+        "partitions": 2,
+        "records": 2,
+        "workflows": 1,
+        "partitions_apart": 0,
+        "workflows_apart": 0,
+    }
+    assert analyst_violations([cut] * 3) == []
+    # Rows past their partition's offset, and a workflow read before its newest step.
+    con.execute("INSERT INTO events VALUES ('t', 1, 0)")
+    con.execute("INSERT INTO steps VALUES ('w', 'c')")
+    apart = read_cut(con)
+    assert (apart["partitions_apart"], apart["workflows_apart"]) == (1, 1)
+    found = analyst_violations([cut, apart, cut])
+    assert [v.invariant for v in found] == ["analyst_consistent_cut"]
+    # An analyst that never read the lake (always an error) proves nothing.
+    never = analyst_violations([{"error": "no tables yet"}] * 5)
+    assert [v.invariant for v in never] == ["analyst_read_the_lake"]

@@ -122,6 +122,16 @@ FIXED = {
         "forgotten_claims",
         "compensation_by_owner",
     ),
+    # A second runner whose clock runs 1.5 s ahead of the first's resumes w1 after the first
+    # was killed in its capture. Switched off (the writer's recorded deadline): it settles
+    # the capture 404 ms before the deadline by the broker's clock.
+    "agents_clocks_apart": (
+        '{"seed":48,"partitions":1,"actors":[["a1","paynotify","w1",0,[]],'
+        '["a1b","paynotify","w1",46,[]],["recovery","recovery","",0,[]]],'
+        '"faults":[[-1,"kill","a1",100],[0,"skew","a1",-1512]],"turns":75,"defects":[]}',
+        "resume_by_writer_clock",
+        "no_early_decision",
+    ),
     # The daemon's wall clock steps 3 s forward after it read an intent. Switched off (due
     # times on the wall clock): the step is decided 954 ms early.
     "daemon_clock_steps": (
@@ -134,13 +144,15 @@ FIXED = {
     ),
     # A process past the resume limit dead-letters w1 while a1b.3 owns it and is about to
     # refund the charge (recovery cancelled the booking). Switched off (no claim before the
-    # dead letter): the refund is made after the workflow ended.
+    # dead letter): the refund is made after the workflow ended. (Two kills 0.5 s and 1 s
+    # longer than seed 285 drew: since a resume settles by the broker's append times, the
+    # drawn ones no longer line the dead letter up with the refund.)
     "dead_letter_while_owner_lives": (
         '{"seed":285,"partitions":3,"actors":[["a1","trip","w1",0,[]],'
         '["a1b","trip","w1",68,[]],["recovery","recovery","",0,[]],'
         '["projector","projector","",0,[]],["people","people","",0,[]],'
-        '["other","other","",0,[]]],"faults":[[-101,"kill","a1b",3000],[-2,"kill","a1",3000],'
-        '[-1,"kill","a1b",1000],[7,"kill","a1",3000]],"turns":600,"defects":[],'
+        '["other","other","",0,[]]],"faults":[[-101,"kill","a1b",3500],[-2,"kill","a1",3000],'
+        '[-1,"kill","a1b",1000],[7,"kill","a1",4000]],"turns":600,"defects":[],'
         '"agent_skew_ms":0}',
         "unclaimed_dead_letter",
         "compensation_by_owner",

@@ -1,10 +1,11 @@
 """Schedules the simulator found with a second runner of every trip, pinned (shrunk).
 
 - Seed 94, a runner paused between stamping its email intent and its append: a resuming
-  agent abandons the step after the writer's own deadline plus the grace, but before the
-  broker's append time plus the timeout.  Nothing was early: ``no_early_decision`` now
-  measures the writer's budget, which began at the stamp; measured from the append, the
-  replay breaks it.
+  agent going by the recorded times (as it did then, and still does on a log the broker
+  does not stamp) abandons the step after the writer's own deadline plus the grace, but
+  before the broker's append time plus the timeout.  Nothing was early:
+  ``no_early_decision`` now measures the writer's budget, which began at the stamp;
+  measured from the append, the replay breaks it.
 - Seed 120, the recovery daemon killed between its compensation claim and the outcome:
   the restarted daemon counts the step as arrived at the take-over (one more timeout at
   most, the bound ``decided_within_bound`` states), and a late outcome the fold refused
@@ -69,14 +70,19 @@ def _by_the_append(self: Monitor, intent: Record, body: ev.StepIntended) -> int:
 
 
 def test_a_late_append_moves_no_writers_deadline_and_a_settling_after_it_is_not_early() -> None:
-    outcome = world.run(Plan.decode(LATE_APPEND))
+    assert not world.run(Plan.decode(LATE_APPEND)).failed
+    # A resuming agent going by the recorded times (as it still does where the broker
+    # stamps nothing, and did before it went by the broker's) settles between the writer's
+    # deadline by its stamp and the append plus the timeout: not early.
+    by_recorded = replace(Plan.decode(LATE_APPEND), defects=("resume_by_writer_clock",))
+    outcome = world.run(by_recorded)
     assert not outcome.failed, [v.line() for v in outcome.violations]
     told = "\n".join(outcome.trace)
     assert "a1b        FAULT freeze 1000" in told and "a1         step_abandoned w1/email" in told
     assert "EFFECT email" not in told  # a1b's budget ran out while it was paused
     # Measured from the append instead, the same run reads as an early decision.
     with mock.patch.object(Monitor, "_deadline_ms", _by_the_append):
-        before = world.run(Plan.decode(LATE_APPEND))
+        before = world.run(by_recorded)
     assert before.failed and before.violations[0].invariant == "no_early_decision"
     assert "agent a1 wrote step_abandoned on email" in before.violations[0].detail
 
@@ -112,6 +118,8 @@ def test_a_step_open_at_a_take_over_is_decided_within_one_more_timeout() -> None
     # With a refused late outcome starting the compensation's wait again, the decision comes
     # past the bound from the intent, though within the take-over's allowance: the unit test
     # in test_one_clock.py guards that fix.
-    found, strict = _bounds(TAKEN_OVER, ("refused_event_waits",))
+    # (The schedule was drawn while a resuming agent settled by the writers' recorded
+    # times: its interleaving needs that back, ``resume_by_writer_clock``.)
+    found, strict = _bounds(TAKEN_OVER, ("refused_event_waits", "resume_by_writer_clock"))
     assert not found
     assert [v.invariant for v in strict] == ["decided_within_bound"], strict

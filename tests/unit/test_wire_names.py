@@ -30,6 +30,7 @@ PINNED = {
     "CHECKPOINT_ROLE": "checkpoints",
     "RECOVERY_STATE_ROLE": "recovery-state",
     "PROJECTOR_ROLE": "projector",
+    "LAKE_PROJECTOR_ROLE": "lake-projector",
     "RECOVERY_ROLE": "recovery",
     "WORKFLOW_READER_ROLE": "workflow-reader",
     "WORKFLOW_INDEX_ROLE": "workflow-index",
@@ -113,6 +114,7 @@ def test_defaults_and_groups_use_the_pinned_names() -> None:
     assert settings.checkpoint_topic == "stepledger.events.checkpoints"
     assert settings.recovery_state_topic == "stepledger.events.recovery-state"
     assert settings.projector_group == "stepledger.events.projector"
+    assert settings.lake_projector_group == "stepledger.events.lake-projector"
     assert settings.recovery_group == "stepledger.events.recovery"
     assert settings.budget_topic == "stepledger.events.budget"
     assert settings.group("workflow-index") == "stepledger.events.workflow-index"
@@ -165,7 +167,7 @@ def test_two_step_logs_on_defaults_share_no_state_topic_nor_group() -> None:
     topic, recovery changelog and groups) unless an operator changed them one by one."""
     a, b = Settings(topic="orders"), Settings(topic="refunds")
     names = ("dlq_topic", "checkpoint_topic", "recovery_state_topic")
-    groups = ("projector_group", "recovery_group")
+    groups = ("projector_group", "lake_projector_group", "recovery_group")
     for name in (*names, *groups):
         assert getattr(a, name) != getattr(b, name), name
         assert getattr(a, name).startswith("orders.")  # one prefix covers a deployment

@@ -27,6 +27,12 @@ TOKEN_ON_COMMAND_LINE = (
     show_default=True,
     help="The projector's DuckDB file; its published snapshot is what the inbox reads.",
 )
+@click.option(
+    "--lake",
+    metavar="CATALOG_DSN",
+    help="Read the DuckLake the projectors commit to instead of --db (Settings.lake; the "
+    "bucket's key from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, help="Port (0: a free one).")
 @click.option(
@@ -84,6 +90,7 @@ TOKEN_ON_COMMAND_LINE = (
 def inbox_command(
     settings: Settings,
     db_path: Path,
+    lake: str | None,
     host: str,
     port: int,
     metrics_port: int | None,
@@ -102,6 +109,7 @@ def inbox_command(
     append.
     """
     from stepledger.inbox.server import ServeOptions, serve
+    from stepledger.readers.lake import configured_lake
     from stepledger.resolution.registry import load_registries
 
     source = click.get_current_context().get_parameter_source("token")
@@ -112,6 +120,7 @@ def inbox_command(
     tools = load_registries(tool_specs, entry_points_too=False) if tool_specs else None
     options = ServeOptions(
         db_path=db_path,
+        lake=configured_lake(lake or settings.lake, settings.topic),
         host=host,
         port=port,
         token=token,

@@ -85,7 +85,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--group",
     envvar="STEPLEDGER_PROJECTOR_GROUP",
-    help="Consumer group id [default: TOPIC.projector].",
+    help="Consumer group id [default: TOPIC.projector; with --lake TOPIC.lake-projector].",
 )
 @click.option(
     "--batch-size",
@@ -147,7 +147,7 @@ def project(settings: Settings, **opts: Any) -> None:
     options = ProjectorOptions(
         db_path=opts["db_path"],
         topics=(settings.topic, *opts["extra_topics"]),
-        group=opts["group"] or settings.projector_group,
+        group=opts["group"] or "",
         batch_size=opts["batch_size"],
         batch_timeout_s=opts["batch_timeout"],
         snapshot_interval_s=opts["snapshot_interval"],
@@ -156,11 +156,16 @@ def project(settings: Settings, **opts: Any) -> None:
         memory_limit=opts["memory_limit"],
         instance_id=opts["instance_id"],
         group_protocol=opts["group_protocol"],
-        lake=LakeConfig.from_env(opts["lake"], opts["data_path"]) if opts["lake"] else None,
+        lake=_lake(opts["lake"] or settings.lake, opts["data_path"]),
     )
     metrics = ProjectorMetrics()
     serve_probes(opts["metrics_port"], metrics.health, metrics.registry)
     run_projector(settings, options, shutdown=Shutdown().install(), metrics=metrics)
+
+
+def _lake(catalog: str | None, data_path: str) -> LakeConfig | None:
+    """The lake given by --lake or ``Settings.lake`` (None: the file mode, the default)."""
+    return LakeConfig.from_env(catalog, data_path) if catalog else None
 
 
 @click.command("rebuild")

@@ -40,6 +40,7 @@ from stepledger.history.protocol import WorkflowHistory
 from stepledger.humanqueue.answers import CLI_NOTE, Answerer, ensure_counted
 from stepledger.humanqueue.cases import approval_case
 from stepledger.log import KafkaEventLog
+from stepledger.readers.lake import configured_lake
 from stepledger.terminal import safe
 
 
@@ -54,7 +55,11 @@ def _db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def reader_for(settings: Settings, db_path: Path | None) -> WorkflowHistory:
-    """The snapshot and its tail when a projection is named, else the step log's history."""
+    """The lake (``Settings.lake``) or the snapshot and its tail when a projection is named,
+    else the step log's history."""
+    lake = configured_lake(settings.lake, settings.topic)
+    if lake is not None:
+        return KafkaHistory(settings, role="reader", snapshot=lake)
     if db_path is None:
         return KafkaHistory(settings, role="reader")
     return KafkaHistory(settings, role="reader", snapshot=db_path)

@@ -16,6 +16,7 @@ the arrival, however far the writer's clock is off.
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -103,6 +104,42 @@ class Arrival:
     def after(self, moment: datetime) -> Arrival:
         """The arrival once one more event (not an intent) of the step came at ``moment``."""
         return Arrival(self.intent, moment)
+
+
+def arrived(arrival: Arrival | None, event: ev.Event, at: datetime | None) -> Arrival | None:
+    """A step's arrival once one more of its events reached the decider ``at`` (None: when
+    is not known).
+
+    An event whose arrival is not known leaves none known: the step's waits then go by the
+    recorded times rather than by two clocks mixed (a known one after it starts afresh, a
+    later bound of the intent's arrival too).
+    """
+    if at is None:
+        return None
+    if isinstance(event.body, ev.StepIntended) or arrival is None:
+        return Arrival(at, at)
+    return arrival.after(at)
+
+
+def step_arrivals(
+    events: Iterable[ev.Event], at: Mapping[str, datetime], refused: Container[str] = ()
+) -> dict[str, Arrival]:
+    """Each step's arrival from its events in log order and when each reached the decider
+    (by event id); a step whose latest event's arrival is not known has none.
+
+    Only an event the fold took begins a wait, as for the recovery daemon: one it refused
+    (``refused``: its anomalies' event ids; a zombie's intent, a late outcome) and a
+    duplicate leave the step's waits where they were.
+    """
+    found: dict[str, Arrival | None] = {}
+    seen: set[str] = set()
+    for event in events:
+        step_id, event_id = event.step_id, event.event_id
+        if step_id is None or event_id in seen or event_id in refused:
+            continue
+        seen.add(event_id)
+        found[step_id] = arrived(found.get(step_id), event, at.get(event_id))
+    return {step_id: arrival for step_id, arrival in found.items() if arrival is not None}
 
 
 def retry_delay(attempts: int, tool: Tool | None, base_s: float) -> timedelta:

@@ -147,7 +147,7 @@ _TOPICS: dict[Role, dict[str, tuple[Operation, ...]]] = {
     },
 }
 _GROUPS: dict[Role, tuple[str, ...]] = {
-    "projector": (wire.PROJECTOR_ROLE,),
+    "projector": (wire.PROJECTOR_ROLE, wire.LAKE_PROJECTOR_ROLE),
     "recovery": (wire.RECOVERY_ROLE,),
     "checkpointer": (wire.CHECKPOINTER_ROLE,),
 }

@@ -30,8 +30,10 @@ in docs/benchmarks.md ("The Kafka history's tail index"); here each keeps its re
   a catch-up that sees neither a record nor an end for a while takes a five times longer
   wait, up to a plain consumer's ``fetch.wait.max.ms`` (the dev broker answers no fetch
   before its wait when assembling the answer takes longer).
-- Kept records: the values of workflows not finished yet (up to ``max_kept_bytes``), so
-  opening a workflow the index read past earlier needs no second read of its partition.
+- Kept records: the values of workflows not finished yet (up to ``max_kept_bytes``), with
+  their timestamps (a resume judges deadlines on the broker's append times,
+  :mod:`stepledger.history.clock`), so opening a workflow the index read past earlier
+  needs no second read of its partition.
 
 Memory is bounded: past ``max_keys`` workflow keys a partition is no longer indexed and its
 lookups answer "from the beginning" (a full read of the partition: correct, slower); past
@@ -53,6 +55,8 @@ from stepledger.kafka.reader import PartitionReader, starved_after
 from stepledger.kafka.records import Consumed, Polled, Where
 
 Partition = Where
+Stored = tuple[bytes, tuple[int, int]]
+"""A record's value and its timestamp as the client gave it (``(type, milliseconds)``)."""
 
 #: Workflow keys indexed per reader before a partition falls back to full reads (~100 B each).
 MAX_KEYS = 250_000
@@ -99,8 +103,8 @@ class Lookup:
     """The offset of the key's first record (None: the partition has none)."""
     seen_from: int | None = None
     """Where the covering catch-up started reading: the records below it were not seen."""
-    records: list[bytes] = field(default_factory=list)
-    """The values of the key's records the covering catch-up read, in log order."""
+    records: list[Stored] = field(default_factory=list)
+    """The key's records the covering catch-up read (values and stamps), in log order."""
     from_zero: bool = False
     """The index has read the partition from offset 0: a record it never saw never existed."""
     done: bool = False
@@ -128,7 +132,7 @@ class _Kept:
 
     def __init__(self, since: int) -> None:
         self.since = since
-        self.values: dict[bytes, list[bytes]] = {}
+        self.values: dict[bytes, list[Stored]] = {}
 
 
 class PartitionIndex:
@@ -280,7 +284,7 @@ class PartitionIndex:
             if kept is None or first < kept.since:
                 return None
             values = kept.values.get(key)
-            return None if values is None or len(values) > MAX_TAILED else list(values)
+            return None if values is None or len(values) > MAX_TAILED else [v for v, _ in values]
 
     def begin(self, partition: Partition, offset: int) -> bool:
         """Read a partition never read from ``offset`` on (not its log start): the checkpoint
@@ -430,7 +434,7 @@ class PartitionIndex:
                 continue
             read.add(where)
             for found in keep.get((where, record.key or b""), ()):
-                found.records.append(record.value or b"")
+                found.records.append((record.value or b"", record.timestamp))
         return read
 
     def _reached(
@@ -633,10 +637,10 @@ class PartitionIndex:
                 return  # dropped when it finished, or it began before ``since``
             if _finished(record):
                 dropped = kept.values.pop(key, None) or []
-                self._kept_bytes -= sum(len(v) for v in dropped)
+                self._kept_bytes -= sum(len(v) for v, _ in dropped)
                 return
             value = record.value or b""
-            kept.values.setdefault(key, []).append(value)
+            kept.values.setdefault(key, []).append((value, record.timestamp))
             self._kept_bytes += len(value)
             if self._kept_bytes > self.max_kept_bytes:
                 # Forget everything kept; every partition keeps again from where it is now.

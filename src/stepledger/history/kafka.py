@@ -28,33 +28,42 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from stepledger import wire
 from stepledger.checkpoints.points import Covering
 from stepledger.codec import Codec
 from stepledger.config import Settings
 from stepledger.domain.events import Event
-from stepledger.errors import BrokerError, StepLedgerError
+from stepledger.domain.factory import utc_now
+from stepledger.errors import BrokerError, ViewStoreError
+from stepledger.history.clock import AppendClock
 from stepledger.history.guard import HistoryGuard
 from stepledger.history.index import PartitionIndex
 from stepledger.history.protocol import History, Until
+from stepledger.history.records import (
+    FIRST_OFFSET,
+    Stamps,
+    decoded,
+    decoded_stored,
+    follow_partition,
+    read_to_end,
+    where_of,
+)
 from stepledger.kafka import Position, listed_topics
 from stepledger.kafka.partitioner import configured, partition_of
-from stepledger.kafka.reader import PartitionReader, records_to_end
 from stepledger.kafka.topics import check_retention
 from stepledger.log import codec_for
 
+if TYPE_CHECKING:  # imported when a lake is read: the SDK needs DuckDB only then
+    from stepledger.readers.lake import LakeSource
+
 logger = logging.getLogger(__name__)
 
-Starts = dict[tuple[str, int], int]
 
-#: Where a scan starts: offset 0, not the logical "beginning" (a ListOffsets round); an
-#: offset removed by retention is reset to the earliest one (``auto.offset.reset``).
-FIRST_OFFSET = 0
-#: A read never waits longer than this to reach the end of the partitions it reads.
-READ_LIMIT_S = 120.0
 #: A partition is read from the checkpoint directory's progress on (not from its start)
 #: when the directory vouches for at least this many of its records; below, indexing them
 #: costs about what a directory lookup does (docs/benchmarks.md).
@@ -84,11 +93,19 @@ class KafkaHistory:
         codec: Codec | None = None,
         *,
         role: str = "sdk",
-        snapshot: str | Path | None = None,
+        snapshot: str | Path | LakeSource | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.settings = settings
-        self.snapshot = None if snapshot is None else Path(snapshot)
-        """The projector's database whose published snapshot is the workflows' head."""
+        self.clock = clock
+        """The reader's clock: ``History.appended`` is on it (the SDK passes its own)."""
+        self.appends = AppendClock()
+        """The reader's lead over the broker, learned from every stamped record it read."""
+        self.snapshot: Path | LakeSource | None = (
+            snapshot if snapshot is None or isinstance(snapshot, Path) else _projection(snapshot)
+        )
+        """The projection that is the workflows' head: the projector's database (its
+        published snapshot) or the lake the projectors commit to."""
         self.codec = codec or codec_for(settings)
         self.role = role
         """Who reads (named in a retention refusal)."""
@@ -115,30 +132,38 @@ class KafkaHistory:
         completed from the workflow's checkpoint, or HistoryExpiredError.
         """
         check_retention(self.settings, self.role)
+        stamps: Stamps = []
         mine = self._workflow_partitions(workflow_id)
         if self.snapshot is not None:
-            events = self._snapshot_and_tail(workflow_id, mine, self.snapshot)
+            events = self._snapshot_and_tail(workflow_id, mine, self.snapshot, stamps)
             if events is not None:
-                return History(events)
+                return History(events, appended=self._appended(stamps))
         if len(mine) != 1:
-            return History(self._scan(workflow_id, mine))
+            return History(self._scan(workflow_id, mine, stamps), appended=self._appended(stamps))
         home = mine[0]
         split, covering = self._split(home, workflow_id)
-        bound = None if through is None or _where(through) != home else through.offset
-        events, complete, whole, end = self._read_home(workflow_id, home, bound)
+        bound = None if through is None or where_of(through) != home else through.offset
+        events, complete, whole, end = self._read_home(workflow_id, home, bound, stamps)
         if split is not None:
             # Read whole after the split: the checkpoints give what lies at or below it.
             after = complete and self.index.began(home) == split + 1
             below = self._below(home, workflow_id, split, covering) if after else None
             if below is not None:
                 seen = {e.event_id for e in below}
-                return History(below + [e for e in events if e.event_id not in seen], end, True)
+                events = below + [e for e in events if e.event_id not in seen]
+                return History(events, end, True, self._appended(stamps))
             # Not vouched for now (or offsets skipped under the index): from the start.
-            events = read_to_end(self.settings, self.codec, {home: FIRST_OFFSET}, workflow_id)[0]
+            starts = {home: FIRST_OFFSET}
+            events = read_to_end(self.settings, self.codec, starts, workflow_id, stamps)[0]
             whole = False
         if not whole:
             events = self.guard.complete(workflow_id, home[1], events)
-        return History(events, end, whole=True)
+        return History(events, end, whole=True, appended=self._appended(stamps))
+
+    def _appended(self, stamps: Stamps) -> dict[str, datetime]:
+        """When the events a read decoded were appended, on the reader's clock (taken now:
+        after every record of the read was read)."""
+        return self.appends.read(stamps, self.clock())
 
     def _split(self, home: tuple[str, int], workflow_id: str) -> tuple[int | None, Covering | None]:
         """Where the index reads the partition on after (None: from its start), decided at
@@ -214,7 +239,7 @@ class KafkaHistory:
     def wrote(self, workflow_id: str, position: Position) -> None:
         """Note that this process recorded a claim or an end of the workflow at ``position``."""
         if self._known is not None:
-            self.index.wrote(_where(position), workflow_id.encode(), position.offset)
+            self.index.wrote(where_of(position), workflow_id.encode(), position.offset)
 
     def close(self) -> None:
         """Close the index's consumer and the guard's clients."""
@@ -222,7 +247,7 @@ class KafkaHistory:
         self.guard.close()
 
     def _read_home(
-        self, workflow_id: str, home: tuple[str, int], bound: int | None
+        self, workflow_id: str, home: tuple[str, int], bound: int | None, stamps: Stamps
     ) -> tuple[list[Event], bool, bool, Position | None]:
         """The workflow's events in its partition; whether every record of it the index began
         at; whether whole for certain; where read to."""
@@ -233,17 +258,21 @@ class KafkaHistory:
         position = None if end is None else Position(home[0], home[1], end)
         if found.complete:
             # The catch-up saw every record of the workflow (or there are none).
-            events = decoded(found.records, self.codec)
+            events = decoded_stored(found.records, self.codec, stamps)
             read = self.index.records - indexed
             self.last = ReadStats(0, read, len(events), time.perf_counter() - began)
             return events, True, found.whole, position
         starts = {home: found.first or FIRST_OFFSET}
-        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id, stamps)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events, False, False, position
 
     def _snapshot_and_tail(
-        self, workflow_id: str, mine: list[tuple[str, int]], projection: Path
+        self,
+        workflow_id: str,
+        mine: list[tuple[str, int]],
+        projection: Path | LakeSource,
+        stamps: Stamps,
     ) -> list[Event] | None:
         """The workflow's events from the projector's snapshot, then its partition's tail
         after the snapshot's offset (only the shards of its partitions are opened); None
@@ -257,7 +286,16 @@ class KafkaHistory:
 
         began = time.perf_counter()
         source: str | None
-        if is_shard_dir(projection):
+        if not isinstance(projection, Path):  # the lake: every partition at one snapshot
+            from stepledger.readers.lake import workflow_events_from_lake
+
+            try:
+                stored, offsets = workflow_events_from_lake(projection, workflow_id, self.codec)
+            except ViewStoreError as exc:  # no table set yet, or the lake out of reach
+                logger.info("%s: reading the partition", exc.message)
+                return None
+            source = str(projection)
+        elif is_shard_dir(projection):
             stored, offsets, read = workflow_events_from_shards(
                 projection, mine, workflow_id, self.codec
             )
@@ -271,7 +309,7 @@ class KafkaHistory:
             source = str(path)
         stored = [e for e in stored if e.workflow_id == workflow_id]
         starts = {tp: offsets.get(tp, FIRST_OFFSET) for tp in mine}
-        tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        tail, scanned = read_to_end(self.settings, self.codec, starts, workflow_id, stamps)
         seen = {e.event_id for e in stored}
         events = stored + [e for e in tail if e.event_id not in seen]
         elapsed = time.perf_counter() - began
@@ -282,11 +320,13 @@ class KafkaHistory:
         # that offset lost something the reader needs.
         return self.guard.complete(workflow_id, mine[0][1], events, starts[mine[0]])
 
-    def _scan(self, workflow_id: str, partitions: list[tuple[str, int]]) -> list[Event]:
+    def _scan(
+        self, workflow_id: str, partitions: list[tuple[str, int]], stamps: Stamps
+    ) -> list[Event]:
         """Every partition from its start (the partitioner cannot be computed)."""
         began = time.perf_counter()
         starts = dict.fromkeys(partitions, FIRST_OFFSET)
-        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id)
+        events, scanned = read_to_end(self.settings, self.codec, starts, workflow_id, stamps)
         self.last = ReadStats(0, scanned, len(events), time.perf_counter() - began)
         return events
 
@@ -321,63 +361,6 @@ class KafkaHistory:
         return self._known
 
 
-def _where(position: Position) -> tuple[str, int]:
-    return (position.topic, position.partition)
-
-
-def read_to_end(
-    settings: Settings, codec: Codec, starts: Starts, workflow_id: str
-) -> tuple[list[Event], int]:
-    """One workflow's events from the given offsets up to each partition's end, and how
-    many records were read."""
-    key = workflow_id.encode()
-    found: list[Event] = []
-    scanned = 0
-    group = settings.group(wire.WORKFLOW_READER_ROLE)
-    for records in records_to_end(settings, starts, group=group, within=READ_LIMIT_S):
-        scanned += len(records)
-        for record in records:
-            if record.key == key:
-                _decode_value(found, record.value or b"", codec)
-    return found, scanned
-
-
-def follow_partition(
-    settings: Settings,
-    codec: Codec,
-    workflow_id: str,
-    after: Position | None,
-    until: Until,
-    timeout_s: float,
-) -> list[Event]:
-    """The workflow's events after a position in its partition, up to an accepted one."""
-    if after is None:
-        raise BrokerError("following a workflow needs a position it wrote", retryable=False)
-    key = workflow_id.encode()
-    found: list[Event] = []
-    starts = {_where(after): after.offset + 1}
-    with PartitionReader(settings, group=settings.group(wire.WORKFLOW_READER_ROLE)) as reader:
-        for batch in reader.follow(starts, within=timeout_s):
-            for record in batch.records:
-                if record.key != key:
-                    continue
-                _decode_value(found, record.value or b"", codec)
-                if found and until(found[-1]):
-                    return found
-    return found
-
-
-def decoded(values: list[bytes], codec: Codec) -> list[Event]:
-    """The events of record values (an undecodable one skipped, with a warning)."""
-    events: list[Event] = []
-    for value in values:
-        _decode_value(events, value, codec)
-    return events
-
-
-def _decode_value(found: list[Event], value: bytes, codec: Codec) -> None:
-    try:
-        found.append(codec.decode(value))
-    except StepLedgerError as exc:
-        # The projector dead-letters such a record; a resume can only go on without it.
-        logger.warning("skipped an undecodable record of the workflow: %s", exc)
+def _projection(given: str | LakeSource) -> Path | LakeSource:
+    """A projector's database named by its path, or the lake as it was given."""
+    return Path(given) if isinstance(given, str) else given

@@ -1,18 +1,21 @@
 """The one protocol every caller reads a workflow through, and what a read answers.
 
 A :class:`WorkflowHistory` is made for one step log.  ``read`` answers a :class:`History`:
-the workflow's events in log order, where the read ended, and whether the events are the
+the workflow's events in log order, where the read ended, whether the events are the
 workflow's whole history (data a caller branches on: an open that holds the whole history
-without a round trip may claim first and read back through its claim).  ``known`` is that
-answer when it costs no round trip, or None; ``follow`` waits for the events after a position
-(an approval, the recovery daemon's decision); ``wrote`` tells the history what this
-process recorded, so a hint never contradicts it.
+without a round trip may claim first and read back through its claim), and when each event
+read from the log was appended on the reader's clock (the broker's time, never the
+writer's clock: a resume judges deadlines by it).  ``known`` is that answer when it costs
+no round trip, or None; ``follow`` waits for the events after a position (an approval, the
+recovery daemon's decision); ``wrote`` tells the history what this process recorded, so a
+hint never contradicts it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from stepledger.domain.events import Event
@@ -32,6 +35,10 @@ class History:
     whole: bool = False
     """True when ``events`` are the workflow's whole history for certain, whatever the log
     deleted since (an id with no events is then proven new)."""
+    appended: dict[str, datetime] = field(default_factory=dict)
+    """When events of the read were appended, by event id, on the reader's clock (a later
+    bound, from the broker's append time: :mod:`stepledger.history.clock`); an event the
+    broker did not stamp, or read from a checkpoint or a snapshot, has none."""
 
 
 @runtime_checkable

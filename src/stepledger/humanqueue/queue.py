@@ -22,6 +22,7 @@ import duckdb
 
 from stepledger.domain import times
 from stepledger.errors import ViewStoreError
+from stepledger.readers.lake import LakeSource, connect_lake_reader, first_line, lake_version
 from stepledger.readers.snapshots import connect_read_only, latest_snapshot, readable_source
 
 PAGE_SIZE = 50
@@ -149,7 +150,8 @@ def snapshot_version(db_path: str | Path) -> str:
 
 
 class QueueSource:
-    """Reads the queue from the newest snapshot, one connection per published snapshot.
+    """Reads the queue from the newest snapshot, one connection per published snapshot;
+    or from the lake the projectors commit to, through one kept connection.
 
     Opening a DuckDB file costs more than reading a page of it, so a connection to a
     snapshot is kept until a newer one is published; the per-fleet, per-tool and per-kind
@@ -158,10 +160,14 @@ class QueueSource:
     closed (no cursor of it left) before the path is opened again, or the new connection
     would get the old file.  The projection file itself (no snapshot yet) is opened and
     closed on every read: a connection left open would keep a projector from starting.
+    A lake has no file to lock: its connection is kept, and reads the lake's newest snapshot
+    at each statement; its facets are kept until the lake's snapshot id moves.
     """
 
-    def __init__(self, db_path: str | Path, page_size: int = PAGE_SIZE) -> None:
-        self.db_path = Path(db_path)
+    def __init__(self, db_path: str | Path | LakeSource, page_size: int = PAGE_SIZE) -> None:
+        self.lake = db_path if isinstance(db_path, LakeSource) else None
+        """The lake read instead of a snapshot file (None: the file at ``db_path``)."""
+        self.db_path = Path() if isinstance(db_path, LakeSource) else Path(db_path)
         self.page_size = page_size
         self._lock = threading.Lock()
         self._held: tuple[str, duckdb.DuckDBPyConnection, list[tuple[Any, ...]]] | None = None
@@ -185,6 +191,16 @@ class QueueSource:
                 raise ViewStoreError(f"cannot read escalations from {source}: {exc}") from exc
         return None if row is None else str(row[0])
 
+    def version(self) -> str:
+        """A token that changes whenever there is something new to read ('' while none)."""
+        if self.lake is None:
+            return snapshot_version(self.db_path)
+        with self._lock:
+            try:
+                return self._lake_held()[0]
+            except ViewStoreError:
+                return ""
+
     def close(self) -> None:
         """Close the kept connection."""
         with self._lock:
@@ -195,6 +211,10 @@ class QueueSource:
         self,
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, list[tuple[Any, ...]], str]]:
         with self._lock:
+            if self.lake is not None:
+                version, con, facets = self._lake_held()
+                yield con, facets, str(self.lake)
+                return
             snap = latest_snapshot(self.db_path)
             if snap is None:
                 self._drop()
@@ -215,6 +235,22 @@ class QueueSource:
                     con.close()
                     raise
             yield self._held[1], self._held[2], str(snap)
+
+    def _lake_held(self) -> tuple[str, duckdb.DuckDBPyConnection, list[tuple[Any, ...]]]:
+        """The kept lake connection, its snapshot id and the facets read at it."""
+        assert self.lake is not None
+        if self._held is None:
+            con = connect_lake_reader(self.lake.config, self.lake.log)
+            self._held = ("", con, [])
+        try:
+            version = lake_version(self._held[1])
+        except duckdb.Error as exc:  # the catalog restarted: connect anew at the next read
+            self._drop()
+            raise ViewStoreError(f"cannot read {self.lake}: {first_line(exc)}") from exc
+        if version != self._held[0]:
+            con = self._held[1]
+            self._held = (version, con, _facets(con, str(self.lake)))
+        return self._held
 
     def _drop(self) -> None:
         if self._held is not None:

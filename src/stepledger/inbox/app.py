@@ -61,6 +61,7 @@ from stepledger.inbox.filters import an_id, query_without_page, read_filter
 from stepledger.inbox.roles import Action
 from stepledger.inbox.timeline import case_timeline
 from stepledger.inbox.users import User
+from stepledger.readers.lake import LakeSource
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -94,6 +95,8 @@ class InboxConfig:
     """Cases per queue page."""
     poll_ms: int = 1500
     """How often the queue page asks whether the snapshot changed."""
+    lake: LakeSource | None = None
+    """The lake the projectors commit to, read instead of ``db_path`` when given."""
 
 
 def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
@@ -156,7 +159,7 @@ class _Pages:
         self.config = config
         self.answerer = answerer
         self.templates = templates
-        self.source = q.QueueSource(config.db_path, config.page_size)
+        self.source = q.QueueSource(config.lake or config.db_path, config.page_size)
         self.gate: GateConfig | None = None
 
     async def health(self, request: Request) -> Response:
@@ -181,7 +184,7 @@ class _Pages:
         return self._render(request, "queue.html", context, status_code=status)
 
     async def rows(self, request: Request) -> Response:
-        version = await run_in_threadpool(q.snapshot_version, self.config.db_path)
+        version = await run_in_threadpool(self.source.version)
         wanted, problem = read_filter(request.query_params, identity_of(request).grant.fleets)
         if problem is not None:
             return PlainTextResponse(f"400: {problem}", status_code=400)
@@ -193,7 +196,7 @@ class _Pages:
         return response
 
     def _queue_context(self, wanted: q.QueueFilter, problem: str | None) -> dict[str, Any]:
-        version = q.snapshot_version(self.config.db_path)
+        version = self.source.version()
         try:
             page: q.QueuePage | None = self.source.page(wanted)
         except ViewStoreError as exc:

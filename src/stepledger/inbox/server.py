@@ -21,6 +21,7 @@ from stepledger.inbox.auth import MIN_TOKEN, SESSION_TTL_S, new_token
 from stepledger.inbox.users import load_users
 from stepledger.kafka.topics import check_retention
 from stepledger.log import KafkaEventLog
+from stepledger.readers.lake import LakeSource
 from stepledger.resolution.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class ServeOptions:
 
     db_path: Path
     """The projector's DuckDB file (its snapshot is read)."""
+    lake: LakeSource | None = None
+    """The lake the projectors commit to, read instead of ``db_path`` when given."""
     host: str = DEFAULT_HOST
     """The address to bind; loopback unless you mean to expose it."""
     port: int = DEFAULT_PORT
@@ -60,7 +63,7 @@ class ServeOptions:
 def answerer_for(settings: Settings, options: ServeOptions) -> Answerer:
     """An answerer that appends to the settings' topic and reads through the snapshot."""
     factory = EventFactory(settings.fleet_id, settings.producer_id)
-    reader = KafkaHistory(settings, snapshot=options.db_path)
+    reader = KafkaHistory(settings, snapshot=options.lake or options.db_path)
     return Answerer(KafkaEventLog(settings), factory, reader, redactor_for(options.tools))
 
 
@@ -142,6 +145,7 @@ def serve(
     )
     config = InboxConfig(
         db_path=options.db_path,
+        lake=options.lake,
         token=token,
         users=users,
         proxy_header=options.proxy_header,

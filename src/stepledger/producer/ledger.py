@@ -115,9 +115,12 @@ class Ledger:
                 self._history = InMemoryHistory(self.log)
             elif self.settings.projection:
                 # O(the workflow): its rows in the snapshot, then its partition's tail.
-                self._history = KafkaHistory(self.settings, snapshot=self.settings.projection)
+                projection = self.settings.projection
+                self._history = KafkaHistory(self.settings, snapshot=projection, clock=self.clock)
             else:
-                self._history = KafkaHistory(self.settings)
+                # On this ledger's clock: a resume judges deadlines on the broker's append
+                # times taken to it (``History.appended``), as settling compares them.
+                self._history = KafkaHistory(self.settings, clock=self.clock)
         return self._history
 
     @property

@@ -163,7 +163,8 @@ def read_for_open(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
     """The workflow as its log holds it (nothing recorded yet); a plan is checked first."""
     # The producer gets its connection and id while the log is read, not after.
     ledger.log.connect()
-    workflow = Workflow(ledger, workflow_id, ledger.history.read(workflow_id).events)
+    history = ledger.history.read(workflow_id)
+    workflow = Workflow(ledger, workflow_id, history.events, history.appended)
     check_plan(workflow, spec)
     return workflow
 

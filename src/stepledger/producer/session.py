@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from stepledger.domain import events as ev
 from stepledger.domain.enums import WorkflowStatus
 from stepledger.domain.factory import EventFactory
-from stepledger.domain.state import WorkflowState
+from stepledger.domain.resolution import Arrival
+from stepledger.domain.state import StepState, WorkflowState
 from stepledger.domain.tools import Tool
 
 if TYPE_CHECKING:
@@ -152,6 +153,11 @@ class WorkflowHandle(Protocol):
     @property
     def attempt(self) -> int:
         """The run of the workflow this handle is."""
+
+    @property
+    def arrivals(self) -> dict[str, tuple[StepState, Arrival]]:
+        """Each step as the handle's last read folded it, and when its events were appended
+        on the session's clock (the broker's time: ``History.appended``)."""
 
     @property
     def lock(self) -> threading.RLock:

@@ -12,14 +12,18 @@ decided the same step a moment before). A compensatable step that can be queried
 up rather than compensated (``forward_query``): the agent is resuming to go forward, and a
 found effect is kept instead of undone and done again.
 
-One clock: the log's times are on their writers' wall clocks.  A resuming agent measures
-each wait from the earlier of an event's recorded time and the moment it first held the
-event (:class:`Arrivals`): a recorded time later than that moment is a writer's clock
-provably ahead of this one (the event was appended before it was read), so the step is
-decided within its timeout plus the grace after it was read, however far ahead the writer's
-clock runs.  A writer whose clock runs behind this one cannot be told from an old event
-without the broker's time: there the recorded deadline stands, as it always did, and the
-recovery daemon (which goes by the broker's time) is the one that never decides early.
+One clock: the log's recorded times are on their writers' wall clocks, so a resuming agent
+goes by the broker's instead, as the recovery daemon does (:class:`Arrivals`): each wait
+runs from when the step's events were appended, on this process's clock, as the history
+read them (``History.appended``: the broker's append time taken to this clock by an upper
+bound of its lead, :mod:`stepledger.history.clock`; the resume's own claim, read back,
+bounds that lead by about one round trip).  Whatever the skew between the writer's clock
+and this one, the step is never decided before its timeout ran from its intent's append,
+and is decided within the timeout plus the grace after it by the broker's clock.  An event
+with no broker time (a step log not stamped by the broker, a history that gives none: an
+in-memory one, a checkpoint's or a snapshot's head) falls back to the earlier of its
+recorded time and the moment this process first held it: a writer's clock ahead of this
+one then costs nothing, one behind it lets the step be decided that much early.
 
 The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` and its
 :class:`~stepledger.producer.session.Session`, never on the workflow class itself.
@@ -28,7 +32,7 @@ The helpers here work on a :class:`~stepledger.producer.session.WorkflowHandle` 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -43,6 +47,8 @@ from stepledger.resolution.registry import ToolRegistry
 from stepledger.resolution.resolver import Resolver
 
 _MAX_ROUNDS = 1000
+Read = tuple[StepState, rs.Arrival]
+"""A step as a read folded it, and when its events were appended on this process's clock."""
 #: A wait at least this long is said (once per step settled): a person watches the agent.
 SAY_WAIT_S = 1.0
 
@@ -76,7 +82,7 @@ def resolve(workflow: WorkflowHandle, step_id: str, tool: Tool) -> StepState:
     ledger, options = workflow.ledger, workflow.ledger.options
     resolver = _resolver(workflow, tool)
     limit = ledger.timer.monotonic() + options.resolve_timeout_s
-    arrivals = Arrivals(ledger.clock)
+    arrivals = Arrivals(ledger.clock, lambda: workflow.arrivals)
     _settle_if_found(workflow, resolver, step_id, tool, arrivals)
     said = False
     for _ in range(_MAX_ROUNDS):
@@ -172,14 +178,22 @@ def _settle_if_found(
 
 
 class Arrivals:
-    """When this process first held a step's events: the start of each wait it measures."""
+    """When a step's events were appended, on this process's clock: the start of each wait."""
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime], read: Callable[[], Mapping[str, Read]] = dict
+    ) -> None:
         self._clock = clock
+        self._read = read
+        """The handle's arrivals as its last read gave them (``WorkflowHandle.arrivals``)."""
         self._held: dict[tuple[object, ...], datetime] = {}
 
     def of(self, step: StepState) -> rs.Arrival:
-        """The step's arrival: per event, its recorded time unless that is after it was held."""
+        """The step's arrival: by the broker's times while the step is as the handle last
+        read it; otherwise, per event, its recorded time unless that is after it was held."""
+        read = self._read().get(step.step_id)
+        if read is not None and _as_read(read[0], step):
+            return read[1]
         intent = self._at(("intent", step.attempt), step.intended_at)
         last = self._at((step.status, step.attempt, step.recovery_attempts), step.last_at)
         return rs.Arrival(intent, last)
@@ -191,6 +205,16 @@ class Arrivals:
         # append; the recorded time wins when earlier (this clock is trusted not to lead).
         held = self._held.setdefault((*event, recorded), self._clock())
         return min(recorded, held)
+
+
+def _as_read(read: StepState, step: StepState) -> bool:
+    """True when the step has had no event since the read its arrival came from."""
+    return (read.status, read.attempt, read.recovery_attempts, read.last_at) == (
+        step.status,
+        step.attempt,
+        step.recovery_attempts,
+        step.last_at,
+    )
 
 
 def wait_for_decision(workflow: WorkflowHandle, step_id: str) -> StepState:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from stepledger import tracing
@@ -19,6 +20,7 @@ from stepledger.domain import oversize
 from stepledger.domain.context import ContextHook, StepSummary, build_context
 from stepledger.domain.enums import OutcomeStatus, WorkflowStatus
 from stepledger.domain.replay import Move, MoveKind, mismatch, mismatch_versions, next_move
+from stepledger.domain.resolution import Arrival, step_arrivals
 from stepledger.domain.saga import (
     PlanRules,
     PlanStep,
@@ -72,11 +74,21 @@ KEEP_READ_FOLD = True
 class Workflow:
     """One workflow's handle: records its steps and keeps its state as the log tells it."""
 
-    def __init__(self, ledger: Session, workflow_id: str, events: Iterable[ev.Event] = ()) -> None:
+    def __init__(
+        self,
+        ledger: Session,
+        workflow_id: str,
+        events: Iterable[ev.Event] = (),
+        appended: Mapping[str, datetime] | None = None,
+    ) -> None:
         self.ledger = ledger
         self.workflow_id = workflow_id
         read = list(events)
         self.state: WorkflowState = replay(workflow_id, read)
+        self.arrivals: dict[str, tuple[StepState, Arrival]] = {}
+        """Each step as the last read folded it, and when its events were appended on this
+        process's clock (``History.appended``: the broker's time); settling goes by it while
+        the step is still as read."""
         self._read: list[str] | None = [event.event_id for event in read]
         """The ids of the events read at open, in order, while the state is their fold."""
         self._base: tuple[list[str], WorkflowState] | None = None
@@ -87,6 +99,7 @@ class Workflow:
         self.appended = 0
         """How many events this handle appended."""
         self._lock = threading.RLock()
+        self._arrived(read, appended or {})
         self._order = RunOrder()
         """The positions of this run's step calls."""
         self._tools: dict[str, Tool] = {}
@@ -191,7 +204,17 @@ class Workflow:
         end there (everything acknowledged before it is below it) when the history can.
         """
         self.settle_pending()
-        self._refold(self.ledger.history.read(self.workflow_id, through=through).events)
+        history = self.ledger.history.read(self.workflow_id, through=through)
+        self._refold(history.events)
+        self._arrived(history.events, history.appended)
+
+    def _arrived(self, events: list[ev.Event], appended: Mapping[str, datetime]) -> None:
+        """Note when the steps' events of a read (the state's fold now) were appended."""
+        with self._lock:
+            steps = self.state.steps
+            refused = {anomaly.event_id for anomaly in self.state.anomalies}
+            arrivals = step_arrivals(events, appended, refused)
+            self.arrivals = {s: (steps[s], a) for s, a in arrivals.items() if s in steps}
 
     def _refold(self, events: list[ev.Event]) -> None:
         """Replace the state with the fold of the events read back.

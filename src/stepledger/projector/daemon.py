@@ -65,7 +65,7 @@ class ProjectorOptions:
     """Topics to project; empty means the settings' step-log topic."""
     group: str = ""
     """Consumer group id; give each projection file its own (empty: the settings'
-    ``projector_group``, named after the step log)."""
+    ``projector_group``, or ``lake_projector_group`` with a lake, named after the step log)."""
     batch_size: int = 10_000
     """Most records per batch (one DuckDB transaction)."""
     batch_timeout_s: float = 0.03
@@ -97,8 +97,12 @@ class ProjectorOptions:
     every projector of the group, on any machine)."""
 
     def for_settings(self, settings: Settings) -> ProjectorOptions:
-        """These options with the group named (the settings' when none was given)."""
-        return self if self.group else replace(self, group=settings.projector_group)
+        """These options with the group named (the settings' when none was given: a lake's
+        projectors have a group of their own, so they never split partitions with a file's)."""
+        if self.group:
+            return self
+        group = settings.lake_projector_group if self.lake else settings.projector_group
+        return replace(self, group=group)
 
     def membership(self) -> Membership:
         """How the projector takes part in its consumer group."""

@@ -45,7 +45,16 @@ class LakeShards:
         for where in partitions:
             pipeline = self._open.get(where)
             if pipeline is None:
-                pipeline = self._open[where] = self._make(LakeStore(self.db, *where))
+                store = LakeStore(self.db, *where)
+                if store.created:
+                    # The lake's counterpart of a shard made anew: only the first owner of a
+                    # partition reads it from offset 0, every later one from the lake's.
+                    logger.warning(
+                        "no table set for %s[%d] in the lake: projecting the partition from "
+                        "offset 0",
+                        *where,
+                    )
+                pipeline = self._open[where] = self._make(store)
             else:
                 # Assigned again before it was given up: commit what is in flight first.
                 pipeline.drain()

@@ -54,7 +54,7 @@ def rebuild_lake(
                     store,
                     codec,
                     MemoryRecordLetters(),
-                    group=group or settings.projector_group,
+                    group=group or settings.lake_projector_group,
                     cache_workflows=cache_workflows,
                 )
         read_partitions(settings, projectors, batch_size, report, progress)

@@ -25,13 +25,16 @@ import importlib.util
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import duckdb
 
-from stepledger.errors import ConfigError, ViewStoreError
+from stepledger.codec import Codec
+from stepledger.domain.events import Event
+from stepledger.errors import CodecError, ConfigError, ViewStoreError
 
 #: The DuckDB the extension wheels are built for (the ``[lake]`` extra pins both).
 LAKE_DUCKDB = "1.5.5"
@@ -41,6 +44,10 @@ _EXTENSIONS = (
     ("duckdb_extension_postgres", "postgres", "postgres_scanner"),
     ("duckdb_extension_httpfs", "httpfs", "httpfs"),
 )
+#: Attaches tried again after losing the race to create a fresh lake's catalog, and the
+#: first wait before another try (it grows with each).
+_INIT_RACES = 5
+_INIT_RACE_WAIT_S = 0.2
 #: The alias the lake is attached under in every connection stepledger opens.
 ALIAS = "lake"
 _MISSING = (
@@ -172,26 +179,45 @@ def _platform() -> str:
 
 
 def connect_lake(config: LakeConfig, *, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the lake attached as ``lake`` (nothing autoinstalled)."""
+    """An in-memory DuckDB with the lake attached as ``lake`` (nothing autoinstalled).
+
+    Several projectors started at once on a fresh lake all create its catalog's tables; all
+    but one fail on PostgreSQL's unique constraints, and attach again to the catalog the
+    winner made (a bounded number of times).
+    """
     directory = extension_directory()
-    con = duckdb.connect(
-        config={
-            "extension_directory": str(directory),
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": True,
-        }
+    for attempt in range(_INIT_RACES + 1):
+        con = duckdb.connect(
+            config={
+                "extension_directory": str(directory),
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": True,
+            }
+        )
+        try:
+            for _, _, name in _EXTENSIONS:
+                con.execute(f"LOAD {name}")
+            secret = config.secret_sql()
+            if secret is not None:
+                con.execute(secret)
+            con.execute(config.attach_sql(read_only=read_only))
+            return con
+        except duckdb.Error as exc:
+            con.close()
+            if attempt < _INIT_RACES and _lost_init_race(exc):
+                time.sleep(_INIT_RACE_WAIT_S * (attempt + 1))
+                continue
+            why = first_line(exc)
+            raise ViewStoreError(f"cannot attach the lake {_shown(config)}: {why}") from exc
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _lost_init_race(exc: duckdb.Error) -> bool:
+    """Whether an ATTACH failed because another process created the fresh lake's catalog."""
+    text = str(exc)
+    return "Failed to initialize DuckLake" in text and (
+        "duplicate key" in text or "already exists" in text
     )
-    try:
-        for _, _, name in _EXTENSIONS:
-            con.execute(f"LOAD {name}")
-        secret = config.secret_sql()
-        if secret is not None:
-            con.execute(secret)
-        con.execute(config.attach_sql(read_only=read_only))
-    except duckdb.Error as exc:
-        con.close()
-        raise ViewStoreError(f"cannot attach the lake {_shown(config)}: {first_line(exc)}") from exc
-    return con
 
 
 def _shown(config: LakeConfig) -> str:
@@ -234,3 +260,43 @@ def connect_lake_reader(config: LakeConfig, log: str) -> duckdb.DuckDBPyConnecti
             f"(is a projector writing it?): {first_line(exc)}"
         ) from exc
     return con
+
+
+def configured_lake(catalog: str | None, log: str) -> LakeSource | None:
+    """The lake a reader is configured to read (``Settings.lake``, ``--lake``), or None."""
+    return LakeSource(LakeConfig.from_env(catalog), log) if catalog else None
+
+
+def lake_version(con: duckdb.DuckDBPyConnection) -> str:
+    """The lake's newest snapshot id: a token that changes whenever a projector commits."""
+    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{ALIAS}')").fetchone()
+    return "" if row is None or row[0] is None else f"lake-{int(row[0])}"
+
+
+def workflow_events_from_lake(
+    source: LakeSource, workflow_id: str, codec: Codec | None = None
+) -> tuple[list[Event], dict[tuple[str, int], int]]:
+    """One workflow's events in log order from the lake, and the offsets they reach.
+
+    Read in one transaction, so at one lake snapshot, as from a snapshot file: a reader that
+    reads each partition's tail from these offsets sees the rest of the workflow.
+    """
+    codec = codec or Codec()
+    con = connect_lake_reader(source.config, source.log)
+    try:
+        con.execute("BEGIN TRANSACTION")
+        offsets = con.execute("SELECT topic, partition, next_offset FROM offsets").fetchall()
+        values = con.execute(
+            "SELECT value FROM events WHERE workflow_id = ? ORDER BY topic, partition, log_offset",
+            [workflow_id],
+        ).fetchall()
+        con.execute("COMMIT")
+    except duckdb.Error as exc:
+        raise ViewStoreError(f"cannot read {source}: {first_line(exc)}") from exc
+    finally:
+        con.close()
+    try:
+        events = [codec.decode(bytes(value)) for (value,) in values]
+    except CodecError as exc:
+        raise ViewStoreError(f"a stored event of {workflow_id} does not decode: {exc}") from exc
+    return events, {(str(t), int(p)): int(o) for t, p, o in offsets}

@@ -11,7 +11,8 @@ than it was:
 - on a step log stamped by the broker (``message.timestamp.type=LogAppendTime``) from the
   record's broker time, taken to the daemon's clock with the smallest ``read time - broker
   time`` seen lately (an upper bound of the daemon's lead over the broker, since reading
-  only adds delay);
+  only adds delay: :class:`~stepledger.history.clock.AppendClock`, the one a resuming
+  agent's history goes by too);
 - otherwise the moment the daemon read the record.
 
 Every wait of a step (its deadline plus the grace, a compensation's timeout, the back-off
@@ -41,22 +42,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from stepledger.domain import events as ev
 from stepledger.domain.factory import Clock
+from stepledger.history.clock import LOG_APPEND_TIME, SAMPLES, AppendClock
 from stepledger.timer import SYSTEM_TIMER, Timer
 
 logger = logging.getLogger(__name__)
 
-#: librdkafka's timestamp type of a record stamped by the broker (``TIMESTAMP_LOG_APPEND_TIME``).
-LOG_APPEND_TIME = 2
-#: How many recent ``read time - broker time`` samples the daemon's lead is the least of.
-SAMPLES = 512
 #: A producer whose clock is off by more than this is named in one log line.
 SKEW_BOUND_S = 5.0
+
+__all__ = ["LOG_APPEND_TIME", "SAMPLES", "SKEW_BOUND_S", "DeadlineClock", "SteadyClock"]
 
 
 class SteadyClock:
@@ -78,45 +76,15 @@ class SteadyClock:
         return wall + timedelta(seconds=moment - start)
 
 
-@dataclass
-class DeadlineClock:
+class DeadlineClock(AppendClock):
     """Says when records were appended, on this daemon's clock, and measures producers' skew."""
 
-    bound_s: float = SKEW_BOUND_S
-    skew: dict[str, float] = field(default_factory=dict)
-    """Each producer's clock minus this daemon's (seconds, the latest sure estimate)."""
-    warned: set[str] = field(default_factory=set)
-    _least: deque[tuple[int, float]] = field(default_factory=deque)
-    """Of the last ``SAMPLES`` ``read time - broker time`` samples (seconds, from
-    broker-stamped records), those that may still become the least, increasing, with their
-    serial numbers: the least of the window in O(1) per record."""
-    _taken: int = 0
-
-    def observe(self, timestamp: tuple[int, int], now: datetime) -> None:
-        """Note one record read at ``now`` (a broker-stamped one teaches the daemon's lead)."""
-        kind, millis = timestamp
-        if kind == LOG_APPEND_TIME and millis > 0:
-            sample = now.timestamp() - millis / 1000
-            self._taken += 1
-            while self._least and self._least[-1][1] >= sample:
-                self._least.pop()
-            self._least.append((self._taken, sample))
-            while self._least[0][0] <= self._taken - SAMPLES:
-                self._least.popleft()  # fell out of the window
-
-    def least_lead(self) -> float | None:
-        """The smallest recent ``read time - broker time`` (None before a stamped record)."""
-        return self._least[0][1] if self._least else None
-
-    def appended(self, timestamp: tuple[int, int], now: datetime) -> tuple[datetime, bool]:
-        """When a record read at ``now`` was appended, on this daemon's clock (a later bound),
-        and whether the broker stamped it (else the read time stands in)."""
-        kind, millis = timestamp
-        lead = self.least_lead()
-        if kind != LOG_APPEND_TIME or millis <= 0 or lead is None:
-            return now, False
-        broker = datetime.fromtimestamp(millis / 1000, UTC)
-        return min(now, broker + timedelta(seconds=lead)), True
+    def __init__(self, bound_s: float = SKEW_BOUND_S) -> None:
+        super().__init__()
+        self.bound_s = bound_s
+        self.skew: dict[str, float] = {}
+        """Each producer's clock minus this daemon's (seconds, the latest sure estimate)."""
+        self.warned: set[str] = set()
 
     def largest(self) -> float | None:
         """The producer skew of largest size (signed, seconds; None until one is sure)."""

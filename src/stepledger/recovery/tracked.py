@@ -22,7 +22,7 @@ from datetime import datetime
 from stepledger.codec import Codec
 from stepledger.domain import events as ev
 from stepledger.domain.enums import Source
-from stepledger.domain.resolution import Arrival, deadline_on
+from stepledger.domain.resolution import Arrival, arrived, deadline_on
 from stepledger.domain.state import StepState, StepStatus, WorkflowState, replay
 from stepledger.errors import RecoveryError
 from stepledger.recovery.checkpoint import StepKey
@@ -98,15 +98,10 @@ class Tracked:
     def arrived(self, event: ev.Event, at: datetime | None) -> None:
         """One more event of the step reached the daemon ``at`` (None: when is not known).
 
-        An event whose arrival is not known leaves none known: the step's waits then go by
-        the recorded times rather than by two clocks mixed.
+        An event whose arrival is not known leaves none known (``domain.resolution.arrived``,
+        the rule a resuming agent goes by too).
         """
-        if at is None:
-            self.arrival = None
-        elif isinstance(event.body, ev.StepIntended) or self.arrival is None:
-            self.arrival = Arrival(at, at)
-        else:
-            self.arrival = self.arrival.after(at)
+        self.arrival = arrived(self.arrival, event, at)
 
     def took(self, step: StepState, due: datetime | None) -> None:
         """Keep what the tracker decides by from the step's new fold."""

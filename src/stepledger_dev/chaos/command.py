@@ -104,6 +104,22 @@ import click
     "by `fleet create` and every process runs with its own role's credentials.",
 )
 @click.option(
+    "--lake",
+    metavar="CATALOG_DSN",
+    default="",
+    help="The projectors commit to this DuckLake (needs the [lake] extra; the bucket's key "
+    "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL), each with a state "
+    "directory of its own (implies --no-shared-state); an analyst process reads it meanwhile.",
+)
+@click.option("--data-path", default="", metavar="URL", help="With --lake: its data path.")
+@click.option(
+    "--rebuild-lake",
+    metavar="CATALOG_DSN",
+    default="",
+    help="With --lake (and needed by it): a fresh lake the log is rebuilt into at the end, "
+    "to compare with the lake.",
+)
+@click.option(
     "--agent-skew",
     type=float,
     default=0.0,
@@ -128,6 +144,9 @@ def chaos(
     two_deployments: bool = False,
     secure: bool = False,
     agent_skew: float = 0.0,
+    lake: str = "",
+    data_path: str = "",
+    rebuild_lake: str = "",
     break_mode: str | None = None,
 ) -> None:
     """Run example workflows under SIGKILLs at labelled crash points; check the invariants."""
@@ -142,6 +161,13 @@ def chaos(
         raise click.UsageError(
             "--engine kafka starts its own broker: drop --bootstrap and --durable-broker"
         )
+    if bool(rebuild_lake) != bool(lake):
+        raise click.UsageError(
+            "--lake and --rebuild-lake go together: the lake is compared with a rebuild "
+            "into the fresh one"
+        )
+    if lake and two_deployments:
+        raise click.UsageError("--lake runs one deployment: drop --two-deployments")
     if workdir is None:
         workdir = Path(tempfile.mkdtemp(prefix="stepledger-chaos-"))
     options = ChaosOptions(
@@ -157,10 +183,13 @@ def chaos(
         parallel=parallel,
         projectors=projectors,
         recoverers=recoverers,
-        no_shared_state=no_shared_state or two_deployments,
+        no_shared_state=no_shared_state or two_deployments or bool(lake),
         agent_skew_s=agent_skew,
         two_deployments=two_deployments,
         secure=secure,
+        lake=lake,
+        lake_data_path=data_path,
+        rebuild_lake=rebuild_lake,
     )
     click.echo(f"chaos: {options.workflows} workflows, seed {options.seed}")
     from stepledger.daemon.process import sigterm_interrupts
@@ -177,6 +206,9 @@ def chaos(
         click.echo(f"partitions replayed from offset 0 (no state yet): {result.replays_from_zero}")
     if options.no_shared_state:
         click.echo(f"replayed from offset 0 by member: {result.projector_replays_by_member}")
+    if options.lake:
+        click.echo(f"the lake's offsets: {result.lake_offsets}")
+        click.echo(f"consistent reads by the analyst: {result.analyst_cuts}")
     path = report_path or workdir / "chaos-report.json"
     options_dict = {k: str(v) for k, v in dataclasses.asdict(options).items()}
     report.write(path, report.as_json(result, options_dict))

@@ -16,7 +16,11 @@ from stepledger.config import Settings
 from stepledger.domain.events import Event
 from stepledger.kafka.reader import read_topic
 from stepledger.projector.schema import TABLES
+from stepledger.readers.lake import LakeSource, connect_lake_reader
 from stepledger.readers.snapshots import connect_union
+
+#: A projection to compare: a file, a shard directory, several members' directories, a lake.
+Projection = Path | list[Path] | LakeSource
 
 
 def read_log(settings: Settings) -> tuple[list[Event], int]:
@@ -81,11 +85,11 @@ def email_workflow(address: str) -> str:
     return address.rsplit("@", 1)[0]
 
 
-def projection_diff(live: Path | list[Path], rebuilt: Path) -> list[str]:
+def projection_diff(live: Projection, rebuilt: Projection) -> list[str]:
     """Every table whose content differs between the live projection and a rebuild.
 
-    ``live`` is one file, one shard directory, or the shard directories of projectors that
-    share no volume (read as the union of each partition's freshest shard).
+    ``live`` is one file, one shard directory, the shard directories of projectors that
+    share no volume (read as the union of each partition's freshest shard), or a lake.
     """
     a, b = _tables(live), _tables(rebuilt)
     diffs = []
@@ -102,7 +106,7 @@ def projection_diff(live: Path | list[Path], rebuilt: Path) -> list[str]:
 
 #: The log lines of a member that found no state for a partition and replays it from 0.
 REPLAY_LINES = {
-    "projector": re.compile(r"no shard for (\S+)\[(\d+)\]"),
+    "projector": re.compile(r"no (?:shard|table set) for (\S+)\[(\d+)\]"),
     "recovery": re.compile(r"no checkpoint for (\S+)\[(\d+)\]"),
 }
 
@@ -129,9 +133,11 @@ def replays_from_zero(logs: dict[str, list[Path]], topic: str) -> dict[str, dict
     return found
 
 
-def _tables(path: Path | list[Path]) -> dict[str, list[tuple[Any, ...]]]:
+def _tables(path: Projection) -> dict[str, list[tuple[Any, ...]]]:
     """Every table's rows; shard directories are read as the union of their shards' snapshots."""
-    if isinstance(path, list):
+    if isinstance(path, LakeSource):
+        con = connect_lake_reader(path.config, path.log)
+    elif isinstance(path, list):
         con = connect_union(*path)
     elif path.is_dir():
         con = connect_union(path)

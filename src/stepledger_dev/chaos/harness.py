@@ -35,10 +35,12 @@ from pathlib import Path
 
 from stepledger.domain.state import StepStatus
 from stepledger.errors import StepLedgerError
+from stepledger.readers.lake import LakeConfig
 from stepledger.readers.snapshots import shard_path
 from stepledger.recovery.changelog import KafkaCheckpointStore
 from stepledger_dev.broker import LocalBroker
 from stepledger_dev.chaos import evidence as gather
+from stepledger_dev.chaos import lake_run
 from stepledger_dev.chaos.cluster import ClusterFaults
 from stepledger_dev.chaos.invariants import (
     Evidence,
@@ -110,11 +112,32 @@ class ChaosOptions:
     its step log alone (:mod:`stepledger_dev.chaos.neighbour`)."""
     secure: bool = False
     """A secured Apache Kafka: each deployment a fleet, each process with its role's config."""
+    lake: str = ""
+    """The projectors commit to this DuckLake (its catalog DSN; the bucket's key from the
+    environment) instead of shard directories (:mod:`stepledger_dev.chaos.lake_run`)."""
+    lake_data_path: str = ""
+    """Where the lake's data files go (``s3://bucket/prefix/``)."""
+    rebuild_lake: str = ""
+    """A fresh lake (its catalog DSN) the log is rebuilt into, to compare with the lake."""
 
     @property
     def scaled(self) -> bool:
         """Several members in a daemon's group: an 8-partition topic and the scale faults."""
         return self.projectors > 1 or self.recoverers > 1
+
+    @property
+    def scaled_roles(self) -> tuple[str, ...]:
+        """The daemons with several members, whose scale faults the plan draws."""
+        many = (("projector", self.projectors), ("recovery", self.recoverers))
+        return tuple(role for role, members in many if members > 1)
+
+    def lake_config(self, catalog: str, under: str = "") -> LakeConfig | None:
+        """A lake of the run (None: no catalog given), its data under ``lake_data_path`` plus
+        ``under`` (two lakes never share data files), the bucket's key from the environment."""
+        if not catalog:
+            return None
+        path = self.lake_data_path
+        return LakeConfig.from_env(catalog, f"{path.rstrip('/')}-{under}/" if under else path)
 
 
 @dataclass
@@ -140,6 +163,12 @@ class RunResult:
     """Step attempts a recovery daemon decided (an outcome, a compensation, an abandonment)."""
     projector_replays_by_member: dict[str, dict[int, int]] = field(default_factory=dict)
     """Per projector member, partition -> times it replayed it from offset 0."""
+    lake_offsets: dict[int, int] = field(default_factory=dict)
+    """With a lake: each partition's next offset in it at the end."""
+    analyst_cuts: int = 0
+    """With a lake: the analyst process's reads that found records (each one cut)."""
+    topic: str = ""
+    """The run's step log."""
 
 
 class Run:
@@ -169,6 +198,8 @@ class Run:
         """Workflows whose resumed attempts word their free-text arguments otherwise."""
         self.started = time.monotonic()
         self._members = threading.Lock()
+        self.lake = options.lake_config(options.lake)
+        self.analyst: Proc | None = None
 
     @property
     def procs(self) -> dict[str, Proc]:
@@ -404,6 +435,12 @@ class Run:
         topic, count = self.settings.topic, self.stack.options.partitions
 
         def ready() -> bool:
+            if self.lake is not None:  # every partition's table set made by its first owner
+                tables = len(lake_run.lake_offsets(self.lake, topic)) == count
+                return tables and (
+                    self.options.recoverers < 2
+                    or all(self._checkpointed(topic, p) for p in range(count))
+                )
             places = self.stack.projections()
             shards = self.options.projectors < 2 or all(
                 any(shard_path(place, topic, p).exists() for place in places) for p in range(count)
@@ -458,8 +495,14 @@ class Run:
         from stepledger.projector.rebuild import rebuild
 
         events, bad = gather.read_log(self.settings)
-        rebuilt = self.workdir / "rebuild.duckdb"
-        rebuild(self.settings, rebuilt, force=True)
+        fresh = self.options.lake_config(self.options.rebuild_lake, "rebuild")
+        if self.lake is not None and fresh is not None:
+            live, rebuilt = lake_run.lake_evidence(self.settings, self.lake, fresh)
+            diff = gather.projection_diff(live, rebuilt)
+        else:
+            rebuilt_file = self.workdir / "rebuild.duckdb"
+            rebuild(self.settings, rebuilt_file, force=True)
+            diff = gather.projection_diff(self._live(), rebuilt_file)
         effects: dict[str, dict[str, int]] = {}
         for name in ("payments", "bookings"):
             effects.update(gather.effect_counts(self.services[name].state_path))
@@ -479,7 +522,7 @@ class Run:
             confirmed_bookings=gather.standing_records(
                 self.services["bookings"].state_path, "booking", "idempotency_key", "confirmed"
             ),
-            projection_diff=gather.projection_diff(self._live(), rebuilt),
+            projection_diff=diff,
             undecodable=bad,
             replays_from_zero=self.replays_from_zero(),
             partitions=self.stack.options.partitions if self.options.scaled else 0,
@@ -490,6 +533,7 @@ class Run:
             ),
             no_shared_state=self.options.no_shared_state,
             projector_replays_by_member=self.projector_replays_by_member(),
+            lake=self.lake is not None,
         )
 
     def _live(self) -> Path | list[Path]:
@@ -519,6 +563,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         broker_restarts=options.durable_broker and not options.bootstrap,
         broker_kills=options.engine == "kafka" and options.nodes >= 3 and not options.bootstrap,
         scaled=options.scaled,
+        scaled_roles=options.scaled_roles,
     )
     stack_options = StackOptions(
         bootstrap=options.bootstrap,
@@ -535,6 +580,7 @@ def run_chaos(options: ChaosOptions, echo: Callable[[str], None] = print) -> Run
         recoverers=options.recoverers,
         no_shared_state=options.no_shared_state,
         secure=options.secure,
+        lake=options.lake_config(options.lake),
     )
     with _workdir(options) as workdir, LocalStack(workdir, stack_options) as stack:
         if options.two_deployments:
@@ -576,6 +622,8 @@ def _beside(
 def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResult:
     run.reworded = {w.workflow_id for w in plan.workflows if w.reword}
     run.stack.start_daemons()
+    if run.lake is not None:
+        run.analyst = lake_run.start_analyst(run.stack, run.lake)
     if run.options.scaled and not run.wait_members_settled(timeout=min(90.0, run.left())):
         detail = "not every partition had a shard and a recovery checkpoint in time"
         run.problems.append(InvariantViolation("members_settled", None, detail))
@@ -603,8 +651,14 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         echo(f"slow: continued runner(s) {pids} killed after the wait; stacks in agents.log")
     run.settle(timeout=max(10.0, min(90.0, run.left())))
     run.stop_projector_caught_up(timeout=60.0)
+    cuts: list[dict[str, object]] = []
+    if run.analyst is not None:
+        run.analyst.stop()
+        cuts = lake_run.analyst_cuts(run.stack)
     found = run.evidence()
     violations = check_all(found)
+    if run.lake is not None:
+        violations += lake_run.analyst_violations(cuts)
     violations += [InvariantViolation("infra_fault_injected", None, e) for e in run.fault_errors]
     violations += run.problems
     if run.left() <= 0:
@@ -625,6 +679,9 @@ def _execute(run: Run, plan: ChaosPlan, echo: Callable[[str], None]) -> RunResul
         {role: sum(p.starts for p in run.stack.daemons(role)) for role in ROLES},
         len(daemon_decisions(found.events, found.recovery_producers)),
         {k: dict(v) for k, v in found.projector_replays_by_member.items()},
+        lake_run.lake_offsets(run.lake, run.settings.topic) if run.lake else {},
+        sum(1 for cut in cuts if cut.get("records")),
+        run.settings.topic,
     )
 
 

@@ -60,6 +60,9 @@ class Evidence:
     every member that takes it without a shard of it (once per member, not once per run)."""
     projector_replays_by_member: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     """Per projector member, partition -> times it replayed it from offset 0."""
+    lake: bool = False
+    """The projectors commit to one lake: each partition is read from offset 0 once, by its
+    first owner, whichever state directory a later owner has."""
 
 
 def workflows_of(events: Iterable[Event]) -> dict[str, WorkflowState]:
@@ -89,7 +92,7 @@ def check_all(evidence: Evidence) -> list[InvariantViolation]:
         InvariantViolation("projection_equals_rebuild", None, d) for d in evidence.projection_diff
     ]
     violations += decided_by_one_daemon(evidence.events, evidence.recovery_producers)
-    if evidence.no_shared_state:
+    if evidence.no_shared_state and not evidence.lake:
         replays = evidence.replays_from_zero
         violations += replayed_from_zero_once(replays, evidence.partitions, ("recovery",))
         violations += replayed_once_per_member(

@@ -130,6 +130,7 @@ def make_plan(
     broker_restarts: bool,
     broker_kills: bool = False,
     scaled: bool = False,
+    scaled_roles: tuple[str, ...] = ("projector", "recovery"),
     crash_loop_share: float = 0.05,
     clean_share: float = 0.15,
     race_share: float = 0.2,
@@ -142,7 +143,8 @@ def make_plan(
     A ``race_share`` of them die after an effect and are restarted at once, while the
     recovery daemon is due to decide the same step (``RESUME_RACE``).  ``broker_kills``
     adds the cluster faults (a partition leader SIGKILLed, a broker SIGSTOPped); ``scaled``
-    replaces the daemon faults with those of several members per group (``SCALE_FAULTS``).
+    replaces the daemon faults with those of several members per group (``SCALE_FAULTS``), of
+    the ``scaled_roles`` (a daemon with one member keeps none: it has no member to spare).
     A ``reword_share`` die at a point of the charge or the email and are resumed by an agent
     that words their free text otherwise, as a model asked again would (``reword``).
     """
@@ -209,7 +211,11 @@ def make_plan(
         for copy in range(copies)
     ]
     if scaled:
-        faults += [InfraFault(point, round_no) for point, round_no in SCALE_FAULTS]
+        faults += [
+            InfraFault(point, round_no)
+            for point, round_no in SCALE_FAULTS
+            if _role(point) in scaled_roles
+        ]
     faults.sort(key=lambda f: (f.round, f.point.value))
     return ChaosPlan(seed, tuple(plans), tuple(faults))
 
@@ -235,3 +241,9 @@ def _workflow(
     return WorkflowPlan(
         workflow_id, (AgentKill(rng.choice(AGENT_POINTS), rng.randrange(steps)), None)
     )
+
+
+def _role(point: CrashPoint) -> str:
+    """The daemon a scale fault hits (``consumer:`` is the projectors' consumer)."""
+    role = point.value.split(":", 1)[0]
+    return "projector" if role == "consumer" else role

@@ -32,6 +32,7 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
     """The JSON report."""
     return {
         "seed": result.plan.seed,
+        "topic": result.topic,
         "options": options,
         "passed": not result.violations,
         "seconds": round(result.seconds, 1),
@@ -43,6 +44,8 @@ def as_json(result: RunResult, options: dict[str, Any]) -> dict[str, Any]:
         "replays_from_zero": result.replays_from_zero,
         "decided_by_daemons": result.decided_by_daemons,
         "projector_replays_by_member": result.projector_replays_by_member,
+        "lake_offsets": result.lake_offsets,
+        "analyst_cuts": result.analyst_cuts,
         "crash_points": [{"point": p, "count": n, "violations": v} for p, n, v in rows(result)],
         "violations": [
             {"invariant": v.invariant, "workflow_id": v.workflow_id, "detail": v.detail}

@@ -41,6 +41,10 @@ simulator must find a violation) and off (it must find none).
   fell between two racing starts tracks the losing starter's intent as live, and its own
   compensation claim, which the log refuses, is carried through from its tracker's fold (the
   booking of a trip the winner completed is cancelled).
+- ``resume_by_writer_clock`` (found by this simulator): a resuming agent measures a step's
+  waits from the times its events record on their writers' clocks (or from when it first
+  held them, when later), not from the broker's append times, so an agent whose clock runs
+  ahead of the writer's settles the writer's step early.
 
 A switch of a function that has since moved or changed shape keeps the old form here
 (``_old_compensate``, ``_old_step_id``, ``_old_redacted``, the clock rules ``_old_due_at``
@@ -79,6 +83,7 @@ SWITCHES: dict[str, str] = {
     "refused_event_waits": "an event the fold refused restarts its step's wait",
     "unclaimed_dead_letter": "a resume past the limit dead-letters without a claim",
     "assumed_first_start": "a compensation judged by claims assumed after a take-over",
+    "resume_by_writer_clock": "a resuming agent settles a step by its writer's recorded times",
 }
 
 
@@ -319,6 +324,12 @@ def _old_unfenced(self: Any, state: Any, event: Any, partition: int) -> bool:
     return fenced and not self.knows_claims(event.workflow_id, partition)
 
 
+def _resume_by_writer_clock() -> list[tuple[Any, str, Any]]:
+    from stepledger.producer import settling
+
+    return [(settling, "_as_read", lambda read, step: False)]
+
+
 _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "frozen_runner": _frozen_runner,
     "two_live_runners": _two_live_runners,
@@ -333,4 +344,5 @@ _PATCHES: dict[str, Callable[[], list[tuple[Any, str, Any]]]] = {
     "refused_event_waits": _refused_event_waits,
     "unclaimed_dead_letter": _unclaimed_dead_letter,
     "assumed_first_start": _assumed_first_start,
+    "resume_by_writer_clock": _resume_by_writer_clock,
 }

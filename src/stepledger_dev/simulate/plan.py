@@ -143,10 +143,11 @@ class Profile:
     within this: recovery decides by its own clock whatever the agents' say."""
     fleet_chance: float = 0.5
     """How often a plan's agents are off the broker's clock at all."""
-    max_skew_ms: int = 250
+    max_skew_ms: int = 120_000
     """Each agent's own skew (from the fleet's) stays within this, both directions: two
-    agents' clocks then differ by no more than the grace (``GRACE_S``), as a resuming agent that
-    settles a step itself needs (docs/guarantees.md, "Largest skew")."""
+    agents' clocks may differ by minutes, far more than the grace (``GRACE_S``); a resuming
+    agent settles a step by the broker's append times, whatever its clock (docs/guarantees.md,
+    "Largest skew")."""
     skew_daemons: bool = True
     """Whether the daemons' own clocks (the recovery daemon's, the projector's, people's,
     the checkpointer's) may be skewed from the broker's and step mid-run too."""
@@ -173,12 +174,9 @@ class Profile:
 #: Variants that reach a defect still open on main (each a ``explore.KNOWN_OPEN`` entry): a
 #: plan of the default profile never draws them.  Once a fix lands its variant moves into
 #: ``Profile``'s defaults (or the skew bounds grow), and CI explores it on every run.
-PENDING = {
-    "large_skew": "agents' clocks off from each other by more than the grace: a resuming "
-    "agent settles a step by a deadline written on another clock",
-}
+PENDING: dict[str, str] = {}
 #: Every variant, those of open defects included (``stepledger simulate --all``).
-FULL = Profile(max_skew_ms=120_000)
+FULL = Profile()
 
 
 def generate(seed: int, profile: Profile | None = None) -> Plan:

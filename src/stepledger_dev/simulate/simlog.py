@@ -25,19 +25,19 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Protocol
 
 from stepledger.codec import Codec
 from stepledger.domain.events import Event
 from stepledger.errors import CodecError, DurabilityError
+from stepledger.history.clock import LOG_APPEND_TIME, AppendClock, Stamp
 from stepledger.history.protocol import History, Until
 from stepledger.kafka import Position
 from stepledger.kafka.records import Consumed
 from stepledger.log import Acknowledgement, event_headers
 from stepledger_dev.simulate.scheduler import EPOCH, Actor, Scheduler
 
-#: The client's timestamp type of a broker-stamped record (``LogAppendTime``).
-LOG_APPEND_TIME = 2
 #: How often a reader following a workflow looks again (simulated seconds).
 FOLLOW_POLL_S = 0.05
 
@@ -262,18 +262,24 @@ class SimReader:
         self.actor = actor
         self.history = history
         self.check = check
+        self.appends = AppendClock()
+        """The actor's lead over the broker, as the Kafka history learns it."""
 
     def read(self, workflow_id: str, *, through: Position | None = None) -> History:
         """The workflow's history: its events still held, completed from its checkpoint
         (a read always reaches the partition's end, so ``through`` changes nothing)."""
-        self.broker.sched.point(self.actor)
-        events = self._events(self.broker.workflow_records(workflow_id))
+        sched = self.broker.sched
+        sched.point(self.actor)
+        events, stamps = self._events(self.broker.workflow_records(workflow_id))
+        # Read at this crossing, on the actor's clock (no crossing more: replays stay).
+        now = EPOCH + timedelta(milliseconds=sched.now_ms + self.actor.skew_ms)
+        appended = self.appends.read(stamps, now)
         if self.history is not None:
             partition = self.broker.partition_of(workflow_id)
             events = self.history.complete(workflow_id, partition, events)
         if self.check is not None:
             self.check(workflow_id, events, self.actor.name)
-        return History(events, whole=self.history is not None)
+        return History(events, whole=self.history is not None, appended=appended)
 
     def known(self, workflow_id: str) -> History | None:
         """None: nothing is kept between reads (an open reads first)."""
@@ -306,13 +312,15 @@ class SimReader:
                 return found
             sched.sleep(self.actor, min(FOLLOW_POLL_S, (ends - sched.now_ms) / 1000))
 
-    def _events(self, records: list[Record]) -> list[Event]:
-        events = []
+    def _events(self, records: list[Record]) -> tuple[list[Event], list[tuple[str, Stamp]]]:
+        """The records' events, and each one's id with its record's stamp."""
+        events, stamps = [], []
         for record in records:
             event = self.broker.decode(record)
             if event is not None:
                 events.append(event)
-        return events
+                stamps.append((event.event_id, (LOG_APPEND_TIME, record.broker_ms + _EPOCH_MS)))
+        return events, stamps
 
     def close(self) -> None:
         """Nothing to release."""

@@ -162,7 +162,9 @@ class EventFuzzer:
         if kind == "string":
             return self._string(short=name.endswith("_id") or name == "tool")
         if kind == "boolean":
-            return rng.random() < 0.5
+            # A pause holding recovery is an operator's rare incident command: one in two
+            # would hold most fuzzed workflows for good, and nothing would reach a resolver.
+            return rng.random() < (0.02 if name == "hold_recovery" else 0.5)
         if kind == "double":
             return rng.choice([0.0, -1.5, 1e308, float("inf")])
         if kind in ("int", "long"):

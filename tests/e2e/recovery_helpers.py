@@ -215,8 +215,10 @@ class Stack:
         slow: float = 0.0,
         fault: str | None = None,
         wait: bool = True,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[bytes]:
-        """Run the example agent for one step (optionally dying at a kill point)."""
+        """Run the example agent for one step (optionally dying at a kill point); ``env``
+        adds to (or overrides) the stack's environment."""
         command = [
             sys.executable,
             "-m",
@@ -237,7 +239,10 @@ class Stack:
         if fault:
             command += ["--fault", fault]
         process = subprocess.Popen(
-            command, env=self.env(settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            command,
+            env=self.env(settings, **(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         if wait:
             process.wait(timeout=60)

@@ -199,6 +199,8 @@ def test_operator_events_round_trip_and_a_0_3_reader_refuses_them_by_fingerprint
         f.envelope("wf", None, ev.WorkflowPaused(by="a", reason="r", auth="declared", pause=2)),
         f.envelope("wf", None, ev.WorkflowUnpaused(by="a", pause=2)),
         f.envelope("wf", None, ev.WorkflowCancelRequested(by="a")),
+        f.envelope("wf", None, ev.WorkflowPaused(by="a", pause=3, hold_recovery=True), 3),
+        f.workflow_resumed("wf", attempt=2, reason="cancel: r", runner="r1", operator="a"),
     ]
     for compiled in (True, False):
         codec = Codec(compiled=compiled)
@@ -237,7 +239,8 @@ def test_a_restart_undoes_what_follows_the_step_and_replays_what_precedes_it() -
     assert [s.step_id for s in plan.replayed] == ["hotel"] and plan.refusal is None
     assert [s.step_id for s in plan.undo] == ["car"]
     calls.clear()
-    line = carry_restart(ledger_over(log, tools=tools.values()), plan, "fixed the car tool")
+    ledger = ledger_over(log, tools=tools.values())
+    line = carry_restart(ledger, plan, "fixed the car tool", by="ops")
     assert line == "trip: restarted as trip.r1 from car"
     assert calls == [f"undo:{plan.undo[0].idempotency_key}"]
     ended = replay("trip", log.workflow_events("trip"))
@@ -261,7 +264,7 @@ def test_a_restart_across_a_standing_irreversible_effect_is_refused_naming_it() 
     plan = restart.plan(old.state, "hotel", "trip.r1")
     assert plan.refusal is not None and "email (email, happened, cannot be undone)" in plan.refusal
     with pytest.raises(LedgerStateError, match="refused"):
-        carry_restart(ledger_over(log, tools=tools.values()), plan, "r")
+        carry_restart(ledger_over(log, tools=tools.values()), plan, "r", by="ops")
     assert replay("trip", log.workflow_events("trip")).status is RunStatus.RUNNING
 
 

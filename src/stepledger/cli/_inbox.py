@@ -85,7 +85,8 @@ TOKEN_ON_COMMAND_LINE = (
     "tool_specs",
     multiple=True,
     metavar="MODULE:ATTR",
-    help="Tool registry (repeatable): arguments are re-redacted with its declared secrets.",
+    help="Tool registry (repeatable): arguments are re-redacted with its declared secrets, "
+    "and an operator's restart from a step compensates first with its tools.",
 )
 def inbox_command(
     settings: Settings,

@@ -1,5 +1,8 @@
 """``workflows pause|unpause|cancel ID... [--where SQL]``: operators steer running workflows.
 
+``pause --hold-recovery`` holds the recovery daemon too: it settles none of the paused
+workflows' in-doubt steps until the unpause (a plain pause lets it settle them).
+
 Each command appends its event to each workflow's log (naming who asked and why) through
 :class:`stepledger.humanqueue.operators.Operators`, the inbox's path too.  ``--where``
 selects workflows with SQL over the projection's ``workflows`` table (the snapshot
@@ -20,11 +23,16 @@ from stepledger.cli._common import with_settings
 from stepledger.cli._identity import answerer
 from stepledger.cli._tools import NO_TOOLS, load_tools
 from stepledger.config import Settings
-from stepledger.domain import restart as restarting
 from stepledger.domain.factory import EventFactory
 from stepledger.errors import LedgerStateError
 from stepledger.history.kafka import KafkaHistory
-from stepledger.humanqueue.operators import Operator, Operators, carry_cancel, carry_restart
+from stepledger.humanqueue.operators import (
+    Operator,
+    Operators,
+    carry_cancel,
+    carry_restart,
+    plan_restart,
+)
 from stepledger.log import KafkaEventLog
 from stepledger.producer import Ledger
 from stepledger.resolution.registry import ToolRegistry
@@ -77,7 +85,9 @@ def selected(ids: tuple[str, ...], where: str | None, db_path: Path | None) -> l
     return chosen
 
 
-def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str]:
+def _steer(
+    settings: Settings, command: str, params: dict[str, Any], *, hold_recovery: bool = False
+) -> list[str]:
     """Append the command's event to each selected workflow; print one line each."""
     ids = selected(params["workflow_ids"], params["where"], params["db_path"])
     name, auth = answerer(params["by"])
@@ -85,7 +95,8 @@ def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str
     log, history = KafkaEventLog(settings), KafkaHistory(settings, role="reader")
     try:
         events = EventFactory(settings.fleet_id, settings.producer_id)
-        for decision in Operators(log, events, history).steer(command, ids, who):
+        steering = Operators(log, events, history)
+        for decision in steering.steer(command, ids, who, hold_recovery=hold_recovery):
             click.echo(safe(decision.note))
     finally:
         log.close()
@@ -96,9 +107,16 @@ def _steer(settings: Settings, command: str, params: dict[str, Any]) -> list[str
 @click.command("pause")
 @with_settings
 @_selection
-def pause_command(settings: Settings, **params: Any) -> None:
-    """Pause workflows: no new step starts until unpaused; a step in flight finishes."""
-    _steer(settings, "pause", params)
+@click.option(
+    "--hold-recovery",
+    is_flag=True,
+    help="Recovery settles none of their in-doubt steps either (no hook, compensation or "
+    "escalation) until unpaused; then it decides those past their deadline at once.",
+)
+def pause_command(settings: Settings, hold_recovery: bool, **params: Any) -> None:
+    """Pause workflows: no new step starts until unpaused; a step in flight finishes.
+    Recovery goes on settling their in-doubt steps unless --hold-recovery."""
+    _steer(settings, "pause", params, hold_recovery=hold_recovery)
 
 
 @click.command("unpause")
@@ -132,7 +150,7 @@ def cancel_command(settings: Settings, tool_specs: tuple[str, ...], **params: An
     reason = params["reason"] or f"cancelled by {name}"
     with Ledger(settings, tools=tools) as ledger:
         for workflow_id in ids:
-            click.echo(safe(carry_cancel(ledger, workflow_id, reason)))
+            click.echo(safe(carry_cancel(ledger, workflow_id, reason, by=name)))
 
 
 @click.command("restart")
@@ -166,7 +184,7 @@ def restart_command(
     try:
         operators = Operators(log, EventFactory(settings.fleet_id, settings.producer_id), history)
         state = operators.state(workflow_id)
-        plan = restarting.plan(state, step_id, new_id or _next_id(operators, workflow_id))
+        plan = plan_restart(history, state, step_id, new_id)
     finally:
         log.close()
         history.close()
@@ -182,13 +200,5 @@ def restart_command(
     tools = load_tools(tool_specs, no_entry_points=False) if tool_specs else ToolRegistry()
     name, _ = answerer(by)
     with Ledger(settings, tools=tools) as ledger:
-        click.echo(safe(carry_restart(ledger, plan, reason or f"restarted by {name}")))
-
-
-def _next_id(operators: Operators, workflow_id: str) -> str:
-    """The first ``ID.rN`` the log does not hold yet."""
-    for n in range(1, 100):
-        candidate = f"{workflow_id}.r{n}"
-        if not operators.history.read(candidate).events:
-            return candidate
-    raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id with --as")
+        done = carry_restart(ledger, plan, reason or f"restarted by {name}", by=name)
+        click.echo(safe(done))

@@ -77,6 +77,9 @@ class WorkflowResumed(_Frozen):
     """The application's version that made this claim (``Settings.app_version``)."""
     stepledger_version: str | None = None
     """stepledger's version in the runner that made this claim (None before 0.4.0)."""
+    operator: str | None = None
+    """The operator whose command (a cancel or a restart carried through) made this claim:
+    it counts no resumption attempt (None: a runner's resume)."""
 
 
 class WorkflowFinished(_Frozen):
@@ -265,6 +268,9 @@ class WorkflowPaused(_Frozen):
     """How the author named in ``by`` was authenticated (see ``AuthMethod``)."""
     pause: Positive = 1
     """Which pause of the workflow this is: two pauses by one person stay two events."""
+    hold_recovery: bool = False
+    """The pause holds recovery too: no in-doubt step of the workflow is settled until the
+    unpause (without it recovery goes on settling them, the default)."""
 
 
 class WorkflowUnpaused(_Frozen):

@@ -138,15 +138,23 @@ class EventFactory:
         return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
 
     def workflow_resumed(
-        self, workflow_id: str, *, attempt: int, reason: str | None, runner: str | None = None
+        self,
+        workflow_id: str,
+        *,
+        attempt: int,
+        reason: str | None,
+        runner: str | None = None,
+        operator: str | None = None,
     ) -> ev.Event:
-        """A resume: the runner claims the workflow as ``attempt`` (its epoch)."""
+        """A resume: the runner claims the workflow as ``attempt`` (its epoch); ``operator``
+        names who steers it (a cancel or restart carried through: no attempt counted)."""
         body = ev.WorkflowResumed(
             attempt=attempt,
             reason=reason,
             runner=runner,
             app_version=self.app_version,
             stepledger_version=self.stepledger_version,
+            operator=operator,
         )
         return self.envelope(workflow_id, None, body, *_claimed(attempt, runner))
 

@@ -28,15 +28,25 @@ class Steer:
     """What was done or why nothing was (one line)."""
 
 
-def pause(state: WorkflowState, by: str, reason: str, auth: str | None) -> Steer:
-    """Pause a running workflow: its next step does not start until it is unpaused."""
+def pause(
+    state: WorkflowState, by: str, reason: str, auth: str | None, *, hold_recovery: bool = False
+) -> Steer:
+    """Pause a running workflow: its next step does not start until it is unpaused.
+
+    ``hold_recovery``: recovery settles none of its in-doubt steps either until then; asked
+    of a workflow a plain pause holds, it is a new pause (the unpause then names it).
+    """
     wf = state.workflow_id
     if state.status in ENDED:
         return Steer(wf, None, f"{wf}: not paused, it ended {state.status.value}")
-    if state.paused:
-        return Steer(wf, None, f"{wf}: already paused by {state.paused_by}")
-    body = ev.WorkflowPaused(by=by, reason=reason, auth=auth, pause=state.pause + 1)
-    return Steer(wf, body, f"{wf}: paused (pause {body.pause})")
+    if state.paused and (state.recovery_held_by is not None or not hold_recovery):
+        held = " (recovery held)" if state.recovery_held_by is not None else ""
+        return Steer(wf, None, f"{wf}: already paused by {state.paused_by}{held}")
+    body = ev.WorkflowPaused(
+        by=by, reason=reason, auth=auth, pause=state.pause + 1, hold_recovery=hold_recovery
+    )
+    held = ", recovery held" if hold_recovery else ""
+    return Steer(wf, body, f"{wf}: paused (pause {body.pause}{held})")
 
 
 def unpause(state: WorkflowState, by: str, reason: str, auth: str | None) -> Steer:

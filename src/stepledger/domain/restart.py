@@ -14,6 +14,7 @@ the restart with the list.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,6 +52,12 @@ class RestartPlan:
             f"restart of {self.old!r} from {self.step_id!r} refused: effects at or after it "
             f"stand and cannot be undone first: {names}"
         )
+
+    @property
+    def digest(self) -> str:
+        """What the plan does, as a short digest: a confirmation binds the plan it was shown."""
+        shown = "\n".join([*self.lines(), self.refusal or ""])
+        return hashlib.sha256(shown.encode()).hexdigest()[:32]
 
     def lines(self) -> list[str]:
         """The plan in words, one line each (printed before ``--yes``)."""

@@ -60,6 +60,8 @@ class WorkflowState:
     status: RunStatus = RunStatus.RUNNING
     attempt: int = 0
     max_attempts: int = 5
+    """The limit of resumption attempts; an operator's claim (a cancel or a restart carried
+    through) moves it by one, so it counts no attempt of the workflow's."""
     read_only: bool = False
     runner: str | None = None
     """The runner whose claim owns the current attempt (the first claim of it in the log)."""
@@ -69,6 +71,14 @@ class WorkflowState:
     paused_by: str | None = None
     """Who paused the workflow, while it is paused (None: not paused)."""
     pause_reason: str = ""
+    recovery_held_by: str | None = None
+    """Who paused the workflow holding recovery too, while that pause holds (None: recovery
+    settles its in-doubt steps as ever)."""
+    recovery_hold: str = ""
+    """The latest pause that held recovery, in words (kept once lifted: the decisions taken
+    at the unpause name it)."""
+    hold_lifted_at: datetime | None = None
+    """When the latest hold of recovery was lifted (None: never, or it still holds)."""
     cancel_requested_by: str | None = None
     """Who asked to cancel the workflow (None: nobody); no new step starts once asked."""
     cancel_reason: str = ""
@@ -240,6 +250,10 @@ def _on_workflow_run(
         if body.attempt > 1 and wf.read_only:
             # A read-only workflow restarts from scratch: earlier steps no longer count.
             wf.clear_steps()
+    operator = isinstance(body, ev.WorkflowResumed) and body.operator is not None
+    if operator and body.attempt > wf.attempt:
+        # An operator's claim counts no attempt: the limit moves with it (once per attempt).
+        wf.max_attempts += 1
     wf.attempt = max(wf.attempt, body.attempt)
     if body.app_version is not None or body.stepledger_version is not None:
         wf.versions[body.attempt] = (body.app_version, body.stepledger_version)
@@ -315,6 +329,11 @@ def _on_paused(wf: WorkflowState, body: ev.WorkflowPaused) -> Problem | None:
     if wf.paused_by is None:
         wf.paused_by, wf.pause_reason = body.by, body.reason
     wf.pause = max(wf.pause, body.pause)
+    if body.hold_recovery and wf.recovery_held_by is None:
+        # A held pause over a plain one holds recovery from here on, until the unpause.
+        wf.recovery_held_by, wf.hold_lifted_at = body.by, None
+        why = f": {body.reason}" if body.reason else ""
+        wf.recovery_hold = f"pause {body.pause} by {body.by}{why}"
     return None
 
 
@@ -327,6 +346,9 @@ def _on_unpaused(wf: WorkflowState, body: ev.WorkflowUnpaused) -> Problem | None
             f"{'holds' if wf.paused_by else 'was lifted'}",
         )
     wf.paused_by, wf.pause_reason = None, ""
+    if wf.recovery_held_by is not None:
+        wf.recovery_held_by, wf.hold_lifted_at = None, wf.last_at  # the unpause's time
+        wf.recovery_hold += f" (unpaused by {body.by})"
     return None
 
 

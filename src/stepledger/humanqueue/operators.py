@@ -15,6 +15,7 @@ carries it through when run again once that person answered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -29,7 +30,9 @@ from stepledger.domain.state import ENDED, WorkflowState, replay
 from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.history.protocol import WorkflowHistory
 from stepledger.log import EventLog
-from stepledger.producer import Ledger, compensation
+from stepledger.producer import Ledger, compensation, opening
+from stepledger.producer.opening import WorkflowSpec
+from stepledger.producer.workflow import Workflow
 
 Decide = Callable[[WorkflowState, str, str, str | None], Steer]
 
@@ -65,9 +68,23 @@ class Operators:
             raise LedgerStateError(f"no workflow {workflow_id!r} in the step log")
         return replay(workflow_id, found)
 
-    def steer(self, command: str, workflow_ids: Iterable[str], who: Operator) -> list[Steer]:
-        """Apply one command to each workflow; one answer per workflow, in order."""
+    def steer(
+        self,
+        command: str,
+        workflow_ids: Iterable[str],
+        who: Operator,
+        *,
+        hold_recovery: bool = False,
+    ) -> list[Steer]:
+        """Apply one command to each workflow; one answer per workflow, in order.
+
+        ``hold_recovery`` (a pause only): recovery settles none of their in-doubt steps
+        until the unpause."""
         decide = COMMANDS[command]
+        if hold_recovery:
+            if command != "pause":
+                raise LedgerStateError(f"only a pause holds recovery, not {command!r}")
+            decide = functools.partial(operators.pause, hold_recovery=True)
         done = []
         for workflow_id in workflow_ids:
             state = self.state(workflow_id)
@@ -80,15 +97,48 @@ class Operators:
         return done
 
 
-def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
+def plan_restart(
+    history: WorkflowHistory, state: WorkflowState, step_id: str, new_id: str | None
+) -> RestartPlan:
+    """The plan of restarting ``state``'s workflow from ``step_id`` as ``new_id`` (default
+    :func:`next_restart_id`); a new id the log already holds is refused (a restart makes a
+    new workflow, never writes into another)."""
+    if not new_id:
+        return restarting.plan(state, step_id, next_restart_id(history, state.workflow_id))
+    plan = restarting.plan(state, step_id, new_id)  # what the old workflow refuses comes first
+    if history.read(new_id).events:
+        raise LedgerStateError(
+            f"workflow {new_id!r} is in the step log already: a restart makes a new workflow",
+            workflow_id=state.workflow_id,
+        )
+    return plan
+
+
+def next_restart_id(history: WorkflowHistory, workflow_id: str) -> str:
+    """The first ``ID.rN`` the log does not hold yet: a restart's new id by default."""
+    for n in range(1, 100):
+        candidate = f"{workflow_id}.r{n}"
+        if not history.read(candidate).events:
+            return candidate
+    raise LedgerStateError(f"{workflow_id!r} was restarted 99 times: name the new id")
+
+
+def operator_open(ledger: Ledger, workflow_id: str, reason: str, by: str) -> Workflow:
+    """Open a workflow as a runner for an operator's command: the claim names ``by`` and
+    counts no resumption attempt (a workflow at its limit is claimed, not dead-lettered)."""
+    return opening.open_workflow(ledger, workflow_id, WorkflowSpec(reason=reason, operator=by))
+
+
+def carry_cancel(ledger: Ledger, workflow_id: str, reason: str, *, by: str) -> str:
     """Carry a requested cancel through as a runner of the workflow; one line says the end.
 
-    ``ledger`` holds the tools whose compensations run.  A workflow that ended before is
+    ``ledger`` holds the tools whose compensations run; ``by`` names the operator (the
+    claim is theirs: it counts no attempt).  A workflow that ended before is
     left as it ended; a step waiting for a person (or a settling that could not finish)
     leaves it cancelling, and the line says why.
     """
     try:
-        workflow = ledger.workflow(workflow_id, reason=f"cancel: {reason}")
+        workflow = operator_open(ledger, workflow_id, f"cancel: {reason}", by)
         if workflow.state.status in ENDED:
             return f"{workflow_id}: ended {workflow.state.status.value}"
         compensation.compensate(workflow, reason)
@@ -100,7 +150,7 @@ def carry_cancel(ledger: Ledger, workflow_id: str, reason: str) -> str:
         return f"{workflow_id}: cancel asked, not carried through yet: {exc}"
 
 
-def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
+def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str, *, by: str) -> str:
     """Restart a workflow from a step as a new one (the plan :func:`restart.plan` made).
 
     The old workflow is opened as a runner (a running one is claimed: its runner calls
@@ -109,11 +159,12 @@ def carry_restart(ledger: Ledger, restart: RestartPlan, reason: str) -> str:
     failed refuses it), the new workflow's head is written (its start, linked to the old
     one, and the replayed prefix), and the old one ends ``restarted``.  Run again after a
     crash, it writes the same events again (their ids are derived: duplicates change
-    nothing).  ``ledger`` holds the tools whose compensations run.
+    nothing).  ``ledger`` holds the tools whose compensations run; ``by`` names the
+    operator, whose claim of the old workflow counts no attempt.
     """
     if restart.refusal is not None:
         raise LedgerStateError(restart.refusal, workflow_id=restart.old)
-    old = ledger.workflow(restart.old, reason=f"restart as {restart.new}: {reason}")
+    old = operator_open(ledger, restart.old, f"restart as {restart.new}: {reason}", by)
     if restart.undo:
         compensation.compensate(old, reason, only={s.step_id for s in restart.undo})
     again = restarting.plan(old.state, restart.step_id, restart.new)

@@ -58,10 +58,12 @@ from stepledger.inbox.auth import (
 from stepledger.inbox.budget import BudgetRaises
 from stepledger.inbox.controls import Controls
 from stepledger.inbox.filters import an_id, query_without_page, read_filter
+from stepledger.inbox.restarts import Restarts
 from stepledger.inbox.roles import Action
 from stepledger.inbox.timeline import case_timeline
 from stepledger.inbox.users import User
 from stepledger.readers.lake import LakeSource
+from stepledger.resolution.registry import ToolRegistry
 
 _HERE = Path(__file__).parent
 NAME_COOKIE = "stepledger_inbox_name"
@@ -99,8 +101,11 @@ class InboxConfig:
     """The lake the projectors commit to, read instead of ``db_path`` when given."""
 
 
-def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
-    """The inbox application over a projection, answering through ``answerer``."""
+def create_app(
+    config: InboxConfig, answerer: Answerer, tools: ToolRegistry | None = None
+) -> Starlette:
+    """The inbox application over a projection, answering through ``answerer``; ``tools``
+    run the compensations a restart makes first."""
     templates = Jinja2Templates(directory=str(_HERE / "templates"))
     env = templates.env
     env.filters.update(formats.FILTERS)
@@ -118,6 +123,8 @@ def create_app(config: InboxConfig, answerer: Answerer) -> Starlette:
     routes.append(Route("/logout", pages.logout, methods=["POST"]))
     control = Controls(answerer, config.csrf_secret).control
     routes.append(Route("/workflows/{workflow_id}/control", control, methods=["POST"]))
+    restart = Restarts(answerer, config.csrf_secret, templates, tools).restart
+    routes.append(Route("/workflows/{workflow_id}/restart", restart, methods=["POST"]))
     raises = BudgetRaises(answerer, config.csrf_secret).raise_budget
     routes.append(Route("/budget/raise", raises, methods=["POST"]))
     gate = GateConfig(

@@ -46,7 +46,8 @@ class ServeOptions:
     token: str | None = None
     """The shared token; None generates one (unless a users file is given)."""
     tools: ToolRegistry | None = None
-    """When given, arguments are re-redacted with each tool's declared secrets."""
+    """When given, arguments are re-redacted with each tool's declared secrets, and a restart
+    from a step compensates first with them."""
     users: Path | None = None
     """A users file (``NAME sha256:HEX`` lines): each person opens the inbox with their token."""
     proxy_header: str | None = None
@@ -159,7 +160,7 @@ def serve(
     )
     answerer = answerer_for(settings, options)
     check_retention(settings, "inbox")
-    app = create_app(config, answerer)
+    app = create_app(config, answerer, options.tools)
     warm(app)
     shown = f"[{options.host}]" if ":" in options.host else options.host
     if not is_loopback(options.host):

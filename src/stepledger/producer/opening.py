@@ -49,6 +49,9 @@ class WorkflowSpec:
     max_attempts: int = 5
     plan: tuple[PlanStep, ...] | None = None
     reason: str | None = None
+    operator: str | None = None
+    """An operator's command opens it (a cancel, a restart): its claim names them and counts
+    no attempt, so a workflow at its limit is claimed, not dead-lettered."""
 
 
 @tracing.traced_open
@@ -61,7 +64,7 @@ def open_workflow(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Work
         if not held(guessed, spec):
             return go_on(guessed, spec)
         if not alone(guessed, claimed):
-            settle_known(guessed)
+            settle_at_open(guessed, spec)
         return guessed
     workflow = read_for_open(ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
@@ -91,7 +94,7 @@ async def aopen_workflow(
         if not held(guessed, spec):
             await off_loop(go_on, guessed, spec)  # raises, or goes on with the same handle
         elif not alone(guessed, claimed):
-            await off_loop(settle_known, guessed)
+            await off_loop(settle_at_open, guessed, spec)
         return guessed
     workflow: Workflow = await off_loop(read_for_open, ledger, workflow_id, spec)
     if workflow.state.attempt == 0:
@@ -120,7 +123,8 @@ def from_tail(ledger: Session, workflow_id: str, spec: WorkflowSpec) -> Workflow
     if known.events:
         state = workflow.state
         resumable = state.status is RunStatus.RUNNING and not state.read_only and state.attempt
-        if not resumable or state.attempt + 1 > state.max_attempts:
+        past_limit = state.attempt + 1 > state.max_attempts and spec.operator is None
+        if not resumable or past_limit:
             return None  # finished, restarted, dead-lettered: the read-first path decides
     check_plan(workflow, spec)
     return workflow
@@ -132,7 +136,11 @@ def first_claim(workflow: Workflow, spec: WorkflowSpec) -> ev.Event:
     if state.attempt == 0:
         return first_run(workflow, spec)
     return workflow.ledger.events.workflow_resumed(
-        workflow.workflow_id, attempt=state.attempt + 1, reason=spec.reason, runner=workflow.runner
+        workflow.workflow_id,
+        attempt=state.attempt + 1,
+        reason=spec.reason,
+        runner=workflow.runner,
+        operator=spec.operator,
     )
 
 
@@ -205,19 +213,33 @@ def go_on(workflow: Workflow, spec: WorkflowSpec) -> Workflow:
     if state.status is not RunStatus.RUNNING:
         return workflow  # finished: steps replay their results, nothing new runs
     attempt = state.attempt + 1
-    if attempt > state.max_attempts:
+    if attempt > state.max_attempts and spec.operator is None:
         return end_past_limit(workflow, attempt)
     if state.read_only:
         # A read-only workflow is started over: the fold forgets its earlier steps.
         started = _started(workflow, spec, attempt, True, state.max_attempts)
         workflow.record(started)
         return workflow
-    claim(workflow, attempt, spec.reason)
-    settle_known(workflow)
+    claim(workflow, attempt, spec.reason, spec.operator)
+    settle_at_open(workflow, spec)
     return workflow
 
 
-def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
+def settle_at_open(workflow: Workflow, spec: WorkflowSpec) -> None:
+    """Settle the in-doubt steps a resume finds, unless an operator's pause holds recovery.
+
+    Held, a runner leaves them in doubt as the recovery daemons do: it is paused anyway, and
+    a step it asks for again is held before it is settled, so it is settled once unpaused.
+    An operator's own open (a cancel, a restart carried through) settles them: the operator
+    decided.
+    """
+    if workflow.state.recovery_held_by is None or spec.operator is not None:
+        settle_known(workflow)
+
+
+def claim(
+    workflow: Workflow, attempt: int, reason: str | None, operator: str | None = None
+) -> None:
     """Claim the workflow as ``attempt`` and read the log again from the claim's side.
 
     Whatever another runner appended before the claim is in the state read afterwards (an
@@ -227,7 +249,11 @@ def claim(workflow: Workflow, attempt: int, reason: str | None) -> None:
     """
     ledger = workflow.ledger
     resumed = ledger.events.workflow_resumed(
-        workflow.workflow_id, attempt=attempt, reason=reason, runner=workflow.runner
+        workflow.workflow_id,
+        attempt=attempt,
+        reason=reason,
+        runner=workflow.runner,
+        operator=operator,
     )
     workflow.reload(through=workflow.record(resumed))
     fence.ensure_claimed(workflow.state, workflow.runner, workflow.epoch)

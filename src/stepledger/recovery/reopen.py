@@ -46,10 +46,13 @@ from stepledger.domain.resolution import ACTIONABLE, Arrival
 from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.domain.times import later
 from stepledger.recovery.checkpoint import StepKey
+from stepledger.recovery.holds import HOLDS
 from stepledger.recovery.tracked import Values, decoded, json_lines, stored
 
 #: A workflow's claims: the events besides its own that a tracked step is folded with.
 CLAIMS = (ev.WorkflowStarted, ev.WorkflowResumed)
+#: The workflow's events a tracked step keeps beside its own.
+_KEPT = (*CLAIMS, *HOLDS)
 #: Step events the log's fold judges against the workflow's claims (a zombie's decides nothing).
 FENCED = (ev.StepIntended, ev.CompensationIntended)
 
@@ -82,13 +85,14 @@ def _step(step_id: str, events: Sequence[ev.Event]) -> StepState | None:
 def history_of(
     step_id: str, history: Sequence[ev.Event], since: Sequence[ev.Event]
 ) -> list[ev.Event]:
-    """The events a step is tracked with: its workflow's claims and its own, in log order.
+    """The events a step is tracked with: its workflow's claims, pauses (a hold of recovery)
+    and its own, in log order.
 
     ``history`` is the workflow read back after the reopening event was read, so it holds
     everything before that event; ``since`` are the events read since the reopening (that
     one first), some read back too.  Those the read did not reach came after its end.
     """
-    kept = [e for e in history if e.step_id == step_id or isinstance(e.body, CLAIMS)]
+    kept = [e for e in history if e.step_id == step_id or isinstance(e.body, _KEPT)]
     seen = {e.event_id for e in kept}
     return kept + [e for e in since if e.event_id not in seen]
 
@@ -266,7 +270,7 @@ class Reopenings:
         return Judged(reopening.partition, replay(key[0], events), values, arrival, known)
 
     def claimed(self, workflow_id: str, value: bytes) -> None:
-        """A claim of the workflow: kept by each of its reopened steps."""
+        """A claim (or a pause) of the workflow: kept by each of its reopened steps."""
         for step_id in self._of_workflow.get(workflow_id, ()):
             key = (workflow_id, step_id)
             self.steps[key].values = (*self.steps[key].values, value)

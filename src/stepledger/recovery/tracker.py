@@ -24,6 +24,7 @@ from stepledger.domain.resolution import ACTIONABLE, Arrival
 from stepledger.domain.state import StepState, WorkflowState, replay
 from stepledger.recovery.checkpoint import PartitionCheckpoint, StepKey, decode_events
 from stepledger.recovery.diff import CheckpointDiff
+from stepledger.recovery.holds import HOLDS, HeldWorkflows, moves_hold
 from stepledger.recovery.reopen import FENCED, Reopenings, reopens
 from stepledger.recovery.runs import LatestClaims
 from stepledger.recovery.tracked import (
@@ -31,6 +32,7 @@ from stepledger.recovery.tracked import (
     LateOutcome,
     Tracked,
     Values,
+    decoded,
     stored,
 )
 
@@ -66,6 +68,7 @@ class Tracker(CheckpointDiff):
         self.late: list[LateOutcome] = []
         """Late outcomes found in loaded checkpoints, for the daemon to judge (or skip)."""
         self._claims = LatestClaims()
+        self._held = HeldWorkflows()
 
     # -- partitions --------------------------------------------------------------------
 
@@ -115,8 +118,9 @@ class Tracker(CheckpointDiff):
         step = state.steps.get(key[1])
         if held or step is None:
             return
+        self._held.took_all(events, values, partition)
         tracked = Tracked(partition, values, arrival=None if now is None else Arrival(now, now))
-        tracked.took(step, self._due_of(step, tracked.arrival))
+        tracked.took(step, self._due(state, step, tracked.arrival))
         self.steps[key] = tracked
         self._schedule(key, tracked)
         # A late outcome read before a crash but not judged yet must still be judged.
@@ -133,6 +137,7 @@ class Tracker(CheckpointDiff):
         self._removed = {r for r in self._removed if r[0] != partition}
         self.reopenings.drop_partition(partition)
         self._claims.drop_partition(partition)  # its next owner may read newer claims
+        self._held.drop_partition(partition)
         self.positions.pop(partition, None)
         self._moved.discard(partition)
 
@@ -166,6 +171,8 @@ class Tracker(CheckpointDiff):
         if event.step_id is None:
             if isinstance(event.body, _CLAIMS):
                 self._claimed(event, value, partition)
+            elif isinstance(event.body, HOLDS):
+                self._steered(event, value, partition)
             return None
         key = (event.workflow_id, event.step_id)
         tracked = self.steps.get(key)
@@ -205,7 +212,7 @@ class Tracker(CheckpointDiff):
             folded.took(values, event)
         if self._moves_waits(before, step):
             tracked.arrived(event, arrived)
-        self._took(key, tracked, values, step)
+        self._took(key, tracked, values, state)
         if anomaly is not None and anomaly.kind in LATE_OUTCOME_KINDS:
             return LateOutcome(key, event)
         return None
@@ -219,22 +226,25 @@ class Tracker(CheckpointDiff):
             self._claims.learn(key[0], judged.claims, judged.partition)
         if judged is not None and judged.step is not None and judged.actionable:
             tracked = Tracked(judged.partition, arrival=judged.arrival)
-            self._took(key, tracked, judged.values, judged.step)
+            self._took(key, tracked, judged.values, judged.state)
+            if judged.state.recovery_held_by is not None:
+                self._held.took_all(decoded(judged.values), judged.values, judged.partition)
         return None if judged is None else judged.state
 
-    def _took(
-        self,
-        key: StepKey,
-        tracked: Tracked,
-        values: Values,
-        step: StepState,
-    ) -> None:
+    def _took(self, key: StepKey, tracked: Tracked, values: Values, state: WorkflowState) -> None:
+        step = state.steps[key[1]]
         tracked.values = values
-        tracked.took(step, self._due_of(step, tracked.arrival))
+        tracked.took(step, self._due(state, step, tracked.arrival))
         self.steps[key] = tracked
         self._dirty.add(key)
         self.changed += 1
         self._schedule(key, tracked)
+
+    def _due(
+        self, state: WorkflowState, step: StepState, arrival: Arrival | None
+    ) -> datetime | None:
+        """When the step falls due; never while an operator's pause holds recovery."""
+        return None if state.recovery_held_by is not None else self._due_of(step, arrival)
 
     @staticmethod
     def _moves_waits(before: StepState | None, after: StepState) -> bool:
@@ -281,27 +291,47 @@ class Tracker(CheckpointDiff):
             return
         self.reopenings.claimed(wf, claim)
         if isinstance(event.body, ev.WorkflowResumed):
-            for key, tracked in self:
-                if key[0] != wf:
-                    continue
-                folded = self._folds.take(key, tracked.values, self._decoder(wf))
-                state = folded.fold(wf)
-                if event.event_id in state.seen:
-                    continue
-                state.apply(event)
-                step = state.steps.get(key[1])
-                if step is None:
-                    self._forget(key, tracked)
-                    continue
-                values = (*tracked.values, claim)
-                folded.took(values, event)
-                self._took(key, tracked, values, step)
+            self._reach(event, claim)
+
+    def _steered(self, event: ev.Event, value: bytes | None, partition: int) -> None:
+        """A pause (or unpause) of a workflow: kept by its steps whose hold of recovery it
+        moves, by its reopened steps, and for the steps tracked while it holds."""
+        kept = stored(event, value)
+        self._held.took(event, kept, partition)
+        self.reopenings.claimed(event.workflow_id, kept)
+        self._reach(event, kept, moves_hold)
+
+    def _reach(
+        self,
+        event: ev.Event,
+        value: bytes,
+        only: Callable[[WorkflowState, ev.Event], bool] | None = None,
+    ) -> None:
+        """Fold a workflow's event (a resume, a hold) into its steps already tracked (those
+        whose fold ``only`` accepts it for), each judged again by its new fold."""
+        wf = event.workflow_id
+        for key, tracked in self:
+            if key[0] != wf:
+                continue
+            folded = self._folds.take(key, tracked.values, self._decoder(wf))
+            state = folded.fold(wf)
+            if event.event_id in state.seen or (only is not None and not only(state, event)):
+                continue
+            state.apply(event)
+            if key[1] not in state.steps:
+                self._forget(key, tracked)
+                continue
+            values = (*tracked.values, value)
+            folded.took(values, event)
+            self._took(key, tracked, values, state)
 
     def _new_tracked(self, partition: int, workflow_id: str) -> tuple[Tracked, WorkflowState]:
-        claim = self._claims.value(workflow_id)
-        if claim is None:
-            return Tracked(partition), WorkflowState(workflow_id)
-        return Tracked(partition, (claim,)), replay(workflow_id, [self._claims.event(workflow_id)])
+        claim, held = self._claims.value(workflow_id), self._held.of(workflow_id)
+        values = () if claim is None else (claim,)
+        events = [] if claim is None else [self._claims.event(workflow_id)]
+        if held is not None:
+            events, values = [*events, held[0]], (*values, held[1])
+        return Tracked(partition, values), replay(workflow_id, events)
 
     def _decoder(self, workflow_id: str) -> Callable[[Values], list[ev.Event]]:
         return functools.partial(self._claims.decoded, workflow_id)
@@ -375,11 +405,12 @@ class Tracker(CheckpointDiff):
         return sum(1 for t in self.steps.values() if t.status in ACTIONABLE) + len(self.reopenings)
 
     def oldest_overdue_s(self, now: datetime) -> float:
-        """Seconds the most overdue open step is past its deadline (0 when none is)."""
+        """Seconds the most overdue open step is past its deadline (0 when none is); a step
+        an operator's pause holds (never due) is left undecided by their choice, not late."""
         late = [
             (now - t.deadline).total_seconds()
             for t in self.steps.values()
-            if t.status in ACTIONABLE and t.deadline is not None
+            if t.status in ACTIONABLE and t.deadline is not None and t.due is not None
         ]
         return max([0.0, *late])
 

@@ -426,7 +426,7 @@ class Resolver:
         if step.status is StepStatus.INTENDED:
             intended = ev.CompensationIntended(
                 idempotency_key=ids.compensation_key(step.idempotency_key),
-                reason="intent without outcome past its deadline",
+                reason=_held("intent without outcome past its deadline", run),
                 source=Source.RECOVERY_COMPENSATE,
                 deadline=self.clock() + timedelta(seconds=tool.timeout_s),
                 attempt=step.attempt,
@@ -537,7 +537,7 @@ class Resolver:
             source=source,
             result=result if encoded is None else encoded.value,
             result_type=None if encoded is None else encoded.result_type,
-            evidence=_evidence(evidence),
+            evidence=_evidence(_with_hold(evidence, run)),
             # One id per decided attempt, whichever path (query or re-drive) decided it:
             # two resolvers answering the same step write one event, never two competing.
             qualifiers=(run.step.attempt, "recovery"),
@@ -548,7 +548,7 @@ class Resolver:
         body = ev.StepAbandoned(
             reason=reason,
             escalation_id=escalation,
-            evidence_json=ids.canonical_json(_evidence(evidence)),
+            evidence_json=ids.canonical_json(_evidence(_with_hold(evidence, run))),
             source=Source.RECOVERY,
         )
         return self._append(run, body, escalation)
@@ -635,6 +635,28 @@ def _evidence(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: oversize.fitted_value(v, oversize.EVIDENCE_KEPT) for k, v in value.items()}
     return oversize.fitted_value(value, oversize.EVIDENCE_KEPT)
+
+
+def _hold_of(run: _Attempt) -> str | None:
+    """The operator's hold of recovery the step waited through (its intent came before the
+    hold was lifted), in words: the decision taken at the unpause names it."""
+    state, intended = run.state, run.step.intended_at
+    lifted = state.hold_lifted_at
+    if lifted is None or intended is None or intended > lifted:
+        return None
+    return state.recovery_hold
+
+
+def _held(reason: str, run: _Attempt) -> str:
+    hold = _hold_of(run)
+    return reason if hold is None else f"{reason} (recovery was held: {hold})"
+
+
+def _with_hold(evidence: Any, run: _Attempt) -> Any:
+    hold = _hold_of(run)
+    if hold is None or not isinstance(evidence, dict):
+        return evidence
+    return {**evidence, "recovery_hold": hold}
 
 
 def _args(run: _Attempt) -> dict[str, Any]:

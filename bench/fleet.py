@@ -23,9 +23,10 @@ the rows' names and targets; docs/benchmarks.md, "A fleet", the budgets):
    intent's deadline + grace.
 
 ``python -m bench.fleet [--quick] [--bootstrap HOST:PORT] [--json FILE]``; ``python -m bench
---only fleet`` runs it on the run's broker.  ``--diagnose`` runs row 2 alone at 1 and 4
-processes beside the same agents stepping a read-only tool (intent and outcome, no claim
-read back): what the read-back costs the clients and the brokers.
+--only fleet`` runs it on the run's broker; ``--freshness RATE [--processes P]`` runs row 3
+alone at RATE steps/s (half of what a full run sustained).  ``--diagnose`` runs row 2 alone
+at 1 and 4 processes beside the same agents stepping a read-only tool (intent and outcome,
+no claim read back): what the read-back costs the clients and the brokers.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -49,6 +52,7 @@ from bench.concurrency import _step_records, act, warm_ledger
 from bench.fleet_cluster import LIMIT_S, QUICK, Cluster, Sizes, agent_process, cluster, ready
 from bench.fleet_daemons import freshness, time_to_decision
 from bench.fleet_figures import span_rate
+from bench.pg import postgres_cluster, postgres_missing
 from bench.restate_peer import restate_missing, restate_running
 from stepledger.config import Settings
 from stepledger.kafka import DURABLE_PRODUCER
@@ -128,19 +132,24 @@ def rate_round(
 
 
 def throughput(
-    where: Cluster, sizes: Sizes, restate: str | None = None, extra: tuple[str, ...] = ()
+    where: Cluster,
+    sizes: Sizes,
+    peers: dict[str, str] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict[int, dict[str, dict[str, float]]]:
-    """Per process count, per kind (raw, stepledger, Restate at its ``restate`` ingress if
-    given, and ``extra`` kinds of ``bench.fleet_agent rate``): the medians of the rounds."""
+    """Per process count, per kind (raw, stepledger, ``extra`` kinds of ``bench.fleet_agent
+    rate``, and each of ``peers``: Restate at its ingress, DBOS at its system database's
+    URL): the medians of the rounds."""
     found: dict[int, dict[str, dict[str, float]]] = {}
-    kinds = ("raw", "stepledger", *extra, *(("restate",) if restate else ()))
+    peers = peers or {}
+    kinds = ("raw", "stepledger", *extra, *peers)
     for processes in sizes.processes:
         rounds: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
         for _ in range(sizes.rounds):  # interleaved: every kind sees the same moments of load
             for kind in rounds:
-                extra = (restate,) if kind == "restate" and restate else ()
+                at = (peers[kind],) if kind in peers else ()
                 rounds[kind].append(
-                    rate_round(where, kind, processes, sizes.agents, sizes.steps_per_agent, *extra)
+                    rate_round(where, kind, processes, sizes.agents, sizes.steps_per_agent, *at)
                 )
         found[processes] = {
             kind: {k: statistics.median(r[k] for r in figures) for k in figures[0]}
@@ -154,16 +163,26 @@ def throughput(
 
 
 @contextlib.contextmanager
-def _restate(quick: bool, work: Path) -> Iterator[str | None]:
-    """Restate's ingress for the throughput row's peer (one node), or None: not with
-    ``--quick``, nor where it is not installed (the reason printed)."""
-    missing = "not in --quick" if quick else restate_missing()
-    if missing:
-        print(f"[fleet] Restate left out: {missing}", flush=True)
-        yield None
-        return
-    with restate_running(work) as restate:
-        yield restate.ingress
+def _peers(quick: bool, work: Path) -> Iterator[dict[str, str]]:
+    """The throughput row's peers, each one node: Restate's ingress and DBOS's PostgreSQL
+    system database, by kind; none with ``--quick``, nor one not installed (reason printed)."""
+    found: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        missing = "not in --quick" if quick else restate_missing()
+        if missing:
+            print(f"[fleet] Restate left out: {missing}", flush=True)
+        else:
+            found["restate"] = stack.enter_context(restate_running(work)).ingress
+        missing = "not in --quick" if quick else postgres_missing()
+        if missing:
+            print(f"[fleet] DBOS left out: {missing}", flush=True)
+        else:
+            url = f"{stack.enter_context(postgres_cluster())}/dbos_fleet"
+            # Its schema made once, before P processes launch on it together.
+            setup = [sys.executable, "-m", "bench.fleet_agent", "dbos-setup", url]
+            subprocess.run(setup, check=True, timeout=120)
+            found["dbos"] = url
+        yield found
 
 
 def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
@@ -176,8 +195,8 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         raw, ours = latency(where.settings(), sizes.latency_steps, sizes.latency_steps // 5)
         rows += fleet_rows.latency_rows(raw, ours)
         print(f"[fleet] latency done at {time.perf_counter() - began:.0f}s", flush=True)
-        with _restate(quick, Path(tmp)) as restate:
-            rates = throughput(where, sizes, restate)
+        with _peers(quick, Path(tmp)) as peers:
+            rates = throughput(where, sizes, peers)
         rows += fleet_rows.throughput_rows(rates, sizes.agents)
         print(f"[fleet] throughput done at {time.perf_counter() - began:.0f}s", flush=True)
         best = max(rates, key=lambda p: rates[p]["stepledger"]["rate"])
@@ -189,6 +208,17 @@ def run(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
         rows += fleet_rows.decision_rows(decided, expected, sizes.timeout_s, sizes.grace_s)
         print(f"[fleet] decisions done at {time.perf_counter() - began:.0f}s", flush=True)
     return rows
+
+
+def fresh_only(
+    rate: float, processes: int, quick: bool = False, bootstrap: str | None = None
+) -> list[Row]:
+    """Row 3 alone, at ``rate`` steps/s from ``processes`` agent processes (half a
+    sustained rate a full run measured): the projector's changes measured quickly."""
+    sizes = QUICK if quick else Sizes()
+    with cluster(quick, bootstrap) as where, tempfile.TemporaryDirectory() as tmp:
+        seen, missed, committed = freshness(where, rate, processes, sizes, Path(tmp))
+    return fleet_rows.freshness_rows(seen, missed, rate * 2, processes, committed)
 
 
 def diagnose(quick: bool = False, bootstrap: str | None = None) -> list[Row]:
@@ -209,10 +239,22 @@ def main() -> None:
     parser.add_argument(
         "--diagnose", action="store_true", help="only row 2, beside a read-only tool's steps"
     )
+    parser.add_argument(
+        "--freshness",
+        type=float,
+        metavar="STEPS_PER_S",
+        help="only row 3, at this rate (half of a sustained rate a full run measured)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=4, help="agent processes of --freshness (default 4)"
+    )
     args = parser.parse_args()
     load, started = os.getloadavg()[0], time.time()
-    measure = diagnose if args.diagnose else run
-    rows = measure(quick=args.quick, bootstrap=args.bootstrap)
+    if args.freshness:
+        rows = fresh_only(args.freshness, args.processes, args.quick, args.bootstrap)
+    else:
+        measure = diagnose if args.diagnose else run
+        rows = measure(quick=args.quick, bootstrap=args.bootstrap)
     print(
         f"\nmachine: {machine()}; quick={args.quick}; {time.time() - started:.0f}s in all; "
         f"load average {load:.2f} -> {os.getloadavg()[0]:.2f}\n"

@@ -4,17 +4,22 @@
 stepledger process takes them (``STEPLEDGER_BOOTSTRAP``, ``STEPLEDGER_TOPIC``,
 ``STEPLEDGER_KAFKA_*`` for SASL):
 
-- ``rate raw|stepledger|readonly|restate AGENTS STEPS [INGRESS]``: connect and warm up, print
-  ``ready``, wait for a line on stdin (every process of a round starts together), then run
-  AGENTS asyncio agents of STEPS steps each: raw clients (``bench.concurrency.RawFloor``:
-  two records a step, each awaited), stepledger (``bench.concurrency.stepledger_asyncio``:
-  10-step workflows; ``readonly``: the same with a read-only tool, which reads no claim
-  back) or Restate's ingress clients (10-step workflows, ``bench.peers``'s).
+- ``rate raw|stepledger|readonly|restate|dbos AGENTS STEPS [INGRESS|URL]``: connect and
+  warm up, print ``ready``, wait for a line on stdin (every process of a round starts
+  together), then run AGENTS asyncio agents of STEPS steps each: raw clients
+  (``bench.concurrency.RawFloor``: two records a step, each awaited), stepledger
+  (``bench.concurrency.stepledger_asyncio``: 10-step workflows; ``readonly``: the same with
+  a read-only tool, which reads no claim back), Restate's ingress clients (10-step
+  workflows, ``bench.peers``'s) or DBOS on the PostgreSQL system database at URL (10-step
+  ``@DBOS.workflow``s of ``@DBOS.step``s, each process its own executor id, so no launch
+  recovers another process's workflows).
   Prints one JSON line: the span's wall-clock start and end, the steps, and the process's
   CPU seconds in Python's threads and in librdkafka's.
 - ``paced AGENTS RATE SECONDS PREFIX``: AGENTS agents make RATE steps/s together for
   SECONDS, 10-step workflows named PREFIX-..., and print one JSON line: every step's
   outcome acknowledgement time (``wf.astep`` returned), by workflow and step.
+- ``dbos-setup URL``: launch DBOS once on the system database at URL (its schema made
+  before the agent processes launch on it together), then destroy it.
 - ``doubt COUNT TIMEOUT PREFIX``: COUNT workflows of one step each, the three kinds in turn
   (keyed with a query hook, compensatable, unkeyed), whose tool never returns; prints
   ``ready`` once every call is inside its tool (its intent acknowledged), then waits to be
@@ -115,10 +120,48 @@ def restate_agents(ingress: str, agents: int, steps: int) -> None:
     asyncio.run(every())
 
 
+def dbos_launched(url: str, executor_id: str) -> Any:
+    """DBOS on the system database at ``url`` as executor ``executor_id``; its asyncio
+    agents' body (one 10-step workflow)."""
+    from dbos import DBOS
+
+    @DBOS.step()
+    async def dbos_aact(i: int) -> int:
+        return i
+
+    @DBOS.workflow()
+    async def awork(n: int) -> int:
+        return sum([await dbos_aact(i) for i in range(n)])
+
+    config: Any = {
+        "name": "fleetbench",
+        "system_database_url": url,
+        "log_level": "WARNING",
+        "executor_id": executor_id,
+    }
+    DBOS(config=config)
+    DBOS.launch()
+    return awork
+
+
+def dbos_agents(awork: Any, agents: int, steps: int) -> None:
+    """Asyncio agents of DBOS workflows of ``STEPS`` steps each, as ``bench.peers`` runs them."""
+
+    async def every() -> None:
+        async def agent() -> None:
+            for _ in range(steps // STEPS):
+                await awork(STEPS)
+
+        await asyncio.gather(*(agent() for _ in range(agents)))
+
+    asyncio.run(every())
+
+
 def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) -> dict[str, Any]:
     """One round of the throughput row (see the module docstring)."""
     raw = RawFloor(settings) if kind == "raw" else None
     ledger = warm_ledger(settings) if kind in ("stepledger", "readonly") else None
+    dbos = dbos_launched(where[0], f"fleet-{uuid.uuid4().hex[:12]}") if kind == "dbos" else None
     print("ready", flush=True)
     sys.stdin.readline()
     python, kafka = _thread_cpu()
@@ -127,6 +170,8 @@ def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) ->
         raw.asyncio(agents, steps)
     elif ledger is not None:
         stepledger_asyncio(ledger, agents, steps, "start", look if kind == "readonly" else aact)
+    elif dbos is not None:
+        dbos_agents(dbos, agents, steps)
     else:
         restate_agents(where[0], agents, steps)
     ended = time.time()
@@ -135,6 +180,10 @@ def rate(settings: Settings, kind: str, agents: int, steps: int, *where: str) ->
         raw.close()
     if ledger is not None:
         ledger.close()
+    if dbos is not None:
+        from dbos import DBOS
+
+        DBOS.destroy(destroy_registry=True)
     return {
         "began": began,
         "ended": ended,
@@ -204,6 +253,11 @@ def main(argv: list[str]) -> None:
     elif mode == "paced":
         acked = paced(settings, int(argv[1]), float(argv[2]), float(argv[3]), argv[4])
         print(json.dumps(acked), flush=True)
+    elif mode == "dbos-setup":
+        dbos_launched(argv[1], "fleet-setup")
+        from dbos import DBOS
+
+        DBOS.destroy(destroy_registry=True)
     elif mode == "doubt":
         doubt(settings, int(argv[1]), float(argv[2]), argv[3])
     else:

@@ -15,6 +15,8 @@ RATIO_AT, RATIO_FLOOR = 4, ">=0.5"
 #: "The ratio does not fall as processes are added": the most processes' ratio against the
 #: fewest's, with 10% for the noise of a shared machine.
 TREND = ">=0.9"
+#: The throughput row's peers, by ``bench.fleet_agent rate`` kind.
+PEERS = {"restate": "Restate 1.7", "dbos": "DBOS 3.4 on PostgreSQL, an executor id per process"}
 #: Freshness target: p99 from acknowledgement to visible, in seconds.
 FRESH_P99_S = 2.0
 #: Time to decision: the last decision at most this long after its deadline + grace.
@@ -64,16 +66,17 @@ def throughput_rows(rates: dict[int, dict[str, dict[str, float]]], agents: int) 
                 higher_is_better=False,
             ),
         ]
-        if "restate" in kinds:
-            rows.append(
-                Row(
-                    BENCH,
-                    f"{label}, steps/s (vs Restate 1.7, one node, same processes and concurrency)",
-                    ours["rate"],
-                    kinds["restate"]["rate"],
-                    "steps/s",
+        for peer, name in PEERS.items():
+            if peer in kinds:
+                rows.append(
+                    Row(
+                        BENCH,
+                        f"{label}, steps/s (vs {name}, one node, same processes and concurrency)",
+                        ours["rate"],
+                        kinds[peer]["rate"],
+                        "steps/s",
+                    )
                 )
-            )
         if ours["broker_us"]:
             rows.append(
                 Row(

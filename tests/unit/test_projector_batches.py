@@ -13,6 +13,7 @@ from stepledger.kafka.records import Consumed, Polled, Where
 from stepledger.projector.daemon import (
     CATCH_UP_SNAPSHOT_GAP_MAX_S,
     CATCH_UP_SNAPSHOT_SHARE,
+    SNAPSHOT_SHARE,
     YOUNG_COLLECTION_EVERY,
     ProjectorOptions,
     _committed,
@@ -109,9 +110,13 @@ def test_the_daemon_collects_young_objects_once_per_million_allocations() -> Non
     assert gc.get_threshold() == before
 
 
-def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> None:
-    # Caught up: the configured interval, whatever a snapshot costs.
-    assert snapshot_gap(2.0, 5.0, behind=False) == 2.0
+def test_snapshots_take_at_most_their_share_of_the_time_a_smaller_one_while_catching_up() -> None:
+    # Caught up: the configured interval, stretched so that a snapshot (a copy of the whole
+    # file) takes at most a quarter of the time.
+    assert SNAPSHOT_SHARE == 0.25
+    assert snapshot_gap(0.5, 0.05, behind=False) == 0.5
+    assert snapshot_gap(0.5, 0.5, behind=False) == 2.0
+    assert snapshot_gap(2.0, 20.0, behind=False) == CATCH_UP_SNAPSHOT_GAP_MAX_S
     # Behind (a batch or more waits): the next snapshot waits until the last one's cost is a
     # tenth of the time since.
     assert CATCH_UP_SNAPSHOT_SHARE == 0.1
@@ -124,8 +129,13 @@ def test_while_catching_up_snapshots_take_at_most_their_share_of_the_time() -> N
     assert snapshot_gap(0.0, 1.5, behind=True) == 0.0
 
 
+#: What the last snapshot took, in the loops below.
+COSTLY_S = 0.2
+
+
 def costly_loop(tmp_path: Path, batch_size: int) -> tuple[_Loop, _Polls, Pipeline]:
-    """A loop over one file whose last snapshot took 3 s, queued 1 s ago (interval 0.5 s)."""
+    """A loop over one file whose last snapshot took 0.2 s, queued 1 s ago (interval 0.5 s):
+    due when caught up (0.8 s, four times its cost), not while behind (2 s, ten times)."""
     path = tmp_path / "p.duckdb"
     pipeline = make_pipeline(ProjectionStore(path))
     options = ProjectorOptions(
@@ -134,7 +144,7 @@ def costly_loop(tmp_path: Path, batch_size: int) -> tuple[_Loop, _Polls, Pipelin
     polls = _Polls([])
     shards = OneFile(path, pipeline)
     loop = _Loop(cast(GroupConsumer, polls), options, ProjectorMetrics(), None, shards=shards)
-    pipeline.snapshot_s = 3.0
+    pipeline.snapshot_s = COSTLY_S
     pipeline.published_at = time.monotonic() - 1.0
     return loop, polls, pipeline
 
@@ -145,8 +155,8 @@ def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_no
     messages = to_messages(random_log(seed=8, workflows=12), partitions=1)
     path = tmp_path / "p.duckdb"
     # Every poll comes back full (batch_size 5): a small batch size, or a steady rate that
-    # fills it, is not a backlog.  The last snapshot took 3 s and was queued 1 s ago: due at
-    # the interval, but not while 5 or more records wait beyond what was read (30 s).
+    # fills it, is not a backlog.  The last snapshot took 0.2 s and was queued 1 s ago: due
+    # caught up, but not while 5 or more records wait beyond what was read (2 s).
     loop, polls, pipeline = costly_loop(tmp_path, batch_size=5)
     published: list[tuple[str, float]] = []
     pipeline.on_snapshot = lambda at, took: published.append((at, took))
@@ -163,12 +173,12 @@ def test_a_backlog_holds_a_costly_snapshot_back_and_full_polls_without_one_do_no
     pipeline.drain()
     assert not loop.dirty
     assert latest_snapshot(path) is not None
-    assert 0 < pipeline.snapshot_s < 3.0, "the snapshot's own duration was not measured"
+    assert 0 < pipeline.snapshot_s != COSTLY_S, "the snapshot's own duration was not measured"
     assert published == [(str(latest_snapshot(path)), pipeline.snapshot_s)]
     # A cached end below what was read (a broker that lost its tail) leaves nothing waiting.
     polls.records = messages[10:15]
     polls.high[("log", 0)] = 2
-    pipeline.snapshot_s, pipeline.published_at = 3.0, time.monotonic() - 1.0
+    pipeline.snapshot_s, pipeline.published_at = COSTLY_S, time.monotonic() - 1.0
     _step(loop)
     pipeline.drain()
     assert not loop.dirty and len(published) == 2
@@ -188,7 +198,7 @@ def test_one_shard_behind_does_not_hold_back_another_shards_snapshot(tmp_path: P
     behind, current = shards.pipeline(("log", 0)), shards.pipeline(("log", 1))
     assert behind is not None and current is not None
     for pipeline in (behind, current):
-        pipeline.snapshot_s = 3.0
+        pipeline.snapshot_s = COSTLY_S
         pipeline.published_at = time.monotonic() - 1.0
     polls.high = {("log", 0): first[0].offset + 1 + 3, ("log", 1): first[1].offset + 1}
     _step(loop)

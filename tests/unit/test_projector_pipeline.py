@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,77 @@ def test_nothing_queued_after_a_failed_commit_is_written(tmp_path: Path) -> None
             pipeline.drain()
         pipeline.stop()
     assert query_one(db, "SELECT sum(next_offset) FROM offsets") == [(10,)]
+
+
+class HeldWrite(ProjectionStore):
+    """A store whose first write waits until released."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, *args: Any, **kwargs: Any) -> None:
+        if not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(30)
+        super().write(*args, **kwargs)
+
+
+def test_records_fed_while_the_writer_commits_wait_for_it_and_go_in_one_batch(
+    tmp_path: Path,
+) -> None:
+    # A transaction costs about the same for ten records as for a thousand: a queue of small
+    # batches behind a busy writer made each record wait for every commit ahead of it.
+    messages = to_messages(random_log(seed=16, workflows=20))
+    parts = list(batches(messages, random.Random(5), 15))
+    assert len(parts) > 3
+    db = tmp_path / "p.duckdb"
+    committed: list[int] = []
+    with HeldWrite(db) as store:
+        pipeline = Pipeline(
+            Projector(store, CODEC, MemoryRecordLetters()),
+            on_commit=lambda report: committed.append(report.received),
+            batch_size=len(messages),
+        )
+        pipeline.feed(parts[0])  # the writer is idle: committed at once
+        assert store.entered.wait(10)
+        for part in parts[1:]:
+            pipeline.feed(part)  # the writer is busy: nothing waits here
+        store.release.set()
+        deadline = time.monotonic() + 30
+        while len(committed) < 2 and time.monotonic() < deadline:
+            pipeline.pump()  # what the daemon does after every poll
+            time.sleep(0.01)
+        assert committed == [len(parts[0]), len(messages) - len(parts[0])]
+        pipeline.close()
+    direct = tmp_path / "direct.duckdb"
+    with ProjectionStore(direct) as direct_store:
+        Projector(direct_store, CODEC, MemoryRecordLetters()).process(messages)
+    assert table_contents(db) == table_contents(direct)
+
+
+def test_a_full_batch_goes_to_the_writer_without_waiting_for_it_to_be_idle(
+    tmp_path: Path,
+) -> None:
+    messages = to_messages(random_log(seed=17, workflows=10))
+    db = tmp_path / "p.duckdb"
+    committed: list[int] = []
+    with HeldWrite(db) as store:
+        pipeline = Pipeline(
+            Projector(store, CODEC, MemoryRecordLetters()),
+            on_commit=lambda report: committed.append(report.received),
+            batch_size=10,
+        )
+        pipeline.feed(messages[:3])
+        assert store.entered.wait(10)
+        pipeline.feed(messages[3:28])  # two full batches queue; 5 records wait
+        store.release.set()
+        pipeline.drain()
+        assert committed == [3, 10, 10, 5]
+        pipeline.publish()  # a snapshot holds everything fed before it
+        pipeline.feed(messages[28:])
+        pipeline.close()
+    snapshot = latest_snapshot(db)
+    assert snapshot is not None
+    assert query_one(snapshot, "SELECT sum(next_offset) FROM offsets") == [(28,)]

@@ -19,7 +19,12 @@ from stepledger.cli._common import group_options, with_settings
 from stepledger.config import Settings
 from stepledger.daemon.health import serve_probes
 from stepledger.daemon.process import Shutdown, configure_logging
-from stepledger.projector.daemon import DEFAULT_DB, ProjectorOptions, run_projector
+from stepledger.projector.daemon import (
+    DEFAULT_DB,
+    DEFAULT_SNAPSHOT_INTERVAL_S,
+    ProjectorOptions,
+    run_projector,
+)
 from stepledger.projector.engine import DEFAULT_CACHE_WORKFLOWS
 from stepledger.projector.metrics import ProjectorMetrics
 from stepledger.projector.rebuild import rebuild
@@ -94,17 +99,17 @@ def register(group: click.Group) -> None:
     default=0.03,
     show_default=True,
     type=click.FloatRange(0.001),
-    help="Seconds a batch waits to fill.",
+    help="Seconds a poll waits for records (a batch commits as soon as the writer is free).",
 )
 @click.option(
     "--snapshot-interval",
-    default=2.0,
+    default=DEFAULT_SNAPSHOT_INTERVAL_S,
     show_default=True,
     type=click.FloatRange(0),
     help=(
-        "Seconds between read-only snapshots for analysts (0: only at start and stop); "
-        "stretched while a backlog of a batch or more waits, so snapshots take at most a "
-        "tenth of the time (30 s apart at most)."
+        "Seconds between read-only snapshots of a changed projection for analysts (0: only "
+        "at start and stop); stretched so that snapshots take at most a quarter of the "
+        "time, a tenth while a backlog of a batch or more waits (30 s apart at most)."
     ),
 )
 @click.option(

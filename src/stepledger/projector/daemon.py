@@ -50,6 +50,8 @@ from stepledger.wire import client_id
 logger = logging.getLogger(__name__)
 
 DEFAULT_DB = "stepledger.duckdb"
+#: Seconds between snapshots of a changed file, unless the operator says otherwise.
+DEFAULT_SNAPSHOT_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -67,12 +69,14 @@ class ProjectorOptions:
     batch_size: int = 10_000
     """Most records per batch (one DuckDB transaction)."""
     batch_timeout_s: float = 0.03
-    """How long a batch waits to fill before it is projected anyway."""
-    snapshot_interval_s: float = 2.0
-    """Publish a snapshot at most this often (0 disables); readers are at most ~this stale
-    once the projector has caught up.  While the partitions a file read since its last
-    snapshot hold at least another ``batch_size`` records beyond what was read, its interval
-    stretches so that its snapshots take at most ``CATCH_UP_SNAPSHOT_SHARE`` of the time
+    """How long a poll waits for records; what it returns is committed as soon as the
+    writer is free (records that come while it commits go in its next batch)."""
+    snapshot_interval_s: float = DEFAULT_SNAPSHOT_INTERVAL_S
+    """Publish a snapshot of a changed file at most this often (0 disables); readers are at
+    most ~this stale once the projector has caught up.  The interval stretches so that a
+    file's snapshots take at most ``SNAPSHOT_SHARE`` of the time (a copy of a large file),
+    and ``CATCH_UP_SNAPSHOT_SHARE`` while the partitions it read since its last snapshot
+    hold at least another ``batch_size`` records beyond what was read
     (``CATCH_UP_SNAPSHOT_GAP_MAX_S`` apart at most)."""
     cache_workflows: int = DEFAULT_CACHE_WORKFLOWS
     """Workflow fold states kept in memory; others are rebuilt from stored events."""
@@ -117,11 +121,14 @@ BatchHook = Callable[[BatchReport], None]
 HELD_FIRST_RETRY_S = 0.05
 #: How often a partition held back for a while is tried again.
 HELD_RETRY_S = 1.0
+#: The share of the time a file's snapshots may take once caught up: the next one waits at
+#: least four times as long as the last one took (a checkpoint and a copy of the whole
+#: file, which grows with it), so a large file's snapshots never crowd out its commits.
+SNAPSHOT_SHARE = 0.25
 #: While a file catches up, the share of the time its snapshots may take: the next one waits
-#: at least ten times as long as the last one took (a checkpoint and a copy of a growing
-#: file, seconds past a million events).  Behind means at least another ``batch_size``
-#: records wait beyond what was read (the client's cached ends, no clock): a snapshot is
-#: stale by that backlog anyway.  Caught up, the interval is the configured one again.
+#: at least ten times as long as the last one took.  Behind means at least another
+#: ``batch_size`` records wait beyond what was read (the client's cached ends, no clock): a
+#: snapshot is stale by that backlog anyway.
 CATCH_UP_SNAPSHOT_SHARE = 0.1
 #: The longest a catch-up stretches the interval: analysts see a new snapshot at least this
 #: often (plus the snapshot's own time), and the 60 s staleness alert of docs/operators.md
@@ -200,7 +207,11 @@ def run_projector(
                     group=options.group,
                     cache_workflows=options.cache_workflows,
                 )
-                pipeline = Pipeline(projector, on_commit=lambda report: _committed(loop, report))
+                pipeline = Pipeline(
+                    projector,
+                    on_commit=lambda report: _committed(loop, report),
+                    batch_size=options.batch_size,
+                )
                 pipeline.on_snapshot = lambda _, took: metrics.published(took)
                 return pipeline
 
@@ -457,6 +468,9 @@ def _step(loop: _Loop) -> None:
     for pipeline, batch, wheres in _by_pipeline(loop.state, records, loop.read):
         pipeline.feed(batch)
         loop.dirty.update(wheres)
+    for pipeline in loop.state.pipelines():
+        # What was fed while its writer was busy goes as one batch once the writer is free.
+        pipeline.pump()
     for where in polled.at_end:
         # Nothing waits past here, whatever the cached end says (a transaction's marker).
         loop.read.pop(where, None)
@@ -511,11 +525,12 @@ def _backlog(loop: _Loop, wheres: list[Where]) -> int:
 
 
 def snapshot_gap(interval: float, took: float, *, behind: bool) -> float:
-    """Seconds from one snapshot to the next: the configured ``interval``, stretched while
-    ``behind`` so that the last snapshot's cost (``took`` seconds) is at most its share."""
-    if interval <= 0 or not behind:
+    """Seconds from one snapshot to the next: the configured ``interval``, stretched so that
+    the last snapshot's cost (``took`` seconds) is at most its share (less while ``behind``)."""
+    if interval <= 0:
         return interval
-    return max(interval, min(took / CATCH_UP_SNAPSHOT_SHARE, CATCH_UP_SNAPSHOT_GAP_MAX_S))
+    share = CATCH_UP_SNAPSHOT_SHARE if behind else SNAPSHOT_SHARE
+    return max(interval, min(took / share, CATCH_UP_SNAPSHOT_GAP_MAX_S))
 
 
 def _by_pipeline(

@@ -3,12 +3,18 @@
 Decoding and folding hold the GIL; DuckDB's insert, commit and checkpoint, and copying the
 file, do not.  So a single writer thread commits batch N (and publishes a snapshot when
 one is due) while the caller prepares the next ones.  The writer runs its tasks in order,
-so a snapshot holds exactly the batches committed before it.  Up to ``depth`` batches may
-wait for the writer: a snapshot (a checkpoint and a copy of the file, seconds past a
-million events) then holds the caller back only when it has prepared that many.  Once a
-commit fails the writer commits nothing after it (those batches were folded on top of the
-failed one).  Anything that needs the store and the fold cache to agree (a new
-assignment, stopping) calls ``drain`` first.
+so a snapshot holds exactly the batches committed before it.
+
+A transaction costs about the same for ten records as for a thousand, so records fed
+while the writer is busy wait for it and go in one batch: a batch is prepared and queued
+at once while the writer is idle or once ``batch_size`` records wait, never as a queue of
+small ones that each pay a commit (at a low rate that queue was most of the lag, see
+docs/benchmarks.md, "A fleet").  Up to ``depth`` full batches may wait for the writer: a
+snapshot (a checkpoint and a copy of the file, seconds past a million events) then holds
+the caller back only when it has prepared that many.  Once a commit fails the writer
+commits nothing after it (those batches were folded on top of the failed one).  Anything
+that needs the store and the fold cache to agree (a new assignment, stopping) calls
+``drain`` first.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ seconds it took."""
 
 #: Batches that may wait for the writer (each holds its staged rows: a few MB at most).
 DEFAULT_DEPTH = 4
+#: Most records in one batch (one transaction) unless the caller says otherwise.
+DEFAULT_BATCH_SIZE = 10_000
 
 
 class Pipeline:
@@ -46,13 +54,17 @@ class Pipeline:
         on_snapshot: SnapshotHook | None = None,
         *,
         depth: int = DEFAULT_DEPTH,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         self.projector = projector
         self.on_commit = on_commit
         self.on_snapshot = on_snapshot
         self.depth = max(1, depth)
+        self.batch_size = max(1, batch_size)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="stepledger-writer")
         self._tasks: deque[_Commit | _Snapshot] = deque()
+        self._waiting: list[Consumed] = []
+        """Records fed while the writer was busy, for the next batch (in the order fed)."""
         self._failed = False
         """A commit failed (set by the writer): later queued tasks write nothing."""
         self.snapshot_s = 0.0
@@ -61,10 +73,46 @@ class Pipeline:
         """When the last snapshot was queued (``time.monotonic``)."""
 
     def feed(self, records: Sequence[Consumed]) -> None:
+        """Take records: a batch goes to the writer now if it is idle or the batch is full,
+        else the records wait for it (``pump``)."""
+        self._waiting.extend(records)
+        self.pump()
+
+    def pump(self) -> None:
+        """Hand what waits to the writer: every full batch (waiting while ``depth`` are
+        queued), and the rest once the writer is idle.  Called after each poll."""
+        self._reap()
+        while len(self._waiting) >= self.batch_size:
+            self._queue(self._take(self.batch_size))
+        if self._waiting and not self._tasks:
+            self._queue(self._take(len(self._waiting)))
+
+    def publish(self) -> None:
+        """Queue a snapshot after everything fed so far; the caller goes on meanwhile."""
+        self._flush()
+        self.published_at = time.monotonic()
+        self._tasks.append(_Snapshot(self._writer.submit(self._publish)))
+
+    def drain(self) -> None:
+        """Commit everything fed and wait for every queued snapshot; re-raise the first
+        failure."""
+        self._flush()
+        self._wait()
+
+    def _flush(self) -> None:
+        """Queue every waiting record, in batches of at most ``batch_size``."""
+        while self._waiting:
+            self._queue(self._take(self.batch_size))
+
+    def _take(self, count: int) -> list[Consumed]:
+        taken, self._waiting = self._waiting[:count], self._waiting[count:]
+        return taken
+
+    def _queue(self, records: Sequence[Consumed]) -> None:
         """Prepare a batch here, then queue it for the writer once fewer than ``depth`` wait."""
         logger.debug("batch of %d records", len(records), extra={"records": len(records)})
         began = time.perf_counter()
-        batch = self.projector.prepare(records, settle=self.drain)
+        batch = self.projector.prepare(records, settle=self._wait)
         self._settle(self.depth - 1)
         # The store lacks what is still queued: those workflows must stay in the cache.
         keep = batch.touched.union(
@@ -73,15 +121,15 @@ class Pipeline:
         self.projector.cache.trim(keep=keep)
         self._tasks.append(_Commit(self._writer.submit(self._commit, batch), batch, began))
 
-    def publish(self) -> None:
-        """Queue a snapshot after whatever is in flight; the caller goes on meanwhile."""
-        self.published_at = time.monotonic()
-        self._tasks.append(_Snapshot(self._writer.submit(self._publish)))
-
-    def drain(self) -> None:
-        """Wait for every queued commit and snapshot; re-raise the first failure."""
+    def _wait(self) -> None:
+        """Wait for every queued commit and snapshot (not for records still waiting)."""
         self._settle(0)
         while self._tasks:
+            self._finish(self._tasks.popleft())
+
+    def _reap(self) -> None:
+        """Finish the tasks the writer is done with (in order: it runs them in order)."""
+        while self._tasks and self._tasks[0].future.done():
             self._finish(self._tasks.popleft())
 
     def _settle(self, commits: int) -> None:
@@ -112,8 +160,10 @@ class Pipeline:
             self.stop()
 
     def stop(self) -> None:
-        """Stop the writer after its current task, without looking at the outcomes."""
+        """Stop the writer after its current task, without looking at the outcomes (records
+        still waiting are dropped: the store's offsets say where to read them again)."""
         self._tasks.clear()
+        self._waiting.clear()
         self._writer.shutdown(wait=True)
 
     def _commit(self, batch: PreparedBatch) -> None:

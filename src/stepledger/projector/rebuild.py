@@ -156,7 +156,9 @@ def read_partitions(
     made: dict[int, Pipeline] = {}
     for where, projector in projectors.items():
         if id(projector) not in made:
-            made[id(projector)] = Pipeline(projector, on_commit=lambda b: _count(report, b))
+            made[id(projector)] = Pipeline(
+                projector, on_commit=lambda b: _count(report, b), batch_size=batch_size
+            )
         route[where] = made[id(projector)]
     try:
         with PartitionReader(

@@ -198,7 +198,8 @@ def test_records_fed_while_the_writer_commits_wait_for_it_and_go_in_one_batch(
     assert len(parts) > 3
     db = tmp_path / "p.duckdb"
     committed: list[int] = []
-    with HeldWrite(db) as store:
+    store = HeldWrite(db)
+    with store:
         pipeline = Pipeline(
             Projector(store, CODEC, MemoryRecordLetters()),
             on_commit=lambda report: committed.append(report.received),
@@ -227,7 +228,8 @@ def test_a_full_batch_goes_to_the_writer_without_waiting_for_it_to_be_idle(
     messages = to_messages(random_log(seed=17, workflows=10))
     db = tmp_path / "p.duckdb"
     committed: list[int] = []
-    with HeldWrite(db) as store:
+    store = HeldWrite(db)
+    with store:
         pipeline = Pipeline(
             Projector(store, CODEC, MemoryRecordLetters()),
             on_commit=lambda report: committed.append(report.received),

@@ -217,7 +217,7 @@ def run_query_only(n: int | None = None, budget_s: float | None = None) -> list[
         return []
     with lake_stack() as stack:
         os.environ.update(stack.env())
-        return lake_query.run(n or 10_000_000, PARTITIONS, stack.new_lake(), budget_s=budget_s)
+        return lake_query.measure(n or 10_000_000, PARTITIONS, stack.new_lake(), budget_s=budget_s)
 
 
 def main() -> None:

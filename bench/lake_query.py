@@ -179,7 +179,9 @@ def _progress(done: Fill, began: float) -> None:
     )
 
 
-def run(n: int, partitions: int, lake: LakeConfig, *, budget_s: float | None = None) -> list[Row]:
+def measure(
+    n: int, partitions: int, lake: LakeConfig, *, budget_s: float | None = None
+) -> list[Row]:
     """Fill a fresh lake with n events (or what ``budget_s`` allows), then time the queries."""
     log = f"bench-{uuid.uuid4().hex[:8]}"
     filled = fill(lake, log, n, partitions, budget_s=budget_s)

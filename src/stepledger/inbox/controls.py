@@ -27,8 +27,9 @@ from stepledger.inbox.roles import Action
 MAX_REASON = 4000
 
 
-class Controls:
-    """The control endpoint over the inbox's log and history."""
+class OperatorEndpoint:
+    """What an operator's endpoint holds: the answerer, the CSRF secret, and the operators'
+    commands over the answerer's log and history (made at first use)."""
 
     def __init__(self, answerer: Answerer, csrf_secret: str) -> None:
         self.answerer = answerer
@@ -36,9 +37,13 @@ class Controls:
 
     @functools.cached_property
     def operators(self) -> Operators:
-        """The operators' commands over the answerer's log and history (made at first use)."""
+        """The operators' commands over the answerer's log and history."""
         answerer = self.answerer
         return Operators(answerer.log, answerer.factory, answerer.history)
+
+
+class Controls(OperatorEndpoint):
+    """The control endpoint over the inbox's log and history."""
 
     async def control(self, request: Request) -> Response:
         """Append one operator command to the workflow named in the path."""

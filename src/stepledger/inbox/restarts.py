@@ -17,8 +17,6 @@ before anything is read, then the workflow's fleet as the log gives it.
 
 from __future__ import annotations
 
-import functools
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -28,9 +26,10 @@ from stepledger.config import Settings
 from stepledger.domain.restart import RestartPlan
 from stepledger.errors import LedgerStateError, StepLedgerError
 from stepledger.humanqueue.answers import Answerer
-from stepledger.humanqueue.operators import Operators, carry_restart, plan_restart
+from stepledger.humanqueue.operators import carry_restart, plan_restart
 from stepledger.inbox import access
 from stepledger.inbox.auth import CSRF_FIELD, csrf_token, identity_of
+from stepledger.inbox.controls import OperatorEndpoint
 from stepledger.inbox.filters import an_id
 from stepledger.inbox.roles import Action
 from stepledger.log import KafkaEventLog
@@ -41,7 +40,7 @@ from stepledger.terminal import shell_arg
 MAX_REASON = 4000
 
 
-class Restarts:
+class Restarts(OperatorEndpoint):
     """The restart endpoint over the inbox's log, history and tools."""
 
     def __init__(
@@ -51,14 +50,9 @@ class Restarts:
         templates: Jinja2Templates,
         tools: ToolRegistry | None = None,
     ) -> None:
-        self.answerer, self.csrf_secret, self.templates = answerer, csrf_secret, templates
+        super().__init__(answerer, csrf_secret)
+        self.templates = templates
         self.tools = tools or ToolRegistry()
-
-    @functools.cached_property
-    def operators(self) -> Operators:
-        """The operators' commands over the answerer's log and history (made at first use)."""
-        answerer = self.answerer
-        return Operators(answerer.log, answerer.factory, answerer.history)
 
     async def restart(self, request: Request) -> Response:
         """Show the plan of a restart from the posted step, or carry a confirmed one out."""

@@ -34,7 +34,8 @@ import duckdb
 
 from stepledger.codec import Codec
 from stepledger.domain.events import Event
-from stepledger.errors import CodecError, ConfigError, ViewStoreError
+from stepledger.errors import ConfigError, ViewStoreError
+from stepledger.readers.snapshots import decoded
 
 #: The DuckDB the extension wheels are built for (the ``[lake]`` extra pins both).
 LAKE_DUCKDB = "1.5.5"
@@ -301,8 +302,4 @@ def workflow_events_from_lake(
         raise ViewStoreError(f"cannot read {source}: {first_line(exc)}") from exc
     finally:
         con.close()
-    try:
-        events = [codec.decode(bytes(value)) for (value,) in values]
-    except CodecError as exc:
-        raise ViewStoreError(f"a stored event of {workflow_id} does not decode: {exc}") from exc
-    return events, {(str(t), int(p)): int(o) for t, p, o in offsets}
+    return decoded(workflow_id, values, offsets, codec)

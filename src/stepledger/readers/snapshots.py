@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -232,6 +233,14 @@ def workflow_events_from_snapshot(
         raise ViewStoreError(f"cannot read {path}: {_first_line(exc)}") from exc
     finally:
         con.close()
+    return decoded(workflow_id, values, offsets, codec)
+
+
+def decoded(
+    workflow_id: str, values: list[Any], offsets: list[Any], codec: Codec
+) -> tuple[list[Event], dict[tuple[str, int], int]]:
+    """A workflow's stored events decoded, and the projection's offsets, from their rows
+    (a snapshot's or the lake's: one decoding for both)."""
     try:
         events = [codec.decode(bytes(value)) for (value,) in values]
     except CodecError as exc:

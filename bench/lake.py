@@ -11,7 +11,9 @@ PostgreSQL 15 and ``moto_server`` on loopback (:mod:`stepledger_dev.lake_stack`)
 ``[lake]`` extra's DuckDB (1.5.5): elsewhere it says why and measures nothing.
 
 ``python -m bench.lake [--quick] [--events N] [--bootstrap HOST:PORT]``; ``--grouping``
-measures the table grouping instead (:mod:`bench.lake_grouping`).
+measures the table grouping instead (:mod:`bench.lake_grouping`); ``--query-only [--events
+N] [--budget S]`` the queries on a lake of 10M events filled without Kafka
+(:mod:`bench.lake_query`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def _timed(con: Any, sql: str, params: list[Any]) -> float:
     return median(times)
 
 
-def _queries(lake: LakeConfig, log: str) -> tuple[float, float, str]:
+def analyst_queries(lake: LakeConfig, log: str) -> tuple[float, float, str]:
+    """(point, aggregate) medians through a read-only attach, and the workflow pointed at."""
     con = connect_lake_reader(lake, log)
     try:
         row = con.execute("SELECT workflow_id FROM workflows LIMIT 1").fetchone()
@@ -64,7 +67,7 @@ def _queries(lake: LakeConfig, log: str) -> tuple[float, float, str]:
         con.close()
 
 
-def _compact(lake: LakeConfig, log: str) -> tuple[float, int, int]:
+def compact_tables(lake: LakeConfig, log: str) -> tuple[float, int, int]:
     """Compact every table of the log's schema as its owners do; (seconds, files before, after)."""
     con = connect_lake(lake, read_only=False)
     try:
@@ -118,9 +121,9 @@ def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None)
         options = replace(ProjectorOptions(), group="bench-lake", lake=lake)
         lake_reports: list[BatchReport] = []
         lake_rate, *_ = projector_rate(settings, Path(tmp) / "x", n, options, lake_reports)
-        point, aggregate, _ = _queries(lake, settings.topic)
-        compaction, files_before, files_after = _compact(lake, settings.topic)
-        point_after, aggregate_after, _ = _queries(lake, settings.topic)
+        point, aggregate, _ = analyst_queries(lake, settings.topic)
+        compaction, files_before, files_after = compact_tables(lake, settings.topic)
+        point_after, aggregate_after, _ = analyst_queries(lake, settings.topic)
     ms = 1000.0
     lake_s = [r.seconds for r in lake_reports]
     file_s = [r.seconds for r in file_reports]
@@ -203,8 +206,22 @@ def run_grouping(
     return lake_grouping.rows_of(layouts, partitions, rows)
 
 
+def run_query_only(n: int | None = None, budget_s: float | None = None) -> list[Row]:
+    """An analyst's queries on a lake of n events (10M) filled without Kafka (``--query-only``)."""
+    from bench import lake_query
+
+    try:
+        extension_directory()
+    except ConfigError as exc:
+        print(f"[lake] skipped: {exc.message}", flush=True)
+        return []
+    with lake_stack() as stack:
+        os.environ.update(stack.env())
+        return lake_query.measure(n or 10_000_000, PARTITIONS, stack.new_lake(), budget_s=budget_s)
+
+
 def main() -> None:
-    """``python -m bench.lake [--quick] [--events N] [--grouping [--partitions P]]``."""
+    """``python -m bench.lake [--quick] [--events N] [--grouping] [--query-only]``."""
     import argparse
 
     from bench.common import ENGINES, run_broker, table
@@ -221,9 +238,21 @@ def main() -> None:
     )
     parser.add_argument("--partitions", type=int, default=64, help="with --grouping")
     parser.add_argument("--rows", type=int, default=256_000, help="with --grouping")
+    parser.add_argument(
+        "--query-only",
+        action="store_true",
+        help="fill the lake by the projector in-process, no Kafka (default 10M events), then "
+        "time the analyst's queries and the compaction",
+    )
+    parser.add_argument(
+        "--budget", type=float, help="with --query-only: stop filling after this many seconds"
+    )
     args = parser.parse_args()
     if args.grouping:
         print(table(run_grouping(partitions=args.partitions, rows=args.rows)))
+        return
+    if args.query_only:
+        print(table(run_query_only(args.events, args.budget)))
         return
     with run_broker(args.engine, args.bootstrap) as bootstrap:
         print(table(run(quick=args.quick, bootstrap=bootstrap, n=args.events)))

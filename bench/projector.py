@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,19 +71,25 @@ class _Ticks:
 
 
 def workload(n: int, clock: Clock | None = None) -> list[tuple[bytes, bytes]]:
-    """About n encoded events: waves of 500 concurrent workflows, 5 steps each, interleaved."""
+    """n encoded events: waves of 500 concurrent workflows, 5 steps each, interleaved."""
+    return list(workload_stream(n, clock))
+
+
+def workload_stream(n: int, clock: Clock | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """The events of :func:`workload`, one at a time (10M of them do not fit in memory)."""
     codec, factory = Codec(), EventFactory("bench", "bench", clock or _Ticks())
     per_workflow = 2 + 2 * STEPS
-    out: list[tuple[bytes, bytes]] = []
+    made = 0
     wave = 0
-    while len(out) < n:
+    while made < n:
         ids = [f"wf-{wave}-{i}" for i in range(CONCURRENT)]
         for phase in range(per_workflow):
             for wf in ids:
-                event = _event(factory, wf, phase)
-                out.append((wf.encode(), codec.encode(event)))
+                if made >= n:
+                    return
+                yield wf.encode(), codec.encode(_event(factory, wf, phase))
+                made += 1
         wave += 1
-    return out[:n]
 
 
 def _event(factory: EventFactory, wf: str, phase: int) -> ev.Event:

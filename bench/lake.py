@@ -67,6 +67,26 @@ def analyst_queries(lake: LakeConfig, log: str) -> tuple[float, float, str]:
         con.close()
 
 
+def analyst_rows(lake: LakeConfig, log: str) -> list[Row]:
+    """An analyst's point and aggregate queries, the owners' compaction, the queries again:
+    the rows every lake bench reports, however its lake was filled."""
+    ms = 1000.0
+    point, aggregate, _ = analyst_queries(lake, log)
+    compaction, before, after = compact_tables(lake, log)
+    point_after, aggregate_after, _ = analyst_queries(lake, log)
+
+    def row(measure: str, value: float, unit: str) -> Row:
+        return Row("lake", measure, value, None, unit, "", False)
+
+    return [
+        row(f"point query, one workflow's steps ({before} files)", point * ms, "ms"),
+        row(f"aggregate over steps, every partition ({before} files)", aggregate * ms, "ms"),
+        row(f"compaction of every table ({before} -> {after} files)", compaction, "s"),
+        row("point query after compaction", point_after * ms, "ms"),
+        row("aggregate after compaction", aggregate_after * ms, "ms"),
+    ]
+
+
 def compact_tables(lake: LakeConfig, log: str) -> tuple[float, int, int]:
     """Compact every table of the log's schema as its owners do; (seconds, files before, after)."""
     con = connect_lake(lake, read_only=False)
@@ -121,9 +141,7 @@ def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None)
         options = replace(ProjectorOptions(), group="bench-lake", lake=lake)
         lake_reports: list[BatchReport] = []
         lake_rate, *_ = projector_rate(settings, Path(tmp) / "x", n, options, lake_reports)
-        point, aggregate, _ = analyst_queries(lake, settings.topic)
-        compaction, files_before, files_after = compact_tables(lake, settings.topic)
-        point_after, aggregate_after, _ = analyst_queries(lake, settings.topic)
+        analyst = analyst_rows(lake, settings.topic)
     ms = 1000.0
     lake_s = [r.seconds for r in lake_reports]
     file_s = [r.seconds for r in file_reports]
@@ -154,35 +172,7 @@ def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None)
             "",
             False,
         ),
-        Row(
-            "lake",
-            f"point query, one workflow's steps ({files_before} files)",
-            point * ms,
-            None,
-            "ms",
-            "",
-            False,
-        ),
-        Row(
-            "lake",
-            f"aggregate over steps, every partition ({files_before} files)",
-            aggregate * ms,
-            None,
-            "ms",
-            "",
-            False,
-        ),
-        Row(
-            "lake",
-            f"compaction of every table ({files_before} -> {files_after} files)",
-            compaction,
-            None,
-            "s",
-            "",
-            False,
-        ),
-        Row("lake", "point query after compaction", point_after * ms, None, "ms", "", False),
-        Row("lake", "aggregate after compaction", aggregate_after * ms, None, "ms", "", False),
+        *analyst,
     ]
 
 

@@ -15,9 +15,9 @@ one :class:`~stepledger.projector.lake_shards.LakeShards`, one
 ``BATCH_SIZE`` records a commit.
 
 The fill leaves compaction out (the daemon's owners compact every minute between batches),
-so the first queries see every batch's files; then :func:`bench.lake.compact_tables`
-compacts every table as the owners do, and :func:`bench.lake.analyst_queries` times the
-point and the aggregate query through a read-only attach before and after.  ``--budget``
+so the first queries see every batch's files; then :func:`bench.lake.analyst_rows` times the
+point and the aggregate query through a read-only attach, compacts every table as the owners
+do, and times them again (the rows every lake bench reports).  ``--budget``
 stops the fill early (what was handed over is committed): the rows name the events the
 lake holds.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 
 from bench.common import Row, percentile
-from bench.lake import analyst_queries, compact_tables
+from bench.lake import analyst_rows
 from bench.projector import workload_stream
 from stepledger.codec import Codec
 from stepledger.deadletters.records import MemoryRecordLetters
@@ -185,10 +185,7 @@ def measure(
     """Fill a fresh lake with n events (or what ``budget_s`` allows), then time the queries."""
     log = f"bench-{uuid.uuid4().hex[:8]}"
     filled = fill(lake, log, n, partitions, budget_s=budget_s)
-    point, aggregate, _ = analyst_queries(lake, log)
-    compaction, files_before, files_after = compact_tables(lake, log)
-    point_after, aggregate_after, _ = analyst_queries(lake, log)
-    ms = 1000.0
+    analyst = analyst_rows(lake, log)
     commits = [r.seconds for r in filled.reports]
     size = f"{filled.events:,} events, {partitions} partitions, no Kafka"
     return [
@@ -217,33 +214,5 @@ def measure(
             "",
             False,
         ),
-        Row(
-            "lake",
-            f"point query, one workflow's steps ({files_before} files)",
-            point * ms,
-            None,
-            "ms",
-            "",
-            False,
-        ),
-        Row(
-            "lake",
-            f"aggregate over steps, every partition ({files_before} files)",
-            aggregate * ms,
-            None,
-            "ms",
-            "",
-            False,
-        ),
-        Row(
-            "lake",
-            f"compaction of every table ({files_before} -> {files_after} files)",
-            compaction,
-            None,
-            "s",
-            "",
-            False,
-        ),
-        Row("lake", "point query after compaction", point_after * ms, None, "ms", "", False),
-        Row("lake", "aggregate after compaction", aggregate_after * ms, None, "ms", "", False),
+        *analyst,
     ]

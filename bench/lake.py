@@ -18,10 +18,12 @@ N] [--budget S]`` the queries on a lake of 10M events filled without Kafka
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from stepledger.readers.lake import (
     extension_directory,
     schema_name,
 )
-from stepledger_dev.lake_stack import lake_stack
+from stepledger_dev.lake_stack import LakeStack, lake_stack
 
 PARTITIONS = 8
 #: Queries are timed this many times each; the median is the row.
@@ -122,17 +124,31 @@ def compact_tables(lake: LakeConfig, log: str) -> tuple[float, int, int]:
         con.close()
 
 
-def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None) -> list[Row]:
-    """Measure the lake against the file on 1M events (10k quick)."""
+def _extensions_missing() -> bool:
+    """True, saying why, where the [lake] extra's DuckDB and extensions are not installed."""
     try:
         extension_directory()
     except ConfigError as exc:
         print(f"[lake] skipped: {exc.message}", flush=True)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _stack() -> Iterator[LakeStack]:
+    """PostgreSQL and moto on loopback, their settings in this process's environment."""
+    with lake_stack() as stack:
+        os.environ.update(stack.env())
+        yield stack
+
+
+def run(quick: bool = False, bootstrap: str | None = None, n: int | None = None) -> list[Row]:
+    """Measure the lake against the file on 1M events (10k quick)."""
+    if _extensions_missing():
         return []
     n = n or (10_000 if quick else 1_000_000)
     gc.collect()
-    with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp, lake_stack() as stack:
-        os.environ.update(stack.env())
+    with broker(bootstrap) as servers, tempfile.TemporaryDirectory() as tmp, _stack() as stack:
         settings = fresh_settings(servers, partitions=PARTITIONS)
         produce_bulk(settings, workload(n))
         file_reports: list[BatchReport] = []
@@ -182,13 +198,9 @@ def run_grouping(
     """One table per partition vs per group of partitions vs one table (``--grouping``)."""
     from bench import lake_grouping
 
-    try:
-        extension_directory()
-    except ConfigError as exc:
-        print(f"[lake] skipped: {exc.message}", flush=True)
+    if _extensions_missing():
         return []
-    with lake_stack() as stack:
-        os.environ.update(stack.env())
+    with _stack() as stack:
         layouts = [
             lake_grouping.measure(stack.new_lake(), layout, partitions, rows, size)
             for layout in lake_grouping.LAYOUTS
@@ -200,13 +212,9 @@ def run_query_only(n: int | None = None, budget_s: float | None = None) -> list[
     """An analyst's queries on a lake of n events (10M) filled without Kafka (``--query-only``)."""
     from bench import lake_query
 
-    try:
-        extension_directory()
-    except ConfigError as exc:
-        print(f"[lake] skipped: {exc.message}", flush=True)
+    if _extensions_missing():
         return []
-    with lake_stack() as stack:
-        os.environ.update(stack.env())
+    with _stack() as stack:
         return lake_query.measure(n or 10_000_000, PARTITIONS, stack.new_lake(), budget_s=budget_s)
 
 
